@@ -1,0 +1,3 @@
+from gitsess.cli import main
+
+main()
