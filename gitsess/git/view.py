@@ -1,0 +1,62 @@
+"""What the git layer needs to know about a session's view.
+
+The overlay implements this by reading delta.db and the lower worktree directly, so diff and
+apply work whether or not the session is mounted, and never walk the whole view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+Kind = Literal["file", "dir", "symlink", "other"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One path of the view as `lstat` would describe it."""
+
+    kind: Kind
+    mode: int  # full st_mode, type bits included
+    size: int
+    mtime_ns: int
+
+
+class SessionView(Protocol):
+    """A session's merged view (worktree + delta), addressed by repository-relative POSIX paths.
+
+    Paths have no leading slash; "" is the worktree root. The `.git` entry is never reported.
+    """
+
+    def touched_paths(self) -> Iterable[str]:
+        """A superset of the paths whose view differs from the real worktree.
+
+        A touched directory (deleted, renamed away, replaced, newly created) stands for its whole
+        subtree: compare both sides below it. Untouched paths are identical to the worktree.
+        """
+        ...
+
+    def entry(self, path: str) -> Entry | None:
+        """The path in the view, or None when it does not exist there."""
+        ...
+
+    def read(self, path: str) -> bytes:
+        """Content of a regular file in the view."""
+        ...
+
+    def readlink(self, path: str) -> str:
+        """Target of a symlink in the view."""
+        ...
+
+    def listdir(self, path: str) -> list[str]:
+        """Names in a directory of the view, sorted."""
+        ...
+
+    def copied_from(self, path: str) -> Entry | None:
+        """The worktree file as it was when the session first changed this path.
+
+        None when the session created the path or has not changed it. Apply compares it with the
+        worktree's current file to refuse overwriting an edit made outside the session.
+        """
+        ...

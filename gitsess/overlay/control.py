@@ -1,0 +1,59 @@
+"""The daemon's control channel: JSON lines over an abstract unix socket named by session id.
+
+An abstract socket has no file to go stale and no path-length limit; it vanishes with the
+daemon, so "can I connect" is also "is the daemon alive". A participant is a connection held
+open: when every process holding it has exited (even by kill -9) the kernel closes it, and the
+daemon sees the participant leave.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any
+
+TIMEOUT = 30.0
+
+
+def address(session_id: str) -> bytes:
+    return b"\0gitsess-" + session_id.encode()
+
+
+def connect(session_id: str, timeout: float = TIMEOUT) -> socket.socket | None:
+    """A connection to the session's daemon, or None when no daemon serves it."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(address(session_id))
+    except (ConnectionRefusedError, FileNotFoundError):
+        sock.close()
+        return None
+    return sock
+
+
+def send(sock: socket.socket, message: dict[str, Any]) -> dict[str, Any]:
+    sock.sendall(json.dumps(message).encode() + b"\n")
+    reply = _readline(sock)
+    if not reply:
+        raise ConnectionError("the session daemon closed the connection")
+    answer: dict[str, Any] = json.loads(reply)
+    return answer
+
+
+def request(session_id: str, message: dict[str, Any]) -> dict[str, Any] | None:
+    """One request to the daemon; None when it is not running."""
+    sock = connect(session_id)
+    if sock is None:
+        return None
+    with sock:
+        return send(sock, message)
+
+
+def _readline(sock: socket.socket) -> bytes:
+    buf = bytearray()
+    while not buf.endswith(b"\n"):
+        part = sock.recv(65536)
+        if not part:
+            break
+        buf += part
+    return bytes(buf)

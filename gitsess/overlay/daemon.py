@@ -1,0 +1,244 @@
+"""The per-session daemon: mounts the view, serves it, and answers on the control channel.
+
+Started by `gitsess.mount` as `python -m gitsess.overlay.daemon`; its output goes to the log
+file in the session directory. It stays while participants hold their connection (or, when
+persistent, until told to stop), then commits, unmounts and exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyfuse3
+import trio
+
+from gitsess.overlay import control
+from gitsess.overlay.fs import Filesystem
+from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.tree import Tree
+from gitsess.overlay.watcher import LowerWatcher
+
+log = logging.getLogger("gitsess.daemon")
+
+COMMIT_INTERVAL = 0.1
+# How long a fresh daemon waits for its first participant before giving up.
+FIRST_JOIN_TIMEOUT = 15.0
+# How long the daemon lingers after the last participant leaves (a quick re-run rejoins).
+LINGER = 0.3
+
+
+@dataclass
+class State:
+    tree: Tree
+    mountpoint: str
+    persistent: bool
+    read_only: bool
+    participants: dict[int, dict[str, Any]] = field(default_factory=dict)
+    next_id: int = 1
+    ever_joined: bool = False
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="gitsess-daemon")
+    p.add_argument("--session-id", required=True)
+    p.add_argument("--lower", required=True)
+    p.add_argument("--delta", required=True)
+    p.add_argument("--mountpoint", required=True)
+    p.add_argument("--hide", action="append", default=[])
+    p.add_argument("--ready-fd", type=int)
+    p.add_argument("--persistent", action="store_true")
+    p.add_argument("--read-only", action="store_true")
+    p.add_argument("--allow-other", action="store_true")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(control.address(args.session_id))
+    except OSError:
+        # Someone else serves this session: binding the name is the lock.
+        _ready(args.ready_fd, "busy")
+        return 3
+    listener.listen(64)
+    store = DeltaStore(args.delta)
+    tree = Tree(store, args.lower, {os.fsencode(h) for h in args.hide})
+    tree.readonly = args.read_only
+    options = {"fsname=gitsess", "subtype=gitsess", "default_permissions"}
+    if args.allow_other:
+        options.add("allow_other")
+    if args.read_only:
+        options.add("ro")
+    try:
+        pyfuse3.init(Filesystem(tree), args.mountpoint, options)
+    except RuntimeError as e:
+        _ready(args.ready_fd, f"mount failed: {e}")
+        return 1
+    state = State(tree, args.mountpoint, args.persistent, args.read_only)
+    watcher = LowerWatcher(tree.root, lambda rels: None)
+    try:
+        trio.run(_serve, state, listener, watcher, args.ready_fd)
+    finally:
+        watcher.stop()
+        tree.commit(durable=True, settle=False)
+        pyfuse3.close(unmount=True)
+        store.close()
+        log.info("unmounted %s", args.mountpoint)
+    return 0
+
+
+def _ready(fd: int | None, message: str) -> None:
+    if fd is None:
+        return
+    os.write(fd, message.encode() + b"\n")
+    os.close(fd)
+
+
+async def _serve(
+    state: State, listener: socket.socket, watcher: LowerWatcher, ready_fd: int | None
+) -> None:
+    token = trio.lowlevel.current_trio_token()
+    watcher.on_change = lambda rels: _invalidate(state.tree, rels, token)
+    watcher.start()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_commit_loop, state.tree)
+        nursery.start_soon(_signals)
+        nursery.start_soon(_control_loop, state, trio.socket.from_stdlib_socket(listener))
+        if not state.persistent:
+            nursery.start_soon(_first_join_deadline, state)
+        _ready(ready_fd, "ready")
+        log.info("serving %s (pid %d)", state.mountpoint, os.getpid())
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()
+
+
+def _invalidate(tree: Tree, rels: set[bytes], token: trio.lowlevel.TrioToken) -> None:
+    """Runs in the watcher thread: kernel invalidations must not block the event loop."""
+    try:
+        entries, inodes = trio.from_thread.run_sync(tree.stale_caches, rels, trio_token=token)
+    except trio.RunFinishedError:
+        return
+    for parent, name in entries:
+        try:
+            pyfuse3.invalidate_entry(pyfuse3.InodeT(parent), pyfuse3.FileNameT(name))
+        except OSError:
+            pass
+    for ino in inodes:
+        try:
+            pyfuse3.invalidate_inode(pyfuse3.InodeT(ino))
+        except OSError:
+            pass
+
+
+async def _commit_loop(tree: Tree) -> None:
+    while True:
+        await trio.sleep(COMMIT_INTERVAL)
+        if tree.has_pending:
+            try:
+                tree.commit()
+            except pyfuse3.FUSEError as e:
+                log.warning("commit failed (errno %d); kept in memory, retrying", e.errno)
+
+
+async def _signals() -> None:
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        async for signum in signals:
+            log.info("signal %d: stopping", signum)
+            pyfuse3.terminate()
+            return
+
+
+async def _first_join_deadline(state: State) -> None:
+    await trio.sleep(FIRST_JOIN_TIMEOUT)
+    if not state.ever_joined and not state.persistent:
+        log.info("nobody joined: stopping")
+        pyfuse3.terminate()
+
+
+async def _control_loop(state: State, listener: trio.socket.SocketType) -> None:
+    async with trio.open_nursery() as nursery:
+        while True:
+            conn, _ = await listener.accept()
+            nursery.start_soon(_client, state, trio.SocketStream(conn))
+
+
+async def _client(state: State, stream: trio.SocketStream) -> None:
+    participant: int | None = None
+    buf = b""
+    try:
+        async with stream:
+            while True:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    reply, joined = _handle(state, json.loads(line))
+                    if joined is not None:
+                        participant = joined
+                    await stream.send_all(json.dumps(reply).encode() + b"\n")
+    except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
+        return
+    finally:
+        if participant is not None:
+            state.participants.pop(participant, None)
+            if not state.participants and not state.persistent:
+                await _linger_then_stop(state)
+
+
+async def _linger_then_stop(state: State) -> None:
+    await trio.sleep(LINGER)
+    if not state.participants and not state.persistent:
+        log.info("last participant left: stopping")
+        pyfuse3.terminate()
+
+
+def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+    op = msg.get("op")
+    if op == "join":
+        pid = state.next_id
+        state.next_id += 1
+        state.participants[pid] = {
+            "pid": msg.get("pid"),
+            "role": msg.get("role"),
+            "read_only": bool(msg.get("read_only")),
+            "command": msg.get("command"),
+            "joined_at": time.time(),
+        }
+        state.ever_joined = True
+        return {"ok": True, "daemon_pid": os.getpid(), "mountpoint": state.mountpoint}, pid
+    if op == "sync":
+        state.tree.commit(durable=True, settle=False)
+        return {"ok": True}, None
+    if op == "status":
+        return {
+            "ok": True,
+            "daemon_pid": os.getpid(),
+            "mountpoint": state.mountpoint,
+            "persistent": state.persistent,
+            "read_only": state.read_only,
+            "participants": list(state.participants.values()),
+        }, None
+    if op == "persist":
+        state.persistent = True
+        return {"ok": True}, None
+    if op == "stop":
+        pyfuse3.terminate()
+        return {"ok": True}, None
+    return {"ok": False, "error": f"unknown op {op!r}"}, None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

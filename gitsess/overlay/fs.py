@@ -1,0 +1,470 @@
+"""The FUSE adapter: pyfuse3 requests in, `Tree` operations (or real `.git` calls) out."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import inspect
+import logging
+import os
+import stat
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
+
+import pyfuse3
+from pyfuse3 import (
+    EntryAttributes,
+    FileHandleT,
+    FileInfo,
+    FileNameT,
+    FlagT,
+    FUSEError,
+    InodeT,
+    ModeT,
+    ReaddirToken,
+    RequestContext,
+    SetattrFields,
+    StatvfsData,
+    XAttrNameT,
+)
+
+from gitsess.overlay import passthrough as pt
+from gitsess.overlay.tree import GIT, Attr, Node, Tree
+
+log = logging.getLogger("gitsess.fs")
+T = TypeVar("T")
+
+# Everything the kernel caches is invalidated explicitly when the worktree changes underneath,
+# so the timeouts can be long; `.git` is written by git from both sides, so it gets short ones.
+TIMEOUT = 300.0
+GIT_TIMEOUT = 1.0
+
+
+@dataclass
+class Handle:
+    node: Node
+    fd: int | None = None  # a real file descriptor, for files below `.git`
+
+
+@dataclass
+class DirHandle:
+    node: Node
+    names: list[bytes] = field(default_factory=list)
+
+
+def _guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """An unexpected exception in a handler would stop the whole filesystem: answer EIO."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except FUSEError:
+            raise
+        except OSError as e:
+            raise FUSEError(e.errno or errno.EIO) from None
+        except Exception:
+            log.exception("%s failed", fn.__name__)
+            raise FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+def _guard_handlers(cls: type[pyfuse3.Operations]) -> type[pyfuse3.Operations]:
+    for name, fn in list(vars(cls).items()):
+        if inspect.iscoroutinefunction(fn) and not name.startswith("_"):
+            setattr(cls, name, _guarded(fn))
+    return cls
+
+
+@_guard_handlers
+class Filesystem(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = True
+
+    def __init__(self, tree: Tree) -> None:
+        super().__init__()
+        self.tree = tree
+        self.handles: dict[int, Handle] = {}
+        self.dirs: dict[int, DirHandle] = {}
+        self._next_fh = 1
+
+    # ---------------------------------------------------------------- helpers
+
+    def _entry(self, n: Node, attr: Attr | None = None) -> EntryAttributes:
+        a = attr or self.tree.getattr(n)
+        e = EntryAttributes()
+        e.st_ino = InodeT(a.ino)
+        e.generation = 0
+        timeout = GIT_TIMEOUT if n.passthrough else TIMEOUT
+        e.entry_timeout = timeout
+        e.attr_timeout = timeout
+        e.st_mode = ModeT(a.mode)
+        e.st_nlink = a.nlink
+        e.st_uid = a.uid
+        e.st_gid = a.gid
+        e.st_rdev = a.rdev
+        e.st_size = a.size
+        e.st_blksize = 4096
+        e.st_blocks = a.blocks
+        e.st_atime_ns = a.atime_ns
+        e.st_mtime_ns = a.mtime_ns
+        e.st_ctime_ns = a.ctime_ns
+        return e
+
+    @staticmethod
+    def _negative() -> EntryAttributes:
+        # A zero inode is a cacheable "does not exist": the kernel stops asking until told.
+        e = EntryAttributes()
+        e.st_ino = InodeT(0)
+        e.entry_timeout = TIMEOUT
+        return e
+
+    def _real(self, n: Node) -> bytes:
+        assert n.lower is not None
+        return self.tree.root + b"/" + n.lower
+
+    def _real_child(self, parent: Node, name: bytes) -> bytes:
+        return self._real(parent) + b"/" + name
+
+    def _is_git(self, parent: int, name: bytes) -> bool:
+        return parent == pyfuse3.ROOT_INODE and name == GIT
+
+    def _new_fh(self) -> int:
+        fh = self._next_fh
+        self._next_fh += 1
+        return fh
+
+    def _lookup_real(self, parent: Node, name: bytes) -> EntryAttributes:
+        n = self.tree.lookup(parent.ino, name)
+        if n is None:
+            raise FUSEError(errno.ENOENT)
+        return self._entry(n)
+
+    # ---------------------------------------------------------------- lookups and attributes
+
+    async def lookup(
+        self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext
+    ) -> EntryAttributes:
+        n = self.tree.find(parent_inode, name)
+        if n is None:
+            return self._negative()
+        entry = self._entry(n)
+        n.lookups += 1
+        return entry
+
+    async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:
+        for ino, count in inode_list:
+            self.tree.forget(ino, count)
+
+    async def getattr(self, inode: InodeT, ctx: RequestContext) -> EntryAttributes:
+        return self._entry(self.tree.node(inode))
+
+    async def setattr(
+        self,
+        inode: InodeT,
+        attr: EntryAttributes,
+        fields: SetattrFields,
+        fh: FileHandleT | None,
+        ctx: RequestContext,
+    ) -> EntryAttributes:
+        n = self.tree.node(inode)
+        if n.passthrough:
+            h = self.handles.get(fh) if fh is not None else None
+            self._setattr_real(n, attr, fields, h.fd if h else None)
+            return self._entry(n)
+        self.tree.setattr(
+            n,
+            mode=attr.st_mode if fields.update_mode else None,
+            uid=attr.st_uid if fields.update_uid else None,
+            gid=attr.st_gid if fields.update_gid else None,
+            size=attr.st_size if fields.update_size else None,
+            atime_ns=attr.st_atime_ns if fields.update_atime else None,
+            mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+        )
+        return self._entry(n)
+
+    def _setattr_real(
+        self, n: Node, attr: EntryAttributes, fields: SetattrFields, fd: int | None
+    ) -> None:
+        path = self._real(n)
+        if fields.update_size:
+            pt.call(os.truncate, fd if fd is not None else path, attr.st_size)
+        if fields.update_mode:
+            pt.call(os.chmod, path, stat.S_IMODE(attr.st_mode))
+        if fields.update_uid or fields.update_gid:
+            uid = attr.st_uid if fields.update_uid else -1
+            gid = attr.st_gid if fields.update_gid else -1
+            pt.chown(path, uid, gid)
+        if fields.update_atime or fields.update_mtime:
+            st = pt.call(os.lstat, path)
+            atime = attr.st_atime_ns if fields.update_atime else st.st_atime_ns
+            mtime = attr.st_mtime_ns if fields.update_mtime else st.st_mtime_ns
+            pt.call(os.utime, path, ns=(atime, mtime), follow_symlinks=False)
+
+    async def readlink(self, inode: InodeT, ctx: RequestContext) -> FileNameT:
+        return FileNameT(self.tree.readlink(self.tree.node(inode)))
+
+    async def statfs(self, ctx: RequestContext) -> StatvfsData:
+        st = os.statvfs(self.tree.root)
+        out = StatvfsData()
+        out.f_bsize = st.f_bsize
+        out.f_frsize = st.f_frsize
+        out.f_blocks = st.f_blocks
+        out.f_bfree = st.f_bfree
+        out.f_bavail = st.f_bavail
+        out.f_files = st.f_files
+        out.f_ffree = st.f_ffree
+        out.f_favail = st.f_favail
+        out.f_namemax = st.f_namemax
+        return out
+
+    # ---------------------------------------------------------------- creating names
+
+    async def mknod(
+        self, parent_inode: InodeT, name: FileNameT, mode: ModeT, rdev: int, ctx: RequestContext
+    ) -> EntryAttributes:
+        p = self.tree.node(parent_inode)
+        if p.passthrough:
+            pt.call(os.mknod, self._real_child(p, name), mode, rdev)
+            pt.chown(self._real_child(p, name), ctx.uid, ctx.gid)
+            return self._lookup_real(p, name)
+        self._refuse_git(parent_inode, name)
+        n = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev)
+        return self._entry(n)
+
+    async def mkdir(
+        self, parent_inode: InodeT, name: FileNameT, mode: ModeT, ctx: RequestContext
+    ) -> EntryAttributes:
+        p = self.tree.node(parent_inode)
+        if p.passthrough:
+            pt.call(os.mkdir, self._real_child(p, name), mode & ~ctx.umask)
+            pt.chown(self._real_child(p, name), ctx.uid, ctx.gid)
+            return self._lookup_real(p, name)
+        self._refuse_git(parent_inode, name)
+        n = self.tree.mkdir(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
+        return self._entry(n)
+
+    async def symlink(
+        self, parent_inode: InodeT, name: FileNameT, target: FileNameT, ctx: RequestContext
+    ) -> EntryAttributes:
+        p = self.tree.node(parent_inode)
+        if p.passthrough:
+            pt.call(os.symlink, target, self._real_child(p, name))
+            pt.chown(self._real_child(p, name), ctx.uid, ctx.gid)
+            return self._lookup_real(p, name)
+        self._refuse_git(parent_inode, name)
+        return self._entry(self.tree.symlink(parent_inode, name, target, ctx.uid, ctx.gid))
+
+    async def link(
+        self, inode: InodeT, new_parent_inode: InodeT, new_name: FileNameT, ctx: RequestContext
+    ) -> EntryAttributes:
+        n = self.tree.node(inode)
+        p = self.tree.node(new_parent_inode)
+        if n.passthrough != p.passthrough:
+            raise FUSEError(errno.EXDEV)
+        if p.passthrough:
+            pt.call(os.link, self._real(n), self._real_child(p, new_name), follow_symlinks=False)
+            return self._lookup_real(p, new_name)
+        self._refuse_git(new_parent_inode, new_name)
+        return self._entry(self.tree.link(inode, new_parent_inode, new_name))
+
+    async def create(
+        self,
+        parent_inode: InodeT,
+        name: FileNameT,
+        mode: ModeT,
+        flags: FlagT,
+        ctx: RequestContext,
+    ) -> tuple[FileInfo, EntryAttributes]:
+        p = self.tree.node(parent_inode)
+        if p.passthrough:
+            path = self._real_child(p, name)
+            real = _real_flags(flags) | os.O_CREAT | (flags & os.O_EXCL)
+            fd = pt.call(os.open, path, real, mode & ~ctx.umask)
+            pt.chown(path, ctx.uid, ctx.gid)
+            n = self.tree.lookup(parent_inode, name)
+            if n is None:
+                os.close(fd)
+                raise FUSEError(errno.ENOENT)
+            return self._open_handle(n, fd), self._entry(n)
+        self._refuse_git(parent_inode, name)
+        existing = self.tree.find(parent_inode, name)
+        if existing is not None:
+            # The kernel asked to create a name it believed absent (the worktree grew it
+            # meanwhile): O_EXCL fails as on any filesystem, otherwise the file is opened.
+            if flags & os.O_EXCL:
+                raise FUSEError(errno.EEXIST)
+            existing.lookups += 1
+            return await self._open_node(existing, flags), self._entry(existing)
+        n = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
+        return self._open_handle(n, None), self._entry(n)
+
+    def _refuse_git(self, parent: int, name: bytes) -> None:
+        if self._is_git(parent, name):
+            raise FUSEError(errno.EPERM)
+
+    # ---------------------------------------------------------------- removing and renaming
+
+    async def unlink(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
+        p = self.tree.node(parent_inode)
+        if p.passthrough:
+            self._forget_real(p, name)
+            pt.call(os.unlink, self._real_child(p, name))
+            return
+        self._refuse_git(parent_inode, name)
+        self.tree.unlink(parent_inode, name)
+
+    async def rmdir(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
+        p = self.tree.node(parent_inode)
+        if p.passthrough:
+            self._forget_real(p, name)
+            pt.call(os.rmdir, self._real_child(p, name))
+            return
+        self._refuse_git(parent_inode, name)
+        self.tree.rmdir(parent_inode, name)
+
+    def _forget_real(self, parent: Node, name: bytes) -> None:
+        assert parent.lower is not None
+        self.tree.lower_index.pop(parent.lower + b"/" + name, None)
+
+    async def rename(
+        self,
+        parent_inode_old: InodeT,
+        name_old: FileNameT,
+        parent_inode_new: InodeT,
+        name_new: FileNameT,
+        flags: FlagT,
+        ctx: RequestContext,
+    ) -> None:
+        op = self.tree.node(parent_inode_old)
+        np = self.tree.node(parent_inode_new)
+        if op.passthrough != np.passthrough:
+            raise FUSEError(errno.EXDEV)
+        if op.passthrough:
+            moved = self.tree.find(parent_inode_old, name_old)
+            self._forget_real(op, name_old)
+            self._forget_real(np, name_new)
+            pt.renameat2(self._real_child(op, name_old), self._real_child(np, name_new), flags)
+            if moved is not None and np.lower is not None:
+                # Nodes below .git are known by path: follow the file to its new name.
+                moved.lower = np.lower + b"/" + name_new
+                self.tree.lower_index[moved.lower] = moved.ino
+            return
+        self._refuse_git(parent_inode_old, name_old)
+        self._refuse_git(parent_inode_new, name_new)
+        self.tree.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
+
+    # ---------------------------------------------------------------- file data
+
+    async def open(self, inode: InodeT, flags: FlagT, ctx: RequestContext) -> FileInfo:
+        return await self._open_node(self.tree.node(inode), flags)
+
+    async def _open_node(self, n: Node, flags: int) -> FileInfo:
+        if n.passthrough:
+            fd = pt.call(os.open, self._real(n), _real_flags(flags))
+            return self._open_handle(n, fd)
+        if flags & os.O_TRUNC and flags & os.O_ACCMODE != os.O_RDONLY:
+            self.tree.truncate(n, 0)
+        return self._open_handle(n, None)
+
+    def _open_handle(self, n: Node, fd: int | None) -> FileInfo:
+        fh = self._new_fh()
+        self.handles[fh] = Handle(n, fd)
+        self.tree.opened(n)
+        # Files below .git change behind our back (git runs on both sides): never keep pages.
+        return FileInfo(fh=FileHandleT(fh), keep_cache=not n.passthrough)
+
+    async def read(self, fh: FileHandleT, off: int, size: int) -> bytes:
+        h = self.handles[fh]
+        if h.fd is not None:
+            return pt.call(os.pread, h.fd, size, off)
+        return self.tree.read(h.node, off, size)
+
+    async def write(self, fh: FileHandleT, off: int, buf: bytes) -> int:
+        h = self.handles[fh]
+        if h.fd is not None:
+            return pt.call(os.pwrite, h.fd, buf, off)
+        return self.tree.write(h.node, off, buf)
+
+    async def flush(self, fh: FileHandleT) -> None:
+        return None
+
+    async def release(self, fh: FileHandleT) -> None:
+        h = self.handles.pop(fh)
+        if h.fd is not None:
+            os.close(h.fd)
+        self.tree.released(h.node)
+
+    async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
+        h = self.handles[fh]
+        if h.fd is not None:
+            pt.call(os.fsync, h.fd)
+            return
+        self.tree.commit(durable=True, settle=False)
+
+    # ---------------------------------------------------------------- directories
+
+    async def opendir(self, inode: InodeT, ctx: RequestContext) -> FileHandleT:
+        n = self.tree.node(inode)
+        if not n.is_dir:
+            raise FUSEError(errno.ENOTDIR)
+        fh = self._new_fh()
+        # The listing is fixed at opendir, so offsets stay valid however the directory changes.
+        self.dirs[fh] = DirHandle(n, self.tree.listing(n))
+        return FileHandleT(fh)
+
+    async def readdir(self, fh: FileHandleT, start_id: int, token: ReaddirToken) -> None:
+        d = self.dirs[fh]
+        for index in range(start_id, len(d.names)):
+            name = d.names[index]
+            try:
+                n = self.tree.find(d.node.ino, name)
+            except FUSEError:
+                continue
+            if n is None:
+                continue
+            if not pyfuse3.readdir_reply(token, FileNameT(name), self._entry(n), index + 1):
+                return
+            n.lookups += 1
+
+    async def releasedir(self, fh: FileHandleT) -> None:
+        del self.dirs[fh]
+
+    async def fsyncdir(self, fh: FileHandleT, datasync: bool) -> None:
+        self.tree.commit(durable=True, settle=False)
+
+    # ---------------------------------------------------------------- extended attributes
+
+    async def setxattr(
+        self, inode: InodeT, name: XAttrNameT, value: bytes, ctx: RequestContext
+    ) -> None:
+        n = self.tree.node(inode)
+        if n.passthrough:
+            pt.call(os.setxattr, self._real(n), name, value, follow_symlinks=False)
+            return
+        self.tree.setxattr(n, name, value)
+
+    async def getxattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> bytes:
+        return self.tree.getxattr(self.tree.node(inode), name)
+
+    async def listxattr(self, inode: InodeT, ctx: RequestContext) -> Sequence[XAttrNameT]:
+        return [XAttrNameT(x) for x in self.tree.listxattr(self.tree.node(inode))]
+
+    async def removexattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> None:
+        n = self.tree.node(inode)
+        if n.passthrough:
+            pt.call(os.removexattr, self._real(n), name, follow_symlinks=False)
+            return
+        self.tree.removexattr(n, name)
+
+
+def _real_flags(flags: int) -> int:
+    """Flags for opening a real file: the kernel already did O_CREAT/O_EXCL checks, and a
+    write-only file is opened read-write because the writeback cache reads partial pages."""
+    flags &= ~(os.O_CREAT | os.O_EXCL | os.O_NOCTTY)
+    if flags & os.O_ACCMODE == os.O_WRONLY:
+        flags = (flags & ~os.O_ACCMODE) | os.O_RDWR
+    # O_APPEND offsets come from the kernel with the writeback cache; pwrite must honour them.
+    return cast(int, flags & ~os.O_APPEND) | os.O_CLOEXEC

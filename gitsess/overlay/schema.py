@@ -1,0 +1,88 @@
+"""The delta.db schema: every statement that shapes the session's upper layer lives here.
+
+Versioned with `PRAGMA user_version`; each step runs once, in order, inside one transaction.
+"""
+
+from __future__ import annotations
+
+import apsw
+
+# The upper layer is inode based, like a real filesystem: `nodes` holds every object the
+# session created or changed, `dentries` the names inside directories the session touched.
+# A dentry with ino 0 is a whiteout hiding the lower name. A directory node with `origin`
+# merges with that lower directory (NULL = opaque); a file node with data = 0 still reads its
+# bytes from `origin` in the lower tree (metadata-only change), with data = 1 from `chunks`.
+MIGRATIONS: list[str] = [
+    """
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+    CREATE TABLE nodes (
+        ino INTEGER PRIMARY KEY,
+        mode INTEGER NOT NULL,
+        uid INTEGER NOT NULL,
+        gid INTEGER NOT NULL,
+        rdev INTEGER NOT NULL DEFAULT 0,
+        size INTEGER NOT NULL DEFAULT 0,
+        atime_ns INTEGER NOT NULL,
+        mtime_ns INTEGER NOT NULL,
+        ctime_ns INTEGER NOT NULL,
+        nlink INTEGER NOT NULL DEFAULT 1,
+        origin BLOB,
+        data INTEGER NOT NULL DEFAULT 1,
+        target BLOB,
+        origin_mode INTEGER,
+        origin_size INTEGER,
+        origin_mtime_ns INTEGER
+    );
+    CREATE TABLE dentries (
+        parent INTEGER NOT NULL,
+        name BLOB NOT NULL,
+        ino INTEGER NOT NULL,
+        PRIMARY KEY (parent, name)
+    ) WITHOUT ROWID;
+    CREATE INDEX dentries_ino ON dentries (ino);
+    CREATE TABLE chunks (
+        ino INTEGER NOT NULL,
+        idx INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (ino, idx)
+    );
+    CREATE TABLE xattrs (
+        ino INTEGER NOT NULL,
+        name BLOB NOT NULL,
+        value BLOB NOT NULL,
+        PRIMARY KEY (ino, name)
+    ) WITHOUT ROWID;
+    """,
+]
+
+
+def connect(path: str, *, readonly: bool = False) -> apsw.Connection:
+    """Open delta.db with the settings every user of it shares, migrating it when writable."""
+    flags = (
+        apsw.SQLITE_OPEN_READONLY
+        if readonly
+        else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+    )
+    conn = apsw.Connection(path, flags=flags)
+    conn.set_busy_timeout(10_000)
+    if readonly:
+        return conn
+    conn.execute("PRAGMA journal_mode=WAL")
+    # NORMAL: a kill -9 loses nothing committed; fsync(2) from a writer syncs the WAL itself.
+    conn.execute("PRAGMA synchronous=NORMAL")
+    migrate(conn)
+    return conn
+
+
+def migrate(conn: apsw.Connection) -> None:
+    """Bring the schema up to date; IMMEDIATE so two processes opening at once migrate once."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+        for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
+            conn.execute(step)
+            conn.execute(f"PRAGMA user_version={number}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")

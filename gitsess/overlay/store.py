@@ -1,0 +1,184 @@
+"""Persistence of the upper layer in delta.db: plain SQL, one place.
+
+The filesystem keeps the truth in memory and hands this store whole batches at commit time, so
+a failed commit (a full disk) rolls back cleanly and the batch can be retried: the database only
+ever holds states the filesystem really had.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import apsw
+
+from gitsess.overlay import schema
+
+DEFAULT_CHUNK_SIZE = 128 * 1024
+# Numbers handed to nodes the session creates start far above what local filesystems give their
+# own inodes, so they do not meet the lower layer's numbers that unchanged files show through.
+FIRST_ALLOCATED_INO = 1 << 44
+
+
+@dataclass
+class NodeRow:
+    ino: int
+    mode: int
+    uid: int
+    gid: int
+    rdev: int
+    size: int
+    atime_ns: int
+    mtime_ns: int
+    ctime_ns: int
+    nlink: int
+    origin: bytes | None
+    data: int
+    target: bytes | None
+    origin_mode: int | None
+    origin_size: int | None
+    origin_mtime_ns: int | None
+
+
+NODE_COLUMNS = (
+    "ino, mode, uid, gid, rdev, size, atime_ns, mtime_ns, ctime_ns, nlink, origin, data, target,"
+    " origin_mode, origin_size, origin_mtime_ns"
+)
+
+
+@dataclass
+class Batch:
+    """Everything one commit writes; applied in this order inside one transaction."""
+
+    deleted_nodes: set[int]
+    nodes: list[NodeRow]
+    dentries: dict[tuple[int, bytes], int | None]  # None deletes the dentry
+    truncations: dict[int, int]  # ino -> smallest size since the last commit
+    chunks: list[tuple[int, int, bytes | None]]  # None deletes the chunk (all zeros)
+    xattrs: dict[tuple[int, bytes], bytes | None]
+    meta: dict[str, int | str]
+
+
+class DeltaStore:
+    def __init__(self, path: str, *, readonly: bool = False) -> None:
+        self.path = path
+        self.conn = schema.connect(path, readonly=readonly)
+        self._wal_fd: int | None = None
+        if not readonly:
+            self._init_meta()
+        self.chunk_size = int(self.meta("chunk_size", DEFAULT_CHUNK_SIZE))
+
+    def _init_meta(self) -> None:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('chunk_size', ?), ('next_ino', ?)",
+            (DEFAULT_CHUNK_SIZE, FIRST_ALLOCATED_INO),
+        )
+
+    def meta(self, key: str, default: int | str) -> int | str:
+        rows = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchall()
+        return rows[0][0] if rows else default  # type: ignore[no-any-return]
+
+    def nodes(self) -> Iterator[NodeRow]:
+        for row in self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes"):
+            yield NodeRow(*row)
+
+    def dentries(self) -> Iterator[tuple[int, bytes, int]]:
+        yield from self.conn.execute("SELECT parent, name, ino FROM dentries")
+
+    def chunk(self, ino: int, idx: int) -> bytes | None:
+        rows = self.conn.execute(
+            "SELECT data FROM chunks WHERE ino = ? AND idx = ?", (ino, idx)
+        ).fetchall()
+        return rows[0][0] if rows else None  # type: ignore[no-any-return]
+
+    def chunk_bytes(self) -> int:
+        rows = self.conn.execute("SELECT coalesce(sum(length(data)), 0) FROM chunks").fetchall()
+        return int(rows[0][0])
+
+    def xattrs(self, ino: int) -> dict[bytes, bytes]:
+        return dict(self.conn.execute("SELECT name, value FROM xattrs WHERE ino = ?", (ino,)))
+
+    def all_xattr_inos(self) -> set[int]:
+        return {row[0] for row in self.conn.execute("SELECT DISTINCT ino FROM xattrs")}
+
+    def commit(self, batch: Batch, *, durable: bool) -> None:
+        """Write one batch atomically; with `durable`, also force the WAL to stable storage."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._write(batch)
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+        if durable:
+            self._sync_wal()
+
+    def _write(self, b: Batch) -> None:
+        c = self.conn
+        for ino in b.deleted_nodes:
+            c.execute("DELETE FROM nodes WHERE ino = ?", (ino,))
+            c.execute("DELETE FROM chunks WHERE ino = ?", (ino,))
+            c.execute("DELETE FROM xattrs WHERE ino = ?", (ino,))
+            c.execute("DELETE FROM dentries WHERE parent = ?", (ino,))
+        c.executemany(
+            f"INSERT OR REPLACE INTO nodes ({NODE_COLUMNS})"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            [tuple(vars(n).values()) for n in b.nodes],
+        )
+        for (parent, name), ino in b.dentries.items():
+            if ino is None:
+                c.execute("DELETE FROM dentries WHERE parent = ? AND name = ?", (parent, name))
+            else:
+                c.execute(
+                    "INSERT OR REPLACE INTO dentries (parent, name, ino) VALUES (?, ?, ?)",
+                    (parent, name, ino),
+                )
+        for ino, size in b.truncations.items():
+            last, keep = divmod(size, self.chunk_size)
+            c.execute("DELETE FROM chunks WHERE ino = ? AND idx > ?", (ino, last))
+            if keep:
+                c.execute(
+                    "UPDATE chunks SET data = substr(data, 1, ?) WHERE ino = ? AND idx = ?",
+                    (keep, ino, last),
+                )
+            else:
+                c.execute("DELETE FROM chunks WHERE ino = ? AND idx = ?", (ino, last))
+        for ino, idx, data in b.chunks:
+            if data is None:
+                c.execute("DELETE FROM chunks WHERE ino = ? AND idx = ?", (ino, idx))
+            else:
+                c.execute(
+                    "INSERT OR REPLACE INTO chunks (ino, idx, data) VALUES (?, ?, ?)",
+                    (ino, idx, data),
+                )
+        for (ino, name), value in b.xattrs.items():
+            if value is None:
+                c.execute("DELETE FROM xattrs WHERE ino = ? AND name = ?", (ino, name))
+            else:
+                c.execute(
+                    "INSERT OR REPLACE INTO xattrs (ino, name, value) VALUES (?, ?, ?)",
+                    (ino, name, value),
+                )
+        for key, value in b.meta.items():
+            c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    def _sync_wal(self) -> None:
+        if self._wal_fd is None:
+            self._wal_fd = os.open(self.path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
+        os.fsync(self._wal_fd)
+
+    def delete_nodes(self, inos: Iterable[int]) -> None:
+        """Drop orphans left by a crash: nodes that no directory names any more."""
+        with self.conn:
+            for ino in inos:
+                self.conn.execute("DELETE FROM nodes WHERE ino = ?", (ino,))
+                self.conn.execute("DELETE FROM chunks WHERE ino = ?", (ino,))
+                self.conn.execute("DELETE FROM xattrs WHERE ino = ?", (ino,))
+                self.conn.execute("DELETE FROM dentries WHERE parent = ?", (ino,))
+
+    def close(self) -> None:
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
+        self.conn.close()

@@ -1,0 +1,964 @@
+"""The merged view of a session: the lower worktree on disk plus the upper layer in memory.
+
+This is the filesystem's logic without FUSE: every operation takes inode numbers and names and
+raises `FUSEError` with the errno a local filesystem would give. The FUSE adapter (`fs.py`) and
+the offline reader (`view.py`) both stand on it.
+
+Two kinds of node live here. Lower nodes are objects of the worktree the session has not
+touched: nothing about them is stored, their inode number is the worktree's own, and their
+attributes are read from disk on demand. Upper nodes are objects the session created or
+changed: their metadata is held in memory and persisted in delta.db through `DeltaStore`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import time
+from collections.abc import Iterator
+
+import apsw
+from dataclasses import dataclass
+
+from pyfuse3 import ROOT_INODE, FUSEError
+
+from gitsess.overlay.store import FIRST_ALLOCATED_INO, Batch, DeltaStore, NodeRow
+
+# The worktree's own `.git` is the real repository: everything below it passes straight through.
+GIT = b".git"
+# A whiteout for a lower name is written only once its directory has been quiet this long, so
+# `rm -rf` of a lower tree ends as one whiteout for the top directory, not one row per file.
+WHITEOUT_SETTLE_NS = 1_000_000_000
+# Dirty file data held in memory before a commit is forced.
+DIRTY_LIMIT = 64 * 1024 * 1024
+
+
+class Node:
+    __slots__ = (
+        "ino",
+        "upper",
+        "lower",
+        "passthrough",
+        "parent",
+        "name",
+        "mode",
+        "uid",
+        "gid",
+        "rdev",
+        "size",
+        "atime_ns",
+        "mtime_ns",
+        "ctime_ns",
+        "nlink",
+        "origin",
+        "data",
+        "target",
+        "origin_stamp",
+        "entries",
+        "lookups",
+        "opens",
+        "fd",
+        "dirty",
+        "trunc_floor",
+        "xattrs",
+        "quiet_since",
+    )
+
+    def __init__(self, ino: int, parent: int, name: bytes) -> None:
+        self.ino = ino
+        self.upper = False
+        self.lower: bytes | None = None  # lower path (relative) of a lower node
+        self.passthrough = False
+        self.parent = parent
+        self.name = name
+        self.mode = 0
+        self.uid = 0
+        self.gid = 0
+        self.rdev = 0
+        self.size = 0
+        self.atime_ns = 0
+        self.mtime_ns = 0
+        self.ctime_ns = 0
+        self.nlink = 1
+        self.origin: bytes | None = None
+        self.data = 1
+        self.target: bytes | None = None
+        self.origin_stamp: tuple[int, int, int] | None = None  # mode, size, mtime_ns
+        self.entries: dict[bytes, int] | None = None
+        self.lookups = 0
+        self.opens = 0
+        self.fd: int | None = None
+        self.dirty: dict[int, bytes | bytearray] = {}
+        self.trunc_floor: int | None = None
+        self.xattrs: dict[bytes, bytes] | None = None
+        self.quiet_since = 0
+
+    @property
+    def is_dir(self) -> bool:
+        return stat.S_ISDIR(self.mode)
+
+    def row(self) -> NodeRow:
+        om, osz, omt = self.origin_stamp or (None, None, None)
+        return NodeRow(
+            self.ino,
+            self.mode,
+            self.uid,
+            self.gid,
+            self.rdev,
+            self.size,
+            self.atime_ns,
+            self.mtime_ns,
+            self.ctime_ns,
+            self.nlink,
+            self.origin,
+            self.data,
+            self.target,
+            om,
+            osz,
+            omt,
+        )
+
+
+@dataclass
+class Attr:
+    """What getattr answers; the FUSE adapter copies it into EntryAttributes."""
+
+    ino: int
+    mode: int
+    nlink: int
+    uid: int
+    gid: int
+    rdev: int
+    size: int
+    blocks: int
+    atime_ns: int
+    mtime_ns: int
+    ctime_ns: int
+
+
+def _err(code: int) -> FUSEError:
+    return FUSEError(code)
+
+
+def _join(base: bytes, name: bytes) -> bytes:
+    return base + b"/" + name if base else name
+
+
+class Tree:
+    def __init__(
+        self, store: DeltaStore, lower_root: str, hidden: set[bytes], *, writer: bool = True
+    ) -> None:
+        """`writer` is False for readers beside a live daemon: they never change delta.db."""
+        self.store = store
+        self.root = os.fsencode(lower_root).rstrip(b"/") or b"/"
+        self.hidden = hidden
+        self.chunk = store.chunk_size
+        self.nodes: dict[int, Node] = {}
+        self.lower_index: dict[bytes, int] = {}  # lower path -> ino of its lower node
+        self.next_ino = int(store.meta("next_ino", 0))
+        self.writer = writer
+        self.readonly = not writer
+        self._pending = _Pending()
+        self.dirty_bytes = 0
+        self._load()
+
+    # ---------------------------------------------------------------- loading and persistence
+
+    def _load(self) -> None:
+        for r in self.store.nodes():
+            n = Node(r.ino, 0, b"")
+            n.upper = True
+            n.mode, n.uid, n.gid, n.rdev, n.size = r.mode, r.uid, r.gid, r.rdev, r.size
+            n.atime_ns, n.mtime_ns, n.ctime_ns, n.nlink = (
+                r.atime_ns,
+                r.mtime_ns,
+                r.ctime_ns,
+                r.nlink,
+            )
+            n.origin, n.data, n.target = r.origin, r.data, r.target
+            if r.origin_mode is not None:
+                n.origin_stamp = (r.origin_mode, r.origin_size or 0, r.origin_mtime_ns or 0)
+            if n.is_dir:
+                n.entries = {}
+            self.nodes[n.ino] = n
+        for parent, name, ino in self.store.dentries():
+            p = self.nodes.get(parent)
+            if p is not None and p.entries is not None:
+                p.entries[name] = ino
+                child = self.nodes.get(ino)
+                if child is not None:
+                    child.parent, child.name = parent, name
+        for ino in self.store.all_xattr_inos():
+            if ino in self.nodes:
+                self.nodes[ino].xattrs = self.store.xattrs(ino)
+        if ROOT_INODE not in self.nodes:
+            self._create_root()
+        named = {ino for n in self.nodes.values() if n.entries for ino in n.entries.values()}
+        orphans = [i for i in self.nodes if i != ROOT_INODE and i not in named]
+        if orphans and self.writer:
+            self.store.delete_nodes(orphans)
+        for ino in orphans:
+            del self.nodes[ino]
+
+    def _create_root(self) -> None:
+        st = os.lstat(self.root)
+        root = Node(ROOT_INODE, ROOT_INODE, b"")
+        self._fill_from_stat(root, st)
+        root.upper = True
+        root.origin = b""
+        root.entries = {}
+        self.nodes[ROOT_INODE] = root
+        self._pending.nodes.add(ROOT_INODE)
+
+    def commit(self, *, durable: bool = False, settle: bool = True) -> None:
+        """Persist everything changed since the last commit in one transaction.
+
+        With `settle`, whiteouts of directories still being emptied wait for a later commit.
+        """
+        p = self._pending
+        now = time.monotonic_ns()
+        dentries: dict[tuple[int, bytes], int | None] = {}
+        held: dict[tuple[int, bytes], int | None] = {}
+        for key, ino in p.dentries.items():
+            parent = self.nodes.get(key[0])
+            if (
+                settle
+                and ino == 0
+                and parent is not None
+                and now - parent.quiet_since < WHITEOUT_SETTLE_NS
+            ):
+                held[key] = ino
+            else:
+                dentries[key] = ino
+        chunks: list[tuple[int, int, bytes | None]] = []
+        for ino in p.data:
+            n = self.nodes.get(ino)
+            if n is None:
+                continue
+            for idx, buf in n.dirty.items():
+                chunks.append((ino, idx, None if buf.count(0) == len(buf) else bytes(buf)))
+        if not (p.deleted or p.nodes or dentries or p.truncations or chunks or p.xattrs or p.meta):
+            return
+        batch = Batch(
+            deleted_nodes=set(p.deleted),
+            nodes=[self.nodes[i].row() for i in p.nodes if i in self.nodes],
+            dentries=dentries,
+            truncations=dict(p.truncations),
+            chunks=chunks,
+            xattrs=dict(p.xattrs),
+            meta=dict(p.meta),
+        )
+        try:
+            self.store.commit(batch, durable=durable)
+        except apsw.FullError:
+            # Nothing was written; everything stays pending and the writer hears ENOSPC.
+            raise _err(errno.ENOSPC) from None
+        for ino in p.data:
+            n = self.nodes.get(ino)
+            if n is not None:
+                n.dirty = {}
+                n.trunc_floor = None
+        self._pending = _Pending()
+        self._pending.dentries = held
+        self.dirty_bytes = 0
+
+    @property
+    def has_pending(self) -> bool:
+        return self._pending.any()
+
+    # ---------------------------------------------------------------- node lookup
+
+    def node(self, ino: int) -> Node:
+        try:
+            return self.nodes[ino]
+        except KeyError:
+            raise _err(errno.ESTALE) from None
+
+    def _lower_path(self, rel: bytes) -> bytes:
+        return self.root + b"/" + rel if rel else self.root
+
+    def _lower_stat(self, rel: bytes) -> os.stat_result | None:
+        if rel in self.hidden:
+            return None
+        try:
+            return os.lstat(self._lower_path(rel))
+        except FileNotFoundError:
+            return None
+        except NotADirectoryError:
+            return None
+
+    def _child_lower_rel(self, p: Node, name: bytes) -> bytes | None:
+        """The lower path a name in `p` falls through to, or None when `p` hides the lower."""
+        if p.upper:
+            return None if p.origin is None else _join(p.origin, name)
+        return _join(p.lower or b"", name)
+
+    def find(self, parent: int, name: bytes) -> Node | None:
+        """The node `name` in directory `parent` names, without counting a lookup."""
+        p = self.node(parent)
+        if not p.is_dir:
+            raise _err(errno.ENOTDIR)
+        if p.entries is not None and name in p.entries:
+            ino = p.entries[name]
+            return self.nodes[ino] if ino else None
+        rel = self._child_lower_rel(p, name)
+        if rel is None:
+            return None
+        st = self._lower_stat(rel)
+        if st is None:
+            return None
+        return self._lower_node(rel, st, p, name)
+
+    def _lower_node(self, rel: bytes, st: os.stat_result, p: Node, name: bytes) -> Node:
+        ino = self.lower_index.get(rel)
+        if ino is not None:
+            n = self.nodes.get(ino)
+            same_type = n is not None and stat.S_IFMT(n.mode) == stat.S_IFMT(st.st_mode)
+            if n is not None and not n.upper and n.lower == rel and same_type:
+                n.parent, n.name = p.ino, name
+                return n
+        ino = st.st_ino
+        if ino == ROOT_INODE or ino in self.nodes or ino >= FIRST_ALLOCATED_INO:
+            # The worktree's number is taken (by an object the session moved or created, or by
+            # a lower object replaced outside the session): give this one a fresh number.
+            ino = self._allocate()
+        n = Node(ino, p.ino, name)
+        n.lower = rel
+        n.passthrough = p.passthrough or (p.ino == ROOT_INODE and name == GIT)
+        n.mode = st.st_mode
+        self.nodes[ino] = n
+        self.lower_index[rel] = ino
+        return n
+
+    def _allocate(self) -> int:
+        while True:
+            ino = self.next_ino
+            self.next_ino += 1
+            if ino not in self.nodes:
+                self._pending.meta["next_ino"] = self.next_ino
+                return ino
+
+    def lookup(self, parent: int, name: bytes) -> Node | None:
+        n = self.find(parent, name)
+        if n is not None:
+            n.lookups += 1
+        return n
+
+    def forget(self, ino: int, count: int) -> None:
+        n = self.nodes.get(ino)
+        if n is None or ino == ROOT_INODE:
+            return
+        n.lookups = max(0, n.lookups - count)
+        self._maybe_drop(n)
+
+    def _maybe_drop(self, n: Node) -> None:
+        if n.lookups or n.opens:
+            return
+        if not n.upper:
+            del self.nodes[n.ino]
+            if n.lower is not None and self.lower_index.get(n.lower) == n.ino:
+                del self.lower_index[n.lower]
+        elif n.nlink == 0:
+            self._delete_upper(n)
+
+    def _delete_upper(self, n: Node) -> None:
+        del self.nodes[n.ino]
+        self._pending.deleted.add(n.ino)
+        self._pending.nodes.discard(n.ino)
+        self._pending.data.discard(n.ino)
+        self._pending.truncations.pop(n.ino, None)
+        for key in [k for k in self._pending.xattrs if k[0] == n.ino]:
+            del self._pending.xattrs[key]
+        for key in [k for k in self._pending.dentries if k[0] == n.ino]:
+            del self._pending.dentries[key]
+        if n.fd is not None:
+            os.close(n.fd)
+            n.fd = None
+
+    def stale_caches(self, rels: set[bytes]) -> tuple[list[tuple[int, bytes]], list[int]]:
+        """Kernel cache entries (dir ino, name) and inodes that changes to these lower paths
+        make stale: names the view shows from the lower layer, and files that still follow it."""
+        dirs: dict[bytes, list[int]] = {}
+        follow: dict[bytes, list[int]] = {}
+        for n in list(self.nodes.values()):
+            if not n.upper or n.origin is None:
+                continue
+            if n.entries is not None:
+                dirs.setdefault(n.origin, []).append(n.ino)
+            elif n.data == 0:
+                follow.setdefault(n.origin, []).append(n.ino)
+        entries: list[tuple[int, bytes]] = []
+        inodes: list[int] = []
+        for rel in rels:
+            parent, _, name = rel.rpartition(b"/")
+            lower_dir = self.lower_index.get(parent)
+            for ino in [*dirs.get(parent, ()), *([lower_dir] if lower_dir else [])]:
+                entries.append((ino, name))
+            ino = self.lower_index.get(rel)
+            if ino is not None:
+                inodes.append(ino)
+            inodes.extend(follow.get(rel, ()))
+        return entries, inodes
+
+    # ---------------------------------------------------------------- attributes
+
+    def getattr(self, n: Node) -> Attr:
+        if not n.upper:
+            st = self._lower_stat(n.lower or b"")
+            if st is None:
+                raise _err(errno.ENOENT)
+            return Attr(
+                n.ino,
+                st.st_mode,
+                st.st_nlink if n.nlink else 0,
+                st.st_uid,
+                st.st_gid,
+                st.st_rdev,
+                st.st_size,
+                st.st_blocks,
+                st.st_atime_ns,
+                st.st_mtime_ns,
+                st.st_ctime_ns,
+            )
+        nlink = self._dir_nlink(n) if n.is_dir else n.nlink
+        return Attr(
+            n.ino,
+            n.mode,
+            nlink,
+            n.uid,
+            n.gid,
+            n.rdev,
+            n.size,
+            (n.size + 511) // 512,
+            n.atime_ns,
+            n.mtime_ns,
+            n.ctime_ns,
+        )
+
+    def _dir_nlink(self, n: Node) -> int:
+        return 2 + sum(1 for _, is_dir in self.children(n) if is_dir)
+
+    @staticmethod
+    def _fill_from_stat(n: Node, st: os.stat_result) -> None:
+        n.mode, n.uid, n.gid, n.rdev = st.st_mode, st.st_uid, st.st_gid, st.st_rdev
+        n.size = st.st_size
+        n.atime_ns, n.mtime_ns, n.ctime_ns = st.st_atime_ns, st.st_mtime_ns, st.st_ctime_ns
+
+    # ---------------------------------------------------------------- directory listings
+
+    def listing(self, n: Node) -> list[bytes]:
+        """Names in directory `n` of the view, in a stable order."""
+        return [name for name, _ in self.children(n)]
+
+    def children(self, n: Node) -> Iterator[tuple[bytes, bool]]:
+        """(name, is it a directory) for every name in directory `n` of the view."""
+        if not n.is_dir:
+            raise _err(errno.ENOTDIR)
+        entries = n.entries or {}
+        rel = n.origin if n.upper else n.lower
+        seen: set[bytes] = set()
+        if rel is not None:
+            try:
+                scan = list(os.scandir(self._lower_path(rel)))
+            except (FileNotFoundError, NotADirectoryError):
+                scan = []
+            for de in sorted(scan, key=lambda d: d.name):
+                name = os.fsencode(de.name)
+                if name in entries or _join(rel, name) in self.hidden:
+                    continue
+                seen.add(name)
+                yield name, de.is_dir(follow_symlinks=False)
+        for name in sorted(entries):
+            ino = entries[name]
+            if ino and name not in seen:
+                yield name, self.nodes[ino].is_dir
+
+    # ---------------------------------------------------------------- copy-up
+
+    def make_upper(self, n: Node) -> None:
+        """Give a lower node a row of its own (metadata only; data stays in the lower file)."""
+        if n.upper:
+            return
+        if n.passthrough:
+            raise AssertionError("passthrough nodes are never copied up")
+        parent = self.node(n.parent)
+        self.make_upper(parent)
+        assert n.lower is not None
+        st = self._lower_stat(n.lower)
+        if st is None:
+            raise _err(errno.ENOENT)
+        named = n.nlink != 0
+        self._fill_from_stat(n, st)
+        n.upper = True
+        n.origin = n.lower
+        n.origin_stamp = (st.st_mode, st.st_size, st.st_mtime_ns)
+        n.nlink = 1 if named else 0
+        if stat.S_ISDIR(st.st_mode):
+            n.entries = {}
+        elif stat.S_ISREG(st.st_mode):
+            n.data = 0
+        elif stat.S_ISLNK(st.st_mode):
+            n.target = os.readlink(self._lower_path(n.lower))
+        if self.lower_index.get(n.lower) == n.ino:
+            del self.lower_index[n.lower]
+        n.lower = None
+        xattrs = _lower_xattrs(self._lower_path(n.origin))
+        if xattrs:
+            n.xattrs = xattrs
+            for key, value in xattrs.items():
+                self._pending.xattrs[(n.ino, key)] = value
+        if named:
+            self._set_entry(parent, n.name, n.ino)
+        self._pending.nodes.add(n.ino)
+
+    def ensure_data(self, n: Node, *, keep: int | None = None) -> None:
+        """Copy a file's bytes into the upper layer on its first data change.
+
+        `keep` bounds how much of the lower file matters (0 for O_TRUNC: nothing is copied).
+        """
+        self.make_upper(n)
+        if n.data:
+            return
+        assert n.origin is not None
+        want = n.size if keep is None else min(keep, n.size)
+        with open(self._lower_path(n.origin), "rb", buffering=0) as f:
+            idx = 0
+            while idx * self.chunk < want:
+                buf = f.read(min(self.chunk, want - idx * self.chunk))
+                if not buf:
+                    break
+                if buf.count(0) != len(buf):
+                    n.dirty[idx] = buf
+                    self.dirty_bytes += len(buf)
+                idx += 1
+                if self.dirty_bytes > DIRTY_LIMIT:
+                    self._pending.data.add(n.ino)
+                    self.commit(settle=False)
+        n.data = 1
+        n.size = want
+        self._pending.data.add(n.ino)
+        self._pending.nodes.add(n.ino)
+
+    # ---------------------------------------------------------------- entry bookkeeping
+
+    def _set_entry(self, parent: Node, name: bytes, ino: int) -> None:
+        assert parent.entries is not None
+        parent.entries[name] = ino
+        self._pending.dentries[(parent.ino, name)] = ino
+        if ino == 0:
+            parent.quiet_since = time.monotonic_ns()
+
+    def _remove_entry(self, parent: Node, name: bytes) -> None:
+        """Drop a name: a whiteout when the lower layer has it, else nothing at all."""
+        self.make_upper(parent)
+        rel = None if parent.origin is None else _join(parent.origin, name)
+        if rel is not None and self._lower_stat(rel) is not None:
+            self._set_entry(parent, name, 0)
+        else:
+            assert parent.entries is not None
+            parent.entries.pop(name, None)
+            self._pending.dentries[(parent.ino, name)] = None
+
+    def _touch_dir(self, d: Node) -> None:
+        now = time.time_ns()
+        d.mtime_ns = d.ctime_ns = now
+        self._pending.nodes.add(d.ino)
+
+    def _new_node(self, parent: Node, name: bytes, mode: int, uid: int, gid: int) -> Node:
+        now = time.time_ns()
+        n = Node(self._allocate(), parent.ino, name)
+        n.upper = True
+        n.mode, n.uid, n.gid = mode, uid, gid
+        n.atime_ns = n.mtime_ns = n.ctime_ns = now
+        if stat.S_ISDIR(mode):
+            n.entries = {}
+        self.nodes[n.ino] = n
+        self._set_entry(parent, name, n.ino)
+        self._touch_dir(parent)
+        self._pending.nodes.add(n.ino)
+        return n
+
+    def _writable_dir(self, parent: int) -> Node:
+        self._check_writable()
+        p = self.node(parent)
+        if not p.is_dir:
+            raise _err(errno.ENOTDIR)
+        self.make_upper(p)
+        return p
+
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise _err(errno.EROFS)
+
+    # ---------------------------------------------------------------- namespace operations
+
+    def create(
+        self, parent: int, name: bytes, mode: int, uid: int, gid: int, rdev: int = 0
+    ) -> Node:
+        p = self._writable_dir(parent)
+        if self.find(parent, name) is not None:
+            raise _err(errno.EEXIST)
+        n = self._new_node(p, name, mode, uid, gid)
+        n.rdev = rdev
+        if stat.S_ISREG(mode):
+            n.data = 1
+        n.lookups += 1
+        return n
+
+    def symlink(self, parent: int, name: bytes, target: bytes, uid: int, gid: int) -> Node:
+        p = self._writable_dir(parent)
+        if self.find(parent, name) is not None:
+            raise _err(errno.EEXIST)
+        n = self._new_node(p, name, stat.S_IFLNK | 0o777, uid, gid)
+        n.target = target
+        n.size = len(target)
+        n.lookups += 1
+        return n
+
+    def unlink(self, parent: int, name: bytes) -> None:
+        p = self._writable_dir(parent)
+        n = self.find(parent, name)
+        if n is None:
+            raise _err(errno.ENOENT)
+        if n.is_dir:
+            raise _err(errno.EISDIR)
+        self._unlink_node(p, name, n)
+
+    def _unlink_node(self, p: Node, name: bytes, n: Node) -> None:
+        self._remove_entry(p, name)
+        self._touch_dir(p)
+        if n.upper:
+            n.nlink -= 1
+            n.ctime_ns = time.time_ns()
+            self._pending.nodes.add(n.ino)
+            self._maybe_drop(n)
+        else:
+            self._detach_lower(n)
+
+    def rmdir(self, parent: int, name: bytes) -> None:
+        p = self._writable_dir(parent)
+        n = self.find(parent, name)
+        if n is None:
+            raise _err(errno.ENOENT)
+        if not n.is_dir:
+            raise _err(errno.ENOTDIR)
+        if next(self.children(n), None) is not None:
+            raise _err(errno.ENOTEMPTY)
+        self._rmdir_node(p, name, n)
+
+    def _rmdir_node(self, p: Node, name: bytes, n: Node) -> None:
+        self._remove_entry(p, name)
+        self._touch_dir(p)
+        if n.upper:
+            n.nlink = 0
+            if n.entries:
+                n.entries.clear()
+            self._drop_pending_entries(n.ino)
+            self._maybe_drop(n)
+        else:
+            self._detach_lower(n)
+
+    def _detach_lower(self, n: Node) -> None:
+        """A lower node the session removed: it has no name any more, though still open."""
+        n.nlink = 0
+        if n.lower is not None and self.lower_index.get(n.lower) == n.ino:
+            del self.lower_index[n.lower]
+
+    def _drop_pending_entries(self, ino: int) -> None:
+        for key in [k for k in self._pending.dentries if k[0] == ino]:
+            del self._pending.dentries[key]
+
+    def mkdir(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Node:
+        return self.create(parent, name, stat.S_IFDIR | (mode & 0o7777), uid, gid)
+
+    def link(self, ino: int, new_parent: int, new_name: bytes) -> Node:
+        p = self._writable_dir(new_parent)
+        n = self.node(ino)
+        if n.is_dir:
+            raise _err(errno.EPERM)
+        if n.passthrough:
+            raise _err(errno.EXDEV)
+        if self.find(new_parent, new_name) is not None:
+            raise _err(errno.EEXIST)
+        self._detach_from_lower(n)
+        n.nlink += 1
+        n.ctime_ns = time.time_ns()
+        self._set_entry(p, new_name, n.ino)
+        self._touch_dir(p)
+        self._pending.nodes.add(n.ino)
+        n.lookups += 1
+        return n
+
+    def _detach_from_lower(self, n: Node) -> None:
+        """A file the session renames or links stops following its worktree original."""
+        self.make_upper(n)
+        if stat.S_ISREG(n.mode):
+            self.ensure_data(n)
+
+    def rename(
+        self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes, flags: int
+    ) -> None:
+        from pyfuse3 import RENAME_EXCHANGE, RENAME_NOREPLACE
+
+        op = self._writable_dir(old_parent)
+        np = self._writable_dir(new_parent)
+        src = self.find(old_parent, old_name)
+        if src is None:
+            raise _err(errno.ENOENT)
+        dst = self.find(new_parent, new_name)
+        if flags & RENAME_NOREPLACE and dst is not None:
+            raise _err(errno.EEXIST)
+        if flags & RENAME_EXCHANGE:
+            if dst is None:
+                raise _err(errno.ENOENT)
+            self._detach_from_lower(src)
+            self._detach_from_lower(dst)
+            self._set_entry(op, old_name, dst.ino)
+            self._set_entry(np, new_name, src.ino)
+            src.parent, src.name, dst.parent, dst.name = np.ino, new_name, op.ino, old_name
+            self._touch_dir(op)
+            self._touch_dir(np)
+            return
+        if dst is src:
+            return
+        if dst is not None:
+            if src.is_dir and not dst.is_dir:
+                raise _err(errno.ENOTDIR)
+            if dst.is_dir and not src.is_dir:
+                raise _err(errno.EISDIR)
+            if dst.is_dir and next(self.children(dst), None) is not None:
+                raise _err(errno.ENOTEMPTY)
+        self._detach_from_lower(src)
+        self._remove_entry(op, old_name)
+        if dst is not None:
+            # The replaced object loses this name; its number stays valid while still open.
+            if dst.upper:
+                dst.nlink = 0 if dst.is_dir else dst.nlink - 1
+                if dst.is_dir:
+                    self._drop_pending_entries(dst.ino)
+                self._pending.nodes.add(dst.ino)
+                self._maybe_drop(dst)
+        self._set_entry(np, new_name, src.ino)
+        src.parent, src.name = np.ino, new_name
+        src.ctime_ns = time.time_ns()
+        self._pending.nodes.add(src.ino)
+        self._touch_dir(op)
+        self._touch_dir(np)
+
+    # ---------------------------------------------------------------- metadata changes
+
+    def setattr(
+        self,
+        n: Node,
+        *,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        size: int | None = None,
+        atime_ns: int | None = None,
+        mtime_ns: int | None = None,
+    ) -> None:
+        self._check_writable()
+        if not n.upper and (mode, uid, gid, size, atime_ns, mtime_ns) == (None,) * 6:
+            # The kernel flushing a ctime it changed itself (unlink, link): nothing to keep.
+            return
+        if size is not None:
+            if n.is_dir:
+                raise _err(errno.EISDIR)
+            self.truncate(n, size)
+        self.make_upper(n)
+        now = time.time_ns()
+        if mode is not None:
+            n.mode = (n.mode & ~0o7777) | (mode & 0o7777)
+        if uid is not None:
+            n.uid = uid
+        if gid is not None:
+            n.gid = gid
+        if atime_ns is not None:
+            n.atime_ns = atime_ns
+        if mtime_ns is not None:
+            n.mtime_ns = mtime_ns
+        n.ctime_ns = now
+        self._pending.nodes.add(n.ino)
+
+    def truncate(self, n: Node, size: int) -> None:
+        self._check_writable()
+        if not stat.S_ISREG(n.mode):
+            raise _err(errno.EINVAL)
+        self.ensure_data(n, keep=size)
+        if size < n.size:
+            last, keep = divmod(size, self.chunk)
+            for idx in [i for i in n.dirty if i > last or (i == last and not keep)]:
+                del n.dirty[idx]
+            if keep and last in n.dirty:
+                n.dirty[last] = n.dirty[last][:keep]
+            floor = self._pending.truncations.get(n.ino)
+            self._pending.truncations[n.ino] = size if floor is None else min(floor, size)
+            n.trunc_floor = size if n.trunc_floor is None else min(n.trunc_floor, size)
+        n.size = size
+        n.mtime_ns = n.ctime_ns = time.time_ns()
+        self._pending.data.add(n.ino)
+        self._pending.nodes.add(n.ino)
+
+    # ---------------------------------------------------------------- file data
+
+    def read(self, n: Node, off: int, size: int) -> bytes:
+        if not n.upper or not n.data:
+            fd = self._lower_fd(n)
+            return os.pread(fd, size, off)
+        if off >= n.size:
+            return b""
+        end = min(off + size, n.size)
+        out = bytearray()
+        pos = off
+        while pos < end:
+            idx, coff = divmod(pos, self.chunk)
+            take = min(self.chunk - coff, end - pos)
+            buf = self._chunk(n, idx)
+            piece = buf[coff : coff + take]
+            out += piece
+            if len(piece) < take:
+                out += bytes(take - len(piece))
+            pos += take
+        return bytes(out)
+
+    def _chunk(self, n: Node, idx: int) -> bytes | bytearray:
+        buf = n.dirty.get(idx)
+        if buf is not None:
+            return buf
+        stored = self.store.chunk(n.ino, idx) or b""
+        if n.trunc_floor is not None:
+            stored = stored[: max(0, n.trunc_floor - idx * self.chunk)]
+        return stored
+
+    def write(self, n: Node, off: int, buf: bytes) -> int:
+        self._check_writable()
+        if self.dirty_bytes > DIRTY_LIMIT:
+            self.commit()
+        self.ensure_data(n)
+        view = memoryview(buf)
+        pos = 0
+        while pos < len(buf):
+            idx, coff = divmod(off + pos, self.chunk)
+            take = min(self.chunk - coff, len(buf) - pos)
+            if coff == 0 and take == self.chunk:
+                n.dirty[idx] = bytes(view[pos : pos + take])
+            else:
+                old = n.dirty.get(idx)
+                chunk = old if isinstance(old, bytearray) else bytearray(self._chunk(n, idx))
+                if len(chunk) < coff:
+                    chunk += bytes(coff - len(chunk))
+                chunk[coff : coff + take] = view[pos : pos + take]
+                n.dirty[idx] = chunk
+            pos += take
+        end = off + len(buf)
+        if end > n.size:
+            n.size = end
+        n.mtime_ns = n.ctime_ns = time.time_ns()
+        self._pending.data.add(n.ino)
+        self._pending.nodes.add(n.ino)
+        self.dirty_bytes += len(buf)
+        return len(buf)
+
+    def _lower_fd(self, n: Node) -> int:
+        if n.fd is None:
+            rel = n.lower if not n.upper else n.origin
+            assert rel is not None
+            n.fd = os.open(self._lower_path(rel), os.O_RDONLY | os.O_CLOEXEC)
+        return n.fd
+
+    def opened(self, n: Node) -> None:
+        n.opens += 1
+
+    def released(self, n: Node) -> None:
+        n.opens -= 1
+        if n.opens == 0 and n.fd is not None:
+            os.close(n.fd)
+            n.fd = None
+        self._maybe_drop(n)
+
+    def readlink(self, n: Node) -> bytes:
+        if n.upper:
+            if n.target is None:
+                raise _err(errno.EINVAL)
+            return n.target
+        assert n.lower is not None
+        try:
+            return os.readlink(self._lower_path(n.lower))
+        except OSError as e:
+            raise _err(e.errno or errno.EIO) from None
+
+    # ---------------------------------------------------------------- extended attributes
+
+    def getxattr(self, n: Node, name: bytes) -> bytes:
+        table = self._xattr_table(n)
+        if name not in table:
+            raise _err(errno.ENODATA)
+        return table[name]
+
+    def listxattr(self, n: Node) -> list[bytes]:
+        return sorted(self._xattr_table(n))
+
+    def setxattr(self, n: Node, name: bytes, value: bytes) -> None:
+        self._check_writable()
+        self.make_upper(n)
+        if n.xattrs is None:
+            n.xattrs = {}
+        n.xattrs[name] = value
+        n.ctime_ns = time.time_ns()
+        self._pending.xattrs[(n.ino, name)] = value
+        self._pending.nodes.add(n.ino)
+
+    def removexattr(self, n: Node, name: bytes) -> None:
+        self._check_writable()
+        if name not in self._xattr_table(n):
+            raise _err(errno.ENODATA)
+        self.make_upper(n)
+        assert n.xattrs is not None
+        del n.xattrs[name]
+        n.ctime_ns = time.time_ns()
+        self._pending.xattrs[(n.ino, name)] = None
+        self._pending.nodes.add(n.ino)
+
+    def _xattr_table(self, n: Node) -> dict[bytes, bytes]:
+        if n.upper:
+            return n.xattrs or {}
+        assert n.lower is not None
+        return _lower_xattrs(self._lower_path(n.lower))
+
+
+class _Pending:
+    def __init__(self) -> None:
+        self.deleted: set[int] = set()
+        self.nodes: set[int] = set()
+        self.dentries: dict[tuple[int, bytes], int | None] = {}
+        self.truncations: dict[int, int] = {}
+        self.data: set[int] = set()
+        self.xattrs: dict[tuple[int, bytes], bytes | None] = {}
+        self.meta: dict[str, int | str] = {}
+
+    def any(self) -> bool:
+        return bool(
+            self.deleted
+            or self.nodes
+            or self.dentries
+            or self.truncations
+            or self.data
+            or self.xattrs
+            or self.meta
+        )
+
+
+def _lower_xattrs(path: bytes) -> dict[bytes, bytes]:
+    try:
+        names = os.listxattr(path, follow_symlinks=False)
+    except OSError:
+        return {}
+    out: dict[bytes, bytes] = {}
+    for name in names:
+        try:
+            out[os.fsencode(name)] = os.getxattr(path, name, follow_symlinks=False)
+        except OSError:
+            continue
+    return out
