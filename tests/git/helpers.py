@@ -1,0 +1,98 @@
+"""Building test repositories with the real git, and looking at trees."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "Test Author",
+    "GIT_AUTHOR_EMAIL": "author@example.com",
+    "GIT_COMMITTER_NAME": "Test Committer",
+    "GIT_COMMITTER_EMAIL": "committer@example.com",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "HOME": "/nonexistent",
+    "XDG_CONFIG_HOME": "/nonexistent",
+}
+
+
+def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
+    env = {**os.environ, **GIT_ENV}
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, env=env, input=input, capture_output=True, check=False
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(
+            f"git {' '.join(args)} failed ({done.returncode}):\n"
+            f"{done.stdout.decode(errors='replace')}\n{done.stderr.decode(errors='replace')}"
+        )
+    return done.stdout.decode(errors="surrogateescape")
+
+
+def write(root: Path, rel: str, data: bytes | str, mode: int | None = None) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    if mode is not None:
+        path.chmod(mode)
+
+
+def make_repo(path: Path, files: dict[str, bytes | str] | None = None) -> Path:
+    """A repository on branch `main` with one commit holding `files` (default: a small mix)."""
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.name", "Test Author")
+    git(path, "config", "user.email", "author@example.com")
+    if files is None:
+        files = {
+            "README.md": "# demo\n\nsome text\n",
+            "src/main.py": "".join(f"line {i}\n" for i in range(40)),
+            "src/util.py": "def f():\n    return 1\n",
+            "docs/guide.txt": "guide\n" * 10,
+            "bin/blob.bin": bytes(range(256)) * 8,
+            "run.sh": "#!/bin/sh\necho hi\n",
+            ".gitignore": "*.log\nbuild/\n",
+        }
+    for rel, data in files.items():
+        write(path, rel, data)
+    if (path / "run.sh").exists():
+        (path / "run.sh").chmod(0o755)
+    if files:
+        (path / "link").symlink_to("src/main.py")
+    git(path, "add", "-A")
+    git(path, "commit", "-q", "-m", "initial", "--allow-empty")
+    return path
+
+
+def copy_repo(src: Path, dest: Path) -> Path:
+    """A full copy (with .git), keeping times so that lstat-based checks see the same files."""
+    shutil.copytree(src, dest, symlinks=True)
+    return dest
+
+
+def tree_state(root: Path, *, git_only: bool = False) -> dict[str, tuple[str, int, bytes]]:
+    """path -> (kind, permission bits, content or link target), `.git` left out.
+
+    With `git_only`: only files and symlinks, and only the bits git keeps (executable or not).
+    """
+    out: dict[str, tuple[str, int, bytes]] = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        if Path(dirpath) == root and ".git" in dirnames:
+            dirnames.remove(".git")
+        for name in dirnames + filenames:
+            full = Path(dirpath) / name
+            rel = full.relative_to(root).as_posix()
+            st = full.lstat()
+            perm = stat.S_IMODE(st.st_mode)
+            if stat.S_ISLNK(st.st_mode):
+                out[rel] = ("symlink", 0 if git_only else perm, os.fsencode(full.readlink()))
+            elif stat.S_ISDIR(st.st_mode):
+                if not git_only:
+                    out[rel] = ("dir", perm, b"")
+            else:
+                bits = (0o755 if perm & 0o100 else 0o644) if git_only else perm
+                out[rel] = ("file", bits, full.read_bytes())
+    return out
