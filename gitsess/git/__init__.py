@@ -1,0 +1,1 @@
+"""Everything gitsess does with git, through pygit2 (never by running the git program)."""

@@ -1,0 +1,167 @@
+"""Binding a session to a worktree and branch: the current one, or one gitsess creates."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+
+from gitsess.errors import GitsessError
+from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
+
+BRANCH_PREFIX = "gitsess/"
+
+
+@dataclass(frozen=True)
+class WorktreeSpec:
+    """`--worktree [BRANCH] [--from REV]`: a new worktree on BRANCH (default gitsess/<name>).
+
+    An existing branch that no worktree has checked out is used as it is; otherwise the branch
+    is created at REV (default: the current worktree's HEAD).
+    """
+
+    branch: str | None = None
+    from_rev: str | None = None
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The worktree and branch a session works on, and what gitsess made for it."""
+
+    worktree: Path
+    branch: str | None
+    base_commit: str | None
+    created_worktree: bool
+    created_branch: bool
+
+
+def bind_current(ctx: RepoContext) -> Binding:
+    """The worktree holding the current directory, on whatever it has checked out."""
+    if ctx.worktree is None:
+        raise GitsessError(
+            f"{ctx.common_dir} has no worktree here (bare repository?); run gitsess inside a "
+            "worktree, or pass --worktree to create one"
+        )
+    head = head_of(open_worktree(ctx.worktree))
+    return Binding(ctx.worktree, head.branch, head.commit, False, False)
+
+
+def worktree_path(ctx: RepoContext, name: str) -> Path:
+    return ctx.worktrees_dir / name
+
+
+def create_worktree(ctx: RepoContext, name: str, spec: WorktreeSpec) -> Binding:
+    """A new worktree at `<state>/worktrees/<name>`; undo it with `remove_created`."""
+    repo = ctx.open()
+    branch = spec.branch or BRANCH_PREFIX + name
+    if not pygit2.reference_is_valid_name("refs/heads/" + branch):
+        raise GitsessError(f"{branch!r} is not a valid branch name")
+    path = worktree_path(ctx, name)
+    if path.exists():
+        raise GitsessError(f"{path} already exists (kept from an earlier session?)")
+    ref = repo.branches.local.get(branch)
+    created_branch = ref is None
+    if ref is not None:
+        holder = checked_out_at(repo, branch)
+        if holder is not None:
+            raise GitsessError(f"branch {branch} is already checked out at {holder}")
+        if spec.from_rev is not None:
+            raise GitsessError(f"branch {branch} already exists; --from only applies to a new one")
+    else:
+        start = repo[_start_commit(ctx, repo, spec.from_rev)].peel(pygit2.Commit)
+        ref = repo.branches.local.create(branch, start)
+    try:
+        path.parent.mkdir(mode=0o700, exist_ok=True)
+        repo.add_worktree(_admin_name(repo, name), str(path), ref)
+    except (OSError, pygit2.GitError) as e:
+        if created_branch:
+            ref.delete()
+        raise GitsessError(f"cannot create worktree {path}: {e}") from e
+    target = ref.target
+    assert isinstance(target, pygit2.Oid)
+    return Binding(path.resolve(), branch, str(target), True, created_branch)
+
+
+def checked_out_at(repo: pygit2.Repository, branch: str) -> Path | None:
+    """The worktree that has `branch` checked out, if any."""
+    for path in worktree_paths(repo):
+        if path.is_dir() and head_of(open_worktree(path)).branch == branch:
+            return path
+    return None
+
+
+def keep_reasons(ctx: RepoContext, binding: Binding) -> list[str]:
+    """Why removing a worktree (and branch) gitsess made would lose work; empty if it would not."""
+    reasons = []
+    worktree = binding.worktree
+    if not worktree.is_relative_to(ctx.worktrees_dir):
+        reasons.append(f"{worktree} is outside {ctx.worktrees_dir}")
+    elif worktree.is_dir() and open_worktree(worktree).status(untracked_files="normal"):
+        reasons.append("the worktree has uncommitted changes")
+    if binding.created_branch and binding.branch is not None:
+        repo = ctx.open()
+        unmerged = unmerged_commits(repo, binding.branch, binding.base_commit)
+        if unmerged:
+            reasons.append(f"branch {binding.branch} has {unmerged} commit(s) on no other branch")
+    return reasons
+
+
+def unmerged_commits(repo: pygit2.Repository, branch: str, base_commit: str | None) -> int:
+    """Commits of `branch` that no other ref (nor the session's base commit) reaches."""
+    ref = repo.branches.local.get(branch)
+    if ref is None:
+        return 0
+    walker = repo.walk(ref.target)
+    if base_commit is not None and base_commit in repo:
+        walker.hide(base_commit)
+    for other in repo.references.iterator():
+        if other.name == ref.name:
+            continue
+        try:
+            walker.hide(other.peel(pygit2.Commit).id)
+        except (pygit2.GitError, ValueError, KeyError):
+            continue  # a symbolic ref to nowhere, or a tag of a tree or blob: reaches no commit
+    return sum(1 for _ in walker)
+
+
+def remove_created(ctx: RepoContext, binding: Binding) -> None:
+    """Delete a worktree gitsess made, its git admin entry, and the branch if gitsess made it."""
+    try:
+        repo = ctx.open()
+        if binding.worktree.exists():
+            shutil.rmtree(binding.worktree)
+        for name in repo.list_worktrees():
+            worktree = repo.lookup_worktree(name)
+            if Path(worktree.path).resolve() == binding.worktree:
+                worktree.prune(True)
+        if binding.created_branch and binding.branch is not None:
+            ref = repo.branches.local.get(binding.branch)
+            if ref is not None:
+                ref.delete()
+    except (OSError, pygit2.GitError) as e:
+        raise GitsessError(f"cannot remove worktree {binding.worktree}: {e}") from e
+
+
+def _start_commit(ctx: RepoContext, repo: pygit2.Repository, rev: str | None) -> pygit2.Oid:
+    # HEAD and revisions relative to it mean the current worktree's HEAD, as with git.
+    here = open_worktree(ctx.worktree) if ctx.worktree is not None else repo
+    try:
+        commit = here.revparse_single(rev or "HEAD").peel(pygit2.Commit)
+    except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError) as e:
+        if rev is None:
+            raise GitsessError("HEAD has no commit yet; commit first or pass --from REV") from e
+        raise GitsessError(f"--from {rev}: no such commit") from e
+    return commit.id
+
+
+def _admin_name(repo: pygit2.Repository, name: str) -> str:
+    """A name for `.git/worktrees/<admin>` that no existing worktree uses."""
+    taken = set(repo.list_worktrees())
+    admin = f"gitsess-{name}"
+    n = 1
+    while admin in taken:
+        n += 1
+        admin = f"gitsess-{name}-{n}"
+    return admin

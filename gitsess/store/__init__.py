@@ -1,0 +1,1 @@
+"""SQLite (apsw) storage: the per-repository session registry and the per-user repository index."""

@@ -1,0 +1,65 @@
+"""Opening gitsess's SQLite databases the one way they are meant to be opened."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import apsw
+
+from gitsess.errors import GitsessError
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` and any missing parents as 0700 directories; gitsess state is per-user."""
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for p in reversed(missing):
+        p.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def connect(path: Path) -> apsw.Connection:
+    """A connection in WAL mode with foreign keys on and a busy timeout.
+
+    Readers and writers of other processes wait for each other instead of failing; writes go
+    through `write_txn` so they take the write lock up front.
+    """
+    try:
+        conn = apsw.Connection(str(path))
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        conn.execute("PRAGMA foreign_keys = ON")
+        if conn.execute("PRAGMA journal_mode").get != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+    except apsw.Error as e:
+        raise db_error(path, e) from e
+    return conn
+
+
+@contextmanager
+def write_txn(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """One write transaction, holding the write lock from its start.
+
+    A deferred transaction that reads and then writes can fail with "database is locked" when
+    another writer got in between, without waiting; BEGIN IMMEDIATE waits its turn instead.
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def db_error(path: Path, e: apsw.Error) -> GitsessError:
+    """A message for an SQLite failure that says which file and what to do about it."""
+    if isinstance(e, apsw.NotADBError | apsw.CorruptError):
+        return GitsessError(f"{path} is corrupt ({e}); move it away to start a fresh registry")
+    if isinstance(e, apsw.ReadOnlyError):
+        return GitsessError(f"{path} is read-only ({e})")
+    if isinstance(e, apsw.CantOpenError):
+        return GitsessError(f"cannot open {path} ({e})")
+    return GitsessError(f"{path}: {e}")
