@@ -1,0 +1,230 @@
+"""Mounting a session: start its daemon or join the live one, stop it, recover stale mounts."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitsess.errors import GitsessError
+from gitsess.overlay import control
+
+READY_TIMEOUT = 30.0
+FSTYPE = "fuse.gitsess"
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    session_id: str
+    lower: Path
+    session_dir: Path
+    hidden: tuple[str, ...] = ()  # paths relative to `lower` the view never shows
+    read_only: bool = False
+    persistent: bool = False
+    allow_other: bool = False
+    mountpoint: Path | None = None
+
+    @property
+    def delta(self) -> Path:
+        return self.session_dir / "delta.db"
+
+    @property
+    def target(self) -> Path:
+        return self.mountpoint or self.session_dir / "mnt"
+
+    @property
+    def log(self) -> Path:
+        return self.session_dir / "daemon.log"
+
+
+@dataclass(frozen=True)
+class Status:
+    daemon_pid: int
+    mountpoint: str
+    persistent: bool
+    read_only: bool
+    participants: list[dict[str, Any]] = field(default_factory=list)
+
+
+def status(session_id: str) -> Status | None:
+    """The live daemon's view of itself, or None when the session is not mounted."""
+    try:
+        reply = control.request(session_id, {"op": "status"})
+    except (OSError, ConnectionError):
+        return None
+    if reply is None or not reply.get("ok"):
+        return None
+    return Status(
+        reply["daemon_pid"],
+        reply["mountpoint"],
+        reply["persistent"],
+        reply["read_only"],
+        reply["participants"],
+    )
+
+
+def sync(session_id: str) -> bool:
+    """Ask a live daemon to commit everything now, so delta.db readers see the latest state."""
+    try:
+        return control.request(session_id, {"op": "sync"}) is not None
+    except (OSError, ConnectionError):
+        return False
+
+
+@contextlib.contextmanager
+def _locked(session_dir: Path) -> Iterator[None]:
+    with open(session_dir / "mount.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_mounted(spec: MountSpec) -> Status:
+    """Mount the session unless its daemon already serves it; return the live status."""
+    with _locked(spec.session_dir):
+        live = status(spec.session_id)
+        if live is not None:
+            if spec.persistent and not live.persistent:
+                control.request(spec.session_id, {"op": "persist"})
+            return live
+        clean_stale(spec.target)
+        _start_daemon(spec)
+        live = status(spec.session_id)
+        if live is None:
+            raise GitsessError(f"the session daemon exited right after mounting; see {spec.log}")
+        return live
+
+
+def _start_daemon(spec: MountSpec) -> None:
+    spec.target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "gitsess.overlay.daemon",
+        "--session-id",
+        spec.session_id,
+        "--lower",
+        str(spec.lower),
+        "--delta",
+        str(spec.delta),
+        "--mountpoint",
+        str(spec.target),
+    ]
+    for rel in spec.hidden:
+        cmd += ["--hide", rel]
+    for flag, on in (
+        ("--persistent", spec.persistent),
+        ("--read-only", spec.read_only),
+        ("--allow-other", spec.allow_other),
+    ):
+        if on:
+            cmd.append(flag)
+    read_end, write_end = os.pipe()
+    with open(spec.log, "ab") as log:
+        subprocess.Popen(
+            [*cmd, "--ready-fd", str(write_end)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(write_end,),
+            start_new_session=True,
+        )
+    os.close(write_end)
+    try:
+        answer = _read_ready(read_end)
+    finally:
+        os.close(read_end)
+    if answer == "ready" or answer == "busy":
+        return
+    detail = answer or _log_tail(spec.log)
+    raise GitsessError(f"could not mount the session: {detail} (log: {spec.log})")
+
+
+def _read_ready(fd: int) -> str:
+    deadline = time.monotonic() + READY_TIMEOUT
+    buf = b""
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return "timed out waiting for the daemon"
+        part = os.read(fd, 4096)
+        if not part:
+            break
+        buf += part
+    return buf.decode(errors="replace").strip()
+
+
+def _log_tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "the daemon exited"
+    return lines[-1] if lines else "the daemon exited"
+
+
+def join(session_id: str, info: dict[str, Any]) -> socket.socket:
+    """Register a participant. The returned connection is the registration: keep it open (and
+    inheritable by the command) for as long as the participant uses the mount."""
+    sock = control.connect(session_id)
+    if sock is None:
+        raise GitsessError("the session daemon is not running")
+    control.send(sock, {"op": "join", **info})
+    sock.settimeout(None)
+    return sock
+
+
+def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:
+    """Stop the daemon (it commits and unmounts); True when something was mounted."""
+    live = status(session_id)
+    if live is None:
+        return clean_stale(mountpoint)
+    with contextlib.suppress(OSError, ConnectionError):
+        control.request(session_id, {"op": "stop"})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if control.connect(session_id, timeout=1) is None and not is_mounted(mountpoint):
+            return True
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(live.daemon_pid, 9)
+    clean_stale(mountpoint)
+    return True
+
+
+def is_mounted(mountpoint: Path) -> bool:
+    target = str(mountpoint)
+    with open("/proc/self/mounts") as f:
+        return any(line.split()[1] == target for line in f if line.strip())
+
+
+def clean_stale(mountpoint: Path) -> bool:
+    """Unmount a view whose daemon is gone (the mount answers ENOTCONN); True if it did."""
+    if not is_mounted(mountpoint):
+        return False
+    try:
+        os.stat(mountpoint)
+    except OSError as e:
+        if e.errno not in (errno.ENOTCONN, errno.ECONNABORTED, errno.EIO):
+            raise
+    unmount(mountpoint)
+    return True
+
+
+def unmount(mountpoint: Path) -> None:
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    if tool is None:
+        raise GitsessError("fusermount3 is missing: install the fuse3 package")
+    subprocess.run([tool, "-uz", str(mountpoint)], check=False, capture_output=True)

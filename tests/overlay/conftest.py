@@ -1,0 +1,108 @@
+"""A real FUSE mount of a session over a real git worktree, torn down even when a test fails."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from gitsess import mount
+from gitsess.overlay import control
+
+pytestmark = pytest.mark.fuse
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout
+
+
+def make_worktree(path: Path) -> Path:
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "t@example.com")
+    git(path, "config", "user.name", "Tester")
+    (path / "README").write_text("readme\n")
+    (path / "src").mkdir()
+    (path / "src" / "main.py").write_text("print('hi')\n")
+    (path / "src" / "pkg").mkdir()
+    (path / "src" / "pkg" / "mod.py").write_text("x = 1\n")
+    (path / "bin").mkdir()
+    (path / "bin" / "tool").write_text("#!/bin/sh\necho tool\n")
+    (path / "bin" / "tool").chmod(0o755)
+    os.symlink("README", path / "link")
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "initial")
+    return path
+
+
+@dataclass
+class Mounted:
+    spec: mount.MountSpec
+
+    @property
+    def mnt(self) -> Path:
+        return self.spec.target
+
+    @property
+    def lower(self) -> Path:
+        return self.spec.lower
+
+    def mount(self) -> None:
+        mount.ensure_mounted(self.spec)
+
+    def unmount(self) -> None:
+        mount.stop(self.spec.session_id, self.mnt)
+
+    def remount(self) -> None:
+        self.unmount()
+        self.mount()
+
+    def daemon_pid(self) -> int:
+        st = mount.status(self.spec.session_id)
+        assert st is not None
+        return st.daemon_pid
+
+    def sync(self) -> None:
+        assert mount.sync(self.spec.session_id)
+
+
+def _teardown(m: Mounted) -> None:
+    st = mount.status(m.spec.session_id)
+    try:
+        m.unmount()
+    finally:
+        if st is not None:
+            try:
+                os.kill(st.daemon_pid, 9)
+            except ProcessLookupError:
+                pass
+        if mount.is_mounted(m.mnt):
+            mount.unmount(m.mnt)
+
+
+@pytest.fixture
+def worktree(tmp_path: Path) -> Path:
+    return make_worktree(tmp_path / "wt")
+
+
+@pytest.fixture
+def mounted(tmp_path: Path, worktree: Path) -> Iterator[Mounted]:
+    session_dir = tmp_path / "session"
+    session_dir.mkdir(mode=0o700)
+    spec = mount.MountSpec(
+        session_id=str(uuid.uuid4()), lower=worktree, session_dir=session_dir, persistent=True
+    )
+    m = Mounted(spec)
+    try:
+        m.mount()
+        yield m
+    finally:
+        _teardown(m)
+        assert control.connect(spec.session_id, timeout=1) is None

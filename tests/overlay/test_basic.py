@@ -1,0 +1,259 @@
+"""The overlay's contracts, one by one, on a real mount."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import apsw
+import pytest
+
+from tests.overlay.conftest import Mounted, git
+
+pytestmark = pytest.mark.fuse
+
+
+def rows(m: Mounted, sql: str) -> list[tuple[object, ...]]:
+    m.sync()
+    conn = apsw.Connection(str(m.spec.delta), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        return list(conn.execute(sql))
+    finally:
+        conn.close()
+
+
+def test_unchanged_files_read_through_without_copy(mounted: Mounted) -> None:
+    assert (mounted.mnt / "README").read_text() == "readme\n"
+    assert (mounted.mnt / "src" / "pkg" / "mod.py").read_text() == "x = 1\n"
+    with open(mounted.mnt / "src" / "main.py", "r+b") as f:  # opened for writing, not written
+        assert f.read() == b"print('hi')\n"
+    assert rows(mounted, "SELECT count(*) FROM chunks") == [(0,)]
+    assert rows(mounted, "SELECT count(*) FROM nodes WHERE ino != 1") == [(0,)]
+
+
+def test_writes_stay_in_the_session(mounted: Mounted) -> None:
+    (mounted.mnt / "README").write_text("changed\n")
+    (mounted.mnt / "new.txt").write_text("new\n")
+    assert (mounted.mnt / "README").read_text() == "changed\n"
+    assert (mounted.lower / "README").read_text() == "readme\n"
+    assert not (mounted.lower / "new.txt").exists()
+
+
+def test_metadata_changes_copy_no_data(mounted: Mounted) -> None:
+    target = mounted.mnt / "src" / "main.py"
+    os.chmod(target, 0o600)
+    os.utime(target, ns=(1_000_000_000, 2_000_000_000))
+    os.setxattr(target, "user.note", b"hello")
+    st = os.stat(target)
+    assert stat.S_IMODE(st.st_mode) == 0o600
+    assert st.st_mtime_ns == 2_000_000_000
+    assert os.getxattr(target, "user.note") == b"hello"
+    assert target.read_text() == "print('hi')\n"
+    assert rows(mounted, "SELECT count(*) FROM chunks") == [(0,)]
+    assert rows(mounted, "SELECT data FROM nodes WHERE origin = CAST('src/main.py' AS BLOB)") == [(0,)]
+    assert stat.S_IMODE(os.stat(mounted.lower / "src" / "main.py").st_mode) == 0o644
+
+
+def test_first_data_change_copies_into_chunks(mounted: Mounted) -> None:
+    big = mounted.lower / "big.bin"
+    big.write_bytes(os.urandom(1_000_000))
+    original = big.read_bytes()
+    with open(mounted.mnt / "big.bin", "r+b") as f:
+        f.seek(500_000)
+        f.write(b"XYZ")
+    expected = original[:500_000] + b"XYZ" + original[500_003:]
+    assert (mounted.mnt / "big.bin").read_bytes() == expected
+    assert big.read_bytes() == original
+    (count,) = rows(mounted, "SELECT count(*) FROM chunks")[0]
+    assert isinstance(count, int) and count >= 1_000_000 // (128 * 1024)
+
+
+def test_o_trunc_copies_nothing(mounted: Mounted) -> None:
+    (mounted.lower / "big.bin").write_bytes(os.urandom(600_000))
+    with open(mounted.mnt / "big.bin", "wb") as f:
+        f.write(b"small")
+    assert (mounted.mnt / "big.bin").read_bytes() == b"small"
+    assert rows(mounted, "SELECT sum(length(data)) FROM chunks") == [(5,)]
+
+
+def test_rm_rf_of_a_lower_tree_is_one_whiteout(mounted: Mounted) -> None:
+    tree = mounted.lower / "many"
+    for d in range(20):
+        (tree / f"d{d}").mkdir(parents=True)
+        for i in range(50):
+            (tree / f"d{d}" / f"f{i}").write_text(str(i))
+    subprocess.run(["rm", "-rf", str(mounted.mnt / "many")], check=True)
+    assert not (mounted.mnt / "many").exists()
+    assert rows(mounted, "SELECT name, ino FROM dentries") == [(b"many", 0)]
+    assert rows(mounted, "SELECT count(*) FROM nodes") == [(1,)]
+    mounted.remount()
+    assert not (mounted.mnt / "many").exists()
+    assert (tree / "d3" / "f7").read_text() == "7"
+
+
+def test_renamed_lower_directory_keeps_its_children(mounted: Mounted) -> None:
+    os.rename(mounted.mnt / "src", mounted.mnt / "lib")
+    assert (mounted.mnt / "lib" / "pkg" / "mod.py").read_text() == "x = 1\n"
+    assert sorted(os.listdir(mounted.mnt / "lib")) == ["main.py", "pkg"]
+    assert not (mounted.mnt / "src").exists()
+    (mounted.lower / "src" / "pkg" / "later.py").write_text("later\n")
+    assert (mounted.mnt / "lib" / "pkg" / "later.py").read_text() == "later\n"
+    mounted.remount()
+    assert (mounted.mnt / "lib" / "pkg" / "mod.py").read_text() == "x = 1\n"
+    assert not (mounted.mnt / "src").exists()
+
+
+def test_inode_numbers_are_stable_across_remounts(mounted: Mounted) -> None:
+    (mounted.mnt / "created").write_text("c")
+    (mounted.mnt / "README").write_text("changed")
+    os.rename(mounted.mnt / "src", mounted.mnt / "moved")
+    paths = ["created", "README", "moved", "moved/pkg/mod.py", "bin/tool", "link"]
+    before = {p: os.lstat(mounted.mnt / p).st_ino for p in paths}
+    mounted.remount()
+    after = {p: os.lstat(mounted.mnt / p).st_ino for p in paths}
+    assert before == after
+    assert len(set(after.values())) == len(after)
+    os.unlink(mounted.mnt / "created")
+    (mounted.mnt / "again").write_text("a")
+    assert os.lstat(mounted.mnt / "again").st_ino != before["created"]
+
+
+def test_worktree_edits_show_through_for_unchanged_paths(mounted: Mounted) -> None:
+    view = mounted.mnt / "src" / "main.py"
+    assert view.read_text() == "print('hi')\n"
+    (mounted.lower / "src" / "main.py").write_text("print('edited outside')\n")
+    (mounted.lower / "appeared.txt").write_text("new outside\n")
+    assert _eventually(lambda: view.read_text() == "print('edited outside')\n")
+    assert _eventually(lambda: (mounted.mnt / "appeared.txt").exists())
+    (mounted.mnt / "README").write_text("session's\n")
+    (mounted.lower / "README").write_text("outside's\n")
+    assert (mounted.mnt / "README").read_text() == "session's\n"
+
+
+def _eventually(check: object, timeout: float = 5.0) -> bool:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_git_passes_through_to_the_real_repository(mounted: Mounted) -> None:
+    (mounted.mnt / "README").write_text("session change\n")
+    out = git(mounted.mnt, "status", "--porcelain")
+    assert out == " M README\n"
+    git(mounted.mnt, "add", "README")
+    git(mounted.mnt, "commit", "-qm", "from the session")
+    assert git(mounted.lower, "log", "-1", "--format=%s").strip() == "from the session"
+    assert (mounted.lower / "README").read_text() == "readme\n"
+
+
+def test_hard_links_count(mounted: Mounted) -> None:
+    os.link(mounted.mnt / "README", mounted.mnt / "README2")
+    assert os.stat(mounted.mnt / "README").st_nlink == 2
+    (mounted.mnt / "README2").write_text("both\n")
+    assert (mounted.mnt / "README").read_text() == "both\n"
+    os.unlink(mounted.mnt / "README")
+    assert os.stat(mounted.mnt / "README2").st_nlink == 1
+    assert (mounted.lower / "README").read_text() == "readme\n"
+
+
+def test_sparse_file_beyond_4gib(mounted: Mounted) -> None:
+    path = mounted.mnt / "sparse"
+    with open(path, "wb") as f:
+        f.seek(5 * 1024**3)
+        f.write(b"end")
+    assert os.stat(path).st_size == 5 * 1024**3 + 3
+    with open(path, "rb") as f:
+        f.seek(5 * 1024**3 - 2)
+        assert f.read() == b"\0\0end"
+        f.seek(1024**3)
+        assert f.read(4) == b"\0\0\0\0"
+    assert rows(mounted, "SELECT count(*) FROM chunks") == [(1,)]
+
+
+def test_rename_flags(mounted: Mounted) -> None:
+    from gitsess.overlay.passthrough import renameat2
+
+    a, b = bytes(mounted.mnt / "README"), bytes(mounted.mnt / "src" / "main.py")
+    with pytest.raises(Exception) as info:
+        renameat2(a, b, 1)  # RENAME_NOREPLACE
+    assert getattr(info.value, "errno", None) == errno.EEXIST
+    renameat2(a, b, 2)  # RENAME_EXCHANGE
+    assert (mounted.mnt / "README").read_text() == "print('hi')\n"
+    assert (mounted.mnt / "src" / "main.py").read_text() == "readme\n"
+
+
+def test_fifo_symlink_and_xattrs(mounted: Mounted) -> None:
+    os.mkfifo(mounted.mnt / "pipe")
+    assert stat.S_ISFIFO(os.lstat(mounted.mnt / "pipe").st_mode)
+    os.symlink("src/main.py", mounted.mnt / "alias")
+    assert os.readlink(mounted.mnt / "alias") == "src/main.py"
+    assert (mounted.mnt / "alias").read_text() == "print('hi')\n"
+    assert os.readlink(mounted.mnt / "link") == "README"
+    os.setxattr(mounted.mnt / "README", "user.a", b"1")
+    os.setxattr(mounted.mnt / "README", "user.b", b"2")
+    assert sorted(os.listxattr(mounted.mnt / "README")) == ["user.a", "user.b"]
+    os.removexattr(mounted.mnt / "README", "user.a")
+    assert os.listxattr(mounted.mnt / "README") == ["user.b"]
+
+
+def test_mmap_read_and_write(mounted: Mounted) -> None:
+    import mmap
+
+    path = mounted.mnt / "README"
+    with open(path, "r+b") as f, mmap.mmap(f.fileno(), 0) as mm:
+        assert mm[:6] == b"readme"
+        mm[:6] = b"README"
+        mm.flush()
+    assert path.read_text() == "README\n"
+    assert (mounted.lower / "README").read_text() == "readme\n"
+
+
+def test_state_survives_remount(mounted: Mounted) -> None:
+    (mounted.mnt / "d").mkdir()
+    (mounted.mnt / "d" / "f").write_bytes(b"x" * 300_000)
+    os.unlink(mounted.mnt / "README")
+    os.chmod(mounted.mnt / "bin" / "tool", 0o700)
+    mounted.remount()
+    assert (mounted.mnt / "d" / "f").read_bytes() == b"x" * 300_000
+    assert not (mounted.mnt / "README").exists()
+    assert stat.S_IMODE(os.stat(mounted.mnt / "bin" / "tool").st_mode) == 0o700
+
+
+def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path: Path) -> None:
+    import signal
+    import time
+
+    (mounted.mnt / "synced").write_bytes(b"s" * 200_000)
+    fd = os.open(mounted.mnt / "synced", os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+    writer = subprocess.Popen(
+        [
+            "sh",
+            "-c",
+            f"i=0; while true; do i=$((i+1)); head -c 65536 /dev/urandom > {mounted.mnt}/w$i; done",
+        ]
+    )
+    try:
+        time.sleep(1.0)
+        os.kill(mounted.daemon_pid(), signal.SIGKILL)
+    finally:
+        writer.kill()
+        writer.wait()
+    from gitsess import mount
+
+    assert _eventually(lambda: mount.status(mounted.spec.session_id) is None)
+    mount.clean_stale(mounted.mnt)
+    conn = apsw.Connection(str(mounted.spec.delta))
+    assert list(conn.execute("PRAGMA integrity_check")) == [("ok",)]
+    conn.close()
+    mounted.mount()
+    assert (mounted.mnt / "synced").read_bytes() == b"s" * 200_000
