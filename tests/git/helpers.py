@@ -96,3 +96,32 @@ def tree_state(root: Path, *, git_only: bool = False) -> dict[str, tuple[str, in
                 bits = (0o755 if perm & 0o100 else 0o644) if git_only else perm
                 out[rel] = ("file", bits, full.read_bytes())
     return out
+
+
+def git_view_diff(repo: Path, view: Path, *args: str) -> str:
+    """What real git says about the view against HEAD: `git add -A` of the view into a scratch
+    index, then `git diff --cached ARGS`. The view's own .gitignore files count, as in gitsess."""
+    index = view.parent / f".{view.name}.index"
+    env_args = ("--git-dir", str(repo / ".git"), "--work-tree", str(view))
+    os.environ["GIT_INDEX_FILE"] = str(index)
+    try:
+        git(view, *env_args, "read-tree", "HEAD")
+        git(view, *env_args, "add", "-A")
+        return git(view, *env_args, "diff", "--cached", *args)
+    finally:
+        del os.environ["GIT_INDEX_FILE"]
+        index.unlink(missing_ok=True)
+
+
+def git_view_tree(repo: Path, view: Path) -> str:
+    """The tree id git would commit for the view: tracked and untracked-not-ignored files."""
+    index = view.parent / f".{view.name}.index"
+    env_args = ("--git-dir", str(repo / ".git"), "--work-tree", str(view))
+    os.environ["GIT_INDEX_FILE"] = str(index)
+    try:
+        git(view, *env_args, "read-tree", "HEAD")
+        git(view, *env_args, "add", "-A")
+        return git(view, *env_args, "write-tree").strip()
+    finally:
+        del os.environ["GIT_INDEX_FILE"]
+        index.unlink(missing_ok=True)

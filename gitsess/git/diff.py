@@ -1,0 +1,291 @@
+"""The session's change set as git shows a diff: patch text, --stat, --name-status, JSON.
+
+The two sides are turned into two small trees (only the changed paths) in a scratch object
+database that reads the real repository's objects but writes to a temporary directory, and
+libgit2 diffs them. So diffing never writes into the repository, and the output (hunks, rename
+detection, binary patches) is git's own format, which `git apply` accepts.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+from pygit2.enums import DeltaStatus, DiffFind, DiffOption, DiffStatsFormat, FileMode
+
+from gitsess.git.changes import Change, ChangeSet, State, common_dir
+from gitsess.git.view import SessionView
+
+_STATUS = {
+    DeltaStatus.ADDED: "A",
+    DeltaStatus.DELETED: "D",
+    DeltaStatus.MODIFIED: "M",
+    DeltaStatus.RENAMED: "R",
+    DeltaStatus.COPIED: "C",
+    DeltaStatus.TYPECHANGE: "T",
+}
+
+
+@dataclass(frozen=True)
+class FileDiff:
+    """One file of the diff. Modes are git's (0o100644, 0o100755, 0o120000); `patch` is the
+    exact bytes of this file's part of the patch (content need not be UTF-8)."""
+
+    status: str  # A, D, M, R (rename), T (type change)
+    old_path: str | None
+    new_path: str | None
+    old_mode: int | None
+    new_mode: int | None
+    old_oid: str | None
+    new_oid: str | None
+    similarity: int | None
+    binary: bool
+    additions: int
+    deletions: int
+    patch: bytes
+
+    @property
+    def path(self) -> str:
+        path = self.new_path or self.old_path
+        assert path is not None
+        return path
+
+    def to_json(self, *, with_patch: bool = True) -> dict[str, object]:
+        data: dict[str, object] = {
+            "status": self.status,
+            "path": self.path,
+            "old_path": self.old_path,
+            "new_path": self.new_path,
+            "old_mode": _octal(self.old_mode),
+            "new_mode": _octal(self.new_mode),
+            "old_oid": self.old_oid,
+            "new_oid": self.new_oid,
+            "similarity": self.similarity,
+            "binary": self.binary,
+            "additions": self.additions,
+            "deletions": self.deletions,
+        }
+        if with_patch:
+            data["patch"] = self.patch.decode("utf-8", "replace")
+        return data
+
+
+def _octal(mode: int | None) -> str | None:
+    return None if mode is None else f"{mode:06o}"
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    files: tuple[FileDiff, ...]
+    stat: str  # `git diff --stat` text
+
+    def patch(self) -> bytes:
+        return b"".join(f.patch for f in self.files)
+
+    def name_only(self) -> list[str]:
+        return [f.path for f in self.files]
+
+    def name_status(self) -> list[str]:
+        """Lines as `git diff --name-status` prints them (tab-separated)."""
+        lines = []
+        for f in self.files:
+            if f.status == "R":
+                lines.append(f"R{f.similarity or 0:03d}\t{f.old_path}\t{f.new_path}")
+            else:
+                lines.append(f"{f.status}\t{f.path}")
+        return lines
+
+    @property
+    def additions(self) -> int:
+        return sum(f.additions for f in self.files)
+
+    @property
+    def deletions(self) -> int:
+        return sum(f.deletions for f in self.files)
+
+    def to_json(self, *, with_patch: bool = True) -> dict[str, object]:
+        return {
+            "files": [f.to_json(with_patch=with_patch) for f in self.files],
+            "summary": {
+                "files": len(self.files),
+                "additions": self.additions,
+                "deletions": self.deletions,
+            },
+        }
+
+
+def diff_changes(
+    repo: pygit2.Repository,
+    view: SessionView,
+    changes: ChangeSet | Sequence[Change],
+    *,
+    binary: bool = False,
+    find_renames: bool = True,
+    rename_threshold: int = 50,
+    context_lines: int = 3,
+    stat_width: int = 80,
+) -> DiffResult:
+    """Diff the real worktree (old side) against the view (new side) for `changes`.
+
+    `binary` gives git's `--binary` form (binary files as base85 literal/delta patches with full
+    index lines) instead of "Binary files ... differ".
+    """
+    selected = changes.changes if isinstance(changes, ChangeSet) else tuple(changes)
+    git_changes = [c for c in selected if c.git_visible]
+    if not git_changes:
+        return DiffResult((), "")
+    root = Path(repo.workdir or ".")
+    with scratch_repo(repo) as scratch:
+        old_tree = _side_tree(scratch, git_changes, lambda c: _real_blob(scratch, root, c))
+        new_tree = _side_tree(scratch, git_changes, lambda c: _view_blob(scratch, view, c))
+        flags = DiffOption.SHOW_BINARY if binary else DiffOption.NORMAL
+        diff = old_tree.diff_to_tree(new_tree, flags=flags, context_lines=context_lines)
+        if find_renames:
+            diff.find_similar(DiffFind.FIND_RENAMES, rename_threshold=rename_threshold)
+        files = _merge_typechanges([_file_diff(p) for p in diff if p is not None])
+        stat = diff.stats.format(DiffStatsFormat.FULL, stat_width) if files else ""
+    return DiffResult(tuple(files), stat)
+
+
+@contextmanager
+def scratch_repo(repo: pygit2.Repository) -> Iterator[pygit2.Repository]:
+    """A repository object that reads `repo`'s objects and writes new ones to a temporary
+    directory, dropped on exit. Blobs of a diff go there, never into the real repository."""
+    with tempfile.TemporaryDirectory(prefix="gitsess-diff-") as tmp:
+        odb = pygit2.Odb()
+        # fast compression: these objects live only as long as the diff
+        odb.add_backend(pygit2.OdbBackendLoose(tmp, 1, False), 2)
+        odb.add_disk_alternate(str(common_dir(repo) / "objects"))
+        scratch = pygit2.Repository()
+        scratch.set_odb(odb)
+        yield scratch
+
+
+def _side_tree(
+    scratch: pygit2.Repository,
+    changes: Sequence[Change],
+    blob_for: Callable[[Change], tuple[str, int] | None],
+) -> pygit2.Tree:
+    """A tree holding, for each change, this side's blob (where it has one)."""
+    index = pygit2.Index()
+    for change in changes:
+        entry = blob_for(change)
+        if entry is not None:
+            oid, mode = entry
+            index.add(pygit2.IndexEntry(change.path, pygit2.Oid(hex=oid), FileMode(mode)))
+    tree = scratch.get(index.write_tree(scratch))
+    assert isinstance(tree, pygit2.Tree)
+    return tree
+
+
+def _real_blob(scratch: pygit2.Repository, root: Path, change: Change) -> tuple[str, int] | None:
+    """The real worktree's blob for `change.old`, stored in `scratch` unless already known."""
+    entry = change.git_old
+    if entry is None or change.old is None:
+        return None
+    oid, mode = entry
+    if oid not in scratch.odb:
+        oid = str(scratch.create_blob(read_real(root, change.path, change.old)))
+    return oid, mode
+
+
+def _view_blob(
+    scratch: pygit2.Repository, view: SessionView, change: Change
+) -> tuple[str, int] | None:
+    entry = change.git_new
+    if entry is None or change.new is None:
+        return None
+    oid, mode = entry
+    if oid not in scratch.odb:
+        oid = str(scratch.create_blob(read_view(view, change.path, change.new)))
+    return oid, mode
+
+
+def read_real(root: Path, path: str, state: State) -> bytes:
+    """Content of a real-tree file, or the target of a real-tree symlink, as git stores it."""
+    full = root / path
+    if state.kind == "symlink":
+        return os.fsencode(full.readlink())
+    return full.read_bytes()
+
+
+def read_view(view: SessionView, path: str, state: State) -> bytes:
+    if state.kind == "symlink":
+        return os.fsencode(view.readlink(path))
+    return view.read(path)
+
+
+def _file_diff(patch: pygit2.Patch) -> FileDiff:
+    delta = patch.delta
+    status = _STATUS.get(delta.status, "M")
+    old = delta.old_file
+    new = delta.new_file
+    _, additions, deletions = patch.line_stats
+    data = patch.data
+    if status == "R" and old.id == new.id:
+        data = _pure_rename(data)
+    return FileDiff(
+        status=status,
+        old_path=None if status == "A" else old.path,
+        new_path=None if status == "D" else new.path,
+        old_mode=None if status == "A" else int(old.mode),
+        new_mode=None if status == "D" else int(new.mode),
+        old_oid=None if status == "A" else str(old.id),
+        new_oid=None if status == "D" else str(new.id),
+        similarity=delta.similarity if status == "R" else None,
+        binary=bool(delta.is_binary),
+        additions=additions,
+        deletions=deletions,
+        patch=data,
+    )
+
+
+def _pure_rename(data: bytes) -> bytes:
+    """Headers only, as git prints an unmodified rename.
+
+    libgit2 adds "Binary files ... differ" for a binary one, which `git apply` would refuse as a
+    binary patch without full index.
+    """
+    keep = []
+    for line in data.splitlines(keepends=True):
+        if line.startswith((b"index ", b"Binary files ", b"GIT binary patch", b"--- ")):
+            break
+        keep.append(line)
+    return b"".join(keep)
+
+
+def _merge_typechanges(files: list[FileDiff]) -> list[FileDiff]:
+    """A deletion and an addition of the same path (file <-> symlink) is one type change, as in
+    `git diff --name-status`. Its patch is the deletion, then the addition: the order git prints
+    and the only one `git apply` takes (libgit2 may list the addition first)."""
+    out: list[FileDiff] = []
+    for f in files:
+        prev = out[-1] if out else None
+        if prev is not None and prev.path == f.path and {prev.status, f.status} == {"A", "D"}:
+            gone, born = (prev, f) if prev.status == "D" else (f, prev)
+            out[-1] = _typechange(gone, born)
+        else:
+            out.append(f)
+    return out
+
+
+def _typechange(gone: FileDiff, born: FileDiff) -> FileDiff:
+    return FileDiff(
+        status="T",
+        old_path=gone.old_path,
+        new_path=born.new_path,
+        old_mode=gone.old_mode,
+        new_mode=born.new_mode,
+        old_oid=gone.old_oid,
+        new_oid=born.new_oid,
+        similarity=None,
+        binary=gone.binary or born.binary,
+        additions=born.additions,
+        deletions=gone.deletions,
+        patch=gone.patch + born.patch,
+    )

@@ -1,0 +1,152 @@
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pygit2
+
+from gitsess.git.changes import compute_changes
+from gitsess.git.diff import DiffResult, diff_changes
+
+from .dirview import DirView
+from .helpers import copy_repo, git, git_view_diff, write
+
+
+def diff_of(repo_dir: Path, view: DirView, *specs: str, binary: bool = False) -> DiffResult:
+    repo = pygit2.Repository(str(repo_dir))
+    return diff_changes(repo, view, compute_changes(view, repo, pathspecs=specs), binary=binary)
+
+
+def edit_everything(root: Path) -> None:
+    """One of each kind of change git can show."""
+    main = (root / "src/main.py").read_text().replace("line 5\n", "line five\n")
+    (root / "src/main.py").write_text(main + "tail\n")
+    (root / "run.sh").chmod(0o644)
+    (root / "README.md").unlink()
+    (root / "docs").rename(root / "manual")
+    os.unlink(root / "link")
+    (root / "link").symlink_to("README.md")
+    (root / "src/util.py").unlink()
+    (root / "src/util.py").symlink_to("main.py")
+    blob = bytearray((root / "bin/blob.bin").read_bytes())
+    blob[100:110] = b"\xff" * 10
+    (root / "bin/blob.bin").write_bytes(bytes(blob))
+    write(root, "bin/new.bin", b"\x00\x01\x02" * 50)
+    write(root, "notes/todo.txt", "no newline at end")
+    write(root, "debug.log", "ignored\n")
+
+
+def test_name_status_matches_git(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    edit_everything(view.root)
+    ours = diff_of(repo_dir, view)
+    theirs = git_view_diff(repo_dir, view.root, "-M", "--name-status")
+    assert sorted(ours.name_status()) == sorted(theirs.splitlines())
+    assert "T\tsrc/util.py" in ours.name_status()
+    assert sorted(ours.name_only()) == sorted(
+        git_view_diff(repo_dir, view.root, "-M", "--name-only").splitlines()
+    )
+
+
+def test_patch_text_matches_git(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    edit_everything(view.root)
+    ours = diff_of(repo_dir, view).patch().decode()
+    theirs = git_view_diff(repo_dir, view.root, "-M")
+    # same files in the same order, and byte-identical hunks
+    assert _split_files(ours).keys() == _split_files(theirs).keys()
+    for name, text in _split_files(theirs).items():
+        assert _hunks(_split_files(ours)[name]) == _hunks(text), name
+    assert "Binary files a/bin/blob.bin and b/bin/blob.bin differ" in ours
+    assert "\\ No newline at end of file" in ours
+
+
+def _split_files(patch: str) -> dict[str, str]:
+    parts: dict[str, str] = {}
+    for chunk in patch.split("diff --git ")[1:]:
+        head = chunk.split("\n", 1)[0]
+        key = head
+        while key in parts:  # a type change is two parts with the same header
+            key += "'"
+        parts[key] = chunk
+    return parts
+
+
+def _hunks(text: str) -> list[str]:
+    """Hunk lines and mode/rename headers; index lines differ in abbreviation only."""
+    return [line for line in text.splitlines() if not line.startswith("index ")]
+
+
+def test_binary_patch_applies_with_git(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    edit_everything(view.root)
+    patch = diff_of(repo_dir, view, binary=True).patch()
+    assert b"GIT binary patch" in patch
+    target = copy_repo(repo_dir, tmp_path / "target")
+    git(target, "apply", "--check", input=patch)
+    git(target, "apply", input=patch)
+    assert git(target, "status", "--porcelain") != ""
+    assert (target / "bin/blob.bin").read_bytes() == (view.root / "bin/blob.bin").read_bytes()
+    assert (target / "bin/new.bin").read_bytes() == (view.root / "bin/new.bin").read_bytes()
+    assert (target / "src/util.py").is_symlink()
+    assert not (target / "debug.log").exists()  # ignored: not part of the diff
+
+
+def test_stat_and_json(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    edit_everything(view.root)
+    result = diff_of(repo_dir, view)
+    assert "src/main.py" in result.stat
+    assert "Bin 2048 -> 2048 bytes" in result.stat
+    git_summary = git_view_diff(repo_dir, view.root, "-M", "--shortstat").strip()
+    files_changed = int(git_summary.split()[0])
+    ours_summary = result.stat.strip().splitlines()[-1]
+    assert ours_summary.split()[0] == str(files_changed + 1)  # libgit2 counts a type change twice
+    data = json.loads(json.dumps(result.to_json()))
+    by_path = {f["path"]: f for f in data["files"]}
+    assert by_path["src/main.py"]["additions"] == 2
+    assert by_path["src/main.py"]["deletions"] == 1
+    assert by_path["run.sh"]["old_mode"] == "100755" and by_path["run.sh"]["new_mode"] == "100644"
+    assert by_path["manual/guide.txt"]["status"] == "R"
+    assert by_path["manual/guide.txt"]["old_path"] == "docs/guide.txt"
+    assert by_path["bin/blob.bin"]["binary"] is True
+    assert data["summary"]["files"] == len(data["files"])
+
+
+def test_renames_can_be_turned_off_and_threshold(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    text = (view.root / "src/main.py").read_text()
+    (view.root / "src/main.py").unlink()
+    write(view.root, "src/moved.py", text.replace("line 1\n", "line one\n"))
+    repo = pygit2.Repository(str(repo_dir))
+    cs = compute_changes(view, repo)
+    assert diff_changes(repo, view, cs).name_status()[0].startswith("R0")
+    assert sorted(diff_changes(repo, view, cs, find_renames=False).name_status()) == [
+        "A\tsrc/moved.py", "D\tsrc/main.py",
+    ]  # fmt: skip
+    strict = diff_changes(repo, view, cs, rename_threshold=100).name_status()
+    assert len(strict) == 2
+
+
+def test_copied_up_identical_file_is_not_in_diff(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    shutil.copy(view.root / "README.md", view.root / "README.tmp")
+    (view.root / "README.tmp").replace(view.root / "README.md")
+    assert diff_of(repo_dir, view).files == ()
+
+
+def test_diff_never_writes_into_the_repository(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    write(view.root, "fresh.txt", "brand new content\n")
+    before = git(repo_dir, "count-objects", "-v")
+    result = diff_of(repo_dir, view, binary=True)
+    assert result.name_status() == ["A\tfresh.txt"]
+    assert git(repo_dir, "count-objects", "-v") == before
+
+
+def test_pathspec_limits_diff(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    edit_everything(view.root)
+    assert diff_of(repo_dir, view, "src").name_only() == ["src/main.py", "src/util.py"]
