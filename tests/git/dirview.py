@@ -72,9 +72,7 @@ class DirView:
 
     @classmethod
     def copy_of(cls, worktree: Path, dest: Path) -> DirView:
-        shutil.copytree(
-            worktree, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"), dirs_exist_ok=False
-        )
+        shutil.copytree(worktree, dest, symlinks=True, ignore=shutil.ignore_patterns(".git"))
         return cls(dest, worktree)
 
     def touched_paths(self) -> list[str]:
@@ -85,7 +83,7 @@ class DirView:
             if any(path.startswith(c + "/") for c in covered):
                 continue
             a, b = mine.get(path), real.get(path)
-            if a is not None and b is not None and same(self.root / path, self.worktree / path, a, b):
+            if a and b and same(self.root / path, self.worktree / path, a, b):
                 continue
             touched.append(path)
             one_sided_dir = (a is None or b is None or a.kind != b.kind) and "dir" in (

@@ -55,7 +55,7 @@ def test_kinds_of_change(repo_dir: Path, tmp_path: Path) -> None:
     (root / "src/util.py").write_text("def f():\n    return 2\n")
     (root / "run.sh").chmod(0o644)
     (root / "README.md").chmod(0o600)  # permission change git does not see
-    os.unlink(root / "link")
+    (root / "link").unlink()
     (root / "link").symlink_to("README.md")
     shutil.rmtree(root / "docs")
     (root / "docs").write_text("now a file\n")
@@ -174,5 +174,5 @@ def test_ignore_rules_agree_with_git(tmp_path: Path) -> None:
     )  # fmt: skip
     git_ignored = set(answer.splitlines())
     assert git_ignored  # the rules do ignore something
-    files_seen = {p for p in got if got[p].new is not None and got[p].new.kind == "file"}
+    files_seen = {p for p, c in got.items() if c.git_new is not None}
     assert files_seen == set(paths) - git_ignored

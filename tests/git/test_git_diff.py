@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -26,7 +25,7 @@ def edit_everything(root: Path) -> None:
     (root / "run.sh").chmod(0o644)
     (root / "README.md").unlink()
     (root / "docs").rename(root / "manual")
-    os.unlink(root / "link")
+    (root / "link").unlink()
     (root / "link").symlink_to("README.md")
     (root / "src/util.py").unlink()
     (root / "src/util.py").symlink_to("main.py")
