@@ -21,12 +21,13 @@ from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.git.worktree import (
     Binding,
+    NameInUse,
     WorktreeSpec,
     bind_current,
     create_worktree,
     keep_reasons,
+    name_in_use,
     remove_created,
-    worktree_path,
 )
 from gitsess.store.db import private_dir
 from gitsess.store.registry import NameTaken, Registry, Session, now
@@ -163,7 +164,12 @@ def create(
         # Auto-picked names can collide with a concurrent `new`; pick again then.
         for _ in range(8):
             chosen = name or _free_name(ctx, registry.names())
-            binding = current or create_worktree(ctx, chosen, worktree or WorktreeSpec())
+            try:
+                binding = current or create_worktree(ctx, chosen, worktree or WorktreeSpec())
+            except NameInUse:
+                if name is not None:
+                    raise
+                continue
             try:
                 return _insert(ctx, registry, chosen, session_id, title, binding, read_only)
             except NameTaken:
@@ -210,15 +216,14 @@ def _insert(
 
 def _free_name(ctx: RepoContext, taken: set[str]) -> str:
     rng = random.SystemRandom()
-    for _ in range(64):
+    for attempt in range(256):
         name = f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}"
-        if name not in taken and not worktree_path(ctx, name).exists():
+        # When the word pairs run out, a number makes the space unbounded.
+        if attempt >= 64:
+            name += f"-{rng.randrange(10_000)}"
+        if name not in taken and not name_in_use(ctx, name):
             return name
-    # The word pairs are running out: a number makes the space unbounded.
-    while True:
-        name = f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}-{rng.randrange(10_000)}"
-        if name not in taken and not worktree_path(ctx, name).exists():
-            return name
+    raise GitsessError("could not pick a free session name; give one")
 
 
 def _parse_id(text: str) -> str:
@@ -243,14 +248,12 @@ def resolve(
     Offsets and id prefixes never create.
     """
     ref = _ref(ref, env)
-    if not create_missing:
-        with _existing_registry(ctx) as registry:
-            return _find(ctx, registry, ref)
-    with _registry(ctx, create=True) as registry:
-        assert registry is not None
+    with _registry(ctx, create=False) as registry:
         found = _lookup(registry, ref)
     if found is not None:
         return found
+    if not create_missing:
+        raise GitsessError(f"no session {ref!r} in {ctx.common_dir}")
     try:
         return create(ctx, ref, worktree=worktree)
     except NameTaken:
@@ -275,20 +278,23 @@ def _find(ctx: RepoContext, registry: Registry, ref: str) -> Session:
     return session
 
 
-def _lookup(registry: Registry, ref: str) -> Session | None:
+def _lookup(registry: Registry | None, ref: str) -> Session | None:
+    """The session `ref` names, None if none; an offset past the end is an error."""
     offset = _OFFSET.fullmatch(ref)
     if offset:
         n = int(offset.group(1))
         if n == 0:
             raise GitsessError("-0 is not a session offset: -1 is the newest session")
-        session = registry.by_offset(n)
+        session = None if registry is None else registry.by_offset(n)
         if session is None:
-            count = registry.count()
+            count = 0 if registry is None else registry.count()
+            there = {0: "there are no sessions yet", 1: "there is only 1 session"}
             raise GitsessError(
-                f"no session {ref}: there {'is' if count == 1 else 'are'} only {count} "
-                f"session{'' if count == 1 else 's'}"
+                f"no session {ref}: {there.get(count, f'there are only {count} sessions')}"
             )
         return session
+    if registry is None:
+        return None
     session = registry.by_name(ref)
     if session is not None:
         return session

@@ -48,8 +48,15 @@ def bind_current(ctx: RepoContext) -> Binding:
     return Binding(ctx.worktree, head.branch, head.commit, False, False)
 
 
-def worktree_path(ctx: RepoContext, name: str) -> Path:
-    return ctx.worktrees_dir / name
+class NameInUse(GitsessError):
+    """The worktree path or the default branch for this session name is already taken."""
+
+
+def name_in_use(ctx: RepoContext, name: str) -> bool:
+    """Whether `create_worktree` would find the path or the default branch of `name` taken."""
+    if (ctx.worktrees_dir / name).exists():
+        return True
+    return ctx.open().branches.local.get(BRANCH_PREFIX + name) is not None
 
 
 def create_worktree(ctx: RepoContext, name: str, spec: WorktreeSpec) -> Binding:
@@ -58,9 +65,9 @@ def create_worktree(ctx: RepoContext, name: str, spec: WorktreeSpec) -> Binding:
     branch = spec.branch or BRANCH_PREFIX + name
     if not pygit2.reference_is_valid_name("refs/heads/" + branch):
         raise GitsessError(f"{branch!r} is not a valid branch name")
-    path = worktree_path(ctx, name)
+    path = ctx.worktrees_dir / name
     if path.exists():
-        raise GitsessError(f"{path} already exists (kept from an earlier session?)")
+        raise NameInUse(f"{path} already exists (kept from an earlier session?)")
     ref = repo.branches.local.get(branch)
     created_branch = ref is None
     if ref is not None:
@@ -71,14 +78,18 @@ def create_worktree(ctx: RepoContext, name: str, spec: WorktreeSpec) -> Binding:
             raise GitsessError(f"branch {branch} already exists; --from only applies to a new one")
     else:
         start = repo[_start_commit(ctx, repo, spec.from_rev)].peel(pygit2.Commit)
-        ref = repo.branches.local.create(branch, start)
+        try:
+            ref = repo.branches.local.create(branch, start)
+        except pygit2.AlreadyExistsError as e:
+            raise NameInUse(f"branch {branch} was just created by someone else") from e
     try:
         path.parent.mkdir(mode=0o700, exist_ok=True)
         repo.add_worktree(_admin_name(repo, name), str(path), ref)
     except (OSError, pygit2.GitError) as e:
         if created_branch:
             ref.delete()
-        raise GitsessError(f"cannot create worktree {path}: {e}") from e
+        error = NameInUse if path.exists() else GitsessError
+        raise error(f"cannot create worktree {path}: {e}") from e
     target = ref.target
     assert isinstance(target, pygit2.Oid)
     return Binding(path.resolve(), branch, str(target), True, created_branch)

@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gitsess.git.repo import RepoContext, discover
+
+from .util import make_repo
+
+
+@pytest.fixture(autouse=True)
+def _isolated_user(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No test reads or writes the real user's state, git config or sessions."""
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    for role in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{role}_NAME", "Test")
+        monkeypatch.setenv(f"GIT_{role}_EMAIL", "test@example.com")
+    monkeypatch.delenv("GITSESS_SESSION", raising=False)
+    monkeypatch.delenv("GITSESS_DIR", raising=False)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A repository with one commit on `main`."""
+    return make_repo(tmp_path / "repo")
+
+
+@pytest.fixture
+def ctx(repo: Path, monkeypatch: pytest.MonkeyPatch) -> RepoContext:
+    """The context of a command run at the top of `repo`."""
+    monkeypatch.chdir(repo)
+    return discover()
