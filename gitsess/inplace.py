@@ -1,0 +1,108 @@
+"""Run a command with the session's view in place of the real worktree.
+
+In a private mount namespace the view is bind-mounted over the worktree's real path, so the
+command's cwd and every absolute path are the ones it knows; the real `.git` is bound back over
+the view's `.git` (git runs at native speed and the gitsess state stays reachable). Where
+namespaces are not available the command runs in the mount point instead.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+MS_RDONLY = 1
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_SLAVE = 1 << 19
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(source: str | None, target: str, flags: int) -> None:
+    src = None if source is None else source.encode()
+    _check(_libc.mount(src, target.encode(), None, flags, None), f"mount {target}")
+
+
+def _unshare() -> None:
+    uid, gid = os.getuid(), os.getgid()
+    if uid == 0:
+        _check(_libc.unshare(CLONE_NEWNS), "unshare")
+        return
+    # Unprivileged: a user namespace that maps us to ourselves, so files keep their owners.
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+
+
+@dataclass(frozen=True)
+class Placement:
+    worktree: Path
+    mountpoint: Path
+    read_only: bool
+
+
+def _enter_view(p: Placement, cwd: Path) -> None:
+    """Runs in the child between fork and exec."""
+    _unshare()
+    _mount(None, "/", MS_REC | MS_SLAVE)
+    git = p.worktree / ".git"
+    git_fd = os.open(git, os.O_PATH | os.O_CLOEXEC) if git.is_dir() else None
+    _mount(str(p.mountpoint), str(p.worktree), MS_BIND)
+    if p.read_only:
+        _mount(None, str(p.worktree), MS_REMOUNT | MS_BIND | MS_RDONLY)
+    if git_fd is not None:
+        _mount(f"/proc/self/fd/{git_fd}", str(git), MS_BIND)
+        os.close(git_fd)
+    os.chdir(cwd)
+
+
+def view_cwd(p: Placement, cwd: Path) -> Path:
+    """Where the command starts: the same directory when it is inside the worktree."""
+    try:
+        cwd.relative_to(p.worktree)
+    except ValueError:
+        return p.worktree
+    return cwd
+
+
+def spawn(
+    argv: Sequence[str],
+    p: Placement,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    pass_fds: tuple[int, ...] = (),
+) -> tuple[subprocess.Popen[bytes], bool]:
+    """Start `argv` in the view; the flag says whether it runs in place (namespaces worked)."""
+    start = view_cwd(p, cwd)
+    env = {**env, "PWD": str(start)}
+    try:
+        return (
+            subprocess.Popen(
+                list(argv),
+                env=env,
+                pass_fds=pass_fds,
+                preexec_fn=lambda: _enter_view(p, start),
+            ),
+            True,
+        )
+    except subprocess.SubprocessError:
+        pass
+    fallback = p.mountpoint / start.relative_to(p.worktree)
+    env["PWD"] = str(fallback)
+    return subprocess.Popen(list(argv), env=env, cwd=fallback, pass_fds=pass_fds), False

@@ -1,0 +1,171 @@
+"""Live sessions: run a command inside one, keep it mounted, list and stop mounts."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gitsess import inplace, mount
+from gitsess.errors import GitsessError
+from gitsess.git.repo import RepoContext
+from gitsess.overlay.view import OverlayView
+from gitsess.store.registry import Session
+
+
+def hidden_paths(ctx: RepoContext, session: Session) -> tuple[str, ...]:
+    """The state dir, when it lies inside the worktree, never shows in the view."""
+    try:
+        return (str(ctx.state_dir.resolve().relative_to(session.worktree.resolve())),)
+    except ValueError:
+        return ()
+
+
+def spec_for(
+    ctx: RepoContext,
+    session: Session,
+    *,
+    read_only: bool = False,
+    persistent: bool = False,
+    allow_other: bool = False,
+    mountpoint: Path | None = None,
+) -> mount.MountSpec:
+    if not session.worktree.is_dir():
+        raise GitsessError(
+            f"session {session.name} is bound to {session.worktree}, which no longer exists"
+        )
+    return mount.MountSpec(
+        session_id=session.id,
+        lower=session.worktree,
+        session_dir=ctx.session_dir(session.id),
+        hidden=hidden_paths(ctx, session),
+        read_only=read_only,
+        persistent=persistent,
+        allow_other=allow_other,
+        mountpoint=mountpoint,
+    )
+
+
+def session_env(ctx: RepoContext, session: Session, mountpoint: str) -> dict[str, str]:
+    return {
+        "GITSESS_SESSION": session.name,
+        "GITSESS_SESSION_ID": session.id,
+        "GITSESS_MOUNT": mountpoint,
+        "GITSESS_DIR": str(ctx.state_dir),
+    }
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    in_place: bool
+
+
+def run(
+    ctx: RepoContext,
+    session: Session,
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    read_only: bool = False,
+    role: str | None = None,
+) -> RunResult:
+    """Run `argv` inside the session's view, mounting it first unless it is live.
+
+    The participant registration is a connection the command inherits: the daemon keeps the
+    view mounted while the command or anything it started still holds it.
+    """
+    spec = spec_for(ctx, session)
+    live = mount.ensure_mounted(spec)
+    conn = mount.join(
+        session.id,
+        {"pid": os.getpid(), "role": role, "read_only": read_only, "command": list(argv)},
+    )
+    placement = inplace.Placement(session.worktree, Path(live.mountpoint), read_only)
+    child_env = {**env, **session_env(ctx, session, live.mountpoint)}
+    with conn:
+        os.set_inheritable(conn.fileno(), True)
+        try:
+            proc, in_place = inplace.spawn(
+                argv, placement, cwd=cwd, env=child_env, pass_fds=(conn.fileno(),)
+            )
+        except FileNotFoundError:
+            raise GitsessError(f"command not found: {argv[0]}") from None
+        except PermissionError:
+            raise GitsessError(f"permission denied: {argv[0]}") from None
+        # Like a shell: the terminal's ^C and ^\ go to the command, which decides.
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)}
+        try:
+            code = proc.wait()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    return RunResult(128 - code if code < 0 else code, in_place)
+
+
+def keep_mounted(
+    ctx: RepoContext,
+    session: Session,
+    *,
+    mountpoint: Path | None,
+    allow_other: bool,
+    read_only: bool,
+) -> mount.Status:
+    """`gitsess mount`: a mount that stays until `gitsess umount`."""
+    spec = spec_for(
+        ctx,
+        session,
+        persistent=True,
+        allow_other=allow_other,
+        read_only=read_only,
+        mountpoint=mountpoint,
+    )
+    return mount.ensure_mounted(spec)
+
+
+def unmount(ctx: RepoContext, session: Session) -> bool:
+    live = mount.status(session.id)
+    target = Path(live.mountpoint) if live else ctx.session_dir(session.id) / "mnt"
+    return mount.stop(session.id, target)
+
+
+@dataclass(frozen=True)
+class LiveSession:
+    session: Session
+    status: mount.Status
+
+
+def live_sessions(sessions: Sequence[Session]) -> list[LiveSession]:
+    out = []
+    for s in sessions:
+        st = mount.status(s.id)
+        if st is not None:
+            out.append(LiveSession(s, st))
+    return out
+
+
+def open_view(ctx: RepoContext, session: Session) -> OverlayView:
+    """The session's view from delta.db, after the live daemon (if any) committed its state."""
+    mount.sync(session.id)
+    return OverlayView(
+        ctx.session_dir(session.id) / "delta.db", session.worktree, hidden_paths(ctx, session)
+    )
+
+
+def changed_files(ctx: RepoContext, session: Session) -> int | None:
+    """How many paths the session has touched (None when it has no delta yet)."""
+    if not (ctx.session_dir(session.id) / "delta.db").exists():
+        return None
+    try:
+        with open_view(ctx, session) as view:
+            return sum(1 for _ in view.touched_paths())
+    except (OSError, GitsessError):
+        return None
+
+
+def _warn(message: str) -> None:
+    print(f"gitsess: {message}", file=sys.stderr)

@@ -1,0 +1,122 @@
+"""A session's view read straight from delta.db and the worktree, with no mount needed.
+
+Implements `gitsess.git.view.SessionView` for diff and apply, and backs `gitsess fs`. Safe beside
+a live daemon: it opens the tree as a reader and never writes (ask the daemon to `sync` first
+to see its latest state).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+from pyfuse3 import ROOT_INODE, FUSEError
+
+from gitsess.git.view import Entry, Kind
+from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.tree import GIT, Node, Tree
+
+
+def _kind(mode: int) -> Kind:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "other"
+
+
+class OverlayView:
+    def __init__(self, delta: Path, lower: Path, hidden: tuple[str, ...] = ()) -> None:
+        self.store = DeltaStore(str(delta))
+        self.tree = Tree(
+            self.store, str(lower), {os.fsencode(h) for h in hidden}, writer=False
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> OverlayView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _resolve(self, path: str) -> Node | None:
+        node = self.tree.node(ROOT_INODE)
+        if not path:
+            return node
+        parts = os.fsencode(path).split(b"/")
+        if parts[0] == GIT:
+            return None
+        for part in parts:
+            if not node.is_dir:
+                return None
+            try:
+                found = self.tree.find(node.ino, part)
+            except FUSEError:
+                return None
+            if found is None:
+                return None
+            node = found
+        return node
+
+    def touched_paths(self) -> Iterator[str]:
+        yield from self._touched(self.tree.node(ROOT_INODE), b"")
+
+    def _touched(self, d: Node, at: bytes) -> Iterator[str]:
+        for name, ino in sorted((d.entries or {}).items()):
+            if d.ino == ROOT_INODE and name == GIT:
+                continue
+            path = at + b"/" + name if at else name
+            child = self.tree.nodes.get(ino) if ino else None
+            if child is not None and child.is_dir and child.origin == path:
+                # Merged in place: only what changed inside it is touched.
+                yield from self._touched(child, path)
+            else:
+                yield os.fsdecode(path)
+
+    def entry(self, path: str) -> Entry | None:
+        n = self._resolve(path)
+        if n is None:
+            return None
+        try:
+            a = self.tree.getattr(n)
+        except FUSEError:
+            return None
+        return Entry(_kind(a.mode), a.mode, a.size, a.mtime_ns)
+
+    def read(self, path: str) -> bytes:
+        n = self._need(path)
+        size = self.tree.getattr(n).size
+        self.tree.opened(n)
+        try:
+            return self.tree.read(n, 0, size) if size else b""
+        finally:
+            self.tree.released(n)
+
+    def readlink(self, path: str) -> str:
+        return os.fsdecode(self.tree.readlink(self._need(path)))
+
+    def listdir(self, path: str) -> list[str]:
+        n = self._need(path)
+        names = [os.fsdecode(x) for x in self.tree.listing(n)]
+        if n.ino == ROOT_INODE:
+            names = [x for x in names if x != ".git"]
+        return sorted(names)
+
+    def copied_from(self, path: str) -> Entry | None:
+        n = self._resolve(path)
+        if n is None or not n.upper or n.origin_stamp is None:
+            return None
+        mode, size, mtime_ns = n.origin_stamp
+        return Entry(_kind(mode), mode, size, mtime_ns)
+
+    def _need(self, path: str) -> Node:
+        n = self._resolve(path)
+        if n is None:
+            raise FileNotFoundError(path)
+        return n
