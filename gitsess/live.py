@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -165,7 +164,3 @@ def changed_files(ctx: RepoContext, session: Session) -> int | None:
             return sum(1 for _ in view.touched_paths())
     except (OSError, GitsessError):
         return None
-
-
-def _warn(message: str) -> None:
-    print(f"gitsess: {message}", file=sys.stderr)

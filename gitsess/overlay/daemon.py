@@ -8,6 +8,7 @@ persistent, until told to stop), then commits, unmounts and exits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -130,15 +131,11 @@ def _invalidate(tree: Tree, rels: set[bytes], token: trio.lowlevel.TrioToken) ->
     except trio.RunFinishedError:
         return
     for parent, name in entries:
-        try:
+        with contextlib.suppress(OSError):
             pyfuse3.invalidate_entry(pyfuse3.InodeT(parent), pyfuse3.FileNameT(name))
-        except OSError:
-            pass
     for ino in inodes:
-        try:
+        with contextlib.suppress(OSError):
             pyfuse3.invalidate_inode(pyfuse3.InodeT(ino))
-        except OSError:
-            pass
 
 
 async def _commit_loop(tree: Tree) -> None:

@@ -10,7 +10,7 @@ import os
 import stat
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import pyfuse3
 from pyfuse3 import (
@@ -467,4 +467,4 @@ def _real_flags(flags: int) -> int:
     if flags & os.O_ACCMODE == os.O_WRONLY:
         flags = (flags & ~os.O_ACCMODE) | os.O_RDWR
     # O_APPEND offsets come from the kernel with the writeback cache; pwrite must honour them.
-    return cast(int, flags & ~os.O_APPEND) | os.O_CLOEXEC
+    return (flags & ~os.O_APPEND) | os.O_CLOEXEC

@@ -78,7 +78,7 @@ def migrate(conn: apsw.Connection) -> None:
     """Bring the schema up to date; IMMEDIATE so two processes opening at once migrate once."""
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+        version = int(conn.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
         for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
             conn.execute(step)
             conn.execute(f"PRAGMA user_version={number}")

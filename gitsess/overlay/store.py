@@ -11,8 +11,6 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import apsw
-
 from gitsess.overlay import schema
 
 DEFAULT_CHUNK_SIZE = 128 * 1024
@@ -77,30 +75,43 @@ class DeltaStore:
 
     def meta(self, key: str, default: int | str) -> int | str:
         rows = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchall()
-        return rows[0][0] if rows else default  # type: ignore[no-any-return]
+        if not rows:
+            return default
+        value = rows[0][0]
+        assert isinstance(value, int | str)
+        return value
 
     def nodes(self) -> Iterator[NodeRow]:
         for row in self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes"):
             yield NodeRow(*row)
 
     def dentries(self) -> Iterator[tuple[int, bytes, int]]:
-        yield from self.conn.execute("SELECT parent, name, ino FROM dentries")
+        for parent, name, ino in self.conn.execute("SELECT parent, name, ino FROM dentries"):
+            assert isinstance(parent, int) and isinstance(name, bytes) and isinstance(ino, int)
+            yield parent, name, ino
 
     def chunk(self, ino: int, idx: int) -> bytes | None:
         rows = self.conn.execute(
             "SELECT data FROM chunks WHERE ino = ? AND idx = ?", (ino, idx)
         ).fetchall()
-        return rows[0][0] if rows else None  # type: ignore[no-any-return]
+        if not rows:
+            return None
+        data = rows[0][0]
+        assert isinstance(data, bytes)
+        return data
 
     def chunk_bytes(self) -> int:
         rows = self.conn.execute("SELECT coalesce(sum(length(data)), 0) FROM chunks").fetchall()
-        return int(rows[0][0])
+        total = rows[0][0]
+        assert isinstance(total, int)
+        return total
 
     def xattrs(self, ino: int) -> dict[bytes, bytes]:
-        return dict(self.conn.execute("SELECT name, value FROM xattrs WHERE ino = ?", (ino,)))
+        rows = self.conn.execute("SELECT name, value FROM xattrs WHERE ino = ?", (ino,))
+        return {bytes(name): bytes(value) for name, value in rows}
 
     def all_xattr_inos(self) -> set[int]:
-        return {row[0] for row in self.conn.execute("SELECT DISTINCT ino FROM xattrs")}
+        return {int(r[0]) for r in self.conn.execute("SELECT DISTINCT ino FROM xattrs")}
 
     def commit(self, batch: Batch, *, durable: bool) -> None:
         """Write one batch atomically; with `durable`, also force the WAL to stable storage."""
@@ -126,13 +137,13 @@ class DeltaStore:
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             [tuple(vars(n).values()) for n in b.nodes],
         )
-        for (parent, name), ino in b.dentries.items():
-            if ino is None:
+        for (parent, name), target in b.dentries.items():
+            if target is None:
                 c.execute("DELETE FROM dentries WHERE parent = ? AND name = ?", (parent, name))
             else:
                 c.execute(
                     "INSERT OR REPLACE INTO dentries (parent, name, ino) VALUES (?, ?, ?)",
-                    (parent, name, ino),
+                    (parent, name, target),
                 )
         for ino, size in b.truncations.items():
             last, keep = divmod(size, self.chunk_size)
@@ -152,16 +163,16 @@ class DeltaStore:
                     "INSERT OR REPLACE INTO chunks (ino, idx, data) VALUES (?, ?, ?)",
                     (ino, idx, data),
                 )
-        for (ino, name), value in b.xattrs.items():
-            if value is None:
+        for (ino, name), xvalue in b.xattrs.items():
+            if xvalue is None:
                 c.execute("DELETE FROM xattrs WHERE ino = ? AND name = ?", (ino, name))
             else:
                 c.execute(
                     "INSERT OR REPLACE INTO xattrs (ino, name, value) VALUES (?, ?, ?)",
-                    (ino, name, value),
+                    (ino, name, xvalue),
                 )
-        for key, value in b.meta.items():
-            c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+        for key, mvalue in b.meta.items():
+            c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, mvalue))
 
     def _sync_wal(self) -> None:
         if self._wal_fd is None:

@@ -17,10 +17,9 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-
-import apsw
 from dataclasses import dataclass
 
+import apsw
 from pyfuse3 import ROOT_INODE, FUSEError
 
 from gitsess.overlay.store import FIRST_ALLOCATED_INO, Batch, DeltaStore, NodeRow
@@ -36,33 +35,33 @@ DIRTY_LIMIT = 64 * 1024 * 1024
 
 class Node:
     __slots__ = (
-        "ino",
-        "upper",
-        "lower",
-        "passthrough",
-        "parent",
-        "name",
-        "mode",
-        "uid",
+        "atime_ns",
+        "ctime_ns",
+        "data",
+        "dirty",
+        "entries",
+        "fd",
         "gid",
+        "ino",
+        "lookups",
+        "lower",
+        "mode",
+        "mtime_ns",
+        "name",
+        "nlink",
+        "opens",
+        "origin",
+        "origin_stamp",
+        "parent",
+        "passthrough",
+        "quiet_since",
         "rdev",
         "size",
-        "atime_ns",
-        "mtime_ns",
-        "ctime_ns",
-        "nlink",
-        "origin",
-        "data",
         "target",
-        "origin_stamp",
-        "entries",
-        "lookups",
-        "opens",
-        "fd",
-        "dirty",
         "trunc_floor",
+        "uid",
+        "upper",
         "xattrs",
-        "quiet_since",
     )
 
     def __init__(self, ino: int, parent: int, name: bytes) -> None:
@@ -628,13 +627,23 @@ class Tree:
     def _unlink_node(self, p: Node, name: bytes, n: Node) -> None:
         self._remove_entry(p, name)
         self._touch_dir(p)
-        if n.upper:
-            n.nlink -= 1
-            n.ctime_ns = time.time_ns()
-            self._pending.nodes.add(n.ino)
-            self._maybe_drop(n)
-        else:
+        self._unname(n)
+
+    def _unname(self, n: Node) -> None:
+        """`n` lost a name; it lives on while the kernel or an open file still holds it."""
+        if not n.upper:
             self._detach_lower(n)
+            return
+        if n.is_dir:
+            n.nlink = 0
+            if n.entries:
+                n.entries.clear()
+            self._drop_pending_entries(n.ino)
+        else:
+            n.nlink -= 1
+        n.ctime_ns = time.time_ns()
+        self._pending.nodes.add(n.ino)
+        self._maybe_drop(n)
 
     def rmdir(self, parent: int, name: bytes) -> None:
         p = self._writable_dir(parent)
@@ -650,14 +659,7 @@ class Tree:
     def _rmdir_node(self, p: Node, name: bytes, n: Node) -> None:
         self._remove_entry(p, name)
         self._touch_dir(p)
-        if n.upper:
-            n.nlink = 0
-            if n.entries:
-                n.entries.clear()
-            self._drop_pending_entries(n.ino)
-            self._maybe_drop(n)
-        else:
-            self._detach_lower(n)
+        self._unname(n)
 
     def _detach_lower(self, n: Node) -> None:
         """A lower node the session removed: it has no name any more, though still open."""
@@ -732,13 +734,7 @@ class Tree:
         self._detach_from_lower(src)
         self._remove_entry(op, old_name)
         if dst is not None:
-            # The replaced object loses this name; its number stays valid while still open.
-            if dst.upper:
-                dst.nlink = 0 if dst.is_dir else dst.nlink - 1
-                if dst.is_dir:
-                    self._drop_pending_entries(dst.ino)
-                self._pending.nodes.add(dst.ino)
-                self._maybe_drop(dst)
+            self._unname(dst)
         self._set_entry(np, new_name, src.ino)
         src.parent, src.name = np.ino, new_name
         src.ctime_ns = time.time_ns()

@@ -32,9 +32,7 @@ def _kind(mode: int) -> Kind:
 class OverlayView:
     def __init__(self, delta: Path, lower: Path, hidden: tuple[str, ...] = ()) -> None:
         self.store = DeltaStore(str(delta))
-        self.tree = Tree(
-            self.store, str(lower), {os.fsencode(h) for h in hidden}, writer=False
-        )
+        self.tree = Tree(self.store, str(lower), {os.fsencode(h) for h in hidden}, writer=False)
 
     def close(self) -> None:
         self.store.close()

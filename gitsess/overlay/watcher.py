@@ -47,7 +47,7 @@ class LowerWatcher:
         return [
             os.fsencode(e.path)
             for e in entries
-            if e.name != ".git" and e.is_dir(follow_symlinks=False)
+            if e.name != b".git" and e.is_dir(follow_symlinks=False)
         ]
 
     def _restart_deep(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import uuid
@@ -79,10 +80,8 @@ def _teardown(m: Mounted) -> None:
         m.unmount()
     finally:
         if st is not None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(st.daemon_pid, 9)
-            except ProcessLookupError:
-                pass
         if mount.is_mounted(m.mnt):
             mount.unmount(m.mnt)
 

@@ -53,7 +53,9 @@ def test_metadata_changes_copy_no_data(mounted: Mounted) -> None:
     assert os.getxattr(target, "user.note") == b"hello"
     assert target.read_text() == "print('hi')\n"
     assert rows(mounted, "SELECT count(*) FROM chunks") == [(0,)]
-    assert rows(mounted, "SELECT data FROM nodes WHERE origin = CAST('src/main.py' AS BLOB)") == [(0,)]
+    assert rows(mounted, "SELECT data FROM nodes WHERE origin = CAST('src/main.py' AS BLOB)") == [
+        (0,)
+    ]
     assert stat.S_IMODE(os.stat(mounted.lower / "src" / "main.py").st_mode) == 0o644
 
 

@@ -116,7 +116,7 @@ def outcome(fn: Callable[..., Any], root: Path, args: tuple[Any, ...]) -> tuple[
         return ("ok", fn(root, *args))
     except OSError as e:
         return ("err", e.errno)
-    except Exception as e:  # noqa: BLE001 - renameat2 raises FUSEError-like errors with errno
+    except Exception as e:
         return ("err", getattr(e, "errno", repr(e)))
 
 
