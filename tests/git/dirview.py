@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from gitsess.git.view import Entry, Kind
@@ -111,3 +112,11 @@ class DirView:
 
     def copied_from(self, path: str) -> Entry | None:
         return self.snapshot.get(path)
+
+    def refresh(self, paths: Iterable[str]) -> None:
+        """What the sessions layer does after an apply: re-record the real lstat of directories
+        the apply changed, for the records that stay."""
+        for path in paths:
+            entry = entry_of(self.worktree / path) if path else None
+            if entry is not None:
+                self.snapshot[path] = entry

@@ -1,0 +1,926 @@
+"""Promoting a session's changes: into a commit, a patch, or the real worktree.
+
+Each target takes the `ChangeSet` from `compute_changes` (already filtered by pathspecs and
+ignore rules) and returns a result dataclass; none prints anything. Nothing is changed when any
+conflict is found, and `dry_run` finds the same conflicts while changing nothing at all.
+
+Commit: the session's tree is the base commit's tree with the changed paths set to the view's
+state. When the branch tip moved away from the base, libgit2 merges three ways (ancestor: the
+base). For a path whose real file equals the tip's version and was not changed in the real tree
+since the session copied it, the session's edit was made on top of the tip's version, so that
+version is the ancestor instead (no spurious conflict when the checked-out worktree followed the
+tip). All objects are built in a scratch object database first and copied into the repository
+only when the merge is clean; then the worktree files, the index, and last the branch ref move.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import stat
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta, timezone
+from email.header import Header
+from pathlib import Path
+from typing import Any
+
+import pygit2
+from pygit2.enums import FileMode, ObjectType
+
+from gitsess.errors import GitsessError
+from gitsess.git.changes import (
+    GIT_EXEC,
+    GIT_LINK,
+    Change,
+    ChangeSet,
+    State,
+    StateKind,
+    common_dir,
+)
+from gitsess.git.diff import diff_changes, read_view, scratch_repo
+from gitsess.git.view import Entry, Kind, SessionView
+from gitsess.git.worktree import checked_out_at
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """Why one path stops an apply.
+
+    reasons: `worktree-changed` (the real file changed since the session copied it, or since
+    the change set was computed), `worktree-exists` (the session created a path the real tree
+    now has too), `parent-changed` (the directory holding a path the session deleted changed in
+    the real tree), `not-empty` (a directory would have to go but holds paths this apply leaves
+    alone), `merge` (the moved branch tip and the session changed the path incompatibly),
+    `local-change` (the merge must rewrite a real file that has its own uncommitted change),
+    `checked-out-elsewhere` (the branch is checked out in another worktree).
+    """
+
+    path: str
+    reason: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class WorktreeResult:
+    applied: tuple[str, ...]  # paths written into the real tree (drop them from the delta)
+    skipped: tuple[str, ...]  # selected paths left as they are (directories holding others)
+    conflicts: tuple[Conflict, ...]
+    dry_run: bool
+    # real directories whose entries this apply changed (so their mtime moved): a copy-up record
+    # (`copied_from`) of one of them that stays in the session must be refreshed to its lstat
+    changed_dirs: tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.conflicts
+
+
+@dataclass(frozen=True)
+class PatchResult:
+    text: bytes  # `git apply` (or, with mbox, `git am`) input; empty when nothing changed
+    paths: tuple[str, ...]  # paths the patch touches (both sides of renames)
+    skipped: tuple[str, ...]  # changes a patch cannot carry (permission bits, empty dirs)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    branch: str  # full ref name
+    parent: str | None  # the branch tip the commit was built on (None: unborn branch)
+    base: str | None  # the session's base commit
+    commit: str | None  # the new commit; None when nothing was committed
+    tree: str | None
+    merged: bool  # the tip had moved since the base: a three-way merge was made
+    applied: tuple[str, ...]  # session paths now in the commit (drop them from the delta)
+    skipped: tuple[str, ...]  # selected paths left out (see `worktree_updated`)
+    conflicts: tuple[Conflict, ...]
+    worktree_updated: bool  # the branch is checked out in the bound worktree: files + index
+    updated_paths: tuple[str, ...]  # real-tree paths written (session paths and merge results)
+    dry_run: bool
+    changed_dirs: tuple[str, ...] = ()  # as in WorktreeResult
+
+    @property
+    def ok(self) -> bool:
+        return not self.conflicts
+
+
+# ---------------------------------------------------------------------------------------------
+# --worktree
+
+
+def apply_worktree(
+    repo: pygit2.Repository,
+    view: SessionView,
+    changes: ChangeSet,
+    *,
+    force: bool = False,
+    dry_run: bool = False,
+) -> WorktreeResult:
+    """Write the changes into the real worktree of `repo` (creates, edits, deletes, modes,
+    symlinks, type changes, directories).
+
+    Refuses the whole apply, naming every path, when a real-tree path changed since the session
+    copied it (or since `changes` was computed), or a path the session created exists in the
+    real tree now; `force` writes anyway.
+    """
+    root = _workdir(repo)
+    selected = list(changes.changes)
+    targets = [_session_target(view, c) for c in selected]
+    plan = _plan_writes(root, targets)
+    conflicts = list(plan.conflicts)
+    if not force:
+        conflicts += worktree_conflicts(view, root, selected)
+    if conflicts:
+        return WorktreeResult((), (), _unique(conflicts), dry_run)
+    applied = tuple(t.path for t in plan.targets)
+    changed_dirs = () if dry_run else write_targets(root, plan.targets)
+    return WorktreeResult(applied, plan.skipped, (), dry_run, changed_dirs)
+
+
+# ---------------------------------------------------------------------------------------------
+# --patch
+
+
+def make_patch(
+    repo: pygit2.Repository,
+    view: SessionView,
+    changes: ChangeSet,
+    *,
+    mbox: bool = False,
+    message: str = "",
+    author: pygit2.Signature | None = None,
+    find_renames: bool = True,
+) -> PatchResult:
+    """A patch of the changes against the real worktree, binary files included (git's
+    `--binary` form), which `git apply` takes in that worktree. With `mbox`, a `git am` mail
+    (From line, From:, Date:, Subject: from `message`'s first paragraph, `author`'s time)."""
+    result = diff_changes(repo, view, changes, binary=True, find_renames=find_renames)
+    paths: list[str] = []
+    for f in result.files:
+        paths.extend(p for p in (f.old_path, f.new_path) if p is not None and p not in paths)
+    skipped = tuple(c.path for c in changes.changes if not c.git_visible)
+    body = result.patch()
+    if mbox and body:
+        sig = author or _default_signature(repo)
+        body = _mbox(message, sig, result.stat, body)
+    return PatchResult(body, tuple(paths), skipped)
+
+
+def _mbox(message: str, author: pygit2.Signature, stat_text: str, patch: bytes) -> bytes:
+    subject, body = _split_message(message)
+    when = datetime.fromtimestamp(author.time, UTC).astimezone(timezone(_offset(author.offset)))
+    head = [
+        "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001",
+        f"From: {_address(author.name, author.email)}",
+        f"Date: {email.utils.format_datetime(when)}",
+        f"Subject: {_header_text('[PATCH] ' + subject)}",
+        "MIME-Version: 1.0",
+        "Content-Type: text/plain; charset=UTF-8",
+        "Content-Transfer-Encoding: 8bit",
+        "",
+    ]
+    text = "\n".join(head) + "\n" + (body + "\n" if body else "") + "---\n" + stat_text + "\n"
+    return text.encode() + patch + b"-- \ngitsess\n\n"
+
+
+def _offset(minutes: int) -> timedelta:
+    return timedelta(minutes=minutes)
+
+
+def _split_message(message: str) -> tuple[str, str]:
+    """Subject (first paragraph on one line) and body, as git format-patch does."""
+    paragraphs = message.strip().split("\n\n", 1)
+    subject = " ".join(line.strip() for line in paragraphs[0].splitlines()) or "gitsess changes"
+    body = paragraphs[1].strip("\n") + "\n" if len(paragraphs) > 1 else ""
+    return subject, body
+
+
+def _header_text(text: str) -> str:
+    if text.isascii():
+        return text
+    return Header(text, "utf-8").encode()
+
+
+def _address(name: str, addr: str) -> str:
+    if name.isascii():
+        return f"{name} <{addr}>"
+    return f"{Header(name, 'utf-8').encode()} <{addr}>"
+
+
+# ---------------------------------------------------------------------------------------------
+# --commit
+
+
+def apply_commit(
+    repo: pygit2.Repository,
+    view: SessionView,
+    changes: ChangeSet,
+    *,
+    branch: str,
+    base: str | None,
+    message: str,
+    author: pygit2.Signature | None = None,
+    committer: pygit2.Signature | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    on_prepared: Callable[[CommitResult], None] | None = None,
+) -> CommitResult:
+    """Commit the changes on `branch` (a name or a full ref) on top of its tip.
+
+    `repo` is opened on the session's bound worktree; `base` is the commit the session started
+    from (None: the tip). When the branch is checked out in that worktree, its files and index
+    are brought to the commit for every applied path (so `git status` is clean for them), with
+    the same conflict checks as `apply_worktree` (`force` skips those). The branch ref moves
+    last, compare-and-swap against the tip read at the start. `on_prepared` is called with the
+    final result once the commit object exists and before anything visible changes: the place
+    to journal the apply so a crash can be completed with `finish_commit`.
+    """
+    if not message.strip():
+        raise GitsessError("a commit needs a message")
+    ref = _branch_ref(branch)
+    tip = _ref_target(repo, ref)
+    base = base or tip
+    mode = _worktree_mode(repo, ref)
+    bound = mode == "bound"
+    result = CommitResult(ref, tip, base, None, None, False, (), (), (), bound, (), dry_run)
+    if mode == "elsewhere":
+        conflict = Conflict(ref, "checked-out-elsewhere", "the branch is checked out elsewhere")
+        return replace(result, conflicts=(conflict,))
+    if not changes.git_changes():
+        return replace(result, skipped=tuple(changes.paths))
+    with scratch_repo(repo) as scratch:
+        build = _build_commit_tree(scratch, view, changes, tip, base)
+        result = replace(result, merged=build.merged, conflicts=build.conflicts)
+        if build.tree is None:
+            return result
+        update = (
+            _plan_commit_worktree(repo, scratch, view, changes, build, force) if bound else None
+        )
+        result = replace(result, tree=build.tree, **_outcome(changes, update))
+        if result.conflicts or dry_run:
+            return result
+        _copy_objects(scratch, repo, build.tree)
+    if build.tree != build.tip_tree or tip is None:  # else the tip already has every change
+        commit = _create_commit(repo, build.tree, tip, message, author, committer)
+        result = replace(result, commit=commit)
+    if on_prepared is not None:
+        on_prepared(result)
+    changed_dirs = finish_commit(repo, result, update.targets if update is not None else ())
+    return replace(result, changed_dirs=changed_dirs)
+
+
+def finish_commit(
+    repo: pygit2.Repository,
+    result: CommitResult,
+    targets: Sequence[Target] | None = None,
+) -> tuple[str, ...]:
+    """Make a prepared commit visible: worktree files, index, then the branch ref.
+
+    Idempotent, so a journaled `CommitResult` of an apply that was killed half-way can be
+    completed by calling this again (`targets` None: rebuilt from the commit's tree, with git's
+    default permissions). The ref moves only from `result.parent` (or is already there).
+    Returns the real directories whose entries changed.
+    """
+    changed_dirs: tuple[str, ...] = ()
+    if result.worktree_updated and result.tree is not None:
+        root = _workdir(repo)
+        if targets is None:
+            tree = _tree(repo, result.tree)
+            targets = [_tree_target(repo, tree, p) for p in result.updated_paths]
+        _check_ref(repo, result)
+        changed_dirs = write_targets(root, targets)
+        _update_index(repo, result.tree, result.updated_paths)
+    if result.commit is not None:
+        _move_ref(repo, result)
+    return changed_dirs
+
+
+@dataclass(frozen=True)
+class _Build:
+    tree: str | None  # the commit's tree; None on conflict
+    tip_tree: str
+    merged: bool
+    conflicts: tuple[Conflict, ...]
+    session_entries: dict[str, tuple[str, int] | None]  # git state of each session path
+
+
+def _build_commit_tree(
+    scratch: pygit2.Repository,
+    view: SessionView,
+    changes: ChangeSet,
+    tip: str | None,
+    base: str | None,
+) -> _Build:
+    """Base tree + the session's git-visible changes, merged onto the tip when it moved."""
+    git_changes = changes.git_changes()
+    entries = {c.path: _store_view_blob(scratch, view, c) for c in git_changes}
+    base_tree = _commit_tree(scratch, base)
+    tip_tree = _commit_tree(scratch, tip)
+    theirs = _edit_tree(scratch, base_tree, entries)
+    if tip == base:
+        return _Build(theirs, tip_tree, False, (), entries)
+    own_base = {
+        c.path: c.git_old
+        for c in git_changes
+        if _preimage_known(view, c) and c.git_old == _tree_entry(scratch, tip_tree, c.path)
+    }
+    ancestor = _edit_tree(scratch, base_tree, own_base)
+    if ancestor == tip_tree:
+        return _Build(theirs, tip_tree, False, (), entries)
+    merged = scratch.merge_trees(ancestor, tip_tree, theirs)
+    if merged.conflicts is not None:
+        paths = sorted({_conflict_path(entry) for entry in merged.conflicts})
+        conflicts = tuple(
+            Conflict(p, "merge", "changed on the branch and in the session") for p in paths
+        )
+        return _Build(None, tip_tree, True, conflicts, entries)
+    return _Build(str(merged.write_tree(scratch)), tip_tree, True, (), entries)
+
+
+def _conflict_path(
+    entries: tuple[pygit2.IndexEntry | None, pygit2.IndexEntry | None, pygit2.IndexEntry | None],
+) -> str:
+    return next(str(e.path) for e in entries if e is not None)
+
+
+def _preimage_known(view: SessionView, change: Change) -> bool:
+    """Whether the session's edit of this path was made on top of today's real file."""
+    record = view.copied_from(change.path)
+    if record is None:
+        return change.old is None
+    return change.old is not None and _same_stat(record, _entry_of(change.old))
+
+
+def _store_view_blob(
+    scratch: pygit2.Repository, view: SessionView, change: Change
+) -> tuple[str, int] | None:
+    entry = change.git_new
+    if entry is None or change.new is None:
+        return None
+    oid = str(scratch.create_blob(read_view(view, change.path, change.new)))
+    if oid != entry[0]:
+        raise GitsessError(
+            f"{change.path} changed in the session while applying; nothing was changed, try again"
+        )
+    return entry
+
+
+def _commit_tree(repo: pygit2.Repository, commit: str | None) -> str:
+    if commit is None:
+        return str(repo.TreeBuilder().write())
+    obj = repo.get(commit)
+    try:
+        assert obj is not None
+        return str(obj.peel(pygit2.Tree).id)
+    except (AssertionError, pygit2.GitError, ValueError) as e:
+        raise GitsessError(f"{commit} is not a commit") from e
+
+
+def _edit_tree(
+    repo: pygit2.Repository, tree: str, entries: dict[str, tuple[str, int] | None]
+) -> str:
+    """`tree` with each path set to (blob id, mode), or removed for None."""
+    if not entries:
+        return tree
+    original = _tree(repo, tree)
+    index = pygit2.Index()
+    index.read_tree(original)
+    for path in sorted(entries, key=lambda p: entries[p] is not None):  # removals first
+        entry = entries[path]
+        if entry is None:
+            if path in index:
+                index.remove(path)
+        else:
+            _clear_collisions(index, original, path)
+            index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry[0]), FileMode(entry[1])))
+    return str(index.write_tree(repo))
+
+
+def _clear_collisions(index: pygit2.Index, tree: pygit2.Tree | None, path: str) -> None:
+    """A file replacing a directory of `tree`, or a file below a file, drops what is in the
+    way (looked up in the tree, not by scanning the whole index)."""
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        parent = "/".join(parts[:depth])
+        if parent in index:
+            index.remove(parent)
+    if tree is None:
+        return
+    try:
+        obj = tree[path]
+    except KeyError:
+        return
+    if isinstance(obj, pygit2.Tree):
+        for sub in _tree_paths(obj, path):
+            if sub in index:
+                index.remove(sub)
+
+
+def _tree_paths(tree: pygit2.Tree, prefix: str) -> Iterable[str]:
+    for entry in tree:
+        path = f"{prefix}/{entry.name}"
+        if isinstance(entry, pygit2.Tree):
+            yield from _tree_paths(entry, path)
+        else:
+            yield path
+
+
+def _tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree:
+    tree = repo.get(oid)
+    if not isinstance(tree, pygit2.Tree):
+        raise GitsessError(f"{oid} is not a tree")
+    return tree
+
+
+def _tree_entry(repo: pygit2.Repository, tree: str, path: str) -> tuple[str, int] | None:
+    try:
+        obj = _tree(repo, tree)[path]
+    except KeyError:
+        return None
+    if obj.type != ObjectType.BLOB:
+        return None
+    return str(obj.id), int(obj.filemode)
+
+
+def _copy_objects(src: pygit2.Repository, dest: pygit2.Repository, tree: str) -> None:
+    """Copy the objects of `tree` that `dest` lacks (a subtree it has is complete there)."""
+    odb = dest.odb
+    pending = [pygit2.Oid(hex=tree)]
+    while pending:
+        oid = pending.pop()
+        if oid in odb:
+            continue
+        obj = src.get(oid)
+        assert obj is not None
+        if isinstance(obj, pygit2.Tree):
+            pending.extend(entry.id for entry in obj if entry.type != ObjectType.COMMIT)
+        raw = src.odb.read(oid)
+        odb.write(raw[0], raw[1])
+
+
+def _create_commit(
+    repo: pygit2.Repository,
+    tree: str,
+    parent: str | None,
+    message: str,
+    author: pygit2.Signature | None,
+    committer: pygit2.Signature | None,
+) -> str:
+    author = author or _default_signature(repo)
+    committer = committer or _default_signature(repo)
+    parents = [pygit2.Oid(hex=parent)] if parent else []
+    text = message if message.endswith("\n") else message + "\n"
+    oid = repo.create_commit(None, author, committer, text, pygit2.Oid(hex=tree), parents)
+    return str(oid)
+
+
+def _default_signature(repo: pygit2.Repository) -> pygit2.Signature:
+    try:
+        return repo.default_signature
+    except (KeyError, pygit2.GitError) as e:
+        raise GitsessError("no author: set user.name and user.email in git config") from e
+
+
+def _branch_ref(branch: str) -> str:
+    ref = branch if branch.startswith("refs/") else "refs/heads/" + branch
+    if not pygit2.reference_is_valid_name(ref):
+        raise GitsessError(f"{branch!r} is not a valid branch name")
+    return ref
+
+
+def _ref_target(repo: pygit2.Repository, ref: str) -> str | None:
+    try:
+        target = repo.references[ref].resolve().target
+    except KeyError:
+        return None
+    return str(target)
+
+
+def _check_ref(repo: pygit2.Repository, result: CommitResult) -> None:
+    now = _ref_target(repo, result.branch)
+    if now not in (result.parent, result.commit):
+        raise GitsessError(f"{result.branch} moved to {now} during the apply; run it again")
+
+
+def _move_ref(repo: pygit2.Repository, result: CommitResult) -> None:
+    assert result.commit is not None
+    new = pygit2.Oid(hex=result.commit)
+    log = "gitsess apply: commit"
+    if result.parent is None:
+        if _ref_target(repo, result.branch) != result.commit:
+            repo.create_reference_direct(result.branch, new, False, message=log)
+        return
+    current = repo.references[result.branch]
+    if str(current.target) == result.commit:
+        return
+    if str(current.target) != result.parent:
+        raise GitsessError(f"{result.branch} moved during the apply; run it again")
+    try:
+        current.set_target(new, log)  # compare-and-swap against the value just read
+    except pygit2.GitError as e:
+        raise GitsessError(f"{result.branch} moved during the apply: {e}") from e
+
+
+def _common_repo(repo: pygit2.Repository) -> pygit2.Repository:
+    return pygit2.Repository(str(common_dir(repo)))
+
+
+def _worktree_mode(repo: pygit2.Repository, ref: str) -> str:
+    """ "bound": checked out in `repo`'s worktree; "elsewhere": in another; "none"."""
+    if not ref.startswith("refs/heads/"):
+        return "none"
+    holder = checked_out_at(_common_repo(repo), ref.removeprefix("refs/heads/"))
+    if holder is None:
+        return "none"
+    return "bound" if holder.resolve() == _workdir(repo).resolve() else "elsewhere"
+
+
+# ---------------------------------------------------------------------------------------------
+# the checked-out worktree after a commit
+
+
+@dataclass(frozen=True)
+class _CommitWorktree:
+    targets: tuple[Target, ...]
+    conflicts: tuple[Conflict, ...]
+    skipped: tuple[str, ...]
+
+
+def _outcome(changes: ChangeSet, update: _CommitWorktree | None) -> dict[str, Any]:
+    """Result fields: with the worktree updated every selected path is applied (bar directories
+    that must stay); otherwise only what git holds is, the rest stays in the session."""
+    if update is None:
+        applied = tuple(c.path for c in changes.changes if c.git_visible)
+        skipped = tuple(c.path for c in changes.changes if not c.git_visible)
+        return {"applied": applied, "skipped": skipped}
+    skipped_set = set(update.skipped)
+    return {
+        "applied": tuple(c.path for c in changes.changes if c.path not in skipped_set),
+        "skipped": update.skipped,
+        "conflicts": update.conflicts,
+        "updated_paths": tuple(t.path for t in update.targets),
+    }
+
+
+def _plan_commit_worktree(
+    repo: pygit2.Repository,
+    scratch: pygit2.Repository,
+    view: SessionView,
+    changes: ChangeSet,
+    build: _Build,
+    force: bool,
+) -> _CommitWorktree:
+    """The real-tree writes that bring the bound worktree to the commit, and their conflicts:
+    every session path gets its view state (the merged content where the merge changed it), and
+    every path the merge changed on top of the tip gets the merge result."""
+    assert build.tree is not None
+    root = _workdir(repo)
+    tree = _tree(scratch, build.tree)
+    session = {c.path: c for c in changes.changes}
+    targets: list[Target] = []
+    for change in changes.changes:
+        entry = _tree_entry(scratch, build.tree, change.path)
+        if not change.git_visible or entry == build.session_entries[change.path]:
+            targets.append(_session_target(view, change))
+        else:
+            targets.append(_tree_target(scratch, tree, change.path))  # the merge changed it
+    merged_paths = _tree_diff_paths(scratch, build.tip_tree, build.tree) - set(session)
+    targets.extend(_tree_target(scratch, tree, path) for path in sorted(merged_paths))
+    plan = _plan_writes(root, targets)
+    conflicts = list(plan.conflicts)
+    if not force:
+        conflicts += worktree_conflicts(view, root, changes.changes)
+        conflicts += _local_changes(scratch, root, build.tip_tree, merged_paths)
+    return _CommitWorktree(plan.targets, _unique(conflicts), plan.skipped)
+
+
+def _tree_diff_paths(repo: pygit2.Repository, a: str, b: str) -> set[str]:
+    diff = _tree(repo, a).diff_to_tree(_tree(repo, b))
+    paths: set[str] = set()
+    for delta in diff.deltas:
+        paths.add(delta.old_file.path)
+        paths.add(delta.new_file.path)
+    return paths
+
+
+def _local_changes(
+    repo: pygit2.Repository, root: Path, tip_tree: str, paths: Iterable[str]
+) -> list[Conflict]:
+    """Paths the merge rewrites whose real file is not the tip's (an uncommitted change)."""
+    conflicts = []
+    for path in sorted(paths):
+        if _real_git_entry(root, path) != _tree_entry(repo, tip_tree, path):
+            conflicts.append(Conflict(path, "local-change", "has uncommitted changes"))
+    return conflicts
+
+
+def _real_git_entry(root: Path, path: str) -> tuple[str, int] | None:
+    full = root / path
+    try:
+        st = full.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISLNK(st.st_mode):
+        return str(pygit2.hash(os.fsencode(full.readlink()))), GIT_LINK
+    if stat.S_ISREG(st.st_mode):
+        mode = GIT_EXEC if st.st_mode & stat.S_IXUSR else 0o100644
+        return str(pygit2.hashfile(str(full))), mode
+    return None
+
+
+def _update_index(repo: pygit2.Repository, tree: str, paths: Iterable[str]) -> None:
+    """Stage each path as the commit has it, taking stat data from the file just written."""
+    index = repo.index
+    index.read(force=True)
+    entries = {path: _tree_entry(repo, tree, path) for path in paths}
+    for path in sorted(entries, key=lambda p: entries[p] is not None):  # removals first
+        if entries[path] is None:
+            if path in index:
+                index.remove(path)
+        else:
+            _clear_collisions(index, None, path)
+            index.add(path)
+    index.write()
+
+
+# ---------------------------------------------------------------------------------------------
+# conflicts with the real tree
+
+
+def worktree_conflicts(view: SessionView, root: Path, changes: Sequence[Change]) -> list[Conflict]:
+    """Paths whose real state is not what the session's change was made against.
+
+    A recorded copy-up (`copied_from`) must match the real file's lstat now; a path the session
+    created must still be absent; a deleted path with no record of its own is checked through
+    the nearest recorded parent directory. And every path must still be as `compute_changes`
+    saw it.
+    """
+    conflicts: list[Conflict] = []
+    for change in changes:
+        conflict = _conflict_for(view, root, change)
+        if conflict is not None:
+            conflicts.append(conflict)
+    return conflicts
+
+
+def _conflict_for(view: SessionView, root: Path, change: Change) -> Conflict | None:
+    now = _lstat_entry(root / change.path)
+    seen = _entry_of(change.old) if change.old is not None else None
+    if not _same_stat(now, seen):
+        return Conflict(change.path, "worktree-changed", "changed in the real tree meanwhile")
+    record = view.copied_from(change.path)
+    if record is not None:
+        if not _same_stat(now, record):
+            return Conflict(
+                change.path,
+                "worktree-changed",
+                "changed in the real tree since the session copied it",
+            )
+        return None
+    if change.old is None:
+        return None
+    if change.new is not None:
+        return Conflict(
+            change.path, "worktree-exists", "created in the session and in the real tree"
+        )
+    return _parent_conflict(view, root, change.path)
+
+
+def _parent_conflict(view: SessionView, root: Path, path: str) -> Conflict | None:
+    parent = path.rpartition("/")[0]
+    while parent:
+        record = view.copied_from(parent)
+        if record is not None:
+            if _same_stat(_lstat_entry(root / parent), record):
+                return None
+            return Conflict(path, "parent-changed", f"{parent} changed in the real tree")
+        parent = parent.rpartition("/")[0]
+    return None
+
+
+def _entry_of(state: State) -> Entry:
+    return Entry(state.kind, state.mode, state.size, state.mtime_ns)
+
+
+def _lstat_entry(path: Path) -> Entry | None:
+    try:
+        st = path.lstat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if stat.S_ISREG(st.st_mode):
+        kind: Kind = "file"
+    elif stat.S_ISDIR(st.st_mode):
+        kind = "dir"
+    elif stat.S_ISLNK(st.st_mode):
+        kind = "symlink"
+    else:
+        kind = "other"
+    return Entry(kind, st.st_mode, st.st_size, st.st_mtime_ns)
+
+
+def _same_stat(a: Entry | None, b: Entry | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return (a.kind, a.mode, a.mtime_ns) == (b.kind, b.mode, b.mtime_ns) and (
+        a.kind == "dir" or a.size == b.size  # a directory's size says nothing about its entries
+    )
+
+
+def _unique(conflicts: Iterable[Conflict]) -> tuple[Conflict, ...]:
+    seen: dict[str, Conflict] = {}
+    for conflict in conflicts:
+        seen.setdefault(conflict.path, conflict)
+    return tuple(sorted(seen.values(), key=lambda c: c.path))
+
+
+# ---------------------------------------------------------------------------------------------
+# writing the real tree
+
+
+@dataclass(frozen=True)
+class Target:
+    """What one real-tree path must become. `content` gives a file's bytes or a link's target;
+    `rewrite` False means only the permission bits change."""
+
+    path: str
+    kind: StateKind | None  # None: the path goes away
+    perm: int
+    content: Callable[[], bytes] | None
+    rewrite: bool = True
+
+
+def _session_target(view: SessionView, change: Change) -> Target:
+    new = change.new
+    if new is None:
+        return Target(change.path, None, 0, None)
+    same_content = change.old is not None and (change.old.kind, change.old.oid) == (
+        new.kind,
+        new.oid,
+    )
+    if new.kind == "dir":
+        return Target(change.path, "dir", new.perm, None)
+    return Target(
+        change.path,
+        new.kind,
+        new.perm,
+        lambda: read_view(view, change.path, new),
+        rewrite=not same_content,
+    )
+
+
+def _tree_target(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> Target:
+    """The path as the commit's tree has it, with git's default permissions."""
+    try:
+        obj = tree[path]
+    except KeyError:
+        return Target(path, None, 0, None)
+    if obj.type != ObjectType.BLOB:
+        return Target(path, None, 0, None)  # a directory now: its files are targets of their own
+    oid = obj.id
+    mode = int(obj.filemode)
+    kind: StateKind = "symlink" if mode == GIT_LINK else "file"
+    default = (0o777 if mode == GIT_EXEC else 0o666) & ~_umask()
+    blob = repo.get(oid)
+    assert isinstance(blob, pygit2.Blob)
+    data = blob.data
+    return Target(path, kind, default, lambda: data)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@dataclass(frozen=True)
+class _WritePlan:
+    targets: tuple[Target, ...]
+    skipped: tuple[str, ...]
+    conflicts: tuple[Conflict, ...]
+
+
+def _plan_writes(root: Path, targets: Sequence[Target]) -> _WritePlan:
+    """Drop directory removals that cannot happen because the directory keeps paths this apply
+    does not touch (excluded by pathspec or ignore rules): a plain removal is skipped, a
+    directory that must become a file or symlink is a conflict."""
+    by_path = {t.path: t for t in targets}
+    gone = {t.path for t in targets if _replaces(root, t)}
+    skipped: list[str] = []
+    conflicts: list[Conflict] = []
+    for path in sorted(gone, key=lambda p: -p.count("/")):
+        if _real_kind(root / path) != "dir":
+            continue
+        left = _leftovers(root, path, gone)
+        if not left:
+            continue
+        gone.discard(path)
+        target = by_path[path]
+        if target.kind is None:
+            skipped.append(path)
+        else:
+            conflicts.append(
+                Conflict(path, "not-empty", f"directory holds paths outside this apply: {left[0]}")
+            )
+    kept = tuple(t for t in targets if t.path not in skipped)
+    return _WritePlan(kept, tuple(sorted(skipped)), tuple(conflicts))
+
+
+def _replaces(root: Path, target: Target) -> bool:
+    """Whether the real path has to be removed first (gone, or of another kind)."""
+    current = _real_kind(root / target.path)
+    return current is not None and (target.kind is None or current != target.kind)
+
+
+def _leftovers(root: Path, top: str, gone: set[str]) -> list[str]:
+    left = []
+    for dirpath, dirnames, filenames in os.walk(root / top):
+        rel = Path(dirpath).relative_to(root).as_posix()
+        for name in dirnames + filenames:
+            child = f"{rel}/{name}"
+            if child not in gone:
+                left.append(child)
+    return sorted(left)
+
+
+def _real_kind(path: Path) -> StateKind | None:
+    entry = _lstat_entry(path)
+    if entry is None or entry.kind == "other":
+        return None
+    kind: StateKind = entry.kind
+    return kind
+
+
+def write_targets(root: Path, targets: Sequence[Target]) -> tuple[str, ...]:
+    """Removals deepest first, then creations shallowest first, then directory permissions
+    deepest first (a read-only directory gets its mode after its entries are in). Returns the
+    directories whose entries changed."""
+    changed: set[str] = set()
+    for target in sorted(targets, key=lambda t: t.path, reverse=True):
+        current = _real_kind(root / target.path)
+        if current is not None and (target.kind is None or current != target.kind):
+            _remove(root / target.path, current)
+            changed.add(target.path.rpartition("/")[0])
+    for target in sorted(targets, key=lambda t: t.path):
+        if target.kind is not None:
+            changed.update(_create(root, target))
+    for target in sorted(targets, key=lambda t: t.path, reverse=True):
+        if target.kind == "dir":
+            (root / target.path).chmod(target.perm)
+    return tuple(sorted(changed))
+
+
+def _remove(path: Path, kind: StateKind) -> None:
+    if kind == "dir":
+        path.rmdir()
+    else:
+        path.unlink()
+
+
+def _create(root: Path, target: Target) -> list[str]:
+    """Bring one path to its target; returns the directories that got a new or replaced entry
+    (including those of parents it had to create)."""
+    path = root / target.path
+    changed = _make_parents(root, target.path)
+    parent = target.path.rpartition("/")[0]
+    if target.kind == "dir":
+        if not path.is_dir():
+            path.mkdir()
+            changed.append(parent)
+        return changed
+    if not target.rewrite and _real_kind(path) == target.kind:
+        if target.kind == "file":
+            path.chmod(target.perm)
+        return changed
+    assert target.content is not None
+    tmp = path.with_name(f".{path.name}.gitsess-{os.getpid()}.tmp")
+    if target.kind == "symlink":
+        tmp.symlink_to(os.fsdecode(target.content()))
+    else:
+        # written aside and renamed over, so a reader never sees half a file
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "wb", closefd=False) as out:
+                out.write(target.content())
+            os.fchmod(fd, target.perm)
+        finally:
+            os.close(fd)
+    tmp.replace(path)
+    return [*changed, parent]
+
+
+def _make_parents(root: Path, path: str) -> list[str]:
+    """Create missing parent directories; returns the directories that got them as entries."""
+    missing: list[str] = []
+    parent = path.rpartition("/")[0]
+    while parent and not (root / parent).is_dir():
+        missing.append(parent)
+        parent = parent.rpartition("/")[0]
+    for directory in reversed(missing):
+        (root / directory).mkdir()
+    return [d.rpartition("/")[0] for d in missing]
+
+
+def _workdir(repo: pygit2.Repository) -> Path:
+    if repo.workdir is None:
+        raise GitsessError(f"{repo.path} has no worktree")
+    return Path(repo.workdir)

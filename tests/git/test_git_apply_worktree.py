@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pygit2
+
+from gitsess.git.apply import WorktreeResult, apply_worktree
+from gitsess.git.changes import compute_changes
+
+from .dirview import DirView
+from .helpers import git, tree_state, write
+
+
+def apply(
+    repo_dir: Path, view: DirView, *specs: str, force: bool = False, dry_run: bool = False,
+    ignored: bool = False,
+) -> WorktreeResult:  # fmt: skip
+    repo = pygit2.Repository(str(repo_dir))
+    changes = compute_changes(view, repo, pathspecs=specs, include_ignored=ignored)
+    return apply_worktree(repo, view, changes, force=force, dry_run=dry_run)
+
+
+def edit(root: Path) -> None:
+    (root / "src/main.py").write_text("rewritten\n")
+    (root / "run.sh").chmod(0o600)
+    (root / "README.md").unlink()
+    (root / "link").unlink()
+    (root / "link").symlink_to("docs")
+    shutil.rmtree(root / "docs")
+    (root / "docs").write_text("docs is a file now\n")
+    (root / "src/util.py").unlink()
+    (root / "src/util.py").mkdir()
+    write(root, "src/util.py/__init__.py", "")
+    (root / "bin").rename(root / "binaries")
+    (root / "empty/deeper").mkdir(parents=True)
+    (root / "empty").chmod(0o750)
+    write(root, "new.bin", bytes(range(256)) * 3, mode=0o755)
+
+
+def test_worktree_becomes_the_view(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    edit(view.root)
+    result = apply(repo_dir, view)
+    assert result.ok and not result.dry_run
+    assert "docs/guide.txt" in result.applied and "binaries/blob.bin" in result.applied
+    assert tree_state(repo_dir) == tree_state(view.root)
+    # nothing left to apply
+    assert compute_changes(view, pygit2.Repository(str(repo_dir))).changes == ()
+
+
+def test_dry_run_changes_nothing(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    edit(view.root)
+    before = tree_state(repo_dir)
+    result = apply(repo_dir, view, dry_run=True)
+    assert result.ok and result.dry_run and "src/main.py" in result.applied
+    assert tree_state(repo_dir) == before
+
+
+def test_refuses_everything_when_real_file_changed(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    edit(view.root)
+    (repo_dir / "src/main.py").write_text("edited outside the session\n")
+    os.utime(repo_dir / "src/main.py", ns=(1, 1))  # a different mtime even on coarse clocks
+    write(repo_dir, "new.bin", "someone else made this\n")
+    before = tree_state(repo_dir)
+    result = apply(repo_dir, view)
+    assert not result.ok and result.applied == ()
+    reasons = {c.path: c.reason for c in result.conflicts}
+    assert reasons == {"src/main.py": "worktree-changed", "new.bin": "worktree-exists"}
+    assert tree_state(repo_dir) == before
+    # dry run reports the same
+    assert apply(repo_dir, view, dry_run=True).conflicts == result.conflicts
+    forced = apply(repo_dir, view, force=True)
+    assert forced.ok
+    assert tree_state(repo_dir) == tree_state(view.root)
+
+
+def test_deleted_directory_with_new_real_file_conflicts(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    shutil.rmtree(view.root / "docs")
+    write(repo_dir, "docs/added-outside.txt", "precious\n")
+    os.utime(repo_dir / "docs", ns=(1, 1))
+    result = apply(repo_dir, view)
+    assert [c.path for c in result.conflicts] == ["docs", "docs/added-outside.txt"]
+    assert (repo_dir / "docs/added-outside.txt").read_text() == "precious\n"
+
+
+def test_pathspec_applies_a_subset(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    edit(view.root)
+    result = apply(repo_dir, view, "src")
+    assert set(result.applied) == {"src/main.py", "src/util.py", "src/util.py/__init__.py"}
+    assert (repo_dir / "src/main.py").read_text() == "rewritten\n"
+    assert (repo_dir / "README.md").exists()
+    assert git(repo_dir, "status", "--porcelain", "--", "docs", "README.md") == ""
+
+
+def test_ignored_files_stay_and_block_only_what_they_must(repo_dir: Path, tmp_path: Path) -> None:
+    write(repo_dir, "docs/notes.log", "ignored, untracked\n")
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    shutil.rmtree(view.root / "docs")
+    result = apply(repo_dir, view)
+    # the tracked file goes; the directory stays because the ignored file is not applied
+    assert result.ok and result.applied == ("docs/guide.txt",) and result.skipped == ("docs",)
+    assert sorted(os.listdir(repo_dir / "docs")) == ["notes.log"]
+    view.refresh(result.changed_dirs)
+    assert "docs" in result.changed_dirs
+    (view.root / "docs").write_text("a file where the directory was\n")
+    blocked = apply(repo_dir, view)
+    assert [(c.path, c.reason) for c in blocked.conflicts] == [("docs", "not-empty")]
+    assert apply(repo_dir, view, ignored=True).ok
+    assert tree_state(repo_dir) == tree_state(view.root)
