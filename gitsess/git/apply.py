@@ -589,9 +589,20 @@ def _plan_commit_worktree(
     plan = _plan_writes(root, targets)
     conflicts = list(plan.conflicts)
     if not force:
-        conflicts += worktree_conflicts(view, root, changes.changes)
+        kept = {t.path for t in plan.targets}
+        for change in changes.changes:
+            if change.path in kept and not _clean_for_merge(scratch, root, build, change):
+                conflicts.extend(worktree_conflicts(view, root, [change]))
         conflicts += _local_changes(scratch, root, build.tip_tree, merged_paths)
     return _CommitWorktree(plan.targets, _unique(conflicts), plan.skipped)
+
+
+def _clean_for_merge(repo: pygit2.Repository, root: Path, build: _Build, change: Change) -> bool:
+    """A real path that is exactly the tip's (committed, no local edit) can be overwritten with
+    the merge result whatever happened to it since the copy-up: the merge holds the tip."""
+    if not change.git_visible:
+        return False
+    return _real_git_entry(root, change.path) == _tree_entry(repo, build.tip_tree, change.path)
 
 
 def _tree_diff_paths(repo: pygit2.Repository, a: str, b: str) -> set[str]:

@@ -1,0 +1,222 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pygit2
+import pytest
+
+from gitsess.git.apply import CommitResult, apply_commit, finish_commit
+from gitsess.git.changes import compute_changes
+
+from .dirview import DirView
+from .helpers import git, git_view_tree, make_repo, tree_state, write
+
+SIG = pygit2.Signature("Session Author", "session@example.com", 1_700_000_000, 60)
+
+
+def commit(
+    repo_dir: Path, view: DirView, *specs: str, branch: str = "main", base: str | None = None,
+    dry_run: bool = False, force: bool = False, message: str = "apply session",
+) -> CommitResult:  # fmt: skip
+    repo = pygit2.Repository(str(repo_dir))
+    changes = compute_changes(view, repo, pathspecs=specs)
+    return apply_commit(
+        repo, view, changes, branch=branch, base=base, message=message, author=SIG,
+        committer=SIG, dry_run=dry_run, force=force,
+    )  # fmt: skip
+
+
+def head(repo_dir: Path, ref: str = "HEAD") -> str:
+    return git(repo_dir, "rev-parse", ref).strip()
+
+
+def snapshot(repo_dir: Path) -> tuple[object, ...]:
+    """Everything an apply that changes nothing must leave alone."""
+    return (
+        tree_state(repo_dir),
+        (repo_dir / ".git/index").read_bytes(),
+        git(repo_dir, "for-each-ref"),
+        git(repo_dir, "count-objects", "-v"),
+    )
+
+
+def test_commit_holds_the_view_and_status_is_clean(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    root = view.root
+    (root / "src/main.py").write_text("new main\n")
+    (root / "README.md").unlink()
+    (root / "run.sh").chmod(0o644)
+    write(root, "pkg/new.py", "x = 1\n")
+    write(root, "debug.log", "ignored\n")
+    (root / "link").unlink()
+    (root / "link").symlink_to("pkg")
+    old = head(repo_dir)
+    result = commit(repo_dir, view)
+    assert result.ok and result.commit is not None and result.worktree_updated
+    assert not result.merged and result.parent == old
+    assert head(repo_dir) == result.commit and head(repo_dir, "HEAD~1") == old
+    assert git(repo_dir, "rev-parse", "HEAD^{tree}").strip() == git_view_tree(repo_dir, root)
+    assert git(repo_dir, "status", "--porcelain") == ""
+    assert git(repo_dir, "log", "-1", "--format=%an <%ae>|%s").strip() == (
+        "Session Author <session@example.com>|apply session"
+    )
+    assert "debug.log" not in result.applied
+    assert not (repo_dir / "debug.log").exists()
+    assert set(result.applied) == {
+        "src/main.py",
+        "README.md",
+        "run.sh",
+        "pkg",
+        "pkg/new.py",
+        "link",
+    }
+    git(repo_dir, "fsck", "--strict")
+
+
+def test_dry_run_and_empty_change_set_change_nothing(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    before = snapshot(repo_dir)
+    nothing = commit(repo_dir, view)
+    assert nothing.commit is None and nothing.applied == ()
+    write(view.root, "fresh.txt", "fresh\n")
+    result = commit(repo_dir, view, dry_run=True)
+    assert result.ok and result.dry_run and result.commit is None and result.tree is not None
+    assert result.applied == ("fresh.txt",)
+    assert snapshot(repo_dir) == before
+
+
+def test_moved_branch_merges_cleanly(repo_dir: Path, tmp_path: Path) -> None:
+    base = head(repo_dir)
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    lines = (view.root / "src/main.py").read_text().splitlines(keepends=True)
+    lines[35] = "session edit near the end\n"
+    (view.root / "src/main.py").write_text("".join(lines))
+    write(view.root, "session.txt", "from the session\n")
+    # meanwhile, in the real worktree: a commit touching the same file far away, and another
+    real = (repo_dir / "src/main.py").read_text().replace("line 2\n", "real edit near the top\n")
+    (repo_dir / "src/main.py").write_text(real)
+    (repo_dir / "README.md").write_text("real readme\n")
+    git(repo_dir, "commit", "-qam", "real work")
+    tip = head(repo_dir)
+    result = commit(repo_dir, view, base=base)
+    assert result.ok and result.merged and result.parent == tip
+    merged = (repo_dir / "src/main.py").read_text()
+    assert "real edit near the top" in merged and "session edit near the end" in merged
+    assert git(repo_dir, "show", "HEAD:src/main.py") == merged
+    assert git(repo_dir, "show", "HEAD:README.md") == "real readme\n"
+    assert git(repo_dir, "show", "HEAD:session.txt") == "from the session\n"
+    assert git(repo_dir, "status", "--porcelain") == ""
+    assert "src/main.py" in result.updated_paths
+
+
+def test_session_started_after_real_commit_does_not_conflict(
+    repo_dir: Path, tmp_path: Path
+) -> None:
+    base = head(repo_dir)
+    (repo_dir / "src/main.py").write_text("line 0\nreal\n")
+    git(repo_dir, "commit", "-qam", "real rewrite")
+    # the session copies the file after that commit and edits right next to the real change
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    (view.root / "src/main.py").write_text("line 0\nreal\nsession\n")
+    result = commit(repo_dir, view, base=base)
+    assert result.ok, result.conflicts
+    assert git(repo_dir, "show", "HEAD:src/main.py") == "line 0\nreal\nsession\n"
+
+
+def test_conflicts_change_nothing_and_name_every_path(repo_dir: Path, tmp_path: Path) -> None:
+    base = head(repo_dir)
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    (view.root / "src/main.py").write_text("session version\n")
+    (view.root / "src/util.py").write_text("session util\n")
+    (view.root / "docs/guide.txt").write_text("no conflict here\n")
+    # the branch moves elsewhere: a second worktree-less update through another clone of HEAD
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(repo_dir), str(other))
+    (other / "src/main.py").write_text("branch version\n")
+    (other / "src/util.py").unlink()
+    git(other, "-c", "user.name=O", "-c", "user.email=o@x", "commit", "-qam", "elsewhere")
+    git(repo_dir, "fetch", "-q", str(other), "main:side")
+    before = snapshot(repo_dir)
+    result = commit(repo_dir, view, branch="side", base=base)
+    assert not result.ok and result.commit is None
+    assert [(c.path, c.reason) for c in result.conflicts] == [
+        ("src/main.py", "merge"), ("src/util.py", "merge"),
+    ]  # fmt: skip
+    assert snapshot(repo_dir) == before
+    assert commit(repo_dir, view, branch="side", base=base, dry_run=True).conflicts == (
+        result.conflicts
+    )
+
+
+def test_commit_to_branch_not_checked_out(repo_dir: Path, tmp_path: Path) -> None:
+    git(repo_dir, "branch", "feature")
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    (view.root / "README.md").write_text("feature readme\n")
+    (view.root / "docs/guide.txt").chmod(0o600)  # not something git can hold
+    before = tree_state(repo_dir)
+    result = commit(repo_dir, view, branch="feature")
+    assert result.ok and not result.worktree_updated
+    assert result.applied == ("README.md",) and result.skipped == ("docs/guide.txt",)
+    assert tree_state(repo_dir) == before
+    assert git(repo_dir, "show", "feature:README.md") == "feature readme\n"
+    assert head(repo_dir, "feature~1") == head(repo_dir, "main")
+
+
+def test_branch_checked_out_elsewhere_is_refused(repo_dir: Path, tmp_path: Path) -> None:
+    git(repo_dir, "worktree", "add", "-q", "-b", "feature", str(tmp_path / "wt"))
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    write(view.root, "x.txt", "x\n")
+    result = commit(repo_dir, view, branch="feature")
+    assert [c.reason for c in result.conflicts] == ["checked-out-elsewhere"]
+    assert head(repo_dir, "feature") == head(repo_dir, "main")
+
+
+def test_real_file_changed_since_copy_blocks_commit(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    (view.root / "src/main.py").write_text("session\n")
+    (repo_dir / "src/main.py").write_text("uncommitted real edit\n")
+    os.utime(repo_dir / "src/main.py", ns=(1, 1))
+    before = snapshot(repo_dir)
+    result = commit(repo_dir, view)
+    assert [(c.path, c.reason) for c in result.conflicts] == [("src/main.py", "worktree-changed")]
+    assert snapshot(repo_dir) == before
+    forced = commit(repo_dir, view, force=True)
+    assert forced.ok and (repo_dir / "src/main.py").read_text() == "session\n"
+
+
+def test_unborn_branch(tmp_path: Path) -> None:
+    repo_dir = make_repo(tmp_path / "empty", {})
+    git(repo_dir, "update-ref", "-d", "refs/heads/main")
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    write(view.root, "first.txt", "first\n")
+    result = commit(repo_dir, view, message="first commit")
+    assert result.ok and result.parent is None and result.commit is not None
+    assert git(repo_dir, "rev-list", "--count", "HEAD").strip() == "1"
+    assert git(repo_dir, "status", "--porcelain") == ""
+
+
+def test_crash_after_journal_is_completed_by_finish_commit(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    (view.root / "src/main.py").write_text("journaled\n")
+    (view.root / "README.md").unlink()
+    repo = pygit2.Repository(str(repo_dir))
+    journal: list[CommitResult] = []
+
+    def crash(result: CommitResult) -> None:
+        journal.append(result)
+        raise KeyboardInterrupt  # killed right after journaling
+
+    old = head(repo_dir)
+    with pytest.raises(KeyboardInterrupt):
+        apply_commit(
+            repo, view, compute_changes(view, repo), branch="main", base=None, message="m",
+            author=SIG, committer=SIG, on_prepared=crash,
+        )  # fmt: skip
+    assert head(repo_dir) == old and git(repo_dir, "status", "--porcelain") == ""
+    finish_commit(pygit2.Repository(str(repo_dir)), journal[0])
+    finish_commit(pygit2.Repository(str(repo_dir)), journal[0])  # idempotent
+    assert head(repo_dir) == journal[0].commit
+    assert (repo_dir / "src/main.py").read_text() == "journaled\n"
+    assert not (repo_dir / "README.md").exists()
+    assert git(repo_dir, "status", "--porcelain") == ""
