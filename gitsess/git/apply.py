@@ -158,12 +158,29 @@ def make_patch(
     paths: list[str] = []
     for f in result.files:
         paths.extend(p for p in (f.old_path, f.new_path) if p is not None and p not in paths)
-    skipped = tuple(c.path for c in changes.changes if not c.git_visible)
+    carried = carried_by_git(changes)
+    skipped = tuple(c.path for c in changes.changes if c.path not in carried)
     body = result.patch()
     if mbox and body:
         sig = author or _default_signature(repo)
         body = _mbox(message, sig, result.stat, body)
     return PatchResult(body, tuple(paths), skipped)
+
+
+def carried_by_git(changes: ChangeSet) -> set[str]:
+    """Paths whose change a commit or patch carries: git-visible ones, and directories that
+    appear or disappear with git-visible changes below them (git has no directories of its
+    own; their permission bits are not carried)."""
+    carried = {c.path for c in changes.changes if c.git_visible}
+    for change in changes.changes:
+        appears_or_goes = (change.old is None or change.old.kind != "dir") != (
+            change.new is None or change.new.kind != "dir"
+        )
+        if change.path not in carried and appears_or_goes:
+            prefix = change.path + "/"
+            if any(p.startswith(prefix) for p in carried):
+                carried.add(change.path)
+    return carried
 
 
 def _mbox(message: str, author: pygit2.Signature, stat_text: str, patch: bytes) -> bytes:
@@ -550,8 +567,9 @@ def _outcome(changes: ChangeSet, update: _CommitWorktree | None) -> dict[str, An
     """Result fields: with the worktree updated every selected path is applied (bar directories
     that must stay); otherwise only what git holds is, the rest stays in the session."""
     if update is None:
-        applied = tuple(c.path for c in changes.changes if c.git_visible)
-        skipped = tuple(c.path for c in changes.changes if not c.git_visible)
+        carried = carried_by_git(changes)
+        applied = tuple(c.path for c in changes.changes if c.path in carried)
+        skipped = tuple(c.path for c in changes.changes if c.path not in carried)
         return {"applied": applied, "skipped": skipped}
     skipped_set = set(update.skipped)
     return {
