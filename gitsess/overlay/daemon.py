@@ -23,6 +23,7 @@ import pyfuse3
 import trio
 
 from gitsess.overlay import control
+from gitsess.overlay.audit import Participant
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.store import DeltaStore
 from gitsess.overlay.tree import Tree
@@ -190,7 +191,10 @@ async def _client(state: State, stream: trio.SocketStream) -> None:
         return
     finally:
         if participant is not None:
-            state.participants.pop(participant, None)
+            left = state.participants.pop(participant, None)
+            if left is not None:
+                state.tree.audit.participants.pop(int(left.get("pid") or 0), None)
+                state.tree.audit.forget_participants()
             if not state.participants and not state.persistent:
                 await _linger_then_stop(state)
 
@@ -207,11 +211,16 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
     if op == "join":
         pid = state.next_id
         state.next_id += 1
+        state.tree.audit.participants[int(msg.get("pid") or 0)] = Participant(
+            msg.get("role"), msg.get("run_id")
+        )
+        state.tree.audit.forget_participants()
         state.participants[pid] = {
             "pid": msg.get("pid"),
             "role": msg.get("role"),
             "read_only": bool(msg.get("read_only")),
             "command": msg.get("command"),
+            "run_id": msg.get("run_id"),
             "joined_at": time.time(),
         }
         state.ever_joined = True

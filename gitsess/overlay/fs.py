@@ -45,6 +45,8 @@ GIT_TIMEOUT = 1.0
 class Handle:
     node: Node
     fd: int | None = None  # a real file descriptor, for files below `.git`
+    pid: int = 0  # who opened it: writes arrive without a caller (the writeback cache)
+    written: int = 0
 
 
 @dataclass
@@ -131,6 +133,13 @@ class Filesystem(pyfuse3.Operations):
     def _is_git(self, parent: int, name: bytes) -> bool:
         return parent == pyfuse3.ROOT_INODE and name == GIT
 
+    def _path(self, parent: int, name: bytes) -> bytes:
+        p = self.tree.path_of(self.tree.node(parent))
+        return p + b"/" + name if p else name
+
+    def _record(self, op: str, parent: int, name: bytes, ctx: RequestContext) -> None:
+        self.tree.audit.record(op, self._path(parent, name), ctx.pid)
+
     def _new_fh(self) -> int:
         fh = self._next_fh
         self._next_fh += 1
@@ -174,6 +183,14 @@ class Filesystem(pyfuse3.Operations):
             h = self.handles.get(fh) if fh is not None else None
             self._setattr_real(n, attr, fields, h.fd if h else None)
             return self._entry(n)
+        path = self.tree.path_of(n)
+        for op, on in (
+            ("truncate", fields.update_size),
+            ("chmod", fields.update_mode),
+            ("chown", fields.update_uid or fields.update_gid),
+        ):
+            if on:
+                self.tree.audit.record(op, path, ctx.pid)
         self.tree.setattr(
             n,
             mode=attr.st_mode if fields.update_mode else None,
@@ -232,6 +249,7 @@ class Filesystem(pyfuse3.Operations):
             return self._lookup_real(p, name)
         self._refuse_git(parent_inode, name)
         n = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev)
+        self._record("mknod", parent_inode, name, ctx)
         return self._entry(n)
 
     async def mkdir(
@@ -244,6 +262,7 @@ class Filesystem(pyfuse3.Operations):
             return self._lookup_real(p, name)
         self._refuse_git(parent_inode, name)
         n = self.tree.mkdir(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
+        self._record("mkdir", parent_inode, name, ctx)
         return self._entry(n)
 
     async def symlink(
@@ -255,7 +274,9 @@ class Filesystem(pyfuse3.Operations):
             pt.chown(self._real_child(p, name), ctx.uid, ctx.gid)
             return self._lookup_real(p, name)
         self._refuse_git(parent_inode, name)
-        return self._entry(self.tree.symlink(parent_inode, name, target, ctx.uid, ctx.gid))
+        n = self.tree.symlink(parent_inode, name, target, ctx.uid, ctx.gid)
+        self.tree.audit.record("symlink", self._path(parent_inode, name), ctx.pid, target=target)
+        return self._entry(n)
 
     async def link(
         self, inode: InodeT, new_parent_inode: InodeT, new_name: FileNameT, ctx: RequestContext
@@ -268,7 +289,11 @@ class Filesystem(pyfuse3.Operations):
             pt.call(os.link, self._real(n), self._real_child(p, new_name), follow_symlinks=False)
             return self._lookup_real(p, new_name)
         self._refuse_git(new_parent_inode, new_name)
-        return self._entry(self.tree.link(inode, new_parent_inode, new_name))
+        source = self.tree.path_of(n)
+        linked = self.tree.link(inode, new_parent_inode, new_name)
+        new = self._path(new_parent_inode, new_name)
+        self.tree.audit.record("link", source, ctx.pid, target=new)
+        return self._entry(linked)
 
     async def create(
         self,
@@ -288,7 +313,7 @@ class Filesystem(pyfuse3.Operations):
             if n is None:
                 os.close(fd)
                 raise FUSEError(errno.ENOENT)
-            return self._open_handle(n, fd), self._entry(n)
+            return self._open_handle(n, fd, ctx.pid), self._entry(n)
         self._refuse_git(parent_inode, name)
         existing = self.tree.find(parent_inode, name)
         if existing is not None:
@@ -297,9 +322,10 @@ class Filesystem(pyfuse3.Operations):
             if flags & os.O_EXCL:
                 raise FUSEError(errno.EEXIST)
             existing.lookups += 1
-            return await self._open_node(existing, flags), self._entry(existing)
+            return await self._open_node(existing, flags, ctx.pid), self._entry(existing)
         n = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
-        return self._open_handle(n, None), self._entry(n)
+        self._record("create", parent_inode, name, ctx)
+        return self._open_handle(n, None, ctx.pid), self._entry(n)
 
     def _refuse_git(self, parent: int, name: bytes) -> None:
         if self._is_git(parent, name):
@@ -315,6 +341,7 @@ class Filesystem(pyfuse3.Operations):
             return
         self._refuse_git(parent_inode, name)
         self.tree.unlink(parent_inode, name)
+        self._record("unlink", parent_inode, name, ctx)
 
     async def rmdir(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
         p = self.tree.node(parent_inode)
@@ -324,6 +351,7 @@ class Filesystem(pyfuse3.Operations):
             return
         self._refuse_git(parent_inode, name)
         self.tree.rmdir(parent_inode, name)
+        self._record("rmdir", parent_inode, name, ctx)
 
     def _forget_real(self, parent: Node, name: bytes) -> None:
         assert parent.lower is not None
@@ -354,24 +382,28 @@ class Filesystem(pyfuse3.Operations):
             return
         self._refuse_git(parent_inode_old, name_old)
         self._refuse_git(parent_inode_new, name_new)
+        old = self._path(parent_inode_old, name_old)
         self.tree.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
+        new = self._path(parent_inode_new, name_new)
+        self.tree.audit.record("rename", old, ctx.pid, target=new)
 
     # ---------------------------------------------------------------- file data
 
     async def open(self, inode: InodeT, flags: FlagT, ctx: RequestContext) -> FileInfo:
-        return await self._open_node(self.tree.node(inode), flags)
+        return await self._open_node(self.tree.node(inode), flags, ctx.pid)
 
-    async def _open_node(self, n: Node, flags: int) -> FileInfo:
+    async def _open_node(self, n: Node, flags: int, pid: int) -> FileInfo:
         if n.passthrough:
             fd = pt.call(os.open, self._real(n), _real_flags(flags))
-            return self._open_handle(n, fd)
+            return self._open_handle(n, fd, pid)
         if flags & os.O_TRUNC and flags & os.O_ACCMODE != os.O_RDONLY:
             self.tree.truncate(n, 0)
-        return self._open_handle(n, None)
+            self.tree.audit.record("truncate", self.tree.path_of(n), pid)
+        return self._open_handle(n, None, pid)
 
-    def _open_handle(self, n: Node, fd: int | None) -> FileInfo:
+    def _open_handle(self, n: Node, fd: int | None, pid: int) -> FileInfo:
         fh = self._new_fh()
-        self.handles[fh] = Handle(n, fd)
+        self.handles[fh] = Handle(n, fd, pid)
         self.tree.opened(n)
         # Files below .git change behind our back (git runs on both sides): never keep pages.
         return FileInfo(fh=FileHandleT(fh), keep_cache=not n.passthrough)
@@ -386,7 +418,9 @@ class Filesystem(pyfuse3.Operations):
         h = self.handles[fh]
         if h.fd is not None:
             return pt.call(os.pwrite, h.fd, buf, off)
-        return self.tree.write(h.node, off, buf)
+        written = self.tree.write(h.node, off, buf)
+        h.written += written
+        return written
 
     async def flush(self, fh: FileHandleT) -> None:
         return None
@@ -395,6 +429,8 @@ class Filesystem(pyfuse3.Operations):
         h = self.handles.pop(fh)
         if h.fd is not None:
             os.close(h.fd)
+        if h.written:
+            self.tree.audit.record("write", self.tree.path_of(h.node), h.pid, nbytes=h.written)
         self.tree.released(h.node)
 
     async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
@@ -445,6 +481,7 @@ class Filesystem(pyfuse3.Operations):
             pt.call(os.setxattr, self._real(n), name, value, follow_symlinks=False)
             return
         self.tree.setxattr(n, name, value)
+        self.tree.audit.record("setxattr", self.tree.path_of(n), ctx.pid)
 
     async def getxattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> bytes:
         return self.tree.getxattr(self.tree.node(inode), name)
@@ -458,6 +495,7 @@ class Filesystem(pyfuse3.Operations):
             pt.call(os.removexattr, self._real(n), name, follow_symlinks=False)
             return
         self.tree.removexattr(n, name)
+        self.tree.audit.record("removexattr", self.tree.path_of(n), ctx.pid)
 
 
 def _real_flags(flags: int) -> int:

@@ -53,6 +53,37 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (ino, name)
     ) WITHOUT ROWID;
     """,
+    # 2: what happened in the session (audit log), its key-value store, and drift records.
+    """
+    CREATE TABLE processes (
+        id INTEGER PRIMARY KEY,
+        pid INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        cmdline TEXT NOT NULL
+    );
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        time_ns INTEGER NOT NULL,
+        op TEXT NOT NULL,
+        path TEXT NOT NULL,
+        target TEXT,
+        bytes INTEGER,
+        pid INTEGER,
+        process INTEGER REFERENCES processes (id),
+        role TEXT,
+        run_id INTEGER
+    );
+    CREATE INDEX events_time ON events (time_ns);
+    CREATE TABLE kv (
+        key TEXT PRIMARY KEY,
+        value TEXT NOT NULL CHECK (json_valid(value)),
+        updated_ns INTEGER NOT NULL
+    );
+    CREATE TABLE drift (
+        path TEXT PRIMARY KEY,
+        time_ns INTEGER NOT NULL
+    );
+    """,
 ]
 
 

@@ -56,6 +56,9 @@ class Batch:
     chunks: list[tuple[int, int, bytes | None]]  # None deletes the chunk (all zeros)
     xattrs: dict[tuple[int, bytes], bytes | None]
     meta: dict[str, int | str]
+    processes: list[tuple[int, int, str, str]]
+    events: list[tuple[object, ...]]
+    drift: dict[str, int]
 
 
 class DeltaStore:
@@ -105,6 +108,10 @@ class DeltaStore:
         total = rows[0][0]
         assert isinstance(total, int)
         return total
+
+    def next_process_id(self) -> int:
+        rows = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM processes").fetchall()
+        return int(rows[0][0])  # type: ignore[arg-type]
 
     def xattrs(self, ino: int) -> dict[bytes, bytes]:
         rows = self.conn.execute("SELECT name, value FROM xattrs WHERE ino = ?", (ino,))
@@ -173,6 +180,18 @@ class DeltaStore:
                 )
         for key, mvalue in b.meta.items():
             c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, mvalue))
+        c.executemany(
+            "INSERT OR REPLACE INTO processes (id, pid, name, cmdline) VALUES (?, ?, ?, ?)",
+            b.processes,
+        )
+        c.executemany(
+            "INSERT INTO events (time_ns, op, path, target, bytes, pid, process, role, run_id)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            b.events,
+        )
+        c.executemany(
+            "INSERT OR REPLACE INTO drift (path, time_ns) VALUES (?, ?)", list(b.drift.items())
+        )
 
     def _sync_wal(self) -> None:
         if self._wal_fd is None:

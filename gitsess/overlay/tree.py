@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import apsw
 from pyfuse3 import ROOT_INODE, FUSEError
 
+from gitsess.overlay.audit import Audit
 from gitsess.overlay.store import FIRST_ALLOCATED_INO, Batch, DeltaStore, NodeRow
 
 # The worktree's own `.git` is the real repository: everything below it passes straight through.
@@ -160,6 +161,7 @@ class Tree:
         self.readonly = not writer
         self._pending = _Pending()
         self.dirty_bytes = 0
+        self.audit = Audit(next_process_id=store.next_process_id())
         self._load()
 
     # ---------------------------------------------------------------- loading and persistence
@@ -237,7 +239,18 @@ class Tree:
                 continue
             for idx, buf in n.dirty.items():
                 chunks.append((ino, idx, None if buf.count(0) == len(buf) else bytes(buf)))
-        if not (p.deleted or p.nodes or dentries or p.truncations or chunks or p.xattrs or p.meta):
+        processes, events = self.audit.drain()
+        if not (
+            p.deleted
+            or p.nodes
+            or dentries
+            or p.truncations
+            or chunks
+            or p.xattrs
+            or p.meta
+            or p.drift
+            or events
+        ):
             return
         batch = Batch(
             deleted_nodes=set(p.deleted),
@@ -247,11 +260,16 @@ class Tree:
             chunks=chunks,
             xattrs=dict(p.xattrs),
             meta=dict(p.meta),
+            processes=processes,
+            events=events,
+            drift=dict(p.drift),
         )
         try:
             self.store.commit(batch, durable=durable)
         except apsw.FullError:
             # Nothing was written; everything stays pending and the writer hears ENOSPC.
+            self.audit.events[:0] = events
+            self.audit.new_processes[:0] = processes
             raise _err(errno.ENOSPC) from None
         for ino in p.data:
             n = self.nodes.get(ino)
@@ -264,9 +282,22 @@ class Tree:
 
     @property
     def has_pending(self) -> bool:
-        return self._pending.any()
+        return self._pending.any() or bool(self.audit.events)
 
     # ---------------------------------------------------------------- node lookup
+
+    def path_of(self, n: Node) -> bytes:
+        """The node's path in the view (the last name it was seen under)."""
+        parts: list[bytes] = []
+        hops = 0
+        while n.ino != ROOT_INODE and hops < 4096:
+            parts.append(n.name)
+            parent = self.nodes.get(n.parent)
+            if parent is None:
+                break
+            n = parent
+            hops += 1
+        return b"/".join(reversed(parts))
 
     def node(self, ino: int) -> Node:
         try:
@@ -380,17 +411,25 @@ class Tree:
         make stale: names the view shows from the lower layer, and files that still follow it."""
         dirs: dict[bytes, list[int]] = {}
         follow: dict[bytes, list[int]] = {}
+        copied: set[bytes] = set()
         for n in list(self.nodes.values()):
             if not n.upper or n.origin is None:
                 continue
             if n.entries is not None:
                 dirs.setdefault(n.origin, []).append(n.ino)
-            elif n.data == 0:
+                continue
+            copied.add(n.origin)
+            if n.data == 0:
                 follow.setdefault(n.origin, []).append(n.ino)
         entries: list[tuple[int, bytes]] = []
         inodes: list[int] = []
+        now = time.time_ns()
         for rel in rels:
             parent, _, name = rel.rpartition(b"/")
+            shadowed = any(name in (self.nodes[d].entries or {}) for d in dirs.get(parent, ()))
+            if rel in copied or shadowed:
+                # The worktree changed a path the session changed too: remember the drift.
+                self._pending.drift[os.fsdecode(rel)] = now
             lower_dir = self.lower_index.get(parent)
             for ino in [*dirs.get(parent, ()), *([lower_dir] if lower_dir else [])]:
                 entries.append((ino, name))
@@ -933,6 +972,7 @@ class _Pending:
         self.data: set[int] = set()
         self.xattrs: dict[tuple[int, bytes], bytes | None] = {}
         self.meta: dict[str, int | str] = {}
+        self.drift: dict[str, int] = {}
 
     def any(self) -> bool:
         return bool(
@@ -943,6 +983,7 @@ class _Pending:
             or self.data
             or self.xattrs
             or self.meta
+            or self.drift
         )
 
 

@@ -1,0 +1,109 @@
+"""The audit log: who changed what through the mount, batched into the tree's commits.
+
+Events are held in memory and written in the same transaction as the changes they describe.
+Each writing process is described once (name and command line from /proc), and attributed to
+the participant (role, run) whose process tree it belongs to.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Participant:
+    role: str | None
+    run_id: int | None
+
+
+@dataclass
+class Audit:
+    participants: dict[int, Participant] = field(default_factory=dict)  # keyed by pid
+    events: list[tuple[object, ...]] = field(default_factory=list)
+    new_processes: list[tuple[int, int, str, str]] = field(default_factory=list)
+    _process_ids: dict[int, int] = field(default_factory=dict)
+    _owners: dict[int, Participant | None] = field(default_factory=dict)
+    next_process_id: int = 1
+
+    def record(
+        self,
+        op: str,
+        path: bytes,
+        pid: int,
+        *,
+        target: bytes | None = None,
+        nbytes: int | None = None,
+    ) -> None:
+        owner = self._owner(pid)
+        self.events.append(
+            (
+                time.time_ns(),
+                op,
+                os.fsdecode(path),
+                None if target is None else os.fsdecode(target),
+                nbytes,
+                pid or None,
+                self._process(pid),
+                owner.role if owner else None,
+                owner.run_id if owner else None,
+            )
+        )
+
+    def drain(self) -> tuple[list[tuple[int, int, str, str]], list[tuple[object, ...]]]:
+        out = self.new_processes, self.events
+        self.new_processes, self.events = [], []
+        return out
+
+    def forget_participants(self) -> None:
+        """Participants changed: who owns which process must be worked out again."""
+        self._owners.clear()
+
+    def _process(self, pid: int) -> int | None:
+        if not pid:
+            return None
+        known = self._process_ids.get(pid)
+        if known is not None:
+            return known
+        name, cmdline = _describe(pid)
+        ident = self.next_process_id
+        self.next_process_id += 1
+        self._process_ids[pid] = ident
+        self.new_processes.append((ident, pid, name, cmdline))
+        return ident
+
+    def _owner(self, pid: int) -> Participant | None:
+        if pid in self._owners:
+            return self._owners[pid]
+        owner = None
+        current, hops = pid, 0
+        while current > 1 and hops < 64:
+            if current in self.participants:
+                owner = self.participants[current]
+                break
+            current = _parent(current)
+            hops += 1
+        self._owners[pid] = owner
+        return owner
+
+
+def _describe(pid: int) -> tuple[str, str]:
+    try:
+        with open(f"/proc/{pid}/comm", "rb") as f:
+            name = f.read().strip().decode(errors="replace")
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().rstrip(b"\0").split(b"\0")
+        return name, " ".join(a.decode(errors="replace") for a in args)
+    except OSError:
+        return "?", ""
+
+
+def _parent(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return 0
+    # The command name may hold spaces and parentheses: fields follow the last ")".
+    return int(stat[stat.rindex(b")") + 2 :].split()[1])
