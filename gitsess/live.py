@@ -11,6 +11,9 @@ from pathlib import Path
 from gitsess import inplace, mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
+from gitsess.overlay import control
+from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.tree import Tree
 from gitsess.overlay.view import OverlayView
 from gitsess.store.registry import Session
 
@@ -153,6 +156,26 @@ def open_view(ctx: RepoContext, session: Session) -> OverlayView:
     return OverlayView(
         ctx.session_dir(session.id) / "delta.db", session.worktree, hidden_paths(ctx, session)
     )
+
+
+def drop_paths(ctx: RepoContext, session: Session, paths: Sequence[str]) -> None:
+    """Take applied paths out of the delta, through the live daemon when there is one."""
+    if not paths:
+        return
+    session_dir = ctx.session_dir(session.id)
+    with mount.locked(session_dir):
+        reply = control.request(session.id, {"op": "drop", "paths": list(paths)})
+        if reply is not None:
+            if not reply.get("ok"):
+                raise GitsessError(f"the session daemon refused: {reply.get('error')}")
+            return
+        store = DeltaStore(str(session_dir / "delta.db"))
+        try:
+            tree = Tree(store, str(session.worktree), set())
+            tree.drop([os.fsencode(p) for p in paths])
+            tree.commit(durable=True, settle=False)
+        finally:
+            store.close()
 
 
 def changed_files(ctx: RepoContext, session: Session) -> int | None:

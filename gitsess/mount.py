@@ -83,7 +83,8 @@ def sync(session_id: str) -> bool:
 
 
 @contextlib.contextmanager
-def _locked(session_dir: Path) -> Iterator[None]:
+def locked(session_dir: Path) -> Iterator[None]:
+    """Serialises mounting with offline changes to delta.db (no daemon starts meanwhile)."""
     with open(session_dir / "mount.lock", "a") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
@@ -94,7 +95,7 @@ def _locked(session_dir: Path) -> Iterator[None]:
 
 def ensure_mounted(spec: MountSpec) -> Status:
     """Mount the session unless its daemon already serves it; return the live status."""
-    with _locked(spec.session_dir):
+    with locked(spec.session_dir):
         live = status(spec.session_id)
         if live is not None:
             if spec.persistent and not live.persistent:

@@ -237,6 +237,14 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
             "read_only": state.read_only,
             "participants": list(state.participants.values()),
         }, None
+    if op == "drop":
+        dropped = state.tree.drop([os.fsencode(p) for p in msg.get("paths", [])])
+        state.tree.commit(durable=True, settle=False)
+        for parent, name in dropped:
+            pyfuse3.invalidate_entry_async(
+                pyfuse3.InodeT(parent), pyfuse3.FileNameT(name), ignore_enoent=True
+            )
+        return {"ok": True, "dropped": len(dropped)}, None
     if op == "persist":
         state.persistent = True
         return {"ok": True}, None

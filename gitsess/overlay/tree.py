@@ -195,8 +195,15 @@ class Tree:
                 self.nodes[ino].xattrs = self.store.xattrs(ino)
         if ROOT_INODE not in self.nodes:
             self._create_root()
-        named = {ino for n in self.nodes.values() if n.entries for ino in n.entries.values()}
-        orphans = [i for i in self.nodes if i != ROOT_INODE and i not in named]
+        reachable = {ROOT_INODE}
+        todo = [ROOT_INODE]
+        while todo:
+            d = self.nodes.get(todo.pop())
+            for ino in (d.entries or {}).values() if d else ():
+                if ino and ino not in reachable:
+                    reachable.add(ino)
+                    todo.append(ino)
+        orphans = [i for i in self.nodes if i not in reachable]
         if orphans and self.writer:
             self.store.delete_nodes(orphans)
         for ino in orphans:
@@ -587,6 +594,66 @@ class Tree:
         if ino == 0:
             parent.quiet_since = time.monotonic_ns()
 
+    def resolve(self, path: bytes) -> Node | None:
+        """The node at a view path ("" is the root), or None."""
+        node = self.node(ROOT_INODE)
+        for part in path.split(b"/") if path else []:
+            if not node.is_dir:
+                return None
+            try:
+                found = self.find(node.ino, part)
+            except FUSEError:
+                return None
+            if found is None:
+                return None
+            node = found
+        return node
+
+    def drop(self, paths: list[bytes]) -> list[tuple[int, bytes]]:
+        """Forget the session's changes at these paths, now that the worktree has them.
+
+        Shallowest first: dropping a directory drops everything under it. A path whose parent
+        directory is not merged in place (created, or renamed) stays: the worktree has no
+        directory there to fall through to, and its content is already what the worktree has.
+        Returns the (directory, name) pairs whose kernel entries are now stale.
+        """
+        dropped: list[tuple[int, bytes]] = []
+        for path in sorted(set(paths), key=lambda p: (p.count(b"/"), p)):
+            parent_path, _, name = path.rpartition(b"/")
+            parent = self.resolve(parent_path)
+            if (
+                parent is None
+                or not parent.upper
+                or parent.origin != parent_path
+                or parent.entries is None
+                or name not in parent.entries
+            ):
+                continue
+            ino = parent.entries[name]
+            del parent.entries[name]
+            self._pending.dentries[(parent.ino, name)] = None
+            if ino:
+                self._unname(self.nodes[ino])
+            dropped.append((parent.ino, name))
+            self._prune(parent, parent_path)
+        return dropped
+
+    def _prune(self, d: Node, path: bytes) -> None:
+        """Turn directories that hold no change any more back into plain lower directories."""
+        while d.ino != ROOT_INODE and d.upper and d.origin == path and not d.entries:
+            if d.xattrs:
+                return
+            parent = self.node(d.parent)
+            assert parent.entries is not None
+            parent.entries.pop(d.name, None)
+            self._pending.dentries[(parent.ino, d.name)] = None
+            self._pending.deleted.add(d.ino)
+            self._pending.nodes.discard(d.ino)
+            d.upper, d.lower, d.origin, d.entries, d.origin_stamp = False, path, None, None, None
+            d.nlink = 1
+            self.lower_index[path] = d.ino
+            d, path = parent, path.rpartition(b"/")[0]
+
     def _remove_entry(self, parent: Node, name: bytes) -> None:
         """Drop a name: a whiteout when the lower layer has it, else nothing at all."""
         self.make_upper(parent)
@@ -675,6 +742,8 @@ class Tree:
             return
         if n.is_dir:
             n.nlink = 0
+            for child in [i for i in (n.entries or {}).values() if i]:
+                self._unname(self.nodes[child])
             if n.entries:
                 n.entries.clear()
             self._drop_pending_entries(n.ino)

@@ -44,23 +44,10 @@ class OverlayView:
         self.close()
 
     def _resolve(self, path: str) -> Node | None:
-        node = self.tree.node(ROOT_INODE)
-        if not path:
-            return node
-        parts = os.fsencode(path).split(b"/")
-        if parts[0] == GIT:
+        raw = os.fsencode(path)
+        if raw == GIT or raw.startswith(GIT + b"/"):
             return None
-        for part in parts:
-            if not node.is_dir:
-                return None
-            try:
-                found = self.tree.find(node.ino, part)
-            except FUSEError:
-                return None
-            if found is None:
-                return None
-            node = found
-        return node
+        return self.tree.resolve(raw)
 
     def touched_paths(self) -> Iterator[str]:
         yield from self._touched(self.tree.node(ROOT_INODE), b"")

@@ -259,3 +259,32 @@ def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path:
     conn.close()
     mounted.mount()
     assert (mounted.mnt / "synced").read_bytes() == b"s" * 200_000
+
+
+def _drop(m: Mounted, paths: list[str]) -> dict[str, object] | None:
+    from gitsess.overlay import control
+
+    return control.request(m.spec.session_id, {"op": "drop", "paths": paths})
+
+
+def test_dropping_applied_paths_leaves_the_delta(mounted: Mounted) -> None:
+    (mounted.mnt / "README").write_text("changed\n")
+    (mounted.mnt / "src" / "pkg" / "new.py").write_text("new\n")
+    os.unlink(mounted.mnt / "bin" / "tool")
+    (mounted.mnt / "fresh").mkdir()
+    (mounted.mnt / "fresh" / "f").write_text("f\n")
+    # What `apply --worktree` does to the real tree, then the drop it asks of the daemon.
+    (mounted.lower / "README").write_text("changed\n")
+    (mounted.lower / "src" / "pkg" / "new.py").write_text("new\n")
+    os.unlink(mounted.lower / "bin" / "tool")
+    (mounted.lower / "fresh").mkdir()
+    (mounted.lower / "fresh" / "f").write_text("f\n")
+    reply = _drop(mounted, ["README", "src/pkg/new.py", "bin/tool", "fresh", "fresh/f"])
+    assert reply is not None and reply["ok"]
+    assert rows(mounted, "SELECT name, ino FROM dentries WHERE ino != 0 AND parent = 1") == []
+    assert rows(mounted, "SELECT count(*) FROM chunks") == [(0,)]
+    assert (mounted.mnt / "README").read_text() == "changed\n"
+    assert (mounted.mnt / "fresh" / "f").read_text() == "f\n"
+    assert not (mounted.mnt / "bin" / "tool").exists()
+    (mounted.lower / "README").write_text("edited outside later\n")
+    assert _eventually(lambda: (mounted.mnt / "README").read_text() == "edited outside later\n")
