@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,35 +65,47 @@ def name_in_use(ctx: RepoContext, name: str) -> bool:
 
 def create_worktree(ctx: RepoContext, name: str, spec: WorktreeSpec) -> Binding:
     """A new worktree at `<state>/worktrees/<name>`; undo it with `remove_created`."""
-    repo = ctx.open()
     branch = spec.branch or BRANCH_PREFIX + name
     if not pygit2.reference_is_valid_name("refs/heads/" + branch):
         raise GitsessError(f"{branch!r} is not a valid branch name")
-    path = ctx.worktrees_dir / name
+    with _creation_lock(ctx):
+        return _create_worktree(ctx, ctx.worktrees_dir / name, branch, spec.from_rev)
+
+
+@contextmanager
+def _creation_lock(ctx: RepoContext) -> Iterator[None]:
+    """Serialize worktree creation: checking that a path and branch are free and taking them
+    must be one step, or two processes picking the same name would both pass the check."""
+    ctx.worktrees_dir.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(ctx.state_dir / "worktrees.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _create_worktree(ctx: RepoContext, path: Path, branch: str, from_rev: str | None) -> Binding:
     if path.exists():
-        raise NameInUse(f"{path} already exists (kept from an earlier session?)")
+        raise NameInUse(f"{path} already exists")
+    repo = ctx.open()
     ref = repo.branches.local.get(branch)
     created_branch = ref is None
     if ref is not None:
         holder = checked_out_at(repo, branch)
         if holder is not None:
             raise GitsessError(f"branch {branch} is already checked out at {holder}")
-        if spec.from_rev is not None:
+        if from_rev is not None:
             raise GitsessError(f"branch {branch} already exists; --from only applies to a new one")
     else:
-        start = repo[_start_commit(ctx, repo, spec.from_rev)].peel(pygit2.Commit)
-        try:
-            ref = repo.branches.local.create(branch, start)
-        except pygit2.AlreadyExistsError as e:
-            raise NameInUse(f"branch {branch} was just created by someone else") from e
+        start = repo[_start_commit(ctx, repo, from_rev)].peel(pygit2.Commit)
+        ref = repo.branches.local.create(branch, start)
     try:
-        path.parent.mkdir(mode=0o700, exist_ok=True)
-        repo.add_worktree(_admin_name(repo, name), str(path), ref)
+        repo.add_worktree(_admin_name(repo, path.name), str(path), ref)
     except (OSError, pygit2.GitError) as e:
         if created_branch:
             ref.delete()
-        error = NameInUse if path.exists() else GitsessError
-        raise error(f"cannot create worktree {path}: {e}") from e
+        raise GitsessError(f"cannot create worktree {path}: {e}") from e
     target = ref.target
     assert isinstance(target, pygit2.Oid)
     return Binding(path.resolve(), branch, str(target), True, created_branch)

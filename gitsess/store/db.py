@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,8 +59,18 @@ def db_error(path: Path, e: apsw.Error) -> GitsessError:
     """A message for an SQLite failure that says which file and what to do about it."""
     if isinstance(e, apsw.NotADBError | apsw.CorruptError):
         return GitsessError(f"{path} is corrupt ({e}); move it away to start a fresh registry")
+    if _on_read_only_fs(path.parent):
+        # SQLite needs its -wal and -shm files beside the database even to read it.
+        return GitsessError(f"cannot use {path}: {path.parent} is on a read-only file system")
     if isinstance(e, apsw.ReadOnlyError):
         return GitsessError(f"{path} is read-only ({e})")
     if isinstance(e, apsw.CantOpenError):
         return GitsessError(f"cannot open {path} ({e})")
     return GitsessError(f"{path}: {e}")
+
+
+def _on_read_only_fs(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False

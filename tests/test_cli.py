@@ -1,0 +1,173 @@
+"""The command line in process: parsing, session spellings, rendering, JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from gitsess.cli import cli
+
+from .util import git
+
+
+@pytest.fixture
+def run(repo: Path, monkeypatch: pytest.MonkeyPatch) -> CliRunner:
+    monkeypatch.chdir(repo)
+    return CliRunner()
+
+
+def ok(runner: CliRunner, *args: str) -> Result:
+    result = runner.invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def sessions_json(runner: CliRunner) -> list[dict[str, object]]:
+    data = json.loads(ok(runner, "ls", "--json").output)
+    assert isinstance(data, list)
+    return data
+
+
+@pytest.fixture
+def three(run: CliRunner) -> CliRunner:
+    for name in ("one", "two", "three"):
+        ok(run, "new", name)
+    return run
+
+
+def test_new_prints_what_it_made(run: CliRunner, repo: Path) -> None:
+    out = ok(run, "new", "exp", "--title", "an idea").output
+    assert "Created session exp" in out and "on main" in out and str(repo) in out
+    [row] = sessions_json(run)
+    assert (row["name"], row["title"], row["offset"], row["here"]) == ("exp", "an idea", -1, True)
+    assert row["changed_files"] is None
+
+
+def test_new_json_is_the_session(run: CliRunner) -> None:
+    made = json.loads(ok(run, "new", "exp", "--read-only", "--json").output)
+    assert made["name"] == "exp" and made["read_only"] is True and made["seq"] == 1
+
+
+def test_new_worktree_with_and_without_branch(run: CliRunner, repo: Path) -> None:
+    ok(run, "new", "a", "--worktree")
+    ok(run, "new", "b", "--worktree", "topic", "--from", "HEAD")
+    branches = {row["name"]: row["branch"] for row in sessions_json(run)}
+    assert branches == {"a": "gitsess/a", "b": "topic"}
+    assert git(repo, "rev-parse", "topic") == git(repo, "rev-parse", "HEAD")
+
+
+def test_from_needs_worktree(run: CliRunner) -> None:
+    result = run.invoke(cli, ["new", "x", "--from", "HEAD"])
+    assert result.exit_code == 2
+    assert "--from only applies with --worktree" in result.output
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["show", "-2"],
+        ["show", "-s", "-2"],
+        ["show", "--session", "-2"],
+        ["show", "--session=-2"],
+        ["show", "-s-2"],
+        ["show", "two"],
+        ["show", "-s", "two"],
+        ["show", "--json", "-2"],
+        ["show", "-2", "--json"],
+    ],
+)
+def test_session_in_any_spelling(three: CliRunner, args: list[str]) -> None:
+    out = ok(three, *args).output
+    assert "two" in out and "three" not in out
+
+
+def test_offset_as_positional_before_other_arguments(three: CliRunner) -> None:
+    ok(three, "rename", "-3", "uno")
+    ok(three, "title", "-1", "newest")
+    ok(three, "title", "--session", "-2", "middle")
+    rows = {row["name"]: row["title"] for row in sessions_json(three)}
+    assert rows == {"uno": "", "two": "middle", "three": "newest"}
+
+
+def test_offset_after_double_dash_is_an_argument(three: CliRunner) -> None:
+    ok(three, "title", "two", "--", "-5")
+    assert {r["name"]: r["title"] for r in sessions_json(three)}["two"] == "-5"
+
+
+def test_session_given_twice_is_a_usage_error(three: CliRunner) -> None:
+    for args in (["show", "-1", "-2"], ["show", "one", "-s", "two"], ["rm", "-1", "-s", "-1"]):
+        result = three.invoke(cli, args)
+        assert result.exit_code == 2, args
+        assert "give one session" in result.output
+    assert len(sessions_json(three)) == 3
+
+
+def test_wrong_argument_count_is_a_usage_error(three: CliRunner) -> None:
+    result = three.invoke(cli, ["rename", "a", "b", "c"])
+    assert result.exit_code == 2 and "expected 1 argument" in result.output
+
+
+def test_environment_session_is_the_default(three: CliRunner) -> None:
+    ids = {row["name"]: row["id"] for row in sessions_json(three)}
+    result = three.invoke(cli, ["show", "--json"], env={"GITSESS_SESSION": str(ids["one"])})
+    assert json.loads(result.output)["name"] == "one"
+
+
+def test_ls_groups_this_worktree_first(three: CliRunner, repo: Path, tmp_path: Path) -> None:
+    ok(three, "new", "side", "--worktree")
+    out = ok(three, "ls").output
+    here, others = out.split("Other worktrees")
+    assert "This worktree" in here
+    assert all(name in here for name in ("one", "two", "three"))
+    assert "side" in others and "gitsess/side" in others and "side" not in here
+    assert "-1" in others  # the offset column
+
+
+def test_ls_without_sessions(run: CliRunner) -> None:
+    assert "No sessions" in ok(run, "ls").output
+    assert ok(run, "ls", "--json").output.strip() == "[]"
+
+
+def test_ls_everywhere(three: CliRunner, tmp_path: Path) -> None:
+    out = ok(three, "ls", "--everywhere").output
+    assert ".git" in out and "three" in out
+    [repo] = json.loads(ok(three, "ls", "-a", "--json").output)
+    assert [s["name"] for s in repo["sessions"]] == ["one", "two", "three"]
+    assert repo["error"] is None
+
+
+def test_show_fields(three: CliRunner, repo: Path) -> None:
+    out = ok(three, "show", "one").output
+    for label in ("name", "id", "worktree", "branch", "base commit", "session dir", "offset"):
+        assert label in out
+    shown = json.loads(ok(three, "show", "one", "--json").output)
+    assert shown["worktree"] == str(repo)
+    assert shown["offset"] == -3
+    assert shown["session_dir"].endswith(shown["id"])
+
+
+def test_rm_rename_title_messages(three: CliRunner) -> None:
+    assert "now named uno" in ok(three, "rename", "one", "uno").output
+    assert "uno: a title" in ok(three, "title", "uno", "a title").output
+    assert "Removed session uno" in ok(three, "rm", "uno").output
+    assert [r["name"] for r in sessions_json(three)] == ["two", "three"]
+
+
+def test_rm_reports_what_it_kept(run: CliRunner, repo: Path) -> None:
+    ok(run, "new", "side", "--worktree")
+    worktree = repo / ".git" / "gitsess" / "worktrees" / "side"
+    (worktree / "wip.txt").write_text("wip\n")
+    result = ok(run, "rm", "side")
+    assert "kept worktree" in result.stderr and "uncommitted changes" in result.stderr
+    assert worktree.exists()
+
+
+def test_version_and_help(run: CliRunner) -> None:
+    assert "0.1.0" in ok(run, "--version").output
+    out = ok(run, "--help").output
+    for command in ("new", "ls", "show", "rm", "rename", "title", "doctor", "tour"):
+        assert command in out
+    assert "--session-offset" not in ok(run, "show", "--help").output

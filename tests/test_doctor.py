@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gitsess import doctor
+
+from .util import gitsess
+
+REQUIRED = {
+    "/dev/fuse",
+    "fusermount3",
+    "libfuse",
+    "pyfuse3",
+    "user namespaces",
+    "mount namespaces",
+    "git repository",
+}
+
+
+def test_every_check_has_a_verdict_and_a_detail(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(repo)
+    checks = doctor.run_checks()
+    assert {c.name for c in checks} >= REQUIRED
+    for c in checks:
+        assert c.verdict in ("ok", "warn", "fail") and c.detail
+    repository = next(c for c in checks if c.name == "git repository")
+    assert repository.verdict == "ok" and str(repo / ".git") in repository.detail
+
+
+def test_missing_or_wrong_device(tmp_path: Path) -> None:
+    assert doctor.check_dev_fuse(tmp_path / "fuse").verdict == "fail"
+    (tmp_path / "plain").write_text("")
+    wrong = doctor.check_dev_fuse(tmp_path / "plain")
+    assert (wrong.verdict, wrong.detail) == ("fail", "exists but is not a character device")
+
+
+def test_namespace_probe_reports_failure_without_harming_the_caller() -> None:
+    # An invalid flag makes unshare fail with EINVAL in the child; this process is untouched.
+    before = os.readlink("/proc/self/ns/mnt")
+    failure = doctor.try_in_child(0x7FFFFFFF, remount_private=False)
+    assert failure is not None and failure.startswith("unshare: ")
+    assert os.readlink("/proc/self/ns/mnt") == before
+
+
+def test_repository_outside_a_repo_is_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    [check] = doctor.check_repository()
+    assert check.verdict == "warn" and "not a git repository" in check.detail
+
+
+def test_corrupt_registry_fails(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (repo / ".git" / "gitsess").mkdir()
+    (repo / ".git" / "gitsess" / "sessions.db").write_bytes(b"junk" * 300)
+    monkeypatch.chdir(repo)
+    registry = doctor.check_repository()[1]
+    assert registry.verdict == "fail" and "corrupt" in registry.detail
+
+
+def test_exit_status_follows_the_verdicts(repo: Path) -> None:
+    done = gitsess(repo, "doctor", "--json")
+    checks = json.loads(done.stdout)
+    failed = [c for c in checks if c["verdict"] == "fail"]
+    assert done.returncode == (1 if failed else 0)
+
+
+def test_missing_fusermount_fails_the_run(repo: Path) -> None:
+    done = gitsess(repo, "doctor", env={"PATH": "/nonexistent"})
+    assert done.returncode == 1
+    line = next(x for x in done.stdout.splitlines() if x.startswith("fusermount3"))
+    assert "FAIL" in line and "apt-get install fuse3" in line
