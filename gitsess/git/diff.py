@@ -9,7 +9,6 @@ detection, binary patches) is git's own format, which `git apply` accepts.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -152,18 +151,60 @@ def diff_changes(
     return DiffResult(tuple(files), stat)
 
 
+class _MemoryBackend(pygit2.OdbBackend):
+    """Objects kept in a dict: writing a loose object costs a file (and a pack-directory
+    rescan on every miss of the real repository's packs); this costs a dict insert."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.objects: dict[pygit2.Oid, tuple[int, bytes]] = {}
+
+    def read_cb(self, oid: pygit2.Oid) -> tuple[int, bytes]:
+        return self.objects[oid]
+
+    def read_prefix_cb(self, oid: pygit2.Oid) -> tuple[int, bytes, pygit2.Oid]:
+        full = self.exists_prefix_cb(oid)
+        kind, data = self.objects[full]
+        return kind, data, full
+
+    def read_header_cb(self, oid: pygit2.Oid) -> tuple[int, int]:
+        kind, data = self.objects[oid]
+        return kind, len(data)
+
+    def exists_cb(self, oid: pygit2.Oid) -> bool:
+        return oid in self.objects
+
+    def exists_prefix_cb(self, oid: pygit2.Oid) -> pygit2.Oid:
+        # libgit2 passes a prefix as an id padded with zeros; a full id is the common case
+        if oid in self.objects:
+            return oid
+        prefix = str(oid).rstrip("0")
+        for known in self.objects:
+            if str(known).startswith(prefix):
+                return known
+        raise KeyError(oid)
+
+    def write_cb(self, oid: pygit2.Oid, data: bytes, kind: int) -> None:
+        self.objects[oid] = (kind, data)
+
+    def refresh_cb(self) -> None:
+        pass
+
+    def __iter__(self) -> Iterator[pygit2.Oid]:
+        return iter(list(self.objects))
+
+
 @contextmanager
 def scratch_repo(repo: pygit2.Repository) -> Iterator[pygit2.Repository]:
-    """A repository object that reads `repo`'s objects and writes new ones to a temporary
-    directory, dropped on exit. Blobs of a diff go there, never into the real repository."""
-    with tempfile.TemporaryDirectory(prefix="gitsess-diff-") as tmp:
-        odb = pygit2.Odb()
-        # fast compression: these objects live only as long as the diff
-        odb.add_backend(pygit2.OdbBackendLoose(tmp, 1, False), 2)
-        odb.add_disk_alternate(str(common_dir(repo) / "objects"))
-        scratch = pygit2.Repository()
-        scratch.set_odb(odb)
-        yield scratch
+    """A repository object that reads `repo`'s objects and keeps new ones in memory, dropped on
+    exit. Blobs and trees of a diff (or of a commit being planned) go there, never into the
+    real repository."""
+    odb = pygit2.Odb()
+    odb.add_backend(_MemoryBackend(), 2)
+    odb.add_disk_alternate(str(common_dir(repo) / "objects"))
+    scratch = pygit2.Repository()
+    scratch.set_odb(odb)
+    yield scratch
 
 
 def _side_tree(
@@ -227,8 +268,8 @@ def _file_diff(patch: pygit2.Patch) -> FileDiff:
     new = delta.new_file
     _, additions, deletions = patch.line_stats
     data = patch.data
-    if status == "R" and old.id == new.id:
-        data = _pure_rename(data)
+    if status in ("R", "M") and old.id == new.id:
+        data = _headers_only(data)
     return FileDiff(
         status=status,
         old_path=None if status == "A" else old.path,
@@ -245,10 +286,10 @@ def _file_diff(patch: pygit2.Patch) -> FileDiff:
     )
 
 
-def _pure_rename(data: bytes) -> bytes:
-    """Headers only, as git prints an unmodified rename.
+def _headers_only(data: bytes) -> bytes:
+    """Headers only, as git prints a rename or mode change of unchanged content.
 
-    libgit2 adds "Binary files ... differ" for a binary one, which `git apply` would refuse as a
+    libgit2 adds "Binary files ... differ" for a binary file, which `git apply` refuses as a
     binary patch without full index.
     """
     keep = []

@@ -149,3 +149,14 @@ def test_pathspec_limits_diff(repo_dir: Path, tmp_path: Path) -> None:
     view = DirView.copy_of(repo_dir, tmp_path / "view")
     edit_everything(view.root)
     assert diff_of(repo_dir, view, "src").name_only() == ["src/main.py", "src/util.py"]
+
+
+def test_mode_change_of_binary_file_applies(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    (view.root / "bin/blob.bin").chmod(0o755)
+    (view.root / "bin/blob.bin").rename(view.root / "bin/renamed.bin")
+    write(view.root, "plain.bin", (view.root / "bin/renamed.bin").read_bytes() + b"\x00")
+    patch = diff_of(repo_dir, view, binary=True).patch()
+    assert b"Binary files" not in patch
+    git(repo_dir, "apply", input=patch)
+    assert (repo_dir / "bin/renamed.bin").stat().st_mode & 0o111
