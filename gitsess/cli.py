@@ -8,7 +8,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -21,10 +21,7 @@ from rich.table import Table
 
 from gitsess import __version__, doctor, sessions, tour
 from gitsess.errors import GitsessError
-from gitsess.git.repo import discover
-from gitsess.git.worktree import WorktreeSpec
-from gitsess.sessions import Session, SessionInfo
-from gitsess.store.registry import now
+from gitsess.sessions import Session, SessionInfo, WorktreeSpec, discover
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -60,7 +57,9 @@ def _mark_offsets(command: click.Command, args: list[str]) -> list[str]:
         else:
             marked.append(arg)
             if arg in takes_value:
-                marked.extend(value for value in (next(rest, None),) if value is not None)
+                value = next(rest, None)
+                if value is not None:
+                    marked.append(value)
     return marked
 
 
@@ -110,7 +109,7 @@ def _info_json(info: SessionInfo) -> dict[str, object]:
 
 
 def _ago(when: datetime) -> str:
-    seconds = int((now() - when).total_seconds())
+    seconds = int((datetime.now(UTC) - when).total_seconds())
     for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
             return f"{seconds // size} {unit} ago"

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext
+from gitsess.git.repo import RepoContext, discover
 from gitsess.git.worktree import (
     Binding,
     NameInUse,
@@ -30,7 +30,7 @@ from gitsess.git.worktree import (
     remove_created,
 )
 from gitsess.store.db import private_dir
-from gitsess.store.registry import NameTaken, Registry, Session, now
+from gitsess.store.registry import NameTaken, Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "SessionInfo",
     "WorktreeSpec",
     "create",
+    "discover",
     "info",
     "list_everywhere",
     "list_sessions",
@@ -172,15 +173,12 @@ def create(
                 continue
             try:
                 return _insert(ctx, registry, chosen, session_id, title, binding, read_only)
-            except NameTaken:
+            except BaseException as e:
                 if binding.created_worktree:
                     remove_created(ctx, binding)
-                if name is not None or (session_id and registry.by_id(session_id)):
+                id_taken = session_id is not None and registry.by_id(session_id) is not None
+                if not isinstance(e, NameTaken) or name is not None or id_taken:
                     raise
-            except BaseException:
-                if binding.created_worktree:
-                    remove_created(ctx, binding)
-                raise
     raise GitsessError("could not pick a free session name; give one")
 
 
@@ -384,7 +382,7 @@ def set_title(ctx: RepoContext, ref: str | None, title: str) -> Session:
 def touch(ctx: RepoContext, session: Session) -> Session:
     """Record that the session is being used now."""
     with _existing_registry(ctx) as registry:
-        return registry.update(session.id, last_used_at=now().isoformat())
+        return registry.touch(session.id)
 
 
 def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal:

@@ -30,11 +30,15 @@ def connect(path: Path) -> apsw.Connection:
     """
     try:
         conn = apsw.Connection(str(path))
+    except apsw.Error as e:
+        raise db_error(path, e) from e
+    try:
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         conn.execute("PRAGMA foreign_keys = ON")
         if conn.execute("PRAGMA journal_mode").get != "wal":
             conn.execute("PRAGMA journal_mode = WAL")
     except apsw.Error as e:
+        conn.close()
         raise db_error(path, e) from e
     return conn
 

@@ -90,10 +90,13 @@ class Registry:
                 db.private_dir(path.parent)
             except OSError as e:
                 raise GitsessError(f"cannot create {path.parent}: {e.strerror}") from e
-        conn = db.connect(path)
-        registry = cls(conn, path)
-        with registry.guard():
-            schema.migrate(conn, str(path))
+        registry = cls(db.connect(path), path)
+        try:
+            with registry.guard():
+                schema.migrate(registry.conn, str(path))
+        except BaseException:
+            registry.close()
+            raise
         return registry
 
     def close(self) -> None:
@@ -135,7 +138,7 @@ class Registry:
         return self._one("name = ?", name)
 
     def by_id_prefix(self, prefix: str) -> list[Session]:
-        # Ids are lowercase hex and dashes, so the prefix needs no LIKE escaping beyond that check.
+        # substr rather than LIKE: no wildcard in the prefix can match more than it says.
         return self._many("substr(id, 1, ?) = ?", len(prefix), prefix)
 
     def by_offset(self, offset: int) -> Session | None:
@@ -219,6 +222,10 @@ class Registry:
         if session is None:
             raise GitsessError(f"session {session_id} was removed meanwhile")
         return session
+
+    def touch(self, session_id: str) -> Session:
+        """Set the session's last use to now."""
+        return self.update(session_id, last_used_at=now().isoformat())
 
     def delete(self, session_id: str) -> None:
         """Remove a session with its participants and runs; call inside `write()`."""
