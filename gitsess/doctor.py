@@ -123,11 +123,12 @@ def check_mount_namespaces() -> Check:
 def try_in_child(flags: int, *, remount_private: bool) -> str | None:
     """Try `unshare(flags)` (and a private remount of /) in a forked child: whatever it gets,
     this process stays where it is. None on success, else what failed."""
+    # Loaded before forking: the child of a threaded parent must not take the loader's locks.
+    libc = ctypes.CDLL(None, use_errno=True)
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report through the pipe, never return into the caller's code
         os.close(read_end)
-        libc = ctypes.CDLL(None, use_errno=True)
         failed = ""
         if libc.unshare(flags) != 0:
             failed = "unshare: " + os.strerror(ctypes.get_errno())

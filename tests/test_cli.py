@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from click.testing import CliRunner, Result
 
 from gitsess.cli import cli
 
-from .util import git
+from .util import git, make_repo
 
 
 @pytest.fixture
@@ -171,3 +172,28 @@ def test_version_and_help(run: CliRunner) -> None:
     for command in ("new", "ls", "show", "rm", "rename", "title", "doctor", "tour"):
         assert command in out
     assert "--session-offset" not in ok(run, "show", "--help").output
+
+
+def test_console_script_is_declared() -> None:
+    [script] = [e for e in entry_points(group="console_scripts") if e.name == "gitsess"]
+    assert script.value == "gitsess.cli:main"
+
+
+def test_ls_everywhere_works_outside_any_repository(
+    three: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    monkeypatch.chdir(outside)
+    [repo] = json.loads(ok(three, "ls", "--everywhere", "--json").output)
+    assert len(repo["sessions"]) == 3
+
+
+def test_paths_with_spaces_and_unicode(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = make_repo(tmp_path / "my repo ü")
+    monkeypatch.chdir(repo / "src")
+    runner = CliRunner()
+    ok(runner, "new", "x", "--worktree")
+    [row] = sessions_json(runner)
+    assert row["worktree"] == str(repo / ".git" / "gitsess" / "worktrees" / "x")
+    assert "Removed worktree" in ok(runner, "rm", "x").output

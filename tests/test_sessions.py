@@ -320,3 +320,13 @@ def test_list_everywhere_forgets_deleted_repos_and_reports_broken_ones(
     assert [r.common_dir for r in repos] == sorted([ctx.common_dir, broken.common_dir])
     assert next(r for r in repos if r.common_dir == broken.common_dir).error
     assert len(UserIndex(index_path()).repos()) == 2
+
+
+def test_a_symlinked_path_to_the_repository_is_the_same_worktree(
+    ctx: RepoContext, repo: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "link").symlink_to(repo)
+    via_link = discover(tmp_path / "link", env={})
+    made = sessions.create(via_link, "x")
+    assert made.worktree == repo
+    assert [i.here for i in sessions.list_sessions(ctx, env={})] == [True]
