@@ -172,15 +172,21 @@ def carried_by_git(changes: ChangeSet) -> set[str]:
     appear or disappear with git-visible changes below them (git has no directories of its
     own; their permission bits are not carried)."""
     carried = {c.path for c in changes.changes if c.git_visible}
+    holding = {parent for path in carried for parent in _parents(path)}
     for change in changes.changes:
         appears_or_goes = (change.old is None or change.old.kind != "dir") != (
             change.new is None or change.new.kind != "dir"
         )
-        if change.path not in carried and appears_or_goes:
-            prefix = change.path + "/"
-            if any(p.startswith(prefix) for p in carried):
-                carried.add(change.path)
+        if appears_or_goes and change.path in holding:
+            carried.add(change.path)
     return carried
+
+
+def _parents(path: str) -> Iterable[str]:
+    parent = path.rpartition("/")[0]
+    while parent:
+        yield parent
+        parent = parent.rpartition("/")[0]
 
 
 def _mbox(message: str, author: pygit2.Signature, stat_text: str, patch: bytes) -> bytes:

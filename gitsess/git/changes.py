@@ -132,10 +132,13 @@ def compute_changes(
 
 def _roots(touched: Iterable[str]) -> list[str]:
     """Touched paths with those under another touched path dropped (that one covers them)."""
-    roots: list[str] = []
+    roots: set[str] = set()
     for path in sorted({p.strip("/") for p in touched}, key=lambda p: (p.count("/"), p)):
-        if not any(_is_within(path, r) for r in roots):
-            roots.append(path)
+        if path == "":
+            return [""]  # the whole tree
+        parts = path.split("/")
+        if not any("/".join(parts[:depth]) in roots for depth in range(1, len(parts))):
+            roots.add(path)
     return sorted(roots)
 
 
