@@ -473,12 +473,12 @@ def _copy_objects(src: pygit2.Repository, dest: pygit2.Repository, tree: str) ->
         oid = pending.pop()
         if oid in odb:
             continue
-        obj = src.get(oid)
-        assert obj is not None
-        if isinstance(obj, pygit2.Tree):
-            pending.extend(entry.id for entry in obj if entry.type != ObjectType.COMMIT)
-        raw = src.odb.read(oid)
-        odb.write(raw[0], raw[1])
+        kind, data = src.odb.read(oid)
+        if kind == ObjectType.TREE:
+            subtree = src.get(oid)
+            assert isinstance(subtree, pygit2.Tree)
+            pending.extend(entry.id for entry in subtree if entry.type != ObjectType.COMMIT)
+        odb.write(kind, data)
 
 
 def _create_commit(
@@ -664,18 +664,50 @@ def _real_git_entry(root: Path, path: str) -> tuple[str, int] | None:
 
 
 def _update_index(repo: pygit2.Repository, tree: str, paths: Iterable[str]) -> None:
-    """Stage each path as the commit has it, taking stat data from the file just written."""
+    """Stage each path as the commit has it, with stat data of the file just written (so git
+    sees it clean without hashing it again)."""
+    root = _workdir(repo)
     index = repo.index
     index.read(force=True)
     entries = {path: _tree_entry(repo, tree, path) for path in paths}
     for path in sorted(entries, key=lambda p: entries[p] is not None):  # removals first
-        if entries[path] is None:
+        entry = entries[path]
+        if entry is None:
             if path in index:
                 index.remove(path)
-        else:
-            _clear_collisions(index, None, path)
-            index.add(path)
+            continue
+        _clear_collisions(index, None, path)
+        index.add(_StatEntry(path, pygit2.Oid(hex=entry[0]), FileMode(entry[1]), root / path))
     index.write()
+
+
+class _StatEntry(pygit2.IndexEntry):
+    """An index entry carrying the file's stat data.
+
+    pygit2's IndexEntry has only path, id and mode, so its C struct gets the stat fields here
+    (through pygit2's private `_to_c`; without it the entry is still right, git just re-hashes
+    the file once). `Index.add(path)` would do this too, but it re-reads, re-hashes and
+    re-compresses the file into the object database: seconds for a large file.
+    """
+
+    def __init__(self, path: str, oid: pygit2.Oid, mode: FileMode, full: Path) -> None:
+        super().__init__(path, oid, mode)
+        self.stat = full.lstat()
+
+    def _to_c(self) -> Any:
+        centry, keep = super()._to_c()
+        st = self.stat
+        for field, ns in (("ctime", st.st_ctime_ns), ("mtime", st.st_mtime_ns)):
+            stamp = getattr(centry, field)
+            stamp.seconds = (ns // 1_000_000_000) & 0x7FFFFFFF
+            stamp.nanoseconds = ns % 1_000_000_000
+        # git keeps the low 32 bits of these, as the index format has no room for more
+        centry.dev = st.st_dev & 0xFFFFFFFF
+        centry.ino = st.st_ino & 0xFFFFFFFF
+        centry.uid = st.st_uid & 0xFFFFFFFF
+        centry.gid = st.st_gid & 0xFFFFFFFF
+        centry.file_size = st.st_size & 0xFFFFFFFF
+        return centry, keep
 
 
 # ---------------------------------------------------------------------------------------------
