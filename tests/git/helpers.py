@@ -6,6 +6,7 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
 
 GIT_ENV = {
@@ -40,7 +41,7 @@ def write(root: Path, rel: str, data: bytes | str, mode: int | None = None) -> N
         path.chmod(mode)
 
 
-def make_repo(path: Path, files: dict[str, bytes | str] | None = None) -> Path:
+def make_repo(path: Path, files: Mapping[str, bytes | str] | None = None) -> Path:
     """A repository on branch `main` with one commit holding `files` (default: a small mix)."""
     path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "main")

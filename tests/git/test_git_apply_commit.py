@@ -58,6 +58,8 @@ def test_commit_holds_the_view_and_status_is_clean(repo_dir: Path, tmp_path: Pat
     assert head(repo_dir) == result.commit and head(repo_dir, "HEAD~1") == old
     assert git(repo_dir, "rev-parse", "HEAD^{tree}").strip() == git_view_tree(repo_dir, root)
     assert git(repo_dir, "status", "--porcelain") == ""
+    # the index carries the new files' stat data: plumbing that does not refresh sees them clean
+    git(repo_dir, "diff-files", "--quiet")
     assert git(repo_dir, "log", "-1", "--format=%an <%ae>|%s").strip() == (
         "Session Author <session@example.com>|apply session"
     )

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import tempfile
 from pathlib import Path
@@ -59,10 +60,9 @@ def run_ops(root: Path, data: st.DataObject, count: int) -> None:
                                         "rmtree", "rename"]))  # fmt: skip
         fresh = _join(data.draw(st.sampled_from(dirs)), data.draw(st.sampled_from(NAMES)))
         some = data.draw(st.sampled_from(paths)) if paths else fresh
-        try:
+        # an impossible operation (target exists, not a directory, ...) is skipped
+        with contextlib.suppress(OSError):
             _do(root, op, fresh, some, data)
-        except OSError:
-            pass  # an impossible operation (target exists, not a directory, ...) is skipped
 
 
 def _join(parent: str, name: str) -> str:

