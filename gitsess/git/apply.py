@@ -19,7 +19,7 @@ import email.utils
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from email.header import Header
 from pathlib import Path
@@ -84,6 +84,17 @@ class PatchResult:
 
 
 @dataclass(frozen=True)
+class PathWrite:
+    """One real-tree path a commit apply brings to the commit: its kind (None: removed) and
+    permission bits. A file's or link's content is the commit tree's blob at that path."""
+
+    path: str
+    kind: StateKind | None
+    perm: int
+    rewrite: bool = True  # False: the content is already there, only the mode changes
+
+
+@dataclass(frozen=True)
 class CommitResult:
     branch: str  # full ref name
     parent: str | None  # the branch tip the commit was built on (None: unborn branch)
@@ -95,13 +106,30 @@ class CommitResult:
     skipped: tuple[str, ...]  # selected paths left out (see `worktree_updated`)
     conflicts: tuple[Conflict, ...]
     worktree_updated: bool  # the branch is checked out in the bound worktree: files + index
-    updated_paths: tuple[str, ...]  # real-tree paths written (session paths and merge results)
+    updated: tuple[PathWrite, ...]  # real-tree writes (session paths and merge results)
     dry_run: bool
     changed_dirs: tuple[str, ...] = ()  # as in WorktreeResult
 
     @property
     def ok(self) -> bool:
         return not self.conflicts
+
+    @property
+    def updated_paths(self) -> tuple[str, ...]:
+        return tuple(w.path for w in self.updated)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data (for a journal, or `--json`); `from_json` reads it back."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> CommitResult:
+        fields = dict(data)
+        fields["updated"] = tuple(PathWrite(**w) for w in data["updated"])
+        fields["conflicts"] = tuple(Conflict(**c) for c in data["conflicts"])
+        for name in ("applied", "skipped", "changed_dirs"):
+            fields[name] = tuple(data[name])
+        return cls(**fields)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -267,7 +295,8 @@ def apply_commit(
     bound = mode == "bound"
     result = CommitResult(ref, tip, base, None, None, False, (), (), (), bound, (), dry_run)
     if mode == "elsewhere":
-        conflict = Conflict(ref, "checked-out-elsewhere", "the branch is checked out elsewhere")
+        holder = checked_out_at(_common_repo(repo), ref.removeprefix("refs/heads/"))
+        conflict = Conflict(ref, "checked-out-elsewhere", f"the branch is checked out at {holder}")
         return replace(result, conflicts=(conflict,))
     if not changes.git_changes():
         return replace(result, skipped=tuple(changes.paths))
@@ -288,34 +317,39 @@ def apply_commit(
         result = replace(result, commit=commit)
     if on_prepared is not None:
         on_prepared(result)
-    changed_dirs = finish_commit(repo, result, update.targets if update is not None else ())
-    return replace(result, changed_dirs=changed_dirs)
+    return replace(result, changed_dirs=finish_commit(repo, result))
 
 
-def finish_commit(
-    repo: pygit2.Repository,
-    result: CommitResult,
-    targets: Sequence[Target] | None = None,
-) -> tuple[str, ...]:
+def finish_commit(repo: pygit2.Repository, result: CommitResult) -> tuple[str, ...]:
     """Make a prepared commit visible: worktree files, index, then the branch ref.
 
-    Idempotent, so a journaled `CommitResult` of an apply that was killed half-way can be
-    completed by calling this again (`targets` None: rebuilt from the commit's tree, with git's
-    default permissions). The ref moves only from `result.parent` (or is already there).
+    Idempotent, so a journaled `CommitResult` of an apply that was killed half-way completes
+    by calling this again. The ref moves only from `result.parent` (or is already there).
     Returns the real directories whose entries changed.
     """
     changed_dirs: tuple[str, ...] = ()
     if result.worktree_updated and result.tree is not None:
-        root = _workdir(repo)
-        if targets is None:
-            tree = _tree(repo, result.tree)
-            targets = [_tree_target(repo, tree, p) for p in result.updated_paths]
         _check_ref(repo, result)
-        changed_dirs = write_targets(root, targets)
+        tree = _tree(repo, result.tree)
+        targets = [_commit_target(repo, tree, write) for write in result.updated]
+        changed_dirs = write_targets(_workdir(repo), targets)
         _update_index(repo, result.tree, result.updated_paths)
     if result.commit is not None:
         _move_ref(repo, result)
     return changed_dirs
+
+
+def _commit_target(repo: pygit2.Repository, tree: pygit2.Tree, write: PathWrite) -> Target:
+    if write.kind not in ("file", "symlink") or not write.rewrite:
+        return Target(write.path, write.kind, write.perm, None, write.rewrite)
+    oid = tree[write.path].id
+    return Target(write.path, write.kind, write.perm, lambda: _blob_data(repo, oid), write.rewrite)
+
+
+def _blob_data(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:
+    blob = repo.get(oid)
+    assert isinstance(blob, pygit2.Blob)
+    return blob.data
 
 
 @dataclass(frozen=True)
@@ -582,7 +616,7 @@ def _outcome(changes: ChangeSet, update: _CommitWorktree | None) -> dict[str, An
         "applied": tuple(c.path for c in changes.changes if c.path not in skipped_set),
         "skipped": update.skipped,
         "conflicts": update.conflicts,
-        "updated_paths": tuple(t.path for t in update.targets),
+        "updated": tuple(PathWrite(t.path, t.kind, t.perm, t.rewrite) for t in update.targets),
     }
 
 
@@ -607,9 +641,9 @@ def _plan_commit_worktree(
         if not change.git_visible or entry == build.session_entries[change.path]:
             targets.append(_session_target(view, change))
         else:
-            targets.append(_tree_target(scratch, tree, change.path))  # the merge changed it
+            targets.append(_tree_target(tree, change.path))  # the merge changed it
     merged_paths = _tree_diff_paths(scratch, build.tip_tree, build.tree) - set(session)
-    targets.extend(_tree_target(scratch, tree, path) for path in sorted(merged_paths))
+    targets.extend(_tree_target(tree, path) for path in sorted(merged_paths))
     plan = _plan_writes(root, targets)
     conflicts = list(plan.conflicts)
     if not force:
@@ -835,22 +869,19 @@ def _session_target(view: SessionView, change: Change) -> Target:
     )
 
 
-def _tree_target(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> Target:
-    """The path as the commit's tree has it, with git's default permissions."""
+def _tree_target(tree: pygit2.Tree, path: str) -> Target:
+    """The path as the commit's tree has it, with git's default permissions (planning only:
+    the content is read from the repository when the commit is finished)."""
     try:
         obj = tree[path]
     except KeyError:
         return Target(path, None, 0, None)
     if obj.type != ObjectType.BLOB:
         return Target(path, None, 0, None)  # a directory now: its files are targets of their own
-    oid = obj.id
     mode = int(obj.filemode)
     kind: StateKind = "symlink" if mode == GIT_LINK else "file"
     default = (0o777 if mode == GIT_EXEC else 0o666) & ~_umask()
-    blob = repo.get(oid)
-    assert isinstance(blob, pygit2.Blob)
-    data = blob.data
-    return Target(path, kind, default, lambda: data)
+    return Target(path, kind, default, None)
 
 
 def _umask() -> int:

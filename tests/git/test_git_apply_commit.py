@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -202,11 +203,13 @@ def test_crash_after_journal_is_completed_by_finish_commit(repo_dir: Path, tmp_p
     view = DirView.copy_of(repo_dir, tmp_path / "view")
     (view.root / "src/main.py").write_text("journaled\n")
     (view.root / "README.md").unlink()
+    (view.root / "docs/guide.txt").chmod(0o600)  # a mode-only change rides along
+    (view.root / "fresh").mkdir()
     repo = pygit2.Repository(str(repo_dir))
     journal: list[CommitResult] = []
 
     def crash(result: CommitResult) -> None:
-        journal.append(result)
+        journal.append(CommitResult.from_json(json.loads(json.dumps(result.to_json()))))
         raise KeyboardInterrupt  # killed right after journaling
 
     old = head(repo_dir)
@@ -221,4 +224,18 @@ def test_crash_after_journal_is_completed_by_finish_commit(repo_dir: Path, tmp_p
     assert head(repo_dir) == journal[0].commit
     assert (repo_dir / "src/main.py").read_text() == "journaled\n"
     assert not (repo_dir / "README.md").exists()
+    assert (repo_dir / "docs/guide.txt").stat().st_mode & 0o777 == 0o600
+    assert (repo_dir / "fresh").is_dir()
     assert git(repo_dir, "status", "--porcelain") == ""
+
+
+def test_mode_only_change_of_untracked_file_rides_along(repo_dir: Path, tmp_path: Path) -> None:
+    write(repo_dir, "notes.txt", "untracked notes\n")
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    (view.root / "notes.txt").chmod(0o600)
+    write(view.root, "added.txt", "added\n")
+    result = commit(repo_dir, view)
+    assert result.ok and set(result.applied) == {"notes.txt", "added.txt"}
+    assert (repo_dir / "notes.txt").stat().st_mode & 0o777 == 0o600
+    assert git(repo_dir, "status", "--porcelain") == "?? notes.txt\n"
+    assert git(repo_dir, "show", "HEAD:added.txt") == "added\n"
