@@ -771,7 +771,9 @@ def _conflict_for(view: SessionView, root: Path, change: Change) -> Conflict | N
         return Conflict(change.path, "worktree-changed", "changed in the real tree meanwhile")
     record = view.copied_from(change.path)
     if record is not None:
-        if not _same_stat(now, record):
+        # nothing real to lose when the path is absent (and the overlay reports the origin of
+        # a renamed file as the record of its new name, which the real tree never had)
+        if now is not None and not _same_stat(now, record):
             return Conflict(
                 change.path,
                 "worktree-changed",

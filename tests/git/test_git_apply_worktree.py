@@ -8,6 +8,7 @@ import pygit2
 
 from gitsess.git.apply import WorktreeResult, apply_worktree
 from gitsess.git.changes import compute_changes
+from gitsess.git.view import Entry
 
 from .dirview import DirView
 from .helpers import git, tree_state, write
@@ -112,4 +113,24 @@ def test_ignored_files_stay_and_block_only_what_they_must(repo_dir: Path, tmp_pa
     blocked = apply(repo_dir, view)
     assert [(c.path, c.reason) for c in blocked.conflicts] == [("docs", "not-empty")]
     assert apply(repo_dir, view, ignored=True).ok
+    assert tree_state(repo_dir) == tree_state(view.root)
+
+
+class _RenameRecords(DirView):
+    """Reports a renamed file's origin as the record of its new name, as the overlay does."""
+
+    def __init__(self, root: Path, worktree: Path, origins: dict[str, str]) -> None:
+        super().__init__(root, worktree)
+        self.origins = origins
+
+    def copied_from(self, path: str) -> Entry | None:
+        return super().copied_from(self.origins.get(path, path))
+
+
+def test_renamed_file_is_no_conflict(repo_dir: Path, tmp_path: Path) -> None:
+    DirView.copy_of(repo_dir, tmp_path / "view")
+    view = _RenameRecords(tmp_path / "view", repo_dir, {"src/helpers.py": "src/util.py"})
+    (view.root / "src/util.py").rename(view.root / "src/helpers.py")
+    result = apply(repo_dir, view)
+    assert result.ok and set(result.applied) == {"src/util.py", "src/helpers.py"}
     assert tree_state(repo_dir) == tree_state(view.root)
