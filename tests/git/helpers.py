@@ -20,8 +20,14 @@ GIT_ENV = {
 }
 
 
-def git(cwd: Path, *args: str, input: bytes | None = None, check: bool = True) -> str:
-    env = {**os.environ, **GIT_ENV}
+def git(
+    cwd: Path,
+    *args: str,
+    input: bytes | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    env = {**os.environ, **GIT_ENV, **(env or {})}
     done = subprocess.run(
         ["git", *args], cwd=cwd, env=env, input=input, capture_output=True, check=False
     )
@@ -102,27 +108,21 @@ def tree_state(root: Path, *, git_only: bool = False) -> dict[str, tuple[str, in
 def git_view_diff(repo: Path, view: Path, *args: str) -> str:
     """What real git says about the view against HEAD: `git add -A` of the view into a scratch
     index, then `git diff --cached ARGS`. The view's own .gitignore files count, as in gitsess."""
-    index = view.parent / f".{view.name}.index"
-    env_args = ("--git-dir", str(repo / ".git"), "--work-tree", str(view))
-    os.environ["GIT_INDEX_FILE"] = str(index)
-    try:
-        git(view, *env_args, "read-tree", "HEAD")
-        git(view, *env_args, "add", "-A")
-        return git(view, *env_args, "diff", "--cached", *args)
-    finally:
-        del os.environ["GIT_INDEX_FILE"]
-        index.unlink(missing_ok=True)
+    return _in_scratch_index(repo, view, "diff", "--cached", *args)
 
 
 def git_view_tree(repo: Path, view: Path) -> str:
     """The tree id git would commit for the view: tracked and untracked-not-ignored files."""
+    return _in_scratch_index(repo, view, "write-tree").strip()
+
+
+def _in_scratch_index(repo: Path, view: Path, *args: str) -> str:
     index = view.parent / f".{view.name}.index"
-    env_args = ("--git-dir", str(repo / ".git"), "--work-tree", str(view))
-    os.environ["GIT_INDEX_FILE"] = str(index)
+    env = {"GIT_INDEX_FILE": str(index)}
+    where = ("--git-dir", str(repo / ".git"), "--work-tree", str(view))
     try:
-        git(view, *env_args, "read-tree", "HEAD")
-        git(view, *env_args, "add", "-A")
-        return git(view, *env_args, "write-tree").strip()
+        git(view, *where, "read-tree", "HEAD", env=env)
+        git(view, *where, "add", "-A", env=env)
+        return git(view, *where, *args, env=env)
     finally:
-        del os.environ["GIT_INDEX_FILE"]
         index.unlink(missing_ok=True)
