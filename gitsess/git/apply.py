@@ -81,6 +81,7 @@ class PatchResult:
     text: bytes  # `git apply` (or, with mbox, `git am`) input; empty when nothing changed
     paths: tuple[str, ...]  # paths the patch touches (both sides of renames)
     skipped: tuple[str, ...]  # changes a patch cannot carry (permission bits, empty dirs)
+    dry_run: bool = False  # making a patch changes nothing; this tells the caller not to write it
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,7 @@ def make_patch(
     message: str = "",
     author: pygit2.Signature | None = None,
     find_renames: bool = True,
+    dry_run: bool = False,
 ) -> PatchResult:
     """A patch of the changes against the real worktree, binary files included (git's
     `--binary` form), which `git apply` takes in that worktree. With `mbox`, a `git am` mail
@@ -192,7 +194,7 @@ def make_patch(
     if mbox and body:
         sig = author or _default_signature(repo)
         body = _mbox(message, sig, result.stat, body)
-    return PatchResult(body, tuple(paths), skipped)
+    return PatchResult(body, tuple(paths), skipped, dry_run)
 
 
 def carried_by_git(changes: ChangeSet) -> set[str]:

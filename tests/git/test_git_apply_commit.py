@@ -239,3 +239,26 @@ def test_mode_only_change_of_untracked_file_rides_along(repo_dir: Path, tmp_path
     assert (repo_dir / "notes.txt").stat().st_mode & 0o777 == 0o600
     assert git(repo_dir, "status", "--porcelain") == "?? notes.txt\n"
     assert git(repo_dir, "show", "HEAD:added.txt") == "added\n"
+
+
+def test_linked_worktree_is_updated_when_bound(repo_dir: Path, tmp_path: Path) -> None:
+    linked = tmp_path / "linked"
+    git(repo_dir, "worktree", "add", "-q", "-b", "feature", str(linked))
+    (repo_dir / ".git/info").mkdir(exist_ok=True)
+    (repo_dir / ".git/info/exclude").write_text("*.tmp\n")  # the common dir's excludes count
+    view = DirView.copy_of(linked, tmp_path / "view")
+    (view.root / "src/main.py").write_text("on feature\n")
+    write(view.root, "scratch.tmp", "excluded\n")
+    main_before = tree_state(repo_dir)
+    result = commit(linked, view, branch="feature")
+    assert result.ok and result.worktree_updated and result.applied == ("src/main.py",)
+    assert git(linked, "status", "--porcelain") == ""
+    assert git(repo_dir, "show", "feature:src/main.py") == "on feature\n"
+    assert head(repo_dir, "main") == head(repo_dir, "feature~1")
+    assert tree_state(repo_dir) == main_before
+    # from the main worktree, the same branch is checked out elsewhere
+    other_view = DirView.copy_of(repo_dir, tmp_path / "view2")
+    write(other_view.root, "x.txt", "x\n")
+    refused = commit(repo_dir, other_view, branch="feature")
+    assert [c.reason for c in refused.conflicts] == ["checked-out-elsewhere"]
+    assert str(linked) in refused.conflicts[0].detail
