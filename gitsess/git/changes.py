@@ -15,7 +15,7 @@ import fnmatch
 import os
 import re
 import stat
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -174,20 +174,29 @@ class _Walker:
         if path == "":
             self._children("", True, True)
             return
-        if path.split("/")[0] == ".git" or not self._parents_are_dirs(path):
+        if path.split("/")[0] == ".git":
             return
-        self._visit(path, self._real(path), self._view(path))
+        # lstat would follow a symlink standing where a parent directory should be
+        old = self._real(path) if self._dirs_above(path, self._real_is_dir) else None
+        new = self._view(path) if self._dirs_above(path, self._view_is_dir) else None
+        self._visit(path, old, new)
 
-    def _parents_are_dirs(self, path: str) -> bool:
-        """A touched path under something that is no directory on either side is nothing."""
+    @staticmethod
+    def _dirs_above(path: str, is_dir: Callable[[str], bool]) -> bool:
         parent = _parent(path)
-        if not parent:
-            return True
-        real = self._lstat(parent)
-        seen = self.view.entry(parent)
-        return (real is not None and stat.S_ISDIR(real.st_mode)) or (
-            seen is not None and seen.kind == "dir"
-        )
+        while parent:
+            if not is_dir(parent):
+                return False
+            parent = _parent(parent)
+        return True
+
+    def _real_is_dir(self, path: str) -> bool:
+        st = self._lstat(path)
+        return st is not None and stat.S_ISDIR(st.st_mode)
+
+    def _view_is_dir(self, path: str) -> bool:
+        entry = self.view.entry(path)
+        return entry is not None and entry.kind == "dir"
 
     def _visit(self, path: str, old: State | None, new: State | None) -> None:
         old_dir = old is not None and old.kind == "dir"

@@ -176,3 +176,21 @@ def test_ignore_rules_agree_with_git(tmp_path: Path) -> None:
     assert git_ignored  # the rules do ignore something
     files_seen = {p for p, c in got.items() if c.git_new is not None}
     assert files_seen == set(paths) - git_ignored
+
+
+def test_symlink_where_a_directory_was_hides_nothing_behind_it(
+    repo_dir: Path, tmp_path: Path
+) -> None:
+    """A touched path below a real symlink is not looked up through the link."""
+    view = view_of(repo_dir, tmp_path)
+    (view.root / "src/util.py").write_text("changed\n")
+    (repo_dir / "alias").symlink_to(".")  # the real tree reaches itself as alias/
+
+    class Touching(DirView):
+        def touched_paths(self) -> list[str]:
+            return ["alias/docs/guide.txt", "src/util.py"]
+
+    touching = Touching(view.root, repo_dir)
+    got = {c.path: c for c in compute_changes(touching, pygit2.Repository(str(repo_dir))).changes}
+    # the view has no alias/docs/guide.txt and the real one is no file of the tree either
+    assert set(got) == {"src/util.py"}

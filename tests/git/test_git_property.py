@@ -25,8 +25,17 @@ from gitsess.git.changes import compute_changes
 from .dirview import DirView, walk
 from .helpers import copy_repo, git, git_view_tree, make_repo, tree_state
 
-NAMES = ["a", "b.txt", "c.bin", "d.log", "sub", "e.sh"]  # *.log is ignored by the base repo
-CONTENTS = [b"", b"one\n", b"one\ntwo\nthree\n", b"\x00\x01\x02binary\xff" * 30, b"no eol"]
+# *.log is ignored by the base repo; a written .gitignore may ignore more (IGNORING)
+NAMES = ["a", "b.txt", "c.bin", "d.log", "sub", "e.sh", ".gitignore"]
+IGNORING = b"*.bin\nsub/\n!keep.bin\n"
+CONTENTS = [
+    b"",
+    b"one\n",
+    b"one\ntwo\nthree\n",
+    b"\x00\x01\x02binary\xff" * 30,
+    b"no eol",
+    IGNORING,
+]
 FILE_MODES = [0o644, 0o755, 0o600]
 LINK_TARGETS = ["a", "b.txt", "../sub", "missing", "sub/a"]
 SIG = pygit2.Signature("Prop", "prop@example.com", 1_700_000_000, 0)
