@@ -7,12 +7,14 @@ three views of that one tree, in one run: the directory itself (native), fuse-ov
 and a gitsess session mount over it. Every figure is the median of several runs; cold runs drop
 the page cache first (root only). Also measured: session creation + first mount against
 `git worktree add` on a 5,000- and a 50,000-file repository, `gitsess diff` / `apply --commit`
-of 1,000 changed files (when the CLI has them), and the daemons' peak memory (VmHWM).
+of 1,000 changed files (once the CLI has them), and the FUSE daemons' peak memory (VmHWM).
 
-    sudo .venv/bin/python scripts/bench.py                 # the full run (~10 minutes)
-    .venv/bin/python scripts/bench.py --quick              # a subset, under a minute
-    .venv/bin/python scripts/bench.py --json out.json      # also write the results as JSON
-    .venv/bin/python scripts/bench.py --profile prof/      # also py-spy the daemon (extra runs)
+    sudo .venv/bin/python scripts/bench.py                  # the full run (10-20 minutes)
+    .venv/bin/python scripts/bench.py --quick               # a subset, under a minute
+    .venv/bin/python scripts/bench.py --json out.json       # also write the results as JSON
+    .venv/bin/python scripts/bench.py --markdown out.md     # also write the tables as Markdown
+    .venv/bin/python scripts/bench.py --profile prof/ --only read-small-warm
+        # also run the gitsess daemon under cProfile for one extra run of each workload
 
 Ratios vary with the machine and its load: read them, never assert them in tests.
 """
@@ -24,6 +26,7 @@ import contextlib
 import json
 import os
 import platform
+import pstats
 import random
 import shutil
 import signal
@@ -33,7 +36,6 @@ import sys
 import tempfile
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -51,8 +53,8 @@ OVERLAYFS = "fuse-overlayfs"
 GITSESS = "gitsess"
 TARGETS = (NATIVE, OVERLAYFS, GITSESS)
 MIB = 1024 * 1024
-VENV_BIN = Path(sys.executable).parent
-GITSESS_CLI = str(VENV_BIN / "gitsess")
+GITSESS_CLI = str(Path(sys.executable).parent / "gitsess")
+DAEMON_MODULE = "gitsess.overlay.daemon"
 
 Step = Callable[[], None]
 
@@ -63,9 +65,11 @@ Step = Callable[[], None]
 @dataclass(frozen=True)
 class Config:
     quick: bool
-    runs: int
+    runs: int  # per figure
+    slow_runs: int  # for the workloads that take seconds per run
     big_mib: int  # the file outside git
     write_mib: int  # sequential write + fsync
+    creation_runs: int
     small_files: int = 5000
     dirs: int = 400
     corpus_mib: int = 50
@@ -73,21 +77,12 @@ class Config:
     bulk_files: int = 2000  # the lower directory `rm -rf` removes
     wide_files: int = 50_000  # the second repository for session creation
     changed_files: int = 1000  # diff / apply --commit
-    creation_runs: int = 3
-    slow_runs: int = 5  # for the workloads that take seconds each (file creation)
 
     @staticmethod
     def make(quick: bool, runs: int | None) -> Config:
         if quick:
-            return Config(
-                quick=True,
-                runs=runs or 3,
-                big_mib=64,
-                write_mib=64,
-                creation_runs=1,
-                slow_runs=runs or 1,
-            )
-        return Config(quick=False, runs=runs or 5, big_mib=500, write_mib=500, slow_runs=runs or 5)
+            return Config(True, runs or 3, runs or 1, big_mib=64, write_mib=64, creation_runs=1)
+        return Config(False, runs or 5, runs or 5, big_mib=500, write_mib=500, creation_runs=3)
 
 
 # ---------------------------------------------------------------------------------- corpus
@@ -141,7 +136,7 @@ def _write_files(root: Path, rels: Sequence[str], total_bytes: int, rng: random.
         path.write_bytes(f"# {rel} {i}\n".encode() + body)
 
 
-def _layout(files: int, dirs: int, bulk_files: int) -> tuple[list[str], str]:
+def _layout(files: int, dirs: int, bulk_files: int) -> list[str]:
     """Relative file paths: `src/` spread over most directories, `vendor/` holding the bulk."""
     bulk_dirs = max(1, dirs * bulk_files // max(1, files) // 2)
     src_dirs = max(1, dirs - bulk_dirs - 20)
@@ -152,13 +147,7 @@ def _layout(files: int, dirs: int, bulk_files: int) -> tuple[list[str], str]:
     for i in range(files - bulk_files):
         d = i % src_dirs
         rels.append(f"src/pkg{d // 16:02d}/mod{d:03d}/file{i:05d}.py")
-    return rels, "vendor"
-
-
-def _commit_all(repo: Path, env: dict[str, str]) -> None:
-    git(repo, "add", "-A", env=env)
-    git(repo, "commit", "-q", "-m", "corpus", env=env)
-    git(repo, "gc", "-q", env=env)
+    return rels
 
 
 def _init_repo(repo: Path, env: dict[str, str]) -> None:
@@ -166,22 +155,36 @@ def _init_repo(repo: Path, env: dict[str, str]) -> None:
     git(repo, "init", "-q", "-b", "main", env=env)
 
 
+def _commit_all(repo: Path, rels: Sequence[str], env: dict[str, str]) -> None:
+    """Commit the files `rels` (already on disk) as one pack, the way a clone has them, and
+    fill the index: `git fast-import` is much quicker than `git add` + `git gc`."""
+    stream = bytearray()
+    for i, rel in enumerate(rels, start=1):
+        data = (repo / rel).read_bytes()
+        stream += b"blob\nmark :%d\ndata %d\n%s\n" % (i, len(data), data)
+    stream += b"commit refs/heads/main\ncommitter Bench <bench@example.com> 1700000000 +0000\n"
+    stream += b"data 7\ncorpus\n"
+    for i, rel in enumerate(rels, start=1):
+        stream += b"M 100644 :%d %s\n" % (i, rel.encode())
+    subprocess.run(
+        ["git", "fast-import", "--quiet"], cwd=repo, env=env, input=bytes(stream), check=True
+    )
+    git(repo, "reset", "-q", env=env)
+    git(repo, "update-index", "-q", "--refresh", env=env)
+
+
 def build_corpus(repo: Path, cfg: Config, env: dict[str, str]) -> Corpus:
     rng = random.Random(8)
     _init_repo(repo, env)
-    rels, bulk = _layout(cfg.small_files, cfg.dirs, cfg.bulk_files)
+    rels = _layout(cfg.small_files, cfg.dirs, cfg.bulk_files)
     _write_files(repo, rels, cfg.corpus_mib * MIB, rng)
     (repo / ".gitignore").write_text("/data/\n")
-    _commit_all(repo, env)
+    _commit_all(repo, [*rels, ".gitignore"], env)
     big = "data/big.bin"
     _write_big(repo / big, cfg.big_mib, rng)
-    dirs = sorted(
-        {str(Path(r).parent) for r in rels} | {str(p) for r in rels for p in Path(r).parents}
-    )
-    dirs = [d for d in dirs if d != "."] + ["data"]
-    files = [*rels, ".gitignore"]
+    dirs = sorted({str(p) for r in rels for p in Path(r).parents} - {"."})
     subprocess.run(["sync"], check=True)
-    return Corpus(repo, files, dirs, big, bulk)
+    return Corpus(repo, [*rels, ".gitignore"], [*dirs, "data"], big, "vendor")
 
 
 def _write_big(path: Path, mib: int, rng: random.Random) -> None:
@@ -193,14 +196,15 @@ def _write_big(path: Path, mib: int, rng: random.Random) -> None:
             f.write(block)
 
 
-def build_wide_repo(repo: Path, files: int, env: dict[str, str]) -> None:
-    """A repository of `files` small files (about 12 per directory)."""
+def build_wide_repo(repo: Path, files: int, env: dict[str, str]) -> list[str]:
+    """A repository of `files` small (~1 KiB) files, about 12 per directory."""
     rng = random.Random(50)
     _init_repo(repo, env)
     per_dir = 12
     rels = [f"d{i // per_dir // 64:03d}/s{i // per_dir:05d}/f{i:06d}.txt" for i in range(files)]
     _write_files(repo, rels, files * 1024, rng)
-    _commit_all(repo, env)
+    _commit_all(repo, rels, env)
+    return rels
 
 
 def isolated_env(home: Path) -> dict[str, str]:
@@ -227,7 +231,7 @@ def isolated_env(home: Path) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class View:
-    """One target's view of the corpus: where to work, and who serves it."""
+    """One target's view of a tree: where to work, and which process serves it."""
 
     target: str
     root: Path
@@ -238,26 +242,11 @@ class View:
 
 
 def peak_memory_kib(pid: int) -> int | None:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1])
-    except OSError:
-        return None
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
     return None
-
-
-def _is_mounted(path: Path) -> bool:
-    return mount.is_mounted(path)
-
-
-def _wait_mounted(path: Path, proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not _is_mounted(path):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"fuse-overlayfs did not mount {path}")
-        time.sleep(0.01)
 
 
 def _kill_if(pid: int, marker: str) -> None:
@@ -273,12 +262,12 @@ def _kill_if(pid: int, marker: str) -> None:
 
 
 def _force_unmount(path: Path) -> None:
-    if _is_mounted(path):
+    if mount.is_mounted(path):
         subprocess.run(["fusermount3", "-uz", str(path)], check=False, capture_output=True)
 
 
 @contextlib.contextmanager
-def native_view(lower: Path, scratch: Path) -> Iterator[View]:
+def native_view(lower: Path) -> Iterator[View]:
     yield View(NATIVE, lower)
 
 
@@ -296,7 +285,11 @@ def overlayfs_view(lower: Path, scratch: Path) -> Iterator[View]:
         start_new_session=True,
     )
     try:
-        _wait_mounted(mnt, proc)
+        deadline = time.monotonic() + 10
+        while not mount.is_mounted(mnt):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"fuse-overlayfs did not mount {mnt}")
+            time.sleep(0.01)
         yield View(OVERLAYFS, mnt, proc.pid)
     finally:
         subprocess.run(["fusermount3", "-u", str(mnt)], check=False, capture_output=True)
@@ -310,38 +303,70 @@ def overlayfs_view(lower: Path, scratch: Path) -> Iterator[View]:
 
 
 @contextlib.contextmanager
-def gitsess_view(lower: Path, scratch: Path) -> Iterator[View]:
+def gitsess_view(lower: Path, scratch: Path, profile: Path | None = None) -> Iterator[View]:
+    """A fresh session over `lower`; with `profile`, its daemon runs under cProfile and leaves
+    its stats there when it stops."""
     session_dir = Path(tempfile.mkdtemp(prefix="sess-", dir=scratch))
     spec = mount.MountSpec(
         session_id=str(uuid.uuid4()), lower=lower, session_dir=session_dir, persistent=True
     )
-    with gitsess_mounted(spec) as pid:
+    with gitsess_mounted(spec, profile) as pid:
         yield View(GITSESS, spec.target, pid)
     shutil.rmtree(session_dir, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def gitsess_mounted(spec: mount.MountSpec) -> Iterator[int]:
+def gitsess_mounted(spec: mount.MountSpec, profile: Path | None = None) -> Iterator[int]:
     """Mount a session view; always stop it, and never leave its daemon or mount behind."""
     pid: int | None = None
     try:
-        pid = mount.ensure_mounted(spec).daemon_pid
+        if profile is None:
+            pid = mount.ensure_mounted(spec).daemon_pid
+        else:
+            pid = _start_profiled_daemon(spec, profile)
         yield pid
     finally:
         try:
             mount.stop(spec.session_id, spec.target)
         finally:
-            if pid is not None:
-                _kill_if(pid, "gitsess.overlay.daemon")
+            if pid is not None and not _exited(pid, timeout=30):
+                _kill_if(pid, DAEMON_MODULE)
             _force_unmount(spec.target)
 
 
-ViewFactory = Callable[[Path, Path], contextlib.AbstractContextManager[View]]
-FACTORIES: dict[str, ViewFactory] = {
-    NATIVE: native_view,
-    OVERLAYFS: overlayfs_view,
-    GITSESS: gitsess_view,
-}
+def _exited(pid: int, timeout: float) -> bool:
+    """Wait until `pid` is gone or a zombie (a daemon under cProfile still writes its stats
+    after it has unmounted)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rpartition(")")[2].split()[0] == "Z":
+                    return True
+        except OSError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _start_profiled_daemon(spec: mount.MountSpec, profile: Path) -> int:
+    """What `mount.ensure_mounted` does, with the daemon under `python -m cProfile`."""
+    spec.target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    read_end, write_end = os.pipe()
+    cmd = [
+        sys.executable, "-m", "cProfile", "-o", str(profile), "-m", DAEMON_MODULE,
+        "--session-id", spec.session_id, "--lower", str(spec.lower), "--delta", str(spec.delta),
+        "--mountpoint", str(spec.target), "--persistent", "--ready-fd", str(write_end),
+    ]  # fmt: skip
+    with open(spec.log, "ab") as log:
+        subprocess.Popen(cmd, stdout=log, stderr=log, pass_fds=(write_end,), start_new_session=True)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as ready:
+        answer = ready.readline().strip()
+    live = mount.status(spec.session_id)
+    if answer != b"ready" or live is None:
+        raise RuntimeError(f"the profiled daemon did not start: {answer!r}, see {spec.log}")
+    return live.daemon_pid
 
 
 # ---------------------------------------------------------------------------------- workloads
@@ -352,7 +377,6 @@ class Env:
     view: View
     corpus: Corpus
     cfg: Config
-    scratch: Path  # private to this run, outside every view
 
 
 @dataclass(frozen=True)
@@ -363,7 +387,7 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Goal:
-    """A target from the issue: gitsess within `factor` of `against`."""
+    """A target from issue 8: gitsess within `factor` times `against`."""
 
     against: str
     factor: float
@@ -379,8 +403,8 @@ class Workload:
     prepare: Callable[[Env], Prepared]
     cold: bool = False
     mutates: bool = False  # each run gets a fresh view (overlays) and cleans up (native)
-    quick: bool = False
     slow: bool = False  # seconds per run: `slow_runs` runs
+    quick: bool = False  # part of --quick
     goals: tuple[Goal, ...] = ()
 
 
@@ -389,8 +413,8 @@ def _abs(env: Env, rels: Sequence[str]) -> list[str]:
     return [f"{root}/{r}" for r in rels]
 
 
-def _run(cmd: Sequence[str], cwd: Path | None = None) -> None:
-    subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+def _run(cmd: Sequence[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> None:
+    subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
 
 
 def prep_find(env: Env) -> Prepared:
@@ -443,7 +467,7 @@ def prep_seq_write(env: Env) -> Prepared:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             for i in range(mib):
-                block[:8] = i.to_bytes(8, "little")
+                block[:8] = i.to_bytes(8, "little")  # no two blocks alike, none all zeros
                 os.write(fd, block)
             os.fsync(fd)
         finally:
@@ -478,7 +502,7 @@ def prep_rm_rf(env: Env) -> Prepared:
         _run(["cp", "-a", str(source), str(victim)])
         _run(["sync"])
     else:
-        victim = source  # the lower directory itself, in a fresh view
+        victim = source  # the lower directory itself, in a view of its own
     _run(["find", str(victim)])  # every target starts with the tree in the caches
 
     def cleanup() -> None:
@@ -493,40 +517,45 @@ def prep_git_status(env: Env) -> Prepared:
 
 
 def workloads() -> list[Workload]:
-    beat_ovl = (Goal(OVERLAYFS, 1.0),)
-    two_native = (Goal(NATIVE, 2.0), *beat_ovl)
+    ovl = Goal(OVERLAYFS, 1.0)
     return [
-        Workload("find-cold", "find (cold)", prep_find, cold=True, goals=beat_ovl),
-        Workload("find-warm", "find (warm)", prep_find, quick=True, goals=beat_ovl),
-        Workload("lstat-cold", "lstat every file (cold)", prep_lstat, cold=True, goals=beat_ovl),
-        Workload("lstat-warm", "lstat every file (warm)", prep_lstat, quick=True, goals=two_native),
+        Workload("find-cold", "find (cold)", prep_find, cold=True, goals=(ovl,)),
+        Workload("find-warm", "find (warm)", prep_find, quick=True, goals=(ovl,)),
+        Workload("lstat-cold", "lstat every file (cold)", prep_lstat, cold=True, goals=(ovl,)),
+        Workload(
+            "lstat-warm",
+            "lstat every file (warm)",
+            prep_lstat,
+            quick=True,
+            goals=(Goal(NATIVE, 2.0), ovl),
+        ),
         Workload(
             "read-small-cold",
             "read every small file (cold)",
             prep_read_small,
             cold=True,
-            goals=beat_ovl,
+            goals=(ovl,),
         ),
         Workload(
             "read-small-warm",
             "read every small file (warm)",
             prep_read_small,
             quick=True,
-            goals=beat_ovl,
+            goals=(ovl,),
         ),
         Workload(
             "seq-read-cold",
             "sequential read, big file (cold)",
             prep_seq_read,
             cold=True,
-            goals=beat_ovl,
+            goals=(ovl,),
         ),
         Workload(
             "seq-read-warm",
             "sequential read, big file (warm)",
             prep_seq_read,
             quick=True,
-            goals=(Goal(NATIVE, 1.3), *beat_ovl),
+            goals=(Goal(NATIVE, 1.3), ovl),
         ),
         Workload(
             "seq-write",
@@ -534,16 +563,16 @@ def workloads() -> list[Workload]:
             prep_seq_write,
             mutates=True,
             quick=True,
-            goals=two_native,
+            goals=(Goal(NATIVE, 2.0), ovl),
         ),
         Workload(
             "create",
             "create 2,000 small files",
             prep_create,
             mutates=True,
-            quick=True,
             slow=True,
-            goals=beat_ovl,
+            quick=True,
+            goals=(ovl,),
         ),
         Workload(
             "rm-rf",
@@ -551,27 +580,31 @@ def workloads() -> list[Workload]:
             prep_rm_rf,
             mutates=True,
             slow=True,
-            goals=(Goal(NATIVE, 3.0), *beat_ovl),
+            goals=(Goal(NATIVE, 3.0), ovl),
         ),
+        Workload("git-status-cold", "git status (cold)", prep_git_status, cold=True, goals=(ovl,)),
         Workload(
-            "git-status-cold", "git status (cold)", prep_git_status, cold=True, goals=beat_ovl
-        ),
-        Workload(
-            "git-status-warm", "git status (warm)", prep_git_status, quick=True, goals=two_native
+            "git-status-warm",
+            "git status (warm)",
+            prep_git_status,
+            quick=True,
+            goals=(Goal(NATIVE, 2.0), ovl),
         ),
     ]
 
 
-# ---------------------------------------------------------------------------------- measuring
+# ---------------------------------------------------------------------------------- results
 
 
 @dataclass
 class Result:
     key: str
     label: str
+    goals: list[Goal] = field(default_factory=list)
     times: dict[str, list[float]] = field(default_factory=dict)
-    goals: list[str] = field(default_factory=list)
-    note: str = ""
+
+    def add(self, target: str, seconds: float) -> None:
+        self.times.setdefault(target, []).append(seconds)
 
     def median(self, target: str) -> float | None:
         t = self.times.get(target)
@@ -581,10 +614,26 @@ class Result:
         a, b = self.median(target), self.median(against)
         return a / b if a is not None and b else None
 
+    def goal_met(self) -> bool | None:
+        ratios = [(self.ratio(GITSESS, g.against), g.factor) for g in self.goals]
+        if not ratios or any(r is None for r, _ in ratios):
+            return None
+        return all(r is not None and r <= factor for r, factor in ratios)
+
+
+@dataclass
+class Creation:
+    files: int
+    gitsess: list[float] = field(default_factory=list)
+    worktree_add: list[float] = field(default_factory=list)
+
+    def medians(self) -> tuple[float, float]:
+        return statistics.median(self.gitsess), statistics.median(self.worktree_add)
+
 
 @dataclass
 class Memory:
-    """Peak resident memory (VmHWM, KiB) of each FUSE daemon, by where it was measured."""
+    """Peak resident memory (VmHWM, KiB) of the FUSE daemons, by what they went through."""
 
     peaks: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -593,6 +642,41 @@ class Memory:
         if kib is not None:
             slot = self.peaks.setdefault(where, {})
             slot[view.target] = max(kib, slot.get(view.target, 0))
+
+
+# ---------------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Bench:
+    """Everything one benchmark run shares."""
+
+    cfg: Config
+    tmp: Path
+    env: dict[str, str]  # for git and gitsess subprocesses
+    profile_dir: Path | None = None
+    memory: Memory = field(default_factory=Memory)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def scratch(self) -> Path:
+        path = self.tmp / "scratch"
+        path.mkdir(exist_ok=True)
+        return path
+
+    def view(
+        self, target: str, lower: Path, profile: str | None = None
+    ) -> contextlib.AbstractContextManager[View]:
+        if target == NATIVE:
+            return native_view(lower)
+        if target == OVERLAYFS:
+            return overlayfs_view(lower, self.scratch)
+        stats = None if profile is None or self.profile_dir is None else self.stats_path(profile)
+        return gitsess_view(lower, self.scratch, stats)
+
+    def stats_path(self, key: str) -> Path:
+        assert self.profile_dir is not None
+        return self.profile_dir / f"{key}.prof"
 
 
 def can_drop_caches() -> bool:
@@ -613,80 +697,67 @@ def timed(step: Step) -> float:
     return time.perf_counter() - t0
 
 
-def measure_once(w: Workload, env: Env, profiler: Profiler | None = None) -> float:
+def measure_once(w: Workload, env: Env) -> float:
     prepared = w.prepare(env)
     try:
         if w.cold:
             drop_caches()
-        if profiler is None:
-            return timed(prepared.action)
-        with profiler.attached(env.view, w.key):
-            return timed(prepared.action)
+        return timed(prepared.action)
     finally:
         prepared.cleanup()
 
 
-def rotation(run: int, targets: Sequence[str]) -> list[str]:
+def rotation(run: int) -> list[str]:
     """The order of the targets in run `run`: each goes first in turn, so drift spreads out."""
-    k = run % len(targets)
-    return [*targets[k:], *targets[:k]]
+    k = run % len(TARGETS)
+    return [*TARGETS[k:], *TARGETS[:k]]
 
 
-def run_shared(
-    items: Sequence[Workload],
-    corpus: Corpus,
-    cfg: Config,
-    scratch: Path,
-    memory: Memory,
-    profiler: Profiler | None,
-) -> list[Result]:
+def run_shared(b: Bench, items: Sequence[Workload], corpus: Corpus) -> list[Result]:
     """Workloads that leave the tree as they found it: one view per target for all runs."""
-    results = [Result(w.key, w.label, goals=[str(g) for g in w.goals]) for w in items]
+    results = []
     with contextlib.ExitStack() as stack:
-        views = {t: stack.enter_context(FACTORIES[t](corpus.repo, scratch)) for t in TARGETS}
-        for w, res in zip(items, results, strict=True):
-            envs = {t: Env(views[t], corpus, cfg, scratch) for t in TARGETS}
+        views = {t: stack.enter_context(b.view(t, corpus.repo)) for t in TARGETS}
+        for w in items:
+            res = Result(w.key, w.label, list(w.goals))
+            envs = {t: Env(views[t], corpus, b.cfg) for t in TARGETS}
             if not w.cold:
                 for t in TARGETS:
                     measure_once(w, envs[t])  # warm-up, not counted
-            for run in range(cfg.runs):
-                for t in rotation(run, TARGETS):
-                    res.times.setdefault(t, []).append(measure_once(w, envs[t]))
+            for run in range(b.cfg.runs):
+                for t in rotation(run):
+                    res.add(t, measure_once(w, envs[t]))
             progress(res)
-            if profiler is not None:
-                measure_once(w, envs[GITSESS], profiler)
+            results.append(res)
         for view in views.values():
-            memory.record("5,000-file corpus, shared views", view)
+            b.memory.record("5,000-file corpus: read workloads", view)
     return results
 
 
-def run_mutating(
-    items: Sequence[Workload],
-    corpus: Corpus,
-    cfg: Config,
-    scratch: Path,
-    memory: Memory,
-    profiler: Profiler | None,
-) -> list[Result]:
+def run_mutating(b: Bench, items: Sequence[Workload], corpus: Corpus) -> list[Result]:
     """Workloads that change the tree: a fresh view for every run, one view at a time."""
     results = []
     for w in items:
-        res = Result(w.key, w.label, goals=[str(g) for g in w.goals])
-        runs = cfg.slow_runs if w.slow else cfg.runs
-        for run in range(runs + (1 if profiler else 0)):
-            for t in rotation(run, TARGETS):
-                profiled = run == runs
-                if profiled and t != GITSESS:
-                    continue
-                with FACTORIES[t](corpus.repo, scratch) as view:
-                    env = Env(view, corpus, cfg, scratch)
-                    took = measure_once(w, env, profiler if profiled else None)
-                    memory.record("5,000-file corpus, write workloads", view)
-                if not profiled:
-                    res.times.setdefault(t, []).append(took)
+        res = Result(w.key, w.label, list(w.goals))
+        for run in range(b.cfg.slow_runs if w.slow else b.cfg.runs):
+            for t in rotation(run):
+                with b.view(t, corpus.repo) as view:
+                    res.add(t, measure_once(w, Env(view, corpus, b.cfg)))
+                    b.memory.record("5,000-file corpus: write workloads", view)
         progress(res)
         results.append(res)
     return results
+
+
+def run_profiles(b: Bench, items: Sequence[Workload], corpus: Corpus) -> None:
+    """One extra, uncounted run of each workload on a gitsess daemon under cProfile."""
+    for w in items:
+        with b.view(GITSESS, corpus.repo, profile=w.key) as view:
+            env = Env(view, corpus, b.cfg)
+            if not w.cold and not w.mutates:
+                measure_once(w, env)  # the warm-up is profiled too
+            took = measure_once(w, env)
+        console.log(f"profiled {w.label}: {fmt_time(took)} under cProfile")
 
 
 def progress(res: Result) -> None:
@@ -733,7 +804,7 @@ def gitsess_rm(repo: Path, name: str, env: dict[str, str]) -> None:
 
 
 def session_spec(repo: Path, session: Session) -> mount.MountSpec:
-    """How `gitsess` itself mounts the session (the state dir is hidden from the view)."""
+    """How gitsess itself mounts the session: state under the git dir, hidden from the view."""
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
     state = common / "gitsess"
     hidden: tuple[str, ...] = ()
@@ -748,90 +819,59 @@ def session_spec(repo: Path, session: Session) -> mount.MountSpec:
     )
 
 
-@dataclass
-class Creation:
-    repo: str
-    files: int
-    gitsess: list[float] = field(default_factory=list)
-    worktree_add: list[float] = field(default_factory=list)
-    via: str = ""
-
-    def medians(self) -> tuple[float, float]:
-        return statistics.median(self.gitsess), statistics.median(self.worktree_add)
-
-
-def time_session_start(repo: Path, name: str, env: dict[str, str], memory: Memory) -> float:
-    """`gitsess new` + first mount, until the view answers; stopped and removed afterwards."""
-    session: Session | None = None
-    spec: mount.MountSpec | None = None
+def time_session_start(b: Bench, repo: Path, name: str, files: int) -> float:
+    """`gitsess new` + first mount, until the view lists its root; then stopped and removed."""
     t0 = time.perf_counter()
     try:
-        session = gitsess_new(repo, name, env)
+        session = gitsess_new(repo, name, b.env)
         spec = session_spec(repo, session)
         with gitsess_mounted(spec) as pid:
             next(spec.target.iterdir(), None)
             took = time.perf_counter() - t0
-            memory.record(f"session start, {repo.name}", View(GITSESS, spec.target, pid))
+            b.memory.record(f"{files:,}-file repo: session start", View(GITSESS, spec.target, pid))
         return took
     finally:
-        gitsess_rm(repo, name, env)
+        gitsess_rm(repo, name, b.env)
 
 
-def time_worktree_add(repo: Path, path: Path, branch: str, env: dict[str, str]) -> float:
+def time_worktree_add(b: Bench, repo: Path, path: Path, branch: str) -> float:
     t0 = time.perf_counter()
     try:
-        git(repo, "worktree", "add", "-q", "-b", branch, str(path), env=env)
+        git(repo, "worktree", "add", "-q", "-b", branch, str(path), env=b.env)
         return time.perf_counter() - t0
     finally:
-        git(repo, "worktree", "remove", "--force", str(path), env=env)
-        git(repo, "branch", "-q", "-D", branch, env=env)
+        git(repo, "worktree", "remove", "--force", str(path), env=b.env)
+        git(repo, "branch", "-q", "-D", branch, env=b.env)
 
 
-def run_creation(
-    repos: Sequence[tuple[Path, int]],
-    cfg: Config,
-    scratch: Path,
-    env: dict[str, str],
-    memory: Memory,
-) -> list[Creation]:
+def run_creation(b: Bench, repos: Sequence[tuple[Path, int]]) -> list[Creation]:
     results = []
     for repo, files in repos:
-        c = Creation(repo.name, files, via="gitsess new + mount.ensure_mounted")
-        for i in range(cfg.creation_runs):
-            c.gitsess.append(time_session_start(repo, f"bench-{i}", env, memory))
-            wt = scratch / f"wt-{repo.name}-{i}"
-            c.worktree_add.append(time_worktree_add(repo, wt, f"bench-wt-{i}", env))
+        c = Creation(files)
+        for i in range(b.cfg.creation_runs):
+            c.gitsess.append(time_session_start(b, repo, f"bench-{i}", files))
+            wt = b.scratch / f"wt-{repo.name}-{i}"
+            c.worktree_add.append(time_worktree_add(b, repo, wt, f"bench-wt-{i}"))
         g, w = c.medians()
         console.log(f"start on {files:,} files: gitsess {fmt_time(g)}, worktree {fmt_time(w)}")
         results.append(c)
     return results
 
 
-def run_wide_memory(repo: Path, files: int, scratch: Path, memory: Memory) -> None:
-    """Peak memory of both daemons after walking, stat'ing, reading and `git status` of a big
+def run_wide_memory(b: Bench, repo: Path, rels: Sequence[str]) -> None:
+    """Peak memory of both daemons after find, reading every file and git status of a big
     repository through them."""
-    rels = [
-        str(p.relative_to(repo)) for p in repo.rglob("*") if ".git" not in p.parts and p.is_file()
-    ]
     for target in (OVERLAYFS, GITSESS):
-        with FACTORIES[target](repo, scratch) as view:
+        with b.view(target, repo) as view:
             _run(["find", str(view.root)])
             for rel in rels:
                 with open(view.root / rel, "rb") as f:
                     f.read()
             _run(["git", "status", "--porcelain"], cwd=view.root)
-            memory.record(f"{files:,}-file repo: find, read all, git status", view)
+            b.memory.record(f"{len(rels):,}-file repo: find, read all, git status", view)
 
 
 # ---------------------------------------------------------------------------------- diff / apply
-
-
-@dataclass
-class ApplyResult:
-    diff: Result
-    commit: Result
-    available: bool
-    note: str = ""
 
 
 def _change_files(root: Path, rels: Sequence[str]) -> None:
@@ -840,126 +880,134 @@ def _change_files(root: Path, rels: Sequence[str]) -> None:
             f.write(b"# changed by the benchmark\n")
 
 
-def _apply_native_like(
-    target: str, repo: Path, rels: Sequence[str], run: int, scratch: Path, env: dict[str, str]
+def _apply_through(
+    b: Bench, target: str, repo: Path, rels: Sequence[str], run: int
 ) -> tuple[float, float]:
     """git diff and git commit -a in a fresh worktree, directly or through fuse-overlayfs."""
-    wt, branch = scratch / f"apply-{target}-{run}", f"bench-apply-{target}-{run}"
-    git(repo, "worktree", "add", "-q", "-b", branch, str(wt), env=env)
+    wt, branch = b.scratch / f"apply-{target}-{run}", f"bench-apply-{target}-{run}"
+    git(repo, "worktree", "add", "-q", "-b", branch, str(wt), env=b.env)
     try:
-        with FACTORIES[target](wt, scratch) as view:
+        with b.view(target, wt) as view:
             _change_files(view.root, rels)
-            t_diff = timed(lambda: _run_env(["git", "diff"], view.root, env))
-            t_commit = timed(lambda: _run_env(["git", "commit", "-qam", "bench"], view.root, env))
+            t_diff = timed(lambda: _run(["git", "diff"], view.root, b.env))
+            t_commit = timed(lambda: _run(["git", "commit", "-qam", "bench"], view.root, b.env))
         return t_diff, t_commit
     finally:
-        git(repo, "worktree", "remove", "--force", str(wt), env=env)
-        git(repo, "branch", "-q", "-D", branch, env=env)
+        git(repo, "worktree", "remove", "--force", str(wt), env=b.env)
+        git(repo, "branch", "-q", "-D", branch, env=b.env)
 
 
-def _run_env(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> None:
-    subprocess.run(cmd, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
-
-
-def _apply_gitsess(
-    repo: Path, rels: Sequence[str], run: int, env: dict[str, str], memory: Memory
-) -> tuple[float, float]:
-    """gitsess diff and apply --commit of a session (on its own worktree) after a mounted edit."""
+def _apply_gitsess(b: Bench, repo: Path, rels: Sequence[str], run: int) -> tuple[float, float]:
+    """gitsess diff and apply --commit of a session on a worktree of its own, edited through
+    its mount, then unmounted (as after `gitsess run`)."""
     name = f"bench-apply-{run}"
-    session = gitsess_new(repo, name, env, "--worktree")
+    session = gitsess_new(repo, name, b.env, "--worktree")
     try:
         spec = session_spec(repo, session)
-        with gitsess_mounted(spec) as pid:
+        with gitsess_mounted(spec):
             _change_files(spec.target, rels)
-            memory.record("1,000 changed files, edit", View(GITSESS, spec.target, pid))
-        t_diff = timed(lambda: _run_env([GITSESS_CLI, "diff", name], repo, env))
+        t_diff = timed(lambda: _run([GITSESS_CLI, "diff", name], repo, b.env))
         t_commit = timed(
-            lambda: _run_env([GITSESS_CLI, "apply", name, "--commit", "-m", "bench"], repo, env)
+            lambda: _run([GITSESS_CLI, "apply", name, "--commit", "-m", "bench"], repo, b.env)
         )
         return t_diff, t_commit
     finally:
-        gitsess_rm(repo, name, env)
+        gitsess_rm(repo, name, b.env)
 
 
-def run_apply(
-    corpus: Corpus, cfg: Config, scratch: Path, env: dict[str, str], memory: Memory
-) -> ApplyResult:
-    n = cfg.changed_files
+def run_apply(b: Bench, corpus: Corpus) -> list[Result]:
+    n = b.cfg.changed_files
     diff = Result("diff", f"diff of {n:,} changed files")
     commit = Result("apply-commit", f"apply --commit of {n:,} changed files")
-    if not (cli_has("diff", env) and cli_has("apply", env)):
-        note = "not yet available: the gitsess CLI has no `diff`/`apply` command"
-        return ApplyResult(diff, commit, False, note)
     rels = [f for f in corpus.files if f.startswith("src/")][:n]
-    for run in range(cfg.runs):
-        for t in rotation(run, TARGETS):
+    for run in range(b.cfg.creation_runs):
+        for t in rotation(run):
             if t == GITSESS:
-                d, c = _apply_gitsess(corpus.repo, rels, run, env, memory)
+                d, c = _apply_gitsess(b, corpus.repo, rels, run)
             else:
-                d, c = _apply_native_like(t, corpus.repo, rels, run, scratch, env)
-            diff.times.setdefault(t, []).append(d)
-            commit.times.setdefault(t, []).append(c)
+                d, c = _apply_through(b, t, corpus.repo, rels, run)
+            diff.add(t, d)
+            commit.add(t, c)
     progress(diff)
     progress(commit)
-    note = "native/fuse-overlayfs: git diff, git commit -a; gitsess: gitsess diff, apply --commit"
-    return ApplyResult(diff, commit, True, note)
+    b.notes.append(
+        "diff / apply --commit: native and fuse-overlayfs run `git diff` and `git commit -a` in "
+        "a fresh worktree; gitsess runs `gitsess diff` and `gitsess apply --commit` on an "
+        "unmounted session with its own worktree"
+    )
+    return [diff, commit]
 
 
-# ---------------------------------------------------------------------------------- profiling
+# ---------------------------------------------------------------------------------- profiles
 
 
-class Profiler:
-    """py-spy attached to the gitsess daemon for one extra (uncounted) run of each workload."""
-
-    def __init__(self, outdir: Path, py_spy: str) -> None:
-        self.outdir = outdir
-        self.py_spy = py_spy
-        outdir.mkdir(parents=True, exist_ok=True)
-
-    @contextlib.contextmanager
-    def attached(self, view: View, key: str) -> Iterator[None]:
-        if view.pid is None:
-            yield
-            return
-        path = self.outdir / f"{key}.txt"
-        proc = subprocess.Popen(
-            [self.py_spy, "record", "--pid", str(view.pid), "--rate", "400", "--format", "raw",
-             "--native", "--nonblocking", "--output", str(path)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        time.sleep(1.0)  # let it attach
-        try:
-            yield
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+@dataclass(frozen=True)
+class ProfileRow:
+    function: str
+    calls: int
+    own: float  # seconds in the function itself
+    cumulative: float
 
 
-def summarize_profile(path: Path, top: int = 12) -> list[tuple[str, float, float]]:
-    """(function, self share, inclusive share) from py-spy's collapsed stacks."""
-    own: Counter[str] = Counter()
-    incl: Counter[str] = Counter()
-    total = 0
-    for line in path.read_text().splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
-        count = int(count_text)
-        frames = [f for f in stack.split(";") if f and not f.startswith("process ")]
-        if not frames:
-            continue
-        total += count
-        own[frames[-1]] += count
-        for frame in set(frames):
-            incl[frame] += count
-    if not total:
-        return []
-    return [(f, n / total, incl[f] / total) for f, n in own.most_common(top)]
+def _where(key: tuple[str, int, str]) -> str:
+    filename, _, name = key
+    if filename == "~":
+        return name  # a builtin
+    parts = Path(filename).parts
+    short = "/".join(parts[parts.index("gitsess") :]) if "gitsess" in parts else parts[-1]
+    return f"{short}:{name}"
+
+
+# Where the daemon's event loop waits for the kernel: idle time, not work.
+IDLE = ("<method 'poll' of 'select.epoll' objects>",)
+
+
+def summarize_profile(path: Path, top: int = 15) -> tuple[float, list[ProfileRow]]:
+    """Busy seconds of the daemon's main thread, and its functions by their own time."""
+    raw: dict[tuple[str, int, str], tuple[int, int, float, float, object]]
+    raw = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    rows = [
+        ProfileRow(_where(key), nc, tt, ct)
+        for key, (_, nc, tt, ct, _) in raw.items()
+        if key[2] not in IDLE
+    ]
+    busy = sum(r.own for r in rows)
+    rows.sort(key=lambda r: r.own, reverse=True)
+    return busy, rows[:top]
+
+
+def handler_calls(path: Path) -> list[ProfileRow]:
+    """The FUSE handlers of gitsess/overlay/fs.py: how often the kernel asked, and their cost."""
+    raw: dict[tuple[str, int, str], tuple[int, int, float, float, object]]
+    raw = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    rows = [
+        ProfileRow(_where(key), nc, tt, ct)
+        for key, (_, nc, tt, ct, _) in raw.items()
+        if key[0].endswith("overlay/fs.py") and not key[2].startswith("_") and key[2] != "wrapper"
+    ]
+    return sorted(rows, key=lambda r: r.cumulative, reverse=True)
+
+
+def profile_tables(path: Path) -> list[Table]:
+    busy, rows = summarize_profile(path)
+    t = Table(title=f"gitsess daemon under cProfile: {path.stem} ({busy:.2f} s busy)")
+    t.add_column("function (own time)")
+    t.add_column("calls", justify="right")
+    t.add_column("own", justify="right")
+    t.add_column("cumulative", justify="right")
+    for r in rows:
+        t.add_row(r.function, f"{r.calls:,}", share(r.own, busy), share(r.cumulative, busy))
+    h = Table(title=f"FUSE requests served: {path.stem}")
+    h.add_column("handler")
+    h.add_column("calls", justify="right")
+    h.add_column("cumulative", justify="right")
+    for r in handler_calls(path):
+        h.add_row(r.function, f"{r.calls:,}", share(r.cumulative, busy))
+    return [t, h]
+
+
+def share(part: float, whole: float) -> str:
+    return f"{part / whole:.0%}" if whole else "-"
 
 
 # ---------------------------------------------------------------------------------- output
@@ -968,100 +1016,101 @@ def summarize_profile(path: Path, top: int = 12) -> list[tuple[str, float, float
 def fmt_time(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
-    return f"{seconds:.2f} s"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    return f"{seconds * 1000:.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
 
 
 def fmt_ratio(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}x"
 
 
-def goal_met(res: Result) -> bool | None:
-    checks = []
-    for goal in res.goals:
-        _, factor_text, against = goal.split()
-        r = res.ratio(GITSESS, against)
-        if r is None:
-            return None
-        checks.append(r <= float(factor_text.rstrip("x")))
-    return all(checks) if checks else None
+def fmt_kib(kib: int | None) -> str:
+    return "-" if kib is None else f"{kib / 1024:.0f} MiB"
 
 
-def results_table(results: Sequence[Result]) -> Table:
-    t = Table(title="Median wall time (lower is better)")
-    t.add_column("workload")
-    for target in TARGETS:
-        t.add_column(target, justify="right")
-    t.add_column("gitsess / native", justify="right")
-    t.add_column("gitsess / fuse-overlayfs", justify="right")
-    t.add_column("goal (issue 8)")
-    for res in results:
-        met = goal_met(res)
-        mark = "" if met is None else (" [green]met[/]" if met else " [red]missed[/]")
-        t.add_row(
+def _goal_text(res: Result) -> str:
+    met = res.goal_met()
+    verdict = "" if met is None else (" met" if met else " MISSED")
+    return ", ".join(str(g) for g in res.goals) + verdict
+
+
+def result_rows(results: Sequence[Result]) -> list[list[str]]:
+    return [
+        [
             res.label,
             *[fmt_time(res.median(x)) for x in TARGETS],
             fmt_ratio(res.ratio(GITSESS, NATIVE)),
             fmt_ratio(res.ratio(GITSESS, OVERLAYFS)),
-            ", ".join(res.goals) + mark if res.goals else res.note,
-        )
-    return t
+            _goal_text(res),
+        ]
+        for res in results
+    ]
 
 
-def creation_table(items: Sequence[Creation]) -> Table:
-    t = Table(title="Session creation + first mount vs git worktree add (median)")
-    t.add_column("repository")
-    t.add_column("gitsess new + mount", justify="right")
-    t.add_column("git worktree add", justify="right")
+RESULT_HEADER = ["workload", *TARGETS, "gitsess / native", "gitsess / fuse-overlayfs", "goal"]
+
+
+def creation_rows(items: Sequence[Creation]) -> list[list[str]]:
+    rows = []
     for c in items:
         g, w = c.medians()
-        t.add_row(f"{c.files:,} files", fmt_time(g), fmt_time(w))
+        rows.append([f"{c.files:,} files", fmt_time(g), fmt_time(w)])
+    return rows
+
+
+CREATION_HEADER = ["repository", "gitsess new + first mount", "git worktree add"]
+
+
+def memory_rows(memory: Memory) -> list[list[str]]:
+    return [
+        [where, *[fmt_kib(peaks.get(x)) for x in (OVERLAYFS, GITSESS)]]
+        for where, peaks in memory.peaks.items()
+    ]
+
+
+MEMORY_HEADER = ["daemon peak memory (VmHWM) after", OVERLAYFS, GITSESS]
+
+
+def rich_table(title: str, header: Sequence[str], rows: Sequence[Sequence[str]]) -> Table:
+    t = Table(title=title)
+    for i, name in enumerate(header):
+        t.add_column(name, justify="left" if i == 0 or name == "goal" else "right")
+    for row in rows:
+        t.add_row(*[_colour(cell) for cell in row])
     return t
 
 
-def memory_table(memory: Memory) -> Table:
-    t = Table(title="FUSE daemon peak memory (VmHWM)")
-    t.add_column("measured during")
-    t.add_column(OVERLAYFS, justify="right")
-    t.add_column(GITSESS, justify="right")
-    for where, peaks in memory.peaks.items():
-        t.add_row(where, *[fmt_kib(peaks.get(x)) for x in (OVERLAYFS, GITSESS)])
-    return t
+def _colour(cell: str) -> str:
+    return cell.replace("MISSED", "[red]MISSED[/]").replace(" met", " [green]met[/]")
 
 
-def fmt_kib(kib: int | None) -> str:
-    return "-" if kib is None else f"{kib / 1024:.0f} MiB"
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    align = ["---" if i == 0 or h == "goal" else "---:" for i, h in enumerate(header)]
+    lines = [header, align, *rows]
+    return "\n".join("| " + " | ".join(cells) + " |" for cells in lines) + "\n"
 
 
 def machine() -> dict[str, str]:
     cpu = "unknown"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    fs = subprocess.run(
-        ["df", "--output=fstype", tempfile.gettempdir()],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.split()
+        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
     mem_kib = 0
     with contextlib.suppress(OSError), open("/proc/meminfo") as f:
         mem_kib = int(f.readline().split()[1])
-    ovl = subprocess.run(
-        ["fuse-overlayfs", "--version"], capture_output=True, text=True, check=False
+    df = subprocess.run(
+        ["df", "--output=fstype", tempfile.gettempdir()], capture_output=True, text=True
     )
+    ovl = subprocess.run(["fuse-overlayfs", "--version"], capture_output=True, text=True)
     return {
         "cpu": cpu,
         "cores": str(os.cpu_count()),
         "memory": f"{mem_kib / 1024 / 1024:.1f} GiB",
         "kernel": platform.release(),
-        "fs": fs[-1] if fs else "unknown",
+        "fs": (df.stdout.split() or ["unknown"])[-1],
         "python": platform.python_version(),
         "git": git(Path.cwd(), "--version").strip(),
-        "fuse-overlayfs": ovl.stdout.splitlines()[-1] if ovl.stdout else "unknown",
+        "fuse-overlayfs": (ovl.stdout.splitlines() or ["unknown"])[-1],
     }
 
 
@@ -1071,15 +1120,36 @@ class Report:
     config: Config
     results: list[Result]
     creation: list[Creation]
-    apply: ApplyResult | None
     memory: Memory
     notes: list[str]
-    seconds: float
+    seconds: float = 0.0
+
+    def headline(self) -> str:
+        m = self.machine
+        return (
+            f"gitsess benchmark ({'quick' if self.config.quick else 'full'}, medians of "
+            f"{self.config.runs} runs, {self.seconds:.0f} s): {m['cpu']}, {m['cores']} cores, "
+            f"{m['memory']}, Linux {m['kernel']}, {m['fs']}, {m['fuse-overlayfs']}"
+        )
+
+    def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
+        tables = [("Median wall time", RESULT_HEADER, result_rows(self.results))]
+        if self.creation:
+            tables.append(
+                ("Session creation + first mount (median)", CREATION_HEADER,
+                 creation_rows(self.creation))
+            )  # fmt: skip
+        if self.memory.peaks:
+            tables.append(("FUSE daemon peak memory", MEMORY_HEADER, memory_rows(self.memory)))
+        return tables
+
+    def markdown(self) -> str:
+        parts = [self.headline() + "\n"]
+        parts += [markdown_table(header, rows) for _, header, rows in self.tables()]
+        parts += [f"- {note}\n" for note in self.notes]
+        return "\n".join(parts)
 
     def to_json(self) -> dict[str, object]:
-        rows = [*self.results]
-        if self.apply is not None and self.apply.available:
-            rows += [self.apply.diff, self.apply.commit]
         return {
             "machine": self.machine,
             "config": asdict(self.config),
@@ -1088,13 +1158,13 @@ class Report:
                     "key": r.key,
                     "label": r.label,
                     "times": r.times,
-                    "median": {t: r.median(t) for t in TARGETS if r.median(t) is not None},
+                    "median": {t: r.median(t) for t in r.times},
                     "ratio_to_native": r.ratio(GITSESS, NATIVE),
                     "ratio_to_fuse_overlayfs": r.ratio(GITSESS, OVERLAYFS),
-                    "goals": r.goals,
-                    "goal_met": goal_met(r),
+                    "goals": [str(g) for g in r.goals],
+                    "goal_met": r.goal_met(),
                 }
-                for r in rows
+                for r in self.results
             ],
             "session_start": [
                 {
@@ -1102,13 +1172,9 @@ class Report:
                     "gitsess": c.gitsess,
                     "git_worktree_add": c.worktree_add,
                     "median": dict(zip(("gitsess", "git_worktree_add"), c.medians(), strict=True)),
-                    "via": c.via,
                 }
                 for c in self.creation
             ],
-            "diff_apply": None
-            if self.apply is None
-            else {"available": self.apply.available, "note": self.apply.note},
             "peak_memory_kib": self.memory.peaks,
             "notes": self.notes,
             "seconds": self.seconds,
@@ -1116,20 +1182,9 @@ class Report:
 
 
 def render(report: Report) -> None:
-    m = report.machine
-    out.print(
-        f"[bold]gitsess benchmark[/] ({'quick' if report.config.quick else 'full'}, "
-        f"median of {report.config.runs} runs, {report.seconds:.0f} s)\n"
-        f"{m['cpu']}, {m['cores']} cores, {m['memory']}, Linux {m['kernel']}, {m['fs']}, "
-        f"{m['fuse-overlayfs']}"
-    )
-    rows = [*report.results]
-    if report.apply is not None and report.apply.available:
-        rows += [report.apply.diff, report.apply.commit]
-    out.print(results_table(rows))
-    if report.creation:
-        out.print(creation_table(report.creation))
-    out.print(memory_table(report.memory))
+    out.print(report.headline())
+    for title, header, rows in report.tables():
+        out.print(rich_table(title, header, rows))
     for note in report.notes:
         out.print(f"note: {note}")
 
@@ -1140,47 +1195,77 @@ def render(report: Report) -> None:
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a subset, under a minute")
-    p.add_argument("--runs", type=int, help="runs per figure (default 5, quick 3)")
+    p.add_argument("--runs", type=int, help="runs per figure (default 5, --quick 3)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
-    p.add_argument("--only", action="append", default=[], metavar="KEY", help="only this workload")
-    p.add_argument("--profile", type=Path, metavar="DIR", help="py-spy the gitsess daemon")
-    p.add_argument("--keep", action="store_true", help="keep the temporary corpus directory")
+    p.add_argument("--markdown", type=Path, metavar="FILE", help="also write Markdown tables")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="only this workload (repeatable; also `session-start`, `apply`)",
+    )
+    p.add_argument(
+        "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
+    )
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory")
     return p.parse_args(argv)
 
 
 def select(cfg: Config, only: Sequence[str], cold_ok: bool) -> list[Workload]:
-    chosen = [w for w in workloads() if (w.quick or not cfg.quick) and (w.cold <= cold_ok)]
-    if only:
-        chosen = [w for w in workloads() if w.key in only and (w.cold <= cold_ok)]
-    return chosen
+    chosen = [w for w in workloads() if (w.key in only if only else w.quick or not cfg.quick)]
+    return [w for w in chosen if cold_ok or not w.cold]
 
 
-def preflight() -> list[str]:
+def preflight() -> None:
     missing = [tool for tool in ("fuse-overlayfs", "fusermount3", "git") if not shutil.which(tool)]
     if missing:
         raise SystemExit(f"bench: missing {', '.join(missing)}")
     if not Path("/dev/fuse").exists():
         raise SystemExit("bench: /dev/fuse is missing")
-    return []
+
+
+def run_all(b: Bench, only: Sequence[str]) -> Report:
+    cold_ok = can_drop_caches()
+    if not cold_ok:
+        b.notes.append("cold workloads skipped: dropping the page cache needs root")
+    chosen = select(b.cfg, only, cold_ok)
+    console.log(f"building the corpus in {b.tmp}")
+    corpus = build_corpus(b.tmp / "corpus", b.cfg, b.env)
+    results = run_shared(b, [w for w in chosen if not w.mutates], corpus)
+    results += run_mutating(b, [w for w in chosen if w.mutates], corpus)
+    if b.profile_dir is not None:
+        run_profiles(b, chosen, corpus)
+    creation: list[Creation] = []
+    if not only or "session-start" in only:
+        repos = [(corpus.repo, b.cfg.small_files)]
+        if not b.cfg.quick:
+            console.log(f"building the {b.cfg.wide_files:,}-file repository")
+            wide = b.tmp / "wide"
+            rels = build_wide_repo(wide, b.cfg.wide_files, b.env)
+            run_wide_memory(b, wide, rels)
+            repos.append((wide, b.cfg.wide_files))
+        creation = run_creation(b, repos)
+    if not b.cfg.quick and (not only or "apply" in only):
+        if cli_has("diff", b.env) and cli_has("apply", b.env):
+            results += run_apply(b, corpus)
+        else:
+            b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
+    order = [w.key for w in workloads()] + ["diff", "apply-commit"]
+    results.sort(key=lambda r: order.index(r.key))
+    return Report(machine(), b.cfg, results, creation, b.memory, b.notes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    cfg = Config.make(args.quick, args.runs)
-    notes = preflight()
-    cold_ok = can_drop_caches()
-    if not cold_ok:
-        notes.append("cold workloads skipped: dropping the page cache needs root")
-    profiler = None
-    if args.profile is not None:
-        py_spy = shutil.which("py-spy") or str(VENV_BIN / "py-spy")
-        if not Path(py_spy).exists():
-            raise SystemExit("bench: --profile needs py-spy (pip install py-spy)")
-        profiler = Profiler(args.profile, py_spy)
-    started = time.perf_counter()
+    preflight()
     tmp = Path(tempfile.mkdtemp(prefix="gitsess-bench-"))
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
+    b = Bench(Config.make(args.quick, args.runs), tmp, isolated_env(tmp / "home"), args.profile)
+    started = time.perf_counter()
     try:
-        report = run_all(cfg, tmp, select(cfg, args.only, cold_ok), notes, profiler, args.only)
+        report = run_all(b, args.only)
         report.seconds = time.perf_counter() - started
     finally:
         if not args.keep:
@@ -1188,58 +1273,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     render(report)
     if args.json is not None:
         args.json.write_text(json.dumps(report.to_json(), indent=2) + "\n")
-    if profiler is not None:
-        print_profiles(profiler.outdir)
+    if args.markdown is not None:
+        args.markdown.write_text(report.markdown())
+    if args.profile is not None:
+        for path in sorted(args.profile.glob("*.prof")):
+            try:
+                tables = profile_tables(path)
+            except (OSError, EOFError, TypeError, ValueError) as e:
+                console.log(f"cannot read {path}: {e}")
+                continue
+            for table in tables:
+                out.print(table)
     return 0
-
-
-def print_profiles(outdir: Path) -> None:
-    for path in sorted(outdir.glob("*.txt")):
-        t = Table(title=f"gitsess daemon profile: {path.stem} (py-spy, active samples)")
-        t.add_column("function (self)")
-        t.add_column("self", justify="right")
-        t.add_column("inclusive", justify="right")
-        for name, own, incl in summarize_profile(path):
-            t.add_row(name, f"{own:.0%}", f"{incl:.0%}")
-        out.print(t)
-
-
-def run_all(
-    cfg: Config,
-    tmp: Path,
-    chosen: Sequence[Workload],
-    notes: list[str],
-    profiler: Profiler | None,
-    only: Sequence[str],
-) -> Report:
-    env = isolated_env(tmp / "home")
-    scratch = tmp / "scratch"
-    scratch.mkdir()
-    console.log(f"building the corpus in {tmp}")
-    corpus = build_corpus(tmp / "corpus", cfg, env)
-    memory = Memory()
-    shared = [w for w in chosen if not w.mutates]
-    results = run_shared(shared, corpus, cfg, scratch, memory, profiler) if shared else []
-    mutating = [w for w in chosen if w.mutates]
-    results += run_mutating(mutating, corpus, cfg, scratch, memory, profiler) if mutating else []
-    order = [w.key for w in workloads()]
-    results.sort(key=lambda r: order.index(r.key))
-    creation: list[Creation] = []
-    apply: ApplyResult | None = None
-    if not only or "session-start" in only:
-        repos: list[tuple[Path, int]] = [(corpus.repo, cfg.small_files)]
-        if not cfg.quick:
-            console.log(f"building the {cfg.wide_files:,}-file repository")
-            wide = tmp / "wide"
-            build_wide_repo(wide, cfg.wide_files, env)
-            repos.append((wide, cfg.wide_files))
-            run_wide_memory(wide, cfg.wide_files, scratch, memory)
-        creation = run_creation(repos, cfg, scratch, env, memory)
-    if not cfg.quick and (not only or "apply" in only):
-        apply = run_apply(corpus, cfg, scratch, env, memory)
-        if not apply.available:
-            notes.append(f"diff and apply --commit: {apply.note}")
-    return Report(machine(), cfg, results, creation, apply, memory, notes, 0.0)
 
 
 if __name__ == "__main__":

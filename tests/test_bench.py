@@ -1,0 +1,96 @@
+"""scripts/bench.py: its pure helpers, and (slow) that `--quick` runs end to end.
+
+The benchmark's figures depend on the machine and its load: nothing here asserts a ratio.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench.py"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gitsess_bench", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _load()
+
+
+def test_rotation_puts_each_target_first_in_turn() -> None:
+    firsts = [bench.rotation(run)[0] for run in range(3)]
+    assert sorted(firsts) == sorted(bench.TARGETS)
+    assert all(sorted(bench.rotation(run)) == sorted(bench.TARGETS) for run in range(3))
+
+
+def test_goals_compare_gitsess_medians() -> None:
+    res = bench.Result("x", "x", [bench.Goal(bench.NATIVE, 2.0), bench.Goal(bench.OVERLAYFS, 1.0)])
+    for target, times in ((bench.NATIVE, [1.0, 1.2, 5.0]), (bench.OVERLAYFS, [3.0, 3.0, 3.0])):
+        for t in times:
+            res.add(target, t)
+    res.add(bench.GITSESS, 2.0)
+    assert res.ratio(bench.GITSESS, bench.NATIVE) == pytest.approx(2.0 / 1.2)
+    assert res.goal_met() is True
+    res.add(bench.GITSESS, 4.0)  # median 3.0: 2.5x native
+    assert res.goal_met() is False
+    assert bench.Result("y", "y").goal_met() is None
+
+
+def test_quick_selection_and_cold_skipping() -> None:
+    quick = bench.Config.make(True, None)
+    full = bench.Config.make(False, None)
+    assert {w.key for w in bench.select(quick, [], True)} < {
+        w.key for w in bench.select(full, [], True)
+    }
+    assert not any(w.cold for w in bench.select(full, [], False))
+    assert [w.key for w in bench.select(quick, ["rm-rf"], True)] == ["rm-rf"]
+
+
+def test_markdown_table_shape() -> None:
+    text = bench.markdown_table(["a", "b"], [["x", "1 ms"]])
+    assert text.splitlines() == ["| a | b |", "| --- | ---: |", "| x | 1 ms |"]
+
+
+def test_layout_has_the_bulk_directory() -> None:
+    rels = bench._layout(5000, 400, 2000)
+    assert len(rels) == len(set(rels)) == 5000
+    assert sum(r.startswith("vendor/") for r in rels) == 2000
+    dirs = {str(Path(r).parent) for r in rels}
+    assert 300 <= len(dirs) <= 400
+
+
+@pytest.mark.slow
+@pytest.mark.fuse
+@pytest.mark.timeout(600)
+def test_quick_run_writes_json(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--runs", "1", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=580,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    keys = {w["key"] for w in data["workloads"]}
+    assert {"find-warm", "read-small-warm", "seq-write", "git-status-warm"} <= keys
+    for w in data["workloads"]:
+        assert set(w["median"]) == {"native", "fuse-overlayfs", "gitsess"}, w
+        assert all(t > 0 for t in w["median"].values())
+    assert data["session_start"][0]["files"] == 5000
+    assert data["peak_memory_kib"]
+    # Nothing is left mounted.
+    assert "gitsess-bench-" not in Path("/proc/self/mounts").read_text()
