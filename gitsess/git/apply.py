@@ -53,6 +53,7 @@ class Conflict:
     the real tree), `not-empty` (a directory would have to go but holds paths this apply leaves
     alone), `merge` (the moved branch tip and the session changed the path incompatibly),
     `local-change` (the merge must rewrite a real file that has its own uncommitted change),
+    `not-a-directory` (a path to create lies below a real file that this apply leaves alone),
     `checked-out-elsewhere` (the branch is checked out in another worktree).
     """
 
@@ -923,8 +924,32 @@ def _plan_writes(root: Path, targets: Sequence[Target]) -> _WritePlan:
             conflicts.append(
                 Conflict(path, "not-empty", f"directory holds paths outside this apply: {left[0]}")
             )
+    conflicts += _blocked_parents(root, targets, by_path)
     kept = tuple(t for t in targets if t.path not in skipped)
     return _WritePlan(kept, tuple(sorted(skipped)), tuple(conflicts))
+
+
+def _blocked_parents(
+    root: Path, targets: Sequence[Target], by_path: dict[str, Target]
+) -> list[Conflict]:
+    """A path to create below a real file or symlink that this apply does not turn into a
+    directory (its change was left out by a pathspec) cannot be written."""
+    conflicts = []
+    for target in targets:
+        if target.kind is None:
+            continue
+        for parent in _parents(target.path):
+            planned = by_path.get(parent)
+            if planned is not None:
+                if planned.kind != "dir":
+                    conflicts.append(Conflict(target.path, "not-a-directory", f"{parent} is not"))
+                break  # the plan makes this parent (and so those above it) a directory
+            if _real_kind(root / parent) not in (None, "dir"):
+                conflicts.append(
+                    Conflict(target.path, "not-a-directory", f"{parent} is not a directory")
+                )
+                break
+    return conflicts
 
 
 def _replaces(root: Path, target: Target) -> bool:

@@ -134,3 +134,17 @@ def test_renamed_file_is_no_conflict(repo_dir: Path, tmp_path: Path) -> None:
     result = apply(repo_dir, view)
     assert result.ok and set(result.applied) == {"src/util.py", "src/helpers.py"}
     assert tree_state(repo_dir) == tree_state(view.root)
+
+
+def test_path_below_a_file_left_out_by_pathspec_conflicts(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    (view.root / "README.md").unlink()
+    write(view.root, "README.md/inside.txt", "now a directory\n")
+    before = tree_state(repo_dir)
+    blocked = apply(repo_dir, view, "README.md/inside.txt")
+    assert [(c.path, c.reason) for c in blocked.conflicts] == [
+        ("README.md/inside.txt", "not-a-directory"),
+    ]  # fmt: skip
+    assert tree_state(repo_dir) == before
+    assert apply(repo_dir, view, "README.md").ok
+    assert tree_state(repo_dir) == tree_state(view.root)
