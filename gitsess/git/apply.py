@@ -222,7 +222,8 @@ def _parents(path: str) -> Iterable[str]:
 
 def _mbox(message: str, author: pygit2.Signature, stat_text: str, patch: bytes) -> bytes:
     subject, body = _split_message(message)
-    when = datetime.fromtimestamp(author.time, UTC).astimezone(timezone(_offset(author.offset)))
+    zone = timezone(timedelta(minutes=author.offset))
+    when = datetime.fromtimestamp(author.time, UTC).astimezone(zone)
     head = [
         "From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001",
         f"From: {_address(author.name, author.email)}",
@@ -235,10 +236,6 @@ def _mbox(message: str, author: pygit2.Signature, stat_text: str, patch: bytes) 
     ]
     text = "\n".join(head) + "\n" + (body + "\n" if body else "") + "---\n" + stat_text + "\n"
     return text.encode() + patch + b"-- \ngitsess\n\n"
-
-
-def _offset(minutes: int) -> timedelta:
-    return timedelta(minutes=minutes)
 
 
 def _split_message(message: str) -> tuple[str, str]:
