@@ -75,6 +75,7 @@ def run(
     env: Mapping[str, str],
     read_only: bool = False,
     role: str | None = None,
+    run_id: int | None = None,
 ) -> RunResult:
     """Run `argv` inside the session's view, mounting it first unless it is live.
 
@@ -85,7 +86,13 @@ def run(
     live = mount.ensure_mounted(spec)
     conn = mount.join(
         session.id,
-        {"pid": os.getpid(), "role": role, "read_only": read_only, "command": list(argv)},
+        {
+            "pid": os.getpid(),
+            "role": role,
+            "read_only": read_only,
+            "command": list(argv),
+            "run_id": run_id,
+        },
     )
     placement = inplace.Placement(session.worktree, Path(live.mountpoint), read_only)
     child_env = {**env, **session_env(ctx, session, live.mountpoint)}
@@ -129,10 +136,13 @@ def keep_mounted(
     return mount.ensure_mounted(spec)
 
 
-def unmount(ctx: RepoContext, session: Session) -> bool:
+def mountpoint_of(ctx: RepoContext, session: Session) -> Path:
     live = mount.status(session.id)
-    target = Path(live.mountpoint) if live else ctx.session_dir(session.id) / "mnt"
-    return mount.stop(session.id, target)
+    return Path(live.mountpoint) if live else ctx.session_dir(session.id) / "mnt"
+
+
+def unmount(ctx: RepoContext, session: Session) -> bool:
+    return mount.stop(session.id, mountpoint_of(ctx, session))
 
 
 @dataclass(frozen=True)

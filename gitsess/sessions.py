@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gitsess import live, mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext, discover
 from gitsess.git.worktree import (
@@ -330,7 +331,7 @@ def _infos(
             here=s.worktree == here,
             session_dir=ctx.session_dir(s.id),
             worktree_exists=s.worktree.is_dir(),
-            changed_files=None,
+            changed_files=live.changed_files(ctx, s) if s.worktree.is_dir() else None,
         )
         for i, s in enumerate(sessions)
     ]
@@ -385,6 +386,32 @@ def touch(ctx: RepoContext, session: Session) -> Session:
         return registry.touch(session.id)
 
 
+def _unmount_for_removal(ctx: RepoContext, session: Session) -> None:
+    """A mounted session is unmounted first; one with people inside is refused."""
+    status = mount.status(session.id)
+    if status is not None and status.participants:
+        pids = ", ".join(str(p.get("pid")) for p in status.participants)
+        raise GitsessError(
+            f"session {session.name} is in use (pid {pids}); leave it or `gitsess umount` it first"
+        )
+    live.unmount(ctx, session)
+
+
+def start_run(
+    ctx: RepoContext, session: Session, argv: list[str], cwd: Path, role: str | None
+) -> int:
+    """Record a run; a session without a title takes the first command's."""
+    with _existing_registry(ctx) as registry:
+        if not session.title:
+            registry.update(session.id, title=" ".join(argv)[:200])
+        return registry.start_run(session.id, argv, cwd, os.getpid(), role)
+
+
+def end_run(ctx: RepoContext, run_id: int, exit_code: int) -> None:
+    with _existing_registry(ctx) as registry:
+        registry.end_run(run_id, exit_code)
+
+
 def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal:
     """Delete a session: its row (with participants and runs) and its directory.
 
@@ -394,9 +421,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     with _existing_registry(ctx) as registry:
         session = _find(ctx, registry, _ref(ref, None))
         session_dir = ctx.session_dir(session.id)
-        mount = session_dir / "mnt"
-        if os.path.ismount(mount):
-            raise GitsessError(f"session {session.name} is mounted at {mount}; stop it first")
+        _unmount_for_removal(ctx, session)
         binding = Binding(
             session.worktree,
             session.branch,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -226,6 +227,26 @@ class Registry:
     def touch(self, session_id: str) -> Session:
         """Set the session's last use to now."""
         return self.update(session_id, last_used_at=now().isoformat())
+
+    def start_run(
+        self, session_id: str, command: list[str], cwd: Path, pid: int, role: str | None
+    ) -> int:
+        """Record a command started in the session; returns the run's id."""
+        with self.write():
+            self.conn.execute(
+                "INSERT INTO runs (session_id, command, cwd, pid, role, started_at)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (session_id, json.dumps(command), str(cwd), pid, role, now().isoformat()),
+            )
+            run_id = self.conn.last_insert_rowid()
+        return run_id
+
+    def end_run(self, run_id: int, exit_code: int) -> None:
+        with self.write():
+            self.conn.execute(
+                "UPDATE runs SET ended_at = ?, exit_code = ? WHERE id = ?",
+                (now().isoformat(), exit_code, run_id),
+            )
 
     def delete(self, session_id: str) -> None:
         """Remove a session with its participants and runs; call inside `write()`."""

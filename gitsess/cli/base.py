@@ -1,0 +1,124 @@
+"""What every command shares: the click group, session arguments, rendering helpers."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+from rich.console import Console
+
+from gitsess import __version__
+from gitsess.sessions import Session, SessionInfo
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_OFFSET = re.compile(r"-[0-9]+")
+# Where a positional `-N` goes: click would otherwise take it for an unknown option.
+_OFFSET_OPTION = "--session-offset"
+
+# Messages never wrap (paths stay whole for copying); piped output is not cut to 80 columns.
+console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+
+class SessionCommand(click.Command):
+    """A command that takes a session, which may be given positionally as `-N`."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, _mark_offsets(self, args))
+
+
+def _mark_offsets(command: click.Command, args: list[str]) -> list[str]:
+    takes_value = {
+        opt
+        for param in command.params
+        if isinstance(param, click.Option) and not param.is_flag
+        for opt in param.opts
+    }
+    marked: list[str] = []
+    rest = iter(args)
+    for arg in rest:
+        if arg == "--":
+            marked += [arg, *rest]
+        elif _OFFSET.fullmatch(arg):
+            marked.append(f"{_OFFSET_OPTION}={arg}")
+        else:
+            marked.append(arg)
+            if arg in takes_value:
+                value = next(rest, None)
+                if value is not None:
+                    marked.append(value)
+    return marked
+
+
+def takes_session(f: F) -> F:
+    """`--session/-s`, plus the hidden option that positional offsets are moved to."""
+    f = click.option(_OFFSET_OPTION, "offsets", multiple=True, hidden=True)(f)
+    return click.option(
+        "--session",
+        "-s",
+        "session_option",
+        metavar="SESSION",
+        help="NAME, ID, ID prefix or -N (-1: newest). Default: $GITSESS_SESSION.",
+    )(f)
+
+
+def session_ref(
+    positional: Sequence[str], wanted: int, offsets: Sequence[str], option: str | None
+) -> tuple[str | None, list[str]]:
+    """Split `[SESSION] ARG...` (`wanted` ARGs) and merge the session's three spellings."""
+    args = list(positional)
+    if len(args) == wanted + 1:
+        given = [args.pop(0)]
+    elif len(args) == wanted:
+        given = []
+    else:
+        raise click.UsageError(f"expected {wanted} argument(s) after the session, got {len(args)}")
+    given += [*offsets, *([option] if option is not None else [])]
+    if len(given) > 1:
+        raise click.UsageError(f"give one session, not {len(given)}: {' '.join(given)}")
+    return (given[0] if given else None), args
+
+
+def print_json(data: object) -> None:
+    def plain(value: object) -> object:
+        if isinstance(value, Path):
+            return str(value)
+        if isinstance(value, datetime):
+            return value.isoformat()
+        raise TypeError(f"cannot encode {type(value).__name__}")
+
+    click.echo(json.dumps(data, indent=2, default=plain))
+
+
+def info_json(info: SessionInfo) -> dict[str, object]:
+    fields = asdict(info)
+    return {**fields.pop("session"), **fields}
+
+
+def ago(when: datetime) -> str:
+    seconds = int((datetime.now(UTC) - when).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return "just now"
+
+
+def short(commit: str | None) -> str:
+    return commit[:10] if commit else "(no commit)"
+
+
+def branch_label(session: Session) -> str:
+    return session.branch or f"detached {short(session.base_commit)}"
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gitsess")
+def cli() -> None:
+    """Named, resumable, copy-on-write sessions over a git worktree."""

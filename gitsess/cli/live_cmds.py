@@ -1,0 +1,160 @@
+"""Commands for live sessions: run, mount, umount, ps."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from gitsess import live, sessions
+from gitsess.cli.base import SessionCommand, cli, console, print_json, session_ref, takes_session
+from gitsess.sessions import WorktreeSpec, discover
+
+
+@cli.command(cls=SessionCommand, context_settings={"allow_interspersed_args": False})
+@takes_session
+@click.option(
+    "--worktree",
+    "worktree_branch",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[BRANCH]",
+    help="A new session works in a new worktree on a new branch (default gitsess/NAME).",
+)
+@click.option("--from", "from_rev", metavar="REV", help="Start the new branch here.")
+@click.option("--read-only", is_flag=True, help="Every write inside fails with EROFS.")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+def run(
+    offsets: tuple[str, ...],
+    session_option: str | None,
+    worktree_branch: str | None,
+    from_rev: str | None,
+    read_only: bool,
+    command: tuple[str, ...],
+) -> None:
+    """Run COMMAND (default: $SHELL) inside a session, creating or resuming it.
+
+    Give the command after `--`. Other terminals running the same session share its live view.
+    """
+    ref, _ = session_ref([], 0, offsets, session_option)
+    ctx = discover()
+    spec = None if worktree_branch is None else WorktreeSpec(worktree_branch or None, from_rev)
+    if ref is None and not os.environ.get(sessions.SESSION_ENV):
+        session = sessions.create(ctx, worktree=spec)
+        click.echo(f"gitsess: new session {session.name} ({session.id[:8]})", err=True)
+    else:
+        session = sessions.resolve(ctx, ref, create_missing=True, worktree=spec)
+    session = sessions.touch(ctx, session)
+    argv = list(command) or [os.environ.get("SHELL") or "/bin/sh"]
+    cwd = Path.cwd()
+    run_id = sessions.start_run(ctx, session, argv, cwd, None)
+    code = 1
+    try:
+        result = live.run(
+            ctx,
+            session,
+            argv,
+            cwd=cwd,
+            env=os.environ,
+            read_only=read_only or session.read_only,
+            run_id=run_id,
+        )
+        code = result.exit_code
+        if not result.in_place:
+            click.echo(
+                "gitsess: mount namespaces are not available here; the command ran in the"
+                f" mount point, not in place ({live.mountpoint_of(ctx, session)})",
+                err=True,
+            )
+    finally:
+        sessions.end_run(ctx, run_id, code)
+    sys.exit(code)
+
+
+@cli.command(cls=SessionCommand)
+@click.argument("args", nargs=-1, metavar="[SESSION] [DIR]")
+@takes_session
+@click.option("--allow-other", is_flag=True, help="Let other users reach the mount.")
+@click.option("--read-only", is_flag=True, help="Mount read-only.")
+def mount(
+    args: tuple[str, ...],
+    offsets: tuple[str, ...],
+    session_option: str | None,
+    allow_other: bool,
+    read_only: bool,
+) -> None:
+    """Mount a session's view (at DIR, default its session dir) until `gitsess umount`."""
+    given = list(args)
+    directory = None
+    if len(given) == 2 or (len(given) == 1 and (offsets or session_option)):
+        directory = Path(given.pop()).absolute()
+    ref, _ = session_ref(given, 0, offsets, session_option)
+    ctx = discover()
+    session = sessions.resolve(ctx, ref)
+    status = live.keep_mounted(
+        ctx, session, mountpoint=directory, allow_other=allow_other, read_only=read_only
+    )
+    console.print(f"Session [bold]{escape(session.name)}[/] is mounted at {status.mountpoint}")
+
+
+@cli.command(cls=SessionCommand)
+@click.argument("session", required=False)
+@takes_session
+def umount(session: str | None, offsets: tuple[str, ...], session_option: str | None) -> None:
+    """Unmount a session's view (participants still inside lose it)."""
+    ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
+    ctx = discover()
+    found = sessions.resolve(ctx, ref)
+    if live.unmount(ctx, found):
+        console.print(f"Unmounted session [bold]{escape(found.name)}[/]")
+    else:
+        console.print(f"Session [bold]{escape(found.name)}[/] was not mounted")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def ps(as_json: bool) -> None:
+    """List mounted sessions of this repository and who is inside."""
+    ctx = discover()
+    mounted = live.live_sessions([i.session for i in sessions.list_sessions(ctx)])
+    if as_json:
+        print_json(
+            [
+                {
+                    "name": m.session.name,
+                    "id": m.session.id,
+                    "daemon_pid": m.status.daemon_pid,
+                    "mountpoint": m.status.mountpoint,
+                    "persistent": m.status.persistent,
+                    "read_only": m.status.read_only,
+                    "participants": m.status.participants,
+                }
+                for m in mounted
+            ]
+        )
+        return
+    if not mounted:
+        console.print("No session is mounted.")
+        return
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("NAME", "DAEMON", "MOUNT", "KEPT", "PARTICIPANTS"):
+        table.add_column(column)
+    for m in mounted:
+        people = ", ".join(
+            f"{p.get('pid')}{' ' + p['role'] if p.get('role') else ''}"
+            f" {' '.join(p.get('command') or [])}"
+            for p in m.status.participants
+        )
+        table.add_row(
+            escape(m.session.name),
+            str(m.status.daemon_pid),
+            escape(m.status.mountpoint),
+            "yes" if m.status.persistent else "no",
+            escape(people or "-"),
+        )
+    console.print(table)
