@@ -168,13 +168,18 @@ def open_view(ctx: RepoContext, session: Session) -> OverlayView:
     )
 
 
-def drop_paths(ctx: RepoContext, session: Session, paths: Sequence[str]) -> None:
-    """Take applied paths out of the delta, through the live daemon when there is one."""
-    if not paths:
+def drop_paths(
+    ctx: RepoContext, session: Session, paths: Sequence[str], restamp: Sequence[str] = ()
+) -> None:
+    """Take applied paths out of the delta, through the live daemon when there is one, and
+    record the worktree's state anew for `restamp` paths (directories apply wrote into)."""
+    if not paths and not restamp:
         return
     session_dir = ctx.session_dir(session.id)
     with mount.locked(session_dir):
-        reply = control.request(session.id, {"op": "drop", "paths": list(paths)})
+        reply = control.request(
+            session.id, {"op": "drop", "paths": list(paths), "restamp": list(restamp)}
+        )
         if reply is not None:
             if not reply.get("ok"):
                 raise GitsessError(f"the session daemon refused: {reply.get('error')}")
@@ -183,6 +188,7 @@ def drop_paths(ctx: RepoContext, session: Session, paths: Sequence[str]) -> None
         try:
             tree = Tree(store, str(session.worktree), set())
             tree.drop([os.fsencode(p) for p in paths])
+            tree.restamp([os.fsencode(p) for p in restamp])
             tree.commit(durable=True, settle=False)
         finally:
             store.close()

@@ -239,6 +239,7 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
         }, None
     if op == "drop":
         dropped = state.tree.drop([os.fsencode(p) for p in msg.get("paths", [])])
+        state.tree.restamp([os.fsencode(p) for p in msg.get("restamp", [])])
         state.tree.commit(durable=True, settle=False)
         for parent, name in dropped:
             pyfuse3.invalidate_entry_async(

@@ -638,6 +638,18 @@ class Tree:
             self._prune(parent, parent_path)
         return dropped
 
+    def restamp(self, paths: list[bytes]) -> None:
+        """Record the worktree's current state as what these paths were copied from (apply
+        itself changed them, so the old record would read as an edit made outside)."""
+        for path in paths:
+            n = self.resolve(path)
+            if n is None or not n.upper or n.origin is None:
+                continue
+            st = self._lower_stat(n.origin)
+            if st is not None:
+                n.origin_stamp = (st.st_mode, st.st_size, st.st_mtime_ns)
+                self._pending.nodes.add(n.ino)
+
     def _prune(self, d: Node, path: bytes) -> None:
         """Turn directories that hold no change any more back into plain lower directories."""
         while d.ino != ROOT_INODE and d.upper and d.origin == path and not d.entries:
