@@ -1,0 +1,248 @@
+"""`gitsess run`, `mount`, `umount`, `ps` end to end: real sessions, processes and signals."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gitsess import mount
+from gitsess.git.repo import discover
+
+from .util import GITSESS, git, gitsess
+
+pytestmark = pytest.mark.fuse
+
+
+@pytest.fixture
+def repo(repo: Path) -> Iterator[Path]:
+    """The shared repository fixture, with every session of it unmounted afterwards."""
+    try:
+        yield repo
+    finally:
+        sessions_dir = discover(repo).sessions_dir
+        for session_dir in sessions_dir.glob("*") if sessions_dir.exists() else []:
+            mount.stop(session_dir.name, session_dir / "mnt")
+
+
+def mounted_here(repo: Path) -> list[str]:
+    with open("/proc/self/mounts") as f:
+        return [line.split()[1] for line in f if str(repo) in line.split()[1]]
+
+
+def eventually(check: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def run(repo: Path, session: str, script: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return gitsess(repo, "run", "-s", session, *extra, "--", "sh", "-c", script)
+
+
+def test_runs_in_place_and_keeps_the_real_tree(repo: Path) -> None:
+    done = run(repo, "exp", "pwd; echo changed > README.md; echo new > new.txt; exit 7")
+    assert done.returncode == 7, done.stderr
+    assert done.stdout.splitlines()[0] == str(repo)
+    assert (repo / "README.md").read_text() == "hello\n"
+    assert not (repo / "new.txt").exists()
+    again = run(repo, "exp", "cat README.md new.txt")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "changed\nnew\n"
+    assert eventually(lambda: mounted_here(repo) == [])
+
+
+def test_environment_inside(repo: Path) -> None:
+    done = run(repo, "envy", 'echo "$GITSESS_SESSION $GITSESS_SESSION_ID $GITSESS_MOUNT"')
+    name, session_id, mountpoint = done.stdout.split()
+    assert name == "envy"
+    assert Path(mountpoint) == discover(repo).session_dir(session_id) / "mnt"
+
+
+def test_subdirectory_cwd_is_kept(repo: Path) -> None:
+    done = gitsess(repo / "src", "run", "-s", "sub", "--", "sh", "-c", "pwd; cat app.py")
+    assert done.stdout.splitlines() == [str(repo / "src"), "print('hi')"]
+
+
+def test_participants_share_one_live_view(repo: Path) -> None:
+    waiter = subprocess.Popen(
+        [
+            *GITSESS,
+            "run",
+            "-s",
+            "live",
+            "--",
+            "sh",
+            "-c",
+            "while [ ! -e go ]; do sleep 0.05; done; cat from-two",
+        ],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert eventually(lambda: len(_participants(repo, "live")) == 1)
+        writer = run(repo, "live", "echo hello > from-two; touch go")
+        assert writer.returncode == 0, writer.stderr
+        out, _ = waiter.communicate(timeout=30)
+        assert out == "hello\n"
+        assert waiter.returncode == 0
+    finally:
+        waiter.kill()
+        waiter.wait()
+    assert eventually(lambda: mounted_here(repo) == [])
+    assert gitsess(repo, "ps").stdout.strip() == "No session is mounted."
+
+
+def _participants(repo: Path, name: str) -> list[dict[str, object]]:
+    import json
+
+    done = gitsess(repo, "ps", "--json")
+    for entry in json.loads(done.stdout or "[]"):
+        if entry["name"] == name:
+            participants: list[dict[str, object]] = entry["participants"]
+            return participants
+    return []
+
+
+def test_daemon_outlives_a_killed_runner_while_the_command_lives(repo: Path) -> None:
+    script = "while [ ! -e go ]; do sleep 0.05; done; echo late > late.txt"
+    runner = subprocess.Popen([*GITSESS, "run", "-s", "orphan", "--", "sh", "-c", script], cwd=repo)
+    assert eventually(lambda: len(_participants(repo, "orphan")) == 1)
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    # The command, still running, holds the registration it inherited: the view stays.
+    assert len(_participants(repo, "orphan")) == 1
+    assert run(repo, "orphan", "touch go").returncode == 0
+    assert eventually(lambda: run(repo, "orphan", "cat late.txt").stdout == "late\n")
+
+
+def test_read_only_participants_get_erofs(repo: Path) -> None:
+    done = run(repo, "ro", "echo x > README.md", "--read-only")
+    assert done.returncode != 0
+    assert "Read-only file system" in done.stderr
+    holder = subprocess.Popen(
+        [*GITSESS, "run", "-s", "ro", "--", "sh", "-c", "echo w > w.txt; sleep 3"], cwd=repo
+    )
+    try:
+        assert eventually(lambda: len(_participants(repo, "ro")) == 1)
+        reader = run(repo, "ro", "cat w.txt; echo y > y.txt", "--read-only")
+        assert reader.stdout == "w\n"
+        assert "Read-only file system" in reader.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_stale_mount_is_cleaned_and_remounted(repo: Path) -> None:
+    assert run(repo, "stale", "echo kept > kept.txt; sync").returncode == 0
+    assert gitsess(repo, "mount", "stale").returncode == 0
+    status = mount.status(_id(repo, "stale"))
+    assert status is not None
+    os.kill(status.daemon_pid, signal.SIGKILL)
+    assert eventually(lambda: mount.status(_id(repo, "stale")) is None)
+    done = run(repo, "stale", "cat kept.txt")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "kept\n"
+
+
+def _id(repo: Path, name: str) -> str:
+    import json
+
+    return str(json.loads(gitsess(repo, "show", name, "--json").stdout)["id"])
+
+
+def test_mount_and_umount_keep_a_view_until_told(repo: Path, tmp_path: Path) -> None:
+    target = tmp_path / "view"
+    target.mkdir()
+    assert gitsess(repo, "new", "kept").returncode == 0
+    done = gitsess(repo, "mount", "kept", str(target))
+    assert done.returncode == 0, done.stderr
+    (target / "made-here").write_text("x")
+    assert (target / "README.md").read_text() == "hello\n"
+    assert not (repo / "made-here").exists()
+    time.sleep(1.0)
+    assert mount.is_mounted(target)
+    assert gitsess(repo, "umount", "kept").returncode == 0
+    assert not mount.is_mounted(target)
+
+
+def test_real_tools_inside_a_session(repo: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "a.tar"
+    subprocess.run(["tar", "cf", str(archive), "-C", str(repo), "src"], check=True)
+    script = f"""
+    set -e
+    mkdir unpacked && tar xf {archive} -C unpacked
+    test -f unpacked/src/app.py
+    rm -rf src
+    printf 'saved\\n' > .README.md.swp && mv .README.md.swp README.md
+    git status --porcelain > status.txt
+    git add README.md && git commit -q -m 'inside the session'
+    find . -path ./.git -prune -o -print | wc -l > count.txt
+    """
+    done = run(repo, "tools", script)
+    assert done.returncode == 0, done.stderr
+    inside = run(repo, "tools", "cat status.txt README.md; ls")
+    assert " M README.md" in inside.stdout
+    assert " D src/app.py" in inside.stdout
+    assert "saved" in inside.stdout
+    assert "src" not in inside.stdout.split()
+    assert git(repo, "log", "-1", "--format=%s") == "inside the session"
+    assert (repo / "src" / "app.py").exists()
+
+
+def test_python_venv_inside_a_session(repo: Path) -> None:
+    python = shutil.which("python3") or "python3"
+    done = run(repo, "venv", f"{python} -m venv --without-pip .venv && .venv/bin/python -c 1")
+    assert done.returncode == 0, done.stderr
+    assert not (repo / ".venv").exists()
+
+
+def test_other_users_need_allow_other(repo: Path) -> None:
+    runuser = shutil.which("runuser")
+    if runuser is None:
+        pytest.skip("runuser is not installed")
+    # pytest's temp dirs are private to root: nobody could not even reach the mount point.
+    target = Path(tempfile.mkdtemp(prefix="gitsess-shared-"))
+    target.chmod(0o755)
+    try:
+        _check_allow_other(repo, target, runuser)
+    finally:
+        mount.stop(_id(repo, "shared"), target)
+        target.rmdir()
+
+
+def _check_allow_other(repo: Path, target: Path, runuser: str) -> None:
+    assert gitsess(repo, "new", "shared").returncode == 0
+    assert gitsess(repo, "mount", "shared", str(target)).returncode == 0
+    denied = subprocess.run(
+        [runuser, "-u", "nobody", "--", "ls", str(target)], capture_output=True, text=True
+    )
+    assert denied.returncode != 0
+    assert gitsess(repo, "umount", "shared").returncode == 0
+    assert gitsess(repo, "mount", "shared", str(target), "--allow-other").returncode == 0
+    allowed = subprocess.run(
+        [runuser, "-u", "nobody", "--", "ls", str(target)], capture_output=True, text=True
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert "README.md" in allowed.stdout
+
+
+def test_bad_input(repo: Path) -> None:
+    bad = gitsess(repo, "run", "-s", "../x", "--", "true")
+    assert bad.returncode != 0
+    assert bad.stderr.count("\n") == 1
+    missing = gitsess(repo, "run", "-s", "cmdless", "--", "/no/such/command")
+    assert missing.returncode != 0
+    assert "command not found" in missing.stderr
+    assert eventually(lambda: mounted_here(repo) == [])
