@@ -66,6 +66,34 @@ def _session(row: tuple[Any, ...]) -> Session:
     )
 
 
+@dataclass(frozen=True)
+class Run:
+    """One row of the `runs` table: a command run inside a session."""
+
+    id: int
+    command: list[str]
+    cwd: Path
+    pid: int | None
+    role: str | None
+    started_at: datetime
+    ended_at: datetime | None  # None while it runs (or when its runner died)
+    exit_code: int | None
+
+
+def _run(row: tuple[Any, ...]) -> Run:
+    id_, command, cwd, pid, role, started, ended, code = row
+    return Run(
+        id=id_,
+        command=json.loads(command),
+        cwd=Path(cwd),
+        pid=pid,
+        role=role,
+        started_at=datetime.fromisoformat(started),
+        ended_at=None if ended is None else datetime.fromisoformat(ended),
+        exit_code=code,
+    )
+
+
 class NameTaken(GitsessError):
     """Another session already has this name or id."""
 
@@ -247,6 +275,16 @@ class Registry:
                 "UPDATE runs SET ended_at = ?, exit_code = ? WHERE id = ?",
                 (now().isoformat(), exit_code, run_id),
             )
+
+    def runs(self, session_id: str) -> list[Run]:
+        """The session's runs, oldest first."""
+        with self.guard():
+            rows = self.conn.execute(
+                "SELECT id, command, cwd, pid, role, started_at, ended_at, exit_code FROM runs"
+                " WHERE session_id = ? ORDER BY started_at, id",
+                (session_id,),
+            ).fetchall()
+        return [_run(row) for row in rows]
 
     def delete(self, session_id: str) -> None:
         """Remove a session with its participants and runs; call inside `write()`."""
