@@ -14,11 +14,11 @@ import apsw
 import click
 import pygit2
 
-from gitsess.cli import live_cmds, machine_cmds, session_cmds
+from gitsess.cli import inspect_cmds, live_cmds, machine_cmds, session_cmds
 from gitsess.cli.base import cli
 from gitsess.errors import GitsessError
 
-__all__ = ["cli", "live_cmds", "machine_cmds", "main", "session_cmds"]
+__all__ = ["cli", "inspect_cmds", "live_cmds", "machine_cmds", "main", "session_cmds"]
 
 
 def _fail(message: str, code: int = 1) -> int:

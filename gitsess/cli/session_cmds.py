@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from datetime import datetime
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
-from gitsess import sessions
+from gitsess import inspect, sessions
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -76,7 +77,7 @@ def ls(everywhere: bool, as_json: bool) -> None:
                     {
                         "repo": repo.common_dir,
                         "error": repo.error,
-                        "sessions": [info_json(i) for i in repo.sessions],
+                        "sessions": [_with_drift(i) for i in repo.sessions],
                     }
                     for repo in repos
                 ]
@@ -89,27 +90,51 @@ def ls(everywhere: bool, as_json: bool) -> None:
             if repo.error:
                 console.print(f"  [red]{escape(repo.error)}[/]")
             else:
-                console.print(_table(repo.sessions, with_worktree=True))
+                drift = _drift_counts(repo.sessions)
+                console.print(_table(repo.sessions, drift, with_worktree=True))
+                if any(drift.values()):
+                    console.print(_DRIFT_NOTE)
         return
     ctx = discover()
     infos = sessions.list_sessions(ctx)
     if as_json:
-        print_json([info_json(i) for i in infos])
+        print_json([_with_drift(i) for i in infos])
         return
     if not infos:
         console.print(f"No sessions in {escape(str(ctx.common_dir))} yet. Create one: gitsess new")
         return
+    drift = _drift_counts(infos)
     here = [i for i in infos if i.here]
     others = [i for i in infos if not i.here]
     if here:
         console.print(f"[bold]This worktree[/] {escape(str(here[0].session.worktree))}")
-        console.print(_table(here, with_worktree=False))
+        console.print(_table(here, drift, with_worktree=False))
     if others:
         console.print("[bold]Other worktrees[/]")
-        console.print(_table(others, with_worktree=True))
+        console.print(_table(others, drift, with_worktree=True))
+    if any(drift.values()):
+        console.print(_DRIFT_NOTE)
 
 
-def _table(infos: Sequence[SessionInfo], *, with_worktree: bool) -> Table:
+_DRIFT_NOTE = (
+    "[yellow]![/] the real worktree changed paths that the session changed too"
+    " (gitsess show NAME lists them)"
+)
+
+
+def _drifted(info: SessionInfo) -> list[str]:
+    return [d.path for d in inspect.drift(info)]
+
+
+def _drift_counts(infos: Sequence[SessionInfo]) -> dict[str, int]:
+    return {i.session.id: len(_drifted(i)) for i in infos}
+
+
+def _with_drift(info: SessionInfo) -> dict[str, object]:
+    return {**info_json(info), "drift": _drifted(info)}
+
+
+def _table(infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_worktree: bool) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("#", "NAME", "ID", "BRANCH", "CHANGES", "LAST USED"):
         table.add_column(column, no_wrap=True)
@@ -119,12 +144,14 @@ def _table(infos: Sequence[SessionInfo], *, with_worktree: bool) -> Table:
     for info in infos:
         s = info.session
         name = escape(s.name) + ("" if s.state == "active" else f" [dim]({escape(s.state)})[/]")
+        drifted = drift.get(s.id, 0)
         row = [
             str(info.offset),
             name,
             s.id[:8],
             escape(branch_label(s)),
-            "-" if info.changed_files is None else str(info.changed_files),
+            ("-" if info.changed_files is None else str(info.changed_files))
+            + (f" [yellow]! {drifted} drifted[/]" if drifted else ""),
             ago(s.last_used_at),
         ]
         if with_worktree:
@@ -144,9 +171,18 @@ def show(
 ) -> None:
     """Show one session."""
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
-    info = sessions.info(discover(), ref)
+    ctx = discover()
+    info = sessions.info(ctx, ref)
+    usage = inspect.usage(ctx, info)
+    drift = inspect.drift(info)
     if as_json:
-        print_json(info_json(info))
+        print_json(
+            {
+                **info_json(info),
+                "usage": asdict(usage),
+                "drift": [{"path": d.path, "time": d.time} for d in drift],
+            }
+        )
         return
     s = info.session
     grid = Table.grid(padding=(0, 2))
@@ -165,11 +201,44 @@ def show(
         ("created", f"{s.created_at:%Y-%m-%d %H:%M:%S} UTC ({ago(s.created_at)})"),
         ("last used", f"{s.last_used_at:%Y-%m-%d %H:%M:%S} UTC ({ago(s.last_used_at)})"),
         ("changes", "-" if info.changed_files is None else str(info.changed_files)),
+        ("delta size", _size(usage.delta_bytes)),
+        ("runs", _runs(usage)),
+        ("last activity", _when(usage.last_activity)),
         ("session dir", str(info.session_dir)),
     ]
     for key, value in rows:
         grid.add_row(key, escape(value))
     console.print(grid)
+    if drift:
+        console.print(
+            f"[yellow]warning:[/] the real worktree changed {len(drift)} path(s) that this"
+            " session changed too; applying may conflict:"
+        )
+        for d in drift:
+            console.print(f"  {escape(d.path)} ({ago(d.time)})")
+
+
+def _size(n: int) -> str:
+    if n < 1024:
+        return f"{n} bytes"
+    value = n / 1024
+    unit = "KiB"
+    for bigger in ("MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, bigger
+    return f"{value:.1f} {unit}"
+
+
+def _runs(usage: inspect.Usage) -> str:
+    if not usage.runs:
+        return "none"
+    running = f", {usage.running} running" if usage.running else ""
+    return f"{usage.runs}{running}, {usage.run_seconds:.1f} s in all"
+
+
+def _when(moment: datetime | None) -> str:
+    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S} UTC ({ago(moment)})"
 
 
 def _made(session: Session) -> str:

@@ -1,0 +1,499 @@
+"""Commands that look into a session from outside: log, fs, kv, watch."""
+
+from __future__ import annotations
+
+import json
+import stat as st
+import sys
+from collections import deque
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+
+import click
+from rich.console import Group as Stack
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from gitsess import inspect, kv, sessions, timeline
+from gitsess.cli.base import (
+    SessionCommand,
+    ago,
+    cli,
+    console,
+    print_json,
+    session_ref,
+    takes_session,
+)
+from gitsess.git.repo import RepoContext
+from gitsess.sessions import Session, discover
+from gitsess.timeline import Drift, Event
+from gitsess.watch import Change, Feed
+
+# Where `SessionGroup` moves a leading positional session, so that click does not take it for
+# the subcommand's name.
+_SESSION_ARG = "--session-arg"
+
+
+class SessionGroup(click.Group):
+    """A group that takes a session before its subcommand: `kv [SESSION] get KEY`.
+
+    A first argument that is no subcommand is the session; a session named like a subcommand
+    is given with `-s`.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        first = args[0] if args else None
+        offset = first is not None and first.startswith("-") and first[1:].isdigit()
+        if first is not None and first not in self.commands and (offset or first[:1] != "-"):
+            args = [f"{_SESSION_ARG}={first}", *args[1:]]
+        return super().parse_args(ctx, args)
+
+
+def _group_session(f: click.decorators.FC) -> click.decorators.FC:
+    f = click.option(_SESSION_ARG, "session_arg", hidden=True)(f)
+    return click.option(
+        "--session",
+        "-s",
+        "session_option",
+        metavar="SESSION",
+        help="NAME, ID, ID prefix or -N (-1: newest). Default: $GITSESS_SESSION.",
+    )(f)
+
+
+def _session(ref: str | None) -> tuple[RepoContext, Session]:
+    ctx = discover()
+    return ctx, sessions.resolve(ctx, ref)
+
+
+def _group_ref() -> str | None:
+    ref = click.get_current_context().find_object(_Ref)
+    return None if ref is None else ref.value
+
+
+class _Ref:
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+
+
+def _emit(data: object) -> None:
+    """One JSON line, flushed: followers read it as it comes."""
+    click.echo(json.dumps(data, ensure_ascii=False))
+
+
+# ---------------------------------------------------------------- log
+
+
+def event_json(e: Event) -> dict[str, object]:
+    return {
+        "id": e.id,
+        "time": e.time.isoformat(),
+        "time_ns": e.time_ns,
+        "op": e.op,
+        "path": e.path,
+        "target": e.target,
+        "bytes": e.bytes,
+        "pid": e.pid,
+        "process": e.process,
+        "cmdline": e.cmdline,
+        "role": e.role,
+        "run": e.run_id,
+    }
+
+
+def change_json(c: Change) -> dict[str, object]:
+    if isinstance(c, Drift):
+        return {"time": c.time.isoformat(), "time_ns": c.time_ns, "op": "drift", "path": c.path}
+    return event_json(c)
+
+
+def _what(e: Event) -> str:
+    if e.target is None:
+        return escape(e.path)
+    arrow = "->" if e.op == "symlink" else "→"
+    return f"{escape(e.path)} {arrow} {escape(e.target)}"
+
+
+def _who(e: Event) -> str:
+    who = f"{e.process or '?'} ({e.pid})" if e.pid else "-"
+    return escape(who + (f" [{e.role}]" if e.role else ""))
+
+
+def _offset(seconds: float) -> str:
+    if seconds < 60:
+        return f"+{seconds:.3f}s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"+{minutes}m{int(seconds % 60):02d}s"
+    return f"+{minutes // 60}h{minutes % 60:02d}m"
+
+
+def _seconds(start: datetime, end: datetime) -> str:
+    s = (end - start).total_seconds()
+    return f"{s:.1f} s" if s < 60 else f"{int(s // 60)} min {int(s % 60)} s"
+
+
+def _header(group: timeline.Group) -> tuple[str, datetime]:
+    """The group's heading and the moment its event times are counted from."""
+    count = f"{len(group.events)} change{'' if len(group.events) == 1 else 's'}"
+    run = group.run
+    if run is None:
+        start = group.events[0].time
+        return f"[bold]outside any run[/] · {ago(start)} · {count}", start
+    parts = [f"[bold]run {run.id}[/]", escape(" ".join(run.command))]
+    if run.role:
+        parts.append(f"role {escape(run.role)}")
+    parts.append(f"started {ago(run.started_at)}")
+    if run.ended_at is None:
+        parts.append("[yellow]running[/]")
+    else:
+        code = "exit 0" if run.exit_code == 0 else f"[red]exit {run.exit_code}[/]"
+        parts += [_seconds(run.started_at, run.ended_at), code]
+    parts.append(count)
+    return " · ".join(parts), run.started_at
+
+
+def _events_table(events: Sequence[Event], start: datetime) -> Table:
+    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
+    table.add_column("  WHEN", no_wrap=True, justify="right")
+    table.add_column("OP", no_wrap=True)
+    table.add_column("PATH", overflow="fold", ratio=3)
+    table.add_column("BYTES", justify="right", no_wrap=True)
+    table.add_column("PROCESS", no_wrap=True)
+    table.add_column("COMMAND", no_wrap=True, overflow="ellipsis", ratio=2)
+    for e in events:
+        table.add_row(
+            _offset(max(0.0, (e.time - start).total_seconds())),
+            e.op,
+            _what(e),
+            "" if e.bytes is None else str(e.bytes),
+            _who(e),
+            escape(e.cmdline or ""),
+        )
+    return table
+
+
+def _line(c: Change) -> str:
+    """One change as a line, for followers and piped watches."""
+    clock = c.time.astimezone().strftime("%H:%M:%S.%f")[:-3]
+    if isinstance(c, Drift):
+        return f"{clock}  [yellow]drift[/]  {escape(c.path)}  (the real worktree changed it too)"
+    size = "" if c.bytes is None else f"  {c.bytes} B"
+    run = "" if c.run_id is None else f"  run {c.run_id}"
+    return f"{clock}  {c.op}  {_what(c)}{size}  {_who(c)}{run}"
+
+
+@cli.command(cls=SessionCommand)
+@click.argument("session", required=False)
+@takes_session
+@click.option(
+    "--since",
+    metavar="T",
+    help="Only since T: a duration ago (30s, 10m, 2h, 1d, 1w) or an ISO date/time.",
+)
+@click.option(
+    "--path",
+    "path_glob",
+    metavar="GLOB",
+    help="Only these paths (from the worktree root; a directory includes what is below it).",
+)
+@click.option("--pid", type=int, help="Only this process id.")
+@click.option(
+    "--op",
+    "ops",
+    multiple=True,
+    metavar="OP",
+    help="Only this operation (repeatable): create, write, rename, unlink, mkdir, ...",
+)
+@click.option("--run", "run_id", type=int, metavar="ID", help="Only this run.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per change and line.")
+@click.option("--follow", "-f", is_flag=True, help="Then print changes as they happen.")
+def log(
+    session: str | None,
+    offsets: tuple[str, ...],
+    session_option: str | None,
+    since: str | None,
+    path_glob: str | None,
+    pid: int | None,
+    ops: tuple[str, ...],
+    run_id: int | None,
+    as_json: bool,
+    follow: bool,
+) -> None:
+    """What happened in a session: its file changes, grouped by run."""
+    ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
+    flt = timeline.make_filter(since=since, path=path_glob, pid=pid, ops=ops, run_id=run_id)
+    ctx, found = _session(ref)
+    past = timeline.timeline(ctx, found, flt)
+    if as_json:
+        for e in sorted((e for g in past.groups for e in g.events), key=lambda e: e.id):
+            _emit(event_json(e))
+    elif past.groups:
+        for group in past.groups:
+            heading, start = _header(group)
+            console.print(heading)
+            if group.events:
+                console.print(_events_table(group.events, start))
+            console.print()
+    elif not follow:
+        console.print(
+            f"Nothing matches in session {escape(found.name)}."
+            if flt != timeline.Filter()
+            else f"No activity in session {escape(found.name)} yet."
+        )
+    if not follow:
+        return
+    try:
+        for batch in timeline.follow(ctx, found, flt, after_id=past.last_id):
+            for e in batch:
+                if as_json:
+                    _emit(event_json(e))
+                else:
+                    console.print(_line(e))
+    except KeyboardInterrupt:
+        return
+
+
+# ---------------------------------------------------------------- fs
+
+
+@cli.group(cls=SessionGroup, subcommand_metavar="[SESSION] ls|cat|stat [ARGS]...")
+@_group_session
+@click.pass_context
+def fs(ctx: click.Context, session_arg: str | None, session_option: str | None) -> None:
+    """Read a session's files without mounting it: fs [SESSION] ls|cat|stat."""
+    ref, _ = session_ref([session_arg] if session_arg else [], 0, [], session_option)
+    ctx.obj = _Ref(ref)
+
+
+def _mode(e: inspect.FsEntry) -> str:
+    return st.filemode(e.mode)
+
+
+def _mtime(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, UTC).astimezone().strftime("%Y-%m-%d %H:%M")
+
+
+def _fs_json(e: inspect.FsEntry) -> dict[str, object]:
+    return {
+        "path": e.path,
+        "name": e.name,
+        "kind": e.kind,
+        "mode": _mode(e),
+        "size": e.size,
+        "mtime_ns": e.mtime_ns,
+        "changed": e.changed,
+        "link": e.link,
+    }
+
+
+@fs.command("ls")
+@click.argument("path", default="")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def fs_ls(path: str, as_json: bool) -> None:
+    """List a directory of the session's view (* marks what the session changed)."""
+    ctx, found = _session(_group_ref())
+    entries = inspect.ls(ctx, found, path)
+    if as_json:
+        print_json([_fs_json(e) for e in entries])
+        return
+    table = Table(box=None, pad_edge=False, show_header=False, padding=(0, 2, 0, 0))
+    for justify in ("left", "right", "left", "left"):
+        table.add_column(no_wrap=True, justify=justify)
+    for e in entries:
+        name = escape(e.name if e.kind != "dir" else e.name + "/")
+        if e.link is not None:
+            name += f" -> {escape(e.link)}"
+        if e.changed:
+            name = f"[yellow]{name}[/] *"
+        table.add_row(_mode(e), str(e.size), _mtime(e.mtime_ns), name)
+    console.print(table)
+
+
+@fs.command("cat")
+@click.argument("path")
+def fs_cat(path: str) -> None:
+    """Print a file of the session's view, as bytes."""
+    ctx, found = _session(_group_ref())
+    data = inspect.cat(ctx, found, path)
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
+@fs.command("stat")
+@click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def fs_stat(path: str, as_json: bool) -> None:
+    """Describe one path of the session's view."""
+    ctx, found = _session(_group_ref())
+    info = inspect.stat(ctx, found, path)
+    e = info.entry
+    origin = info.copied_from
+    if as_json:
+        print_json(
+            {
+                **_fs_json(e),
+                "copied_from": None
+                if origin is None
+                else {
+                    "size": origin.size,
+                    "mode": st.filemode(origin.mode),
+                    "mtime_ns": origin.mtime_ns,
+                },
+            }
+        )
+        return
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    rows = [
+        ("path", e.path or "."),
+        ("kind", e.kind + ("" if e.link is None else f" -> {e.link}")),
+        ("mode", f"{_mode(e)} ({st.S_IMODE(e.mode):04o})"),
+        ("size", str(e.size)),
+        ("modified", _mtime(e.mtime_ns)),
+        ("in the session", "changed" if e.changed else "as in the worktree"),
+    ]
+    if origin is not None:
+        rows.append(
+            (
+                "copied from",
+                f"the worktree's {st.filemode(origin.mode)} {origin.size} bytes"
+                f" of {_mtime(origin.mtime_ns)}",
+            )
+        )
+    for key, value in rows:
+        grid.add_row(key, escape(value))
+    console.print(grid)
+
+
+# ---------------------------------------------------------------- kv
+
+
+@cli.group("kv", cls=SessionGroup, subcommand_metavar="[SESSION] get|set|rm|ls [ARGS]...")
+@_group_session
+@click.pass_context
+def kv_group(ctx: click.Context, session_arg: str | None, session_option: str | None) -> None:
+    """A session's key-value store of JSON values: kv [SESSION] get|set|rm|ls.
+
+    Inside a session (gitsess run) the session is that one.
+    """
+    ref, _ = session_ref([session_arg] if session_arg else [], 0, [], session_option)
+    ctx.obj = _Ref(ref)
+
+
+def _kv_text(value: object) -> str:
+    """A string as itself, anything else as its JSON."""
+    return value if isinstance(value, str) else kv.encode(value)
+
+
+@kv_group.command("get")
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help="Print the value as JSON.")
+def kv_get(key: str, as_json: bool) -> None:
+    """Print KEY's value (a string as itself unless --json)."""
+    ctx, found = _session(_group_ref())
+    value = kv.get(ctx, found, key).value
+    click.echo(kv.encode(value) if as_json else _kv_text(value))
+
+
+@kv_group.command("set")
+@click.argument("key")
+@click.argument("value")
+@click.option("--json", "as_json", is_flag=True, help="VALUE is JSON (else it is a string).")
+def kv_set(key: str, value: str, as_json: bool) -> None:
+    """Set KEY to VALUE."""
+    decoded = kv.decode(value) if as_json else value
+    ctx, found = _session(_group_ref())
+    kv.put(ctx, found, key, decoded)
+
+
+@kv_group.command("rm")
+@click.argument("key")
+def kv_rm(key: str) -> None:
+    """Remove KEY."""
+    ctx, found = _session(_group_ref())
+    kv.remove(ctx, found, key)
+
+
+@kv_group.command("ls")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object of every key.")
+def kv_ls(as_json: bool) -> None:
+    """List the keys and their values."""
+    ctx, found = _session(_group_ref())
+    items = kv.items(ctx, found)
+    if as_json:
+        print_json({i.key: i.value for i in items})
+        return
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    table.add_column("KEY", no_wrap=True)
+    table.add_column("VALUE", overflow="fold")
+    table.add_column("SET", no_wrap=True)
+    for i in items:
+        table.add_row(escape(i.key), escape(_kv_text(i.value)), ago(i.updated))
+    console.print(table)
+
+
+# ---------------------------------------------------------------- watch
+
+
+def _watch_view(name: str, recent: Iterable[Change], total: int, paths: int) -> Stack:
+    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
+    for column, width in (("TIME", None), ("OP", None), ("PATH", 3), ("PROCESS", None)):
+        table.add_column(column, no_wrap=width is None, overflow="fold", ratio=width)
+    for c in recent:
+        clock = c.time.astimezone().strftime("%H:%M:%S.%f")[:-3]
+        if isinstance(c, Drift):
+            table.add_row(clock, "[yellow]drift[/]", escape(c.path), "(the real worktree)")
+        else:
+            table.add_row(clock, c.op, _what(c), _who(c))
+    heading = Text.from_markup(
+        f"Watching session [bold]{escape(name)}[/] · {total} change{'' if total == 1 else 's'}"
+        f" to {paths} path{'' if paths == 1 else 's'} · ctrl-c stops"
+    )
+    return Stack(heading, table)
+
+
+@cli.command(cls=SessionCommand)
+@click.argument("session", required=False)
+@takes_session
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per change and line.")
+def watch(
+    session: str | None, offsets: tuple[str, ...], session_option: str | None, as_json: bool
+) -> None:
+    """Watch a session's changes live, from any terminal, without joining it."""
+    ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
+    ctx, found = _session(ref)
+    feed = Feed(ctx, found)
+    live = not as_json and console.is_terminal
+    if not live:
+        # Said once the starting point is taken: nothing committed after this line is missed.
+        click.echo(f"gitsess: watching session {found.name} (ctrl-c stops)", err=True)
+    try:
+        if not live:
+            for batch in feed:
+                for c in batch:
+                    if as_json:
+                        _emit(change_json(c))
+                    else:
+                        console.print(_line(c))
+            return
+        recent: deque[Change] = deque(maxlen=max(5, console.height - 3))
+        total = 0
+        paths: set[str] = set()
+        with Live(
+            _watch_view(found.name, recent, total, 0), console=console, auto_refresh=False
+        ) as screen:
+            for batch in feed:
+                recent.extend(batch)
+                total += len(batch)
+                for c in batch:
+                    paths.add(c.path)
+                    if isinstance(c, Event) and c.target is not None and c.op != "symlink":
+                        paths.add(c.target)
+                screen.update(_watch_view(found.name, recent, total, len(paths)), refresh=True)
+    except KeyboardInterrupt:
+        return
+    finally:
+        feed.close()
