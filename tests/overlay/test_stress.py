@@ -101,11 +101,10 @@ def test_full_disk_gives_enospc_and_a_consistent_delta(tiny_disk: Mounted) -> No
     fd = os.open(tiny_disk.mnt / "small", os.O_RDONLY)
     os.fsync(fd)
     os.close(fd)
-    with pytest.raises(OSError) as info:
-        with open(tiny_disk.mnt / "big", "wb") as f:
-            for _ in range(80):
-                f.write(os.urandom(64 * 1024))
-                os.fsync(f.fileno())
+    with pytest.raises(OSError) as info, open(tiny_disk.mnt / "big", "wb") as f:
+        for _ in range(80):
+            f.write(os.urandom(64 * 1024))
+            os.fsync(f.fileno())
     assert info.value.errno == errno.ENOSPC
     conn = apsw.Connection(str(tiny_disk.spec.delta), flags=apsw.SQLITE_OPEN_READONLY)
     try:
