@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitsess import live, mount
+from gitsess import agents, live, mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext, discover
 from gitsess.git.worktree import (
@@ -431,6 +431,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
         )
         kept = keep_reasons(ctx, binding) if session.created_worktree and not force else []
         with registry.write():
+            agents.purge_session(ctx, registry, session)
             registry.delete(session.id)
             # Inside the transaction, so a directory that cannot be removed keeps the row too.
             try:

@@ -14,11 +14,20 @@ import apsw
 import click
 import pygit2
 
-from gitsess.cli import inspect_cmds, live_cmds, machine_cmds, session_cmds
+from gitsess.cli import agent_cmds, gc_cmds, inspect_cmds, live_cmds, machine_cmds, session_cmds
 from gitsess.cli.base import cli
 from gitsess.errors import GitsessError
 
-__all__ = ["cli", "inspect_cmds", "live_cmds", "machine_cmds", "main", "session_cmds"]
+__all__ = [
+    "agent_cmds",
+    "cli",
+    "gc_cmds",
+    "inspect_cmds",
+    "live_cmds",
+    "machine_cmds",
+    "main",
+    "session_cmds",
+]
 
 
 def _fail(message: str, code: int = 1) -> int:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import click
 from rich.markup import escape
 from rich.table import Table
 
-from gitsess import live, sessions
+from gitsess import agents, live, sessions
 from gitsess.cli.base import SessionCommand, cli, console, print_json, session_ref, takes_session
 from gitsess.sessions import WorktreeSpec, discover
 
@@ -28,6 +29,18 @@ from gitsess.sessions import WorktreeSpec, discover
 )
 @click.option("--from", "from_rev", metavar="REV", help="Start the new branch here.")
 @click.option("--read-only", is_flag=True, help="Every write inside fails with EROFS.")
+@click.option(
+    "--agent",
+    "agent_kind",
+    metavar="KIND",
+    help="Run an agent CLI (claude, cline, codex, gemini, agy, hermes, home, or one of your"
+    " agents.toml) with its own state directory.",
+)
+@click.option(
+    "--role",
+    metavar="ROLE",
+    help="The agent's role in the session (default: KIND); running a role again resumes it.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
     offsets: tuple[str, ...],
@@ -35,11 +48,16 @@ def run(
     worktree_branch: str | None,
     from_rev: str | None,
     read_only: bool,
+    agent_kind: str | None,
+    role: str | None,
     command: tuple[str, ...],
 ) -> None:
-    """Run COMMAND (default: $SHELL) inside a session, creating or resuming it.
+    """Run COMMAND (default: $SHELL, or the agent's CLI) inside a session, creating or resuming
+    it.
 
     Give the command after `--`. Other terminals running the same session share its live view.
+    With --agent/--role, the command keeps its state (conversations) in the role's own
+    directory, linked to your shared login and settings.
     """
     ref, _ = session_ref([], 0, offsets, session_option)
     ctx = discover()
@@ -50,29 +68,43 @@ def run(
     else:
         session = sessions.resolve(ctx, ref, create_missing=True, worktree=spec)
     session = sessions.touch(ctx, session)
-    argv = list(command) or [os.environ.get("SHELL") or "/bin/sh"]
+    argv = list(command)
+    env: Mapping[str, str] = os.environ
+    agent = None
+    if agent_kind is not None or role is not None:
+        agent = agents.prepare(ctx, session, kind=agent_kind, role=role, argv=argv, env=env)
+        argv, env, role = agent.argv, agent.env, agent.participant.role
+        for note in agent.notes:
+            click.echo(f"gitsess: {note}", err=True)
+    argv = argv or [os.environ.get("SHELL") or "/bin/sh"]
     cwd = Path.cwd()
-    run_id = sessions.start_run(ctx, session, argv, cwd, None)
     code = 1
     try:
-        result = live.run(
-            ctx,
-            session,
-            argv,
-            cwd=cwd,
-            env=os.environ,
-            read_only=read_only or session.read_only,
-            run_id=run_id,
-        )
-        code = result.exit_code
-        if not result.in_place:
-            click.echo(
-                "gitsess: mount namespaces are not available here; the command ran in the"
-                f" mount point, not in place ({live.mountpoint_of(ctx, session)})",
-                err=True,
+        run_id = sessions.start_run(ctx, session, argv, cwd, role)
+        try:
+            result = live.run(
+                ctx,
+                session,
+                argv,
+                cwd=cwd,
+                env=env,
+                read_only=read_only or session.read_only,
+                role=role,
+                run_id=run_id,
             )
+            code = result.exit_code
+            if not result.in_place:
+                click.echo(
+                    "gitsess: mount namespaces are not available here; the command ran in the"
+                    f" mount point, not in place ({live.mountpoint_of(ctx, session)})",
+                    err=True,
+                )
+        finally:
+            sessions.end_run(ctx, run_id, code)
     finally:
-        sessions.end_run(ctx, run_id, code)
+        if agent is not None:
+            for note in agents.finish(ctx, agent):
+                click.echo(f"gitsess: {note}", err=True)
     sys.exit(code)
 
 

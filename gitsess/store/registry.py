@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,61 @@ def _run(row: tuple[Any, ...]) -> Run:
         started_at=datetime.fromisoformat(started),
         ended_at=None if ended is None else datetime.fromisoformat(ended),
         exit_code=code,
+    )
+
+
+@dataclass(frozen=True)
+class Seed:
+    """One entry of a participant's seeding record: `path` in its root, the shared `target`."""
+
+    path: str  # relative to the isolation root
+    target: str  # the original the symlink points at
+    status: str  # "linked", "missing" (no original) or "private" (the agent has its own file)
+
+
+@dataclass(frozen=True)
+class Participant:
+    """One row of the `participants` table: an agent role working in a session."""
+
+    id: int
+    session_id: str
+    role: str
+    kind: str
+    isolation_uuid: str
+    root: Path
+    lever: str  # JSON that the agents layer reads
+    seeded: tuple[Seed, ...]
+    pid: int | None  # the `gitsess run` holding the role, while or when last running
+    state: str  # "idle" or "running"
+    started_at: datetime | None
+    ended_at: datetime | None
+
+
+_PARTICIPANT_COLUMNS = (
+    "id, session_id, role, kind, isolation_uuid, root, lever, seeded, pid, state, started_at, "
+    "ended_at"
+)
+
+
+def _time(text: str | None) -> datetime | None:
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def _participant(row: tuple[Any, ...]) -> Participant:
+    (id_, session_id, role, kind, uuid, root, lever, seeded, pid, state, started, ended) = row
+    return Participant(
+        id=id_,
+        session_id=session_id,
+        role=role,
+        kind=kind,
+        isolation_uuid=uuid,
+        root=Path(root),
+        lever=lever,
+        seeded=tuple(Seed(**s) for s in json.loads(seeded)),
+        pid=pid,
+        state=state,
+        started_at=_time(started),
+        ended_at=_time(ended),
     )
 
 
@@ -289,3 +344,75 @@ class Registry:
     def delete(self, session_id: str) -> None:
         """Remove a session with its participants and runs; call inside `write()`."""
         self.conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
+
+    def participant(self, session_id: str, role: str) -> Participant | None:
+        with self.guard():
+            row = self.conn.execute(
+                f"SELECT {_PARTICIPANT_COLUMNS} FROM participants"
+                " WHERE session_id = ? AND role = ?",
+                (session_id, role),
+            ).fetchone()
+        return None if row is None else _participant(row)
+
+    def participants(self, session_id: str | None = None) -> list[Participant]:
+        """The participants of one session, or of every session; by session age, then role."""
+        columns = ", ".join(f"p.{c}" for c in _PARTICIPANT_COLUMNS.split(", "))
+        with self.guard():
+            return [
+                _participant(row)
+                for row in self.conn.execute(
+                    f"SELECT {columns} FROM participants p JOIN sessions s ON s.id = p.session_id"
+                    " WHERE ? IS NULL OR p.session_id = ? ORDER BY s.seq, p.role",
+                    (session_id, session_id),
+                )
+            ]
+
+    def add_participant(
+        self, *, session_id: str, role: str, kind: str, isolation_uuid: str, root: Path, lever: str
+    ) -> Participant:
+        """Add an idle participant; call inside `write()`."""
+        self.conn.execute(
+            "INSERT INTO participants (session_id, role, kind, isolation_uuid, root, lever)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (session_id, role, kind, isolation_uuid, str(root), lever),
+        )
+        found = self.participant(session_id, role)
+        assert found is not None
+        return found
+
+    def participant_started(
+        self, participant_id: int, *, root: Path, pid: int, seeded: list[Seed]
+    ) -> None:
+        """Mark a participant running; call inside `write()`."""
+        self.conn.execute(
+            "UPDATE participants SET root = ?, pid = ?, seeded = ?, state = 'running',"
+            " started_at = ?, ended_at = NULL WHERE id = ?",
+            (
+                str(root),
+                pid,
+                json.dumps([asdict(s) for s in seeded]),
+                now().isoformat(),
+                participant_id,
+            ),
+        )
+
+    def participant_ended(self, participant_id: int) -> None:
+        """Mark a participant idle; call inside `write()`."""
+        self.conn.execute(
+            "UPDATE participants SET state = 'idle', ended_at = ? WHERE id = ?",
+            (now().isoformat(), participant_id),
+        )
+
+    def delete_participant(self, participant_id: int) -> None:
+        """Call inside `write()`."""
+        self.conn.execute("DELETE FROM participants WHERE id = ?", (participant_id,))
+
+    def isolation_uuids(self) -> set[str]:
+        """The isolation roots that participants own (a session's removal takes its rows)."""
+        with self.guard():
+            return {
+                uuid
+                for (uuid,) in self.conn.execute(
+                    "SELECT isolation_uuid FROM participants WHERE isolation_uuid IS NOT NULL"
+                )
+            }
