@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 import click
+from rich.cells import cell_len, set_cell_size
 from rich.console import Group as Stack
 from rich.live import Live
 from rich.markup import escape
@@ -109,15 +110,15 @@ def change_json(c: Change) -> dict[str, object]:
 
 
 def _what(e: Event) -> str:
+    """The path, and where a rename or link went (or what a symlink points at); plain text."""
     if e.target is None:
-        return escape(e.path)
-    arrow = "->" if e.op == "symlink" else "→"
-    return f"{escape(e.path)} {arrow} {escape(e.target)}"
+        return e.path
+    return f"{e.path} {'->' if e.op == 'symlink' else '→'} {e.target}"
 
 
 def _who(e: Event) -> str:
     who = f"{e.process or '?'} ({e.pid})" if e.pid else "-"
-    return escape(who + (f" [{e.role}]" if e.role else ""))
+    return who + (f" [{e.role}]" if e.role else "")
 
 
 def _offset(seconds: float) -> str:
@@ -154,24 +155,41 @@ def _header(group: timeline.Group) -> tuple[str, datetime]:
     return " · ".join(parts), run.started_at
 
 
-def _events_table(events: Sequence[Event], start: datetime) -> Table:
-    table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
-    table.add_column("  WHEN", no_wrap=True, justify="right")
-    table.add_column("OP", no_wrap=True)
-    table.add_column("PATH", overflow="fold", ratio=3)
-    table.add_column("BYTES", justify="right", no_wrap=True)
-    table.add_column("PROCESS", no_wrap=True)
-    table.add_column("COMMAND", no_wrap=True, overflow="ellipsis", ratio=2)
-    for e in events:
-        table.add_row(
+def _events_text(events: Sequence[Event], start: datetime) -> Text:
+    """The group's events in aligned columns.
+
+    Not a rich Table: one renders 10,000 rows in ~10 s, this in a fraction of one.
+    """
+    header = ("WHEN", "OP", "PATH", "BYTES", "PROCESS", "COMMAND")
+    rows = [
+        (
             _offset(max(0.0, (e.time - start).total_seconds())),
             e.op,
             _what(e),
             "" if e.bytes is None else str(e.bytes),
             _who(e),
-            escape(e.cmdline or ""),
+            e.cmdline or "",
         )
-    return table
+        for e in events
+    ]
+    widths = [max(cell_len(r[i]) for r in [header, *rows]) for i in range(5)]
+    room = max(20, console.width - sum(widths) - 2 * len(widths))
+    text = Text(no_wrap=True, overflow="ellipsis")
+    for n, row in enumerate([header, *rows]):
+        when, op, what, size, who, command = row
+        cells = [
+            (" " * (widths[0] - cell_len(when)) + when, "bold" if n == 0 else "dim"),
+            (set_cell_size(op, widths[1]), "bold" if n == 0 else "cyan"),
+            (set_cell_size(what, widths[2]), "bold" if n == 0 else ""),
+            (" " * (widths[3] - cell_len(size)) + size, "bold" if n == 0 else ""),
+            (set_cell_size(who, widths[4]), "bold" if n == 0 else ""),
+        ]
+        for cell, style in cells:
+            text.append(cell, style)
+            text.append("  ")
+        clipped = command if cell_len(command) <= room else set_cell_size(command, room - 1) + "…"
+        text.append(clipped.rstrip() + "\n", "bold" if n == 0 else "dim")
+    return text
 
 
 def _line(c: Change) -> str:
@@ -181,7 +199,7 @@ def _line(c: Change) -> str:
         return f"{clock}  [yellow]drift[/]  {escape(c.path)}  (the real worktree changed it too)"
     size = "" if c.bytes is None else f"  {c.bytes} B"
     run = "" if c.run_id is None else f"  run {c.run_id}"
-    return f"{clock}  {c.op}  {_what(c)}{size}  {_who(c)}{run}"
+    return f"{clock}  {c.op}  {escape(_what(c))}{size}  {escape(_who(c))}{run}"
 
 
 @cli.command(cls=SessionCommand)
@@ -227,14 +245,15 @@ def log(
     ctx, found = _session(ref)
     past = timeline.timeline(ctx, found, flt)
     if as_json:
-        for e in sorted((e for g in past.groups for e in g.events), key=lambda e: e.id):
-            _emit(event_json(e))
+        events = sorted((e for g in past.groups for e in g.events), key=lambda e: e.id)
+        if events:
+            click.echo("\n".join(json.dumps(event_json(e), ensure_ascii=False) for e in events))
     elif past.groups:
         for group in past.groups:
             heading, start = _header(group)
             console.print(heading)
             if group.events:
-                console.print(_events_table(group.events, start))
+                console.print(_events_text(group.events, start), end="")
             console.print()
     elif not follow:
         console.print(
@@ -447,7 +466,7 @@ def _watch_view(name: str, recent: Iterable[Change], total: int, paths: int) -> 
         if isinstance(c, Drift):
             table.add_row(clock, "[yellow]drift[/]", escape(c.path), "(the real worktree)")
         else:
-            table.add_row(clock, c.op, _what(c), _who(c))
+            table.add_row(clock, c.op, escape(_what(c)), escape(_who(c)))
     heading = Text.from_markup(
         f"Watching session [bold]{escape(name)}[/] · {total} change{'' if total == 1 else 's'}"
         f" to {paths} path{'' if paths == 1 else 's'} · ctrl-c stops"
