@@ -17,8 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitsess import agents, live, mount
+from gitsess import agents, live, mount, promote
 from gitsess.errors import GitsessError
+from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
 from gitsess.git.repo import RepoContext, discover
 from gitsess.git.worktree import (
     Binding,
@@ -103,6 +104,7 @@ class Removal:
     removed_worktree: bool
     removed_branch: bool
     notes: list[str] = field(default_factory=list)  # what was kept, and why
+    archive: str | None = None  # the ref keeping the session's unapplied changes
 
 
 def validate_name(name: str) -> str:
@@ -417,11 +419,14 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
 
     A worktree and branch that gitsess created for it go too, unless they hold work found
     nowhere else (uncommitted changes, commits on no other branch); `force` removes them anyway.
+    Unapplied changes are archived first (`Removal.archive`; `gitsess restore` takes them back).
     """
     with _existing_registry(ctx) as registry:
         session = _find(ctx, registry, _ref(ref, None))
         session_dir = ctx.session_dir(session.id)
         _unmount_for_removal(ctx, session)
+        # Nothing is lost: unapplied changes are kept as a commit under an archive ref first.
+        archived = promote.archive(ctx, session)
         binding = Binding(
             session.worktree,
             session.branch,
@@ -441,7 +446,13 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
             except OSError as e:
                 raise GitsessError(f"cannot remove {session_dir}: {e.strerror}") from e
         remaining = registry.count()
-    notes = []
+    notes = list(archived.notes)
+    if archived.ref is not None:
+        name = archived.ref.removeprefix(ARCHIVE_PREFIX)
+        notes.append(
+            f"unapplied changes archived as {archived.ref}; `gitsess restore {name}` brings "
+            "the session back"
+        )
     removed = False
     if session.created_worktree:
         if kept:
@@ -461,4 +472,4 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
             UserIndex(index_path()).discard(ctx.state_dir)
         except GitsessError as e:
             notes.append(f"could not update the user index: {e}")
-    return Removal(session, removed, removed and session.created_branch, notes)
+    return Removal(session, removed, removed and session.created_branch, notes, archived.ref)

@@ -14,7 +14,15 @@ import apsw
 import click
 import pygit2
 
-from gitsess.cli import agent_cmds, gc_cmds, inspect_cmds, live_cmds, machine_cmds, session_cmds
+from gitsess.cli import (
+    agent_cmds,
+    gc_cmds,
+    inspect_cmds,
+    live_cmds,
+    machine_cmds,
+    promote_cmds,
+    session_cmds,
+)
 from gitsess.cli.base import cli
 from gitsess.errors import GitsessError
 
@@ -26,6 +34,7 @@ __all__ = [
     "live_cmds",
     "machine_cmds",
     "main",
+    "promote_cmds",
     "session_cmds",
 ]
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from email.header import Header
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pygit2
 from pygit2.enums import FileMode, ObjectType
@@ -111,6 +111,7 @@ class CommitResult:
     updated: tuple[PathWrite, ...]  # real-tree writes (session paths and merge results)
     dry_run: bool
     changed_dirs: tuple[str, ...] = ()  # as in WorktreeResult
+    new_branch: bool = False  # the branch did not exist: `parent` is where it starts
 
     @property
     def ok(self) -> bool:
@@ -193,7 +194,7 @@ def make_patch(
     skipped = tuple(c.path for c in changes.changes if c.path not in carried)
     body = result.patch()
     if mbox and body:
-        sig = author or _default_signature(repo)
+        sig = author or signature(repo, "AUTHOR")
         body = _mbox(message, sig, result.stat, body)
     return PatchResult(body, tuple(paths), skipped, dry_run)
 
@@ -276,7 +277,8 @@ def apply_commit(
     dry_run: bool = False,
     on_prepared: Callable[[CommitResult], None] | None = None,
 ) -> CommitResult:
-    """Commit the changes on `branch` (a name or a full ref) on top of its tip.
+    """Commit the changes on `branch` (a name or a full ref) on top of its tip; a branch that
+    does not exist is created at `base`.
 
     `repo` is opened on the session's bound worktree; `base` is the commit the session started
     from (None: the tip). When the branch is checked out in that worktree, its files and index
@@ -290,10 +292,15 @@ def apply_commit(
         raise GitsessError("a commit needs a message")
     ref = _branch_ref(branch)
     tip = _ref_target(repo, ref)
+    # a branch that does not exist yet starts at the session's base
+    new_branch = tip is None and base is not None
+    tip = tip or base
     base = base or tip
     mode = _worktree_mode(repo, ref)
     bound = mode == "bound"
-    result = CommitResult(ref, tip, base, None, None, False, (), (), (), bound, (), dry_run)
+    result = CommitResult(
+        ref, tip, base, None, None, False, (), (), (), bound, (), dry_run, new_branch=new_branch
+    )
     if mode == "elsewhere":
         holder = checked_out_at(_common_repo(repo), ref.removeprefix("refs/heads/"))
         conflict = Conflict(ref, "checked-out-elsewhere", f"the branch is checked out at {holder}")
@@ -311,7 +318,7 @@ def apply_commit(
         result = replace(result, tree=build.tree, **_outcome(changes, update))
         if result.conflicts or dry_run:
             return result
-        _copy_objects(scratch, repo, build.tree)
+        copy_objects(scratch, repo, build.tree)
     if build.tree != build.tip_tree or tip is None:  # else the tip already has every change
         commit = _create_commit(repo, build.tree, tip, message, author, committer)
         result = replace(result, commit=commit)
@@ -370,10 +377,10 @@ def _build_commit_tree(
 ) -> _Build:
     """Base tree + the session's git-visible changes, merged onto the tip when it moved."""
     git_changes = changes.git_changes()
-    entries = {c.path: _store_view_blob(scratch, view, c) for c in git_changes}
-    base_tree = _commit_tree(scratch, base)
-    tip_tree = _commit_tree(scratch, tip)
-    theirs = _edit_tree(scratch, base_tree, entries)
+    entries = {c.path: store_view_blob(scratch, view, c) for c in git_changes}
+    base_tree = commit_tree(scratch, base)
+    tip_tree = commit_tree(scratch, tip)
+    theirs = edit_tree(scratch, base_tree, entries)
     if tip == base:
         return _Build(theirs, tip_tree, False, (), entries)
     own_base = {
@@ -381,7 +388,7 @@ def _build_commit_tree(
         for c in git_changes
         if _preimage_known(view, c) and c.git_old == _tree_entry(scratch, tip_tree, c.path)
     }
-    ancestor = _edit_tree(scratch, base_tree, own_base)
+    ancestor = edit_tree(scratch, base_tree, own_base)
     if ancestor == tip_tree:
         return _Build(theirs, tip_tree, False, (), entries)
     merged = scratch.merge_trees(ancestor, tip_tree, theirs)
@@ -408,9 +415,10 @@ def _preimage_known(view: SessionView, change: Change) -> bool:
     return change.old is not None and _same_stat(record, _entry_of(change.old))
 
 
-def _store_view_blob(
+def store_view_blob(
     scratch: pygit2.Repository, view: SessionView, change: Change
 ) -> tuple[str, int] | None:
+    """Store the view's side of a change in `scratch`; its (blob id, git mode), None if gone."""
     entry = change.git_new
     if entry is None or change.new is None:
         return None
@@ -422,7 +430,8 @@ def _store_view_blob(
     return entry
 
 
-def _commit_tree(repo: pygit2.Repository, commit: str | None) -> str:
+def commit_tree(repo: pygit2.Repository, commit: str | None) -> str:
+    """The tree id of `commit`; the empty tree for None (an unborn branch)."""
     if commit is None:
         return str(repo.TreeBuilder().write())
     obj = repo.get(commit)
@@ -433,7 +442,7 @@ def _commit_tree(repo: pygit2.Repository, commit: str | None) -> str:
         raise GitsessError(f"{commit} is not a commit") from e
 
 
-def _edit_tree(
+def edit_tree(
     repo: pygit2.Repository, tree: str, entries: dict[str, tuple[str, int] | None]
 ) -> str:
     """`tree` with each path set to (blob id, mode), or removed for None."""
@@ -499,7 +508,7 @@ def _tree_entry(repo: pygit2.Repository, tree: str, path: str) -> tuple[str, int
     return str(obj.id), int(obj.filemode)
 
 
-def _copy_objects(src: pygit2.Repository, dest: pygit2.Repository, tree: str) -> None:
+def copy_objects(src: pygit2.Repository, dest: pygit2.Repository, tree: str) -> None:
     """Copy the objects of `tree` that `dest` lacks (a subtree it has is complete there)."""
     odb = dest.odb
     pending = [pygit2.Oid(hex=tree)]
@@ -523,19 +532,29 @@ def _create_commit(
     author: pygit2.Signature | None,
     committer: pygit2.Signature | None,
 ) -> str:
-    author = author or _default_signature(repo)
-    committer = committer or _default_signature(repo)
+    author = author or signature(repo, "AUTHOR")
+    committer = committer or signature(repo, "COMMITTER")
     parents = [pygit2.Oid(hex=parent)] if parent else []
     text = message if message.endswith("\n") else message + "\n"
     oid = repo.create_commit(None, author, committer, text, pygit2.Oid(hex=tree), parents)
     return str(oid)
 
 
-def _default_signature(repo: pygit2.Repository) -> pygit2.Signature:
-    try:
-        return repo.default_signature
-    except (KeyError, pygit2.GitError) as e:
-        raise GitsessError("no author: set user.name and user.email in git config") from e
+def signature(repo: pygit2.Repository, role: Literal["AUTHOR", "COMMITTER"]) -> pygit2.Signature:
+    """Who made a commit, as git decides it: `GIT_<ROLE>_NAME`/`_EMAIL`, else user.name and
+    user.email from the repository's config; the time is now."""
+    name = os.environ.get(f"GIT_{role}_NAME")
+    email = os.environ.get(f"GIT_{role}_EMAIL")
+    if name is None or email is None:
+        try:
+            default = repo.default_signature
+        except (KeyError, pygit2.GitError) as e:
+            raise GitsessError(
+                f"no {role.lower()}: set user.name and user.email in git config"
+            ) from e
+        name = default.name if name is None else name
+        email = default.email if email is None else email
+    return pygit2.Signature(name, email)
 
 
 def _branch_ref(branch: str) -> str:
@@ -555,7 +574,8 @@ def _ref_target(repo: pygit2.Repository, ref: str) -> str | None:
 
 def _check_ref(repo: pygit2.Repository, result: CommitResult) -> None:
     now = _ref_target(repo, result.branch)
-    if now not in (result.parent, result.commit):
+    before = None if result.new_branch else result.parent
+    if now not in (before, result.commit):
         raise GitsessError(f"{result.branch} moved to {now} during the apply; run it again")
 
 
@@ -563,8 +583,9 @@ def _move_ref(repo: pygit2.Repository, result: CommitResult) -> None:
     assert result.commit is not None
     new = pygit2.Oid(hex=result.commit)
     log = "gitsess apply: commit"
-    if result.parent is None:
+    if result.parent is None or result.new_branch:
         if _ref_target(repo, result.branch) != result.commit:
+            # force=False: fails if someone created the branch meanwhile
             repo.create_reference_direct(result.branch, new, False, message=log)
         return
     current = repo.references[result.branch]

@@ -123,14 +123,14 @@ def compute_changes(
     tracked = _Tracked(repo.index)
     ignore = None if include_ignored else Ignore(view, repo, tracked)
     walker = _Walker(view, Path(repo.workdir), spec, ignore)
-    for path in _roots(view.touched_paths()):
+    for path in touched_roots(view.touched_paths()):
         walker.start(path)
     return ChangeSet(
         tuple(sorted(walker.changes, key=lambda c: c.path)), tuple(sorted(walker.excluded))
     )
 
 
-def _roots(touched: Iterable[str]) -> list[str]:
+def touched_roots(touched: Iterable[str]) -> list[str]:
     """Touched paths with those under another touched path dropped (that one covers them)."""
     roots: set[str] = set()
     for path in sorted({p.strip("/") for p in touched}, key=lambda p: (p.count("/"), p)):
