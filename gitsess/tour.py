@@ -47,6 +47,25 @@ STEPS: tuple[Step, ...] = (
         ("rm", "side"),
     ),
     Step("Scripts read JSON:", ("ls", "--json")),
+    Step("Work happens inside a session; the real worktree does not change:", ("new", "demo")),
+    Step(
+        "",
+        (
+            "run",
+            "-s",
+            "demo",
+            "--",
+            "sh",
+            "-c",
+            'sed -i s/split/splitlines/ parser.py && echo "Parsing notes" > NOTES.md',
+        ),
+    ),
+    Step("What the session changed, content compared:", ("diff", "demo")),
+    Step(
+        "Promote it to a commit on the branch (the real worktree gets the files too); the "
+        "session goes on, now empty:",
+        ("apply", "demo", "--commit", "-m", "Parse lines; notes"),
+    ),
 )
 
 DEMO_FILES = {
