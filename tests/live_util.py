@@ -60,10 +60,15 @@ class Follower:
     def __init__(self, proc: subprocess.Popen[str]) -> None:
         self.proc = proc
         self.lines: list[str] = []
+        self.arrivals: list[int] = []  # time.time_ns() when each line of stdout came
         self.errors: queue.Queue[str] = queue.Queue()
         assert proc.stdout is not None and proc.stderr is not None
-        threading.Thread(target=self._pump, args=(proc.stdout, self.lines.append)).start()
+        threading.Thread(target=self._pump, args=(proc.stdout, self._line)).start()
         threading.Thread(target=self._pump, args=(proc.stderr, self.errors.put)).start()
+
+    def _line(self, line: str) -> None:
+        self.arrivals.append(time.time_ns())
+        self.lines.append(line)
 
     @staticmethod
     def _pump(stream: Any, put: Callable[[str], None]) -> None:

@@ -1,0 +1,188 @@
+"""`gitsess fs`, the usage in `show`, and drift warnings in `show` and `ls`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gitsess.git.repo import RepoContext
+from gitsess.sessions import create
+
+from .live_util import eventually, follower, run, unmount_all
+from .util import GITSESS, gitsess
+
+SCRIPT = (
+    "echo changed > README.md; printf 'a\\000b\\377' > blob.bin; mkdir -p new/deep; "
+    "echo deep > new/deep/file.txt; rm src/app.py; ln -s new/deep/file.txt link; sleep 0.2"
+)
+
+
+@pytest.fixture
+def repo(repo: Path) -> Iterator[Path]:
+    try:
+        yield repo
+    finally:
+        unmount_all(repo)
+
+
+def ok(repo: Path, *args: str) -> str:
+    done = gitsess(repo, *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def fails(repo: Path, *args: str) -> str:
+    done = gitsess(repo, *args)
+    assert done.returncode == 1, done.stdout
+    assert done.stderr.count("\n") == 1, done.stderr
+    return done.stderr
+
+
+def as_json(repo: Path, *args: str) -> Any:
+    return json.loads(ok(repo, *args, "--json"))
+
+
+def test_fs_of_a_session_that_changed_nothing(repo: Path, ctx: RepoContext) -> None:
+    create(ctx, "idle")
+    listing = as_json(repo, "fs", "idle", "ls")
+    assert [(e["name"], e["kind"], e["changed"]) for e in listing] == [
+        ("README.md", "file", False),
+        ("src", "dir", False),
+    ]
+    assert ok(repo, "fs", "idle", "cat", "src/app.py") == "print('hi')\n"
+    assert (
+        fails(repo, "fs", "idle", "cat", ".git/HEAD") == "gitsess: session idle has no .git/HEAD\n"
+    )
+    assert fails(repo, "fs", "idle", "ls", "../elsewhere").endswith(
+        "is outside the worktree of session idle\n"
+    )
+
+
+@pytest.mark.fuse
+def test_fs_reads_the_view_without_a_mount(repo: Path) -> None:
+    run(repo, "exp", SCRIPT)
+    listing = {e["name"]: e for e in as_json(repo, "fs", "exp", "ls")}
+    assert sorted(listing) == ["README.md", "blob.bin", "link", "new", "src"]
+    assert {name for name, e in listing.items() if e["changed"]} == {
+        "README.md",
+        "blob.bin",
+        "link",
+        "new",
+        "src",  # holds a deletion
+    }
+    assert listing["link"]["kind"] == "symlink" and listing["link"]["link"] == "new/deep/file.txt"
+    assert listing["blob.bin"]["size"] == 4
+    assert as_json(repo, "fs", "exp", "ls", "src") == []
+    assert [e["path"] for e in as_json(repo, "fs", "exp", "ls", str(repo / "new"))] == ["new/deep"]
+
+    text = ok(repo, "fs", "exp", "ls")
+    assert "README.md *" in text and "src/ *" in text and "link -> new/deep/file.txt *" in text
+
+    raw = subprocess.run(
+        [*GITSESS, "fs", "exp", "cat", "blob.bin"], cwd=repo, capture_output=True, check=True
+    )
+    assert raw.stdout == b"a\0b\xff"
+    assert ok(repo, "fs", "exp", "cat", "link") == "deep\n"
+    assert ok(repo, "fs", "exp", "cat", "./README.md") == "changed\n"
+    assert (repo / "README.md").read_text() == "hello\n"
+    assert (
+        fails(repo, "fs", "exp", "cat", "src/app.py") == "gitsess: session exp has no src/app.py\n"
+    )
+    assert fails(repo, "fs", "exp", "cat", "new") == (
+        "gitsess: new is a directory (gitsess fs ls lists it)\n"
+    )
+
+    readme = as_json(repo, "fs", "exp", "stat", "README.md")
+    assert readme["changed"] is True and readme["size"] == len("changed\n")
+    assert readme["copied_from"]["size"] == len("hello\n")
+    deep = as_json(repo, "fs", "exp", "stat", "new/deep/file.txt")
+    assert deep["changed"] is True and deep["copied_from"] is None
+    assert "in the session  changed" in ok(repo, "fs", "exp", "stat", "README.md")
+
+
+@pytest.mark.fuse
+def test_fs_sees_a_live_session(repo: Path) -> None:
+    script = "echo live > live.txt; while [ ! -e stop ]; do sleep 0.05; done"
+    with follower(repo, "run", "-s", "exp", "--", "sh", "-c", script) as f:
+        assert eventually(lambda: gitsess(repo, "fs", "exp", "cat", "live.txt").stdout == "live\n")
+        ok(repo, "mount", "exp")
+        try:
+            mnt = Path(json.loads(ok(repo, "ps", "--json"))[0]["mountpoint"])
+            (mnt / "stop").touch()
+            assert f.proc.wait(timeout=30) == 0
+        finally:
+            ok(repo, "umount", "exp")
+
+
+@pytest.mark.fuse
+def test_show_gives_usage(repo: Path, ctx: RepoContext) -> None:
+    run(repo, "exp", "echo one > one.txt; sleep 0.5")
+    run(repo, "exp", "echo two > two.txt; exit 0")
+    info = as_json(repo, "show", "exp")
+    usage = info["usage"]
+    # The first command named the session.
+    assert info["title"] == "sh -c echo one > one.txt; sleep 0.5"
+    assert usage["runs"] == 2 and usage["running"] == 0
+    assert 0.5 <= usage["run_seconds"] < 30
+    assert usage["changed_files"] == 2
+    delta = ctx.session_dir(info["id"]) / "delta.db"
+    on_disk = delta.stat().st_size + (
+        Path(f"{delta}-wal").stat().st_size if Path(f"{delta}-wal").exists() else 0
+    )
+    assert usage["delta_bytes"] == on_disk > 0
+    last = datetime.fromisoformat(usage["last_activity"])
+    assert datetime.now(UTC) - timedelta(minutes=1) < last <= datetime.now(UTC)
+    assert info["drift"] == []
+    text = ok(repo, "show", "exp")
+    rows = dict(line.split(None, 1) for line in text.splitlines() if line[:1].isalpha())
+    assert rows["runs"].startswith("2, ") and rows["runs"].rstrip().endswith("s in all")
+    assert rows["delta"].startswith("size ") and rows["last"].startswith("activity ")
+    assert "warning" not in text
+
+    create(ctx, "fresh")
+    fresh = as_json(repo, "show", "fresh")["usage"]
+    assert fresh == {
+        "delta_bytes": 0,
+        "changed_files": None,
+        "runs": 0,
+        "running": 0,
+        "run_seconds": 0,
+        "last_activity": None,
+    }
+
+
+@pytest.mark.fuse
+def test_drift_after_editing_the_real_tree(repo: Path) -> None:
+    run(repo, "exp", "echo session > README.md; echo mine > mine.txt")
+    run(repo, "other", "echo other > other.txt")
+    ok(repo, "mount", "exp")
+    try:
+        # The real tree changes a path the session changed, and one it did not.
+        (repo / "README.md").write_text("real edit\n")
+        (repo / "src" / "app.py").write_text("print('real')\n")
+        assert eventually(lambda: as_json(repo, "show", "exp")["drift"] != [])
+        drift = as_json(repo, "show", "exp")["drift"]
+        assert [d["path"] for d in drift] == ["README.md"]
+        # The session still reads its own version; the untouched path shows the real edit.
+        assert ok(repo, "fs", "exp", "cat", "README.md") == "session\n"
+        assert ok(repo, "fs", "exp", "cat", "src/app.py") == "print('real')\n"
+    finally:
+        ok(repo, "umount", "exp")
+    # Recorded in delta.db: the warning stays after unmounting.
+    text = ok(repo, "show", "exp")
+    assert "warning: the real worktree changed 1 path(s)" in text
+    assert "  README.md (" in text
+    listed = {s["name"]: s["drift"] for s in as_json(repo, "ls")}
+    assert listed == {"exp": ["README.md"], "other": []}
+    table = ok(repo, "ls")
+    exp_row = next(line for line in table.splitlines() if " exp " in line)
+    assert "! 1 drifted" in exp_row
+    assert "! 1 drifted" not in next(line for line in table.splitlines() if " other " in line)
+    assert "the real worktree changed paths that the session changed too" in table
+    assert "warning" not in ok(repo, "show", "other")
