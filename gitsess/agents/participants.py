@@ -181,7 +181,8 @@ def _start_watcher(
     """A process that watches the root's seeds while the agent runs and sweeps on a refresh.
 
     A process, not a thread: the command is started with fork and a pre-exec function, which a
-    second thread in this process could deadlock. It ends when its stdin (our pipe) closes.
+    second thread in this process could deadlock. `finish` stops it; it also ends when its stdin
+    (our pipe) closes, so that it never outlives us.
     """
     root = participant.root
     seeds = [str(root / s.path) for s in participant.seeded if s.status == "linked"]
@@ -213,6 +214,9 @@ def finish(ctx: RepoContext, prepared: Prepared) -> list[str]:
     if watcher is not None:
         assert watcher.stdin is not None
         watcher.stdin.close()
+        # Not waiting for it to see its stdin close: it may still be starting up, and a
+        # watcher that has not started has nothing to finish; the sweep below does its work.
+        watcher.terminate()
         try:
             watcher.wait(timeout=10)
         except subprocess.TimeoutExpired:
