@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from gitsess import mount, sessions
+from gitsess.agents.roots import homes_dir
 from gitsess.git.repo import discover
 
 from ..util import GITSESS, gitsess
@@ -164,3 +165,19 @@ def test_a_refresh_by_one_agent_reaches_the_others(
     assert (home / ".cline/data/secrets.json").read_text() == "cline-token-2"
     assert (Path(l2["state"]) / "data" / "secrets.json").is_symlink()
     assert live.run("l1", "--continue")["token"] == "cline-token-2"
+
+
+def test_a_run_without_an_agent_is_left_alone(live: Live, home: Path) -> None:
+    done = live.gitsess(
+        "run",
+        "-s",
+        "S",
+        "--",
+        "sh",
+        "-c",
+        'echo "$HOME|${GITSESS_ROLE-none}|${CLAUDE_CONFIG_DIR-none}"',
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{home}|none|none\n"
+    assert live.agents() == {}
+    assert not homes_dir(discover(live.repo).state_dir).exists()
