@@ -60,6 +60,13 @@ STEPS: tuple[Step, ...] = (
             'sed -i s/split/splitlines/ parser.py && echo "Parsing notes" > NOTES.md',
         ),
     ),
+    Step("What happened in it, process by process, grouped by run:", ("log", "demo")),
+    Step("Its files, read without mounting it:", ("fs", "demo", "cat", "NOTES.md")),
+    Step(
+        "A key-value store for whoever works in it, inside or out:",
+        ("kv", "demo", "set", "status", "parser done"),
+    ),
+    Step("", ("kv", "demo", "ls")),
     Step("What the session changed, content compared:", ("diff", "demo")),
     Step(
         "Promote it to a commit on the branch (the real worktree gets the files too); the "

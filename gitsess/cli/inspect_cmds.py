@@ -249,12 +249,11 @@ def log(
         if events:
             click.echo("\n".join(json.dumps(event_json(e), ensure_ascii=False) for e in events))
     elif past.groups:
-        for group in past.groups:
+        for n, group in enumerate(past.groups):
             heading, start = _header(group)
-            console.print(heading)
+            console.print(("\n" if n else "") + heading)
             if group.events:
                 console.print(_events_text(group.events, start), end="")
-            console.print()
     elif not follow:
         console.print(
             f"Nothing matches in session {escape(found.name)}."
