@@ -21,6 +21,7 @@ from gitsess import agents, live, mount, promote
 from gitsess.errors import GitsessError
 from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
 from gitsess.git.repo import RepoContext, discover
+from gitsess.git.tracking import checked_out
 from gitsess.git.worktree import (
     Binding,
     NameInUse,
@@ -42,6 +43,7 @@ __all__ = [
     "Session",
     "SessionInfo",
     "WorktreeSpec",
+    "check_bound",
     "create",
     "discover",
     "info",
@@ -386,6 +388,37 @@ def touch(ctx: RepoContext, session: Session) -> Session:
     """Record that the session is being used now."""
     with _existing_registry(ctx) as registry:
         return registry.touch(session.id)
+
+
+def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> Session:
+    """The session, if its worktree still has its branch checked out; with `rebind`, the session
+    bound to whatever the worktree has checked out now.
+
+    The view lays the session's changes over the worktree's files: over another branch's files
+    they would mix two lines of work, and an apply would commit them to the session's branch.
+    A branch being rebased or bisected counts as checked out. A missing worktree is left for
+    the mount to report.
+    """
+    if session.branch is None or not session.worktree.is_dir():
+        return session
+    head = checked_out(session.worktree)
+    if head.branch == session.branch:
+        if session.state != "detached":
+            return session
+        with _existing_registry(ctx) as registry:
+            return registry.update(session.id, state="active")
+    if not rebind:
+        now = f"branch {head.branch}" if head.branch else "a detached HEAD"
+        raise GitsessError(
+            f"session {session.name} belongs to branch {session.branch}, but its worktree "
+            f"{session.worktree} has {now} checked out; check out {session.branch} again, or "
+            f"pass --rebind to move the session onto {now}"
+        )
+    # The changes now lie over the files of the new HEAD: that commit is the session's base.
+    with _existing_registry(ctx) as registry:
+        return registry.update(
+            session.id, branch=head.branch, base_commit=head.commit, state="active"
+        )
 
 
 def _unmount_for_removal(ctx: RepoContext, session: Session) -> None:

@@ -17,6 +17,7 @@ import pygit2
 from gitsess.cli import (
     agent_cmds,
     gc_cmds,
+    hook_cmds,
     inspect_cmds,
     live_cmds,
     machine_cmds,
@@ -30,6 +31,7 @@ __all__ = [
     "agent_cmds",
     "cli",
     "gc_cmds",
+    "hook_cmds",
     "inspect_cmds",
     "live_cmds",
     "machine_cmds",

@@ -41,6 +41,11 @@ from gitsess.sessions import WorktreeSpec, discover
     metavar="ROLE",
     help="The agent's role in the session (default: KIND); running a role again resumes it.",
 )
+@click.option(
+    "--rebind",
+    is_flag=True,
+    help="Move a session whose worktree switched branches onto the branch checked out now.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
     offsets: tuple[str, ...],
@@ -50,6 +55,7 @@ def run(
     read_only: bool,
     agent_kind: str | None,
     role: str | None,
+    rebind: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (default: $SHELL, or the agent's CLI) inside a session, creating or resuming
@@ -67,7 +73,7 @@ def run(
         click.echo(f"gitsess: new session {session.name} ({session.id[:8]})", err=True)
     else:
         session = sessions.resolve(ctx, ref, create_missing=True, worktree=spec)
-    session = sessions.touch(ctx, session)
+    session = sessions.touch(ctx, sessions.check_bound(ctx, session, rebind=rebind))
     argv = list(command)
     env: Mapping[str, str] = os.environ
     agent = None
