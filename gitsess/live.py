@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pygit2
+
 from gitsess import inplace, mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import control
+from gitsess.overlay import control, fsmonitor_hook
 from gitsess.overlay.store import DeltaStore
 from gitsess.overlay.tree import Tree
 from gitsess.overlay.view import OverlayView
@@ -51,13 +55,52 @@ def spec_for(
     )
 
 
-def session_env(ctx: RepoContext, session: Session, mountpoint: str) -> dict[str, str]:
+def session_env(
+    ctx: RepoContext, session: Session, mountpoint: str, env: Mapping[str, str]
+) -> dict[str, str]:
     return {
         "GITSESS_SESSION": session.name,
         "GITSESS_SESSION_ID": session.id,
         "GITSESS_MOUNT": mountpoint,
         "GITSESS_DIR": str(ctx.state_dir),
+        **git_config_env(env, git_config_for(session.worktree)),
     }
+
+
+# The untracked cache spares git the directory listings, which FUSE cannot cache. On big trees
+# git also asks the daemon what changed instead of checking every file: starting the hook costs
+# more than the check below about this many files. Set through the environment, so the user's
+# git config is never touched.
+FSMONITOR_MIN_FILES = 10_000
+UNTRACKED_CACHE_CONFIG = {"core.untrackedCache": "true"}
+FSMONITOR_CONFIG = {
+    "core.fsmonitor": f"{shlex.quote(sys.executable)} -S -E {shlex.quote(fsmonitor_hook.__file__)}",
+    "core.untrackedCache": "true",
+}
+
+
+def git_config_for(worktree: Path) -> dict[str, str]:
+    try:
+        gitdir = Path(pygit2.Repository(str(worktree)).path)
+        with open(gitdir / "index", "rb") as f:
+            header = f.read(12)
+    except (OSError, pygit2.GitError):
+        return UNTRACKED_CACHE_CONFIG
+    files = int.from_bytes(header[8:12], "big") if header[:4] == b"DIRC" else 0
+    return FSMONITOR_CONFIG if files >= FSMONITOR_MIN_FILES else UNTRACKED_CACHE_CONFIG
+
+
+def git_config_env(env: Mapping[str, str], config: Mapping[str, str]) -> dict[str, str]:
+    """`GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n` entries adding `config` after any already set."""
+    try:
+        start = int(env.get("GIT_CONFIG_COUNT", "0"))
+    except ValueError:
+        start = 0
+    out = {"GIT_CONFIG_COUNT": str(start + len(config))}
+    for i, (key, value) in enumerate(config.items(), start=start):
+        out[f"GIT_CONFIG_KEY_{i}"] = key
+        out[f"GIT_CONFIG_VALUE_{i}"] = value
+    return out
 
 
 @dataclass(frozen=True)
@@ -95,7 +138,7 @@ def run(
         },
     )
     placement = inplace.Placement(session.worktree, Path(live.mountpoint), read_only)
-    child_env = {**env, **session_env(ctx, session, live.mountpoint)}
+    child_env = {**env, **session_env(ctx, session, live.mountpoint, env)}
     with conn:
         os.set_inheritable(conn.fileno(), True)
         try:

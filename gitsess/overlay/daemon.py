@@ -246,6 +246,14 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
                 pyfuse3.InodeT(parent), pyfuse3.FileNameT(name), ignore_enoent=True
             )
         return {"ok": True, "dropped": len(dropped)}, None
+    if op == "fsmonitor":
+        journal = state.tree.journal
+        paths = journal.since(str(msg.get("token", "")))
+        return {
+            "ok": True,
+            "token": journal.token(),
+            "paths": None if paths is None else [os.fsdecode(p) for p in paths],
+        }, None
     if op == "persist":
         state.persistent = True
         return {"ok": True}, None

@@ -138,7 +138,9 @@ class Filesystem(pyfuse3.Operations):
         return p + b"/" + name if p else name
 
     def _record(self, op: str, parent: int, name: bytes, ctx: RequestContext) -> None:
-        self.tree.audit.record(op, self._path(parent, name), ctx.pid)
+        path = self._path(parent, name)
+        self.tree.audit.record(op, path, ctx.pid)
+        self.tree.journal.note(path, is_dir=op in ("mkdir", "rmdir"))
 
     def _new_fh(self) -> int:
         fh = self._next_fh
@@ -184,6 +186,7 @@ class Filesystem(pyfuse3.Operations):
             self._setattr_real(n, attr, fields, h.fd if h else None)
             return self._entry(n)
         path = self.tree.path_of(n)
+        self.tree.journal.note(path)
         for op, on in (
             ("truncate", fields.update_size),
             ("chmod", fields.update_mode),
@@ -275,7 +278,9 @@ class Filesystem(pyfuse3.Operations):
             return self._lookup_real(p, name)
         self._refuse_git(parent_inode, name)
         n = self.tree.symlink(parent_inode, name, target, ctx.uid, ctx.gid)
-        self.tree.audit.record("symlink", self._path(parent_inode, name), ctx.pid, target=target)
+        path = self._path(parent_inode, name)
+        self.tree.audit.record("symlink", path, ctx.pid, target=target)
+        self.tree.journal.note(path)
         return self._entry(n)
 
     async def link(
@@ -293,6 +298,8 @@ class Filesystem(pyfuse3.Operations):
         linked = self.tree.link(inode, new_parent_inode, new_name)
         new = self._path(new_parent_inode, new_name)
         self.tree.audit.record("link", source, ctx.pid, target=new)
+        self.tree.journal.note(source)
+        self.tree.journal.note(new)
         return self._entry(linked)
 
     async def create(
@@ -386,6 +393,10 @@ class Filesystem(pyfuse3.Operations):
         self.tree.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
         new = self._path(parent_inode_new, name_new)
         self.tree.audit.record("rename", old, ctx.pid, target=new)
+        moved = self.tree.find(parent_inode_new, name_new)
+        is_dir = moved is not None and moved.is_dir
+        self.tree.journal.note(old, is_dir=is_dir)
+        self.tree.journal.note(new, is_dir=is_dir)
 
     # ---------------------------------------------------------------- file data
 
@@ -399,6 +410,7 @@ class Filesystem(pyfuse3.Operations):
         if flags & os.O_TRUNC and flags & os.O_ACCMODE != os.O_RDONLY:
             self.tree.truncate(n, 0)
             self.tree.audit.record("truncate", self.tree.path_of(n), pid)
+            self.tree.journal.note(self.tree.path_of(n))
         return self._open_handle(n, None, pid)
 
     def _open_handle(self, n: Node, fd: int | None, pid: int) -> FileInfo:
@@ -419,6 +431,8 @@ class Filesystem(pyfuse3.Operations):
         if h.fd is not None:
             return pt.call(os.pwrite, h.fd, buf, off)
         written = self.tree.write(h.node, off, buf)
+        if not h.written:
+            self.tree.journal.note(self.tree.path_of(h.node))
         h.written += written
         return written
 

@@ -23,6 +23,7 @@ import apsw
 from pyfuse3 import ROOT_INODE, FUSEError
 
 from gitsess.overlay.audit import Audit
+from gitsess.overlay.journal import Journal
 from gitsess.overlay.store import FIRST_ALLOCATED_INO, Batch, DeltaStore, NodeRow
 
 # The worktree's own `.git` is the real repository: everything below it passes straight through.
@@ -162,6 +163,7 @@ class Tree:
         self._pending = _Pending()
         self.dirty_bytes = 0
         self.audit = Audit(next_process_id=store.next_process_id())
+        self.journal = Journal()
         self._load()
 
     # ---------------------------------------------------------------- loading and persistence
@@ -432,6 +434,7 @@ class Tree:
         inodes: list[int] = []
         now = time.time_ns()
         for rel in rels:
+            self.journal.note(rel)
             parent, _, name = rel.rpartition(b"/")
             shadowed = any(name in (self.nodes[d].entries or {}) for d in dirs.get(parent, ()))
             if rel in copied or shadowed:
@@ -635,6 +638,7 @@ class Tree:
             if ino:
                 self._unname(self.nodes[ino])
             dropped.append((parent.ino, name))
+            self.journal.note(path, is_dir=True)
             self._prune(parent, parent_path)
         return dropped
 

@@ -70,7 +70,8 @@ class LowerWatcher:
                 recursive=recursive,
                 stop_event=stop,
                 debounce=30,
-                step=10,
+                # Each step takes the GIL from the thread serving the filesystem.
+                step=50,
                 raise_interrupt=False,
                 ignore_permission_denied=True,
             ):

@@ -1,0 +1,86 @@
+"""git's fsmonitor answered by the session's journal must never change what `git status` says."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+
+import pytest
+
+from gitsess.live import FSMONITOR_CONFIG, git_config_env
+from tests.overlay.conftest import Mounted
+
+pytestmark = pytest.mark.fuse
+
+
+def status(m: Mounted, *, monitored: bool) -> str:
+    env = {**os.environ, "GITSESS_SESSION_ID": m.spec.session_id}
+    if monitored:
+        env.update(git_config_env({}, FSMONITOR_CONFIG))
+        env["GIT_TRACE_FSMONITOR"] = str(m.spec.session_dir / "fsmonitor.trace")
+        args = ["git", "status", "--porcelain=v2", "--untracked-files=all"]
+    else:
+        # A full scan on a copy of the index: it must not strip the fsmonitor token from the
+        # index the monitored runs keep using.
+        scratch = m.spec.session_dir / "scan.index"
+        shutil.copyfile(m.lower / ".git" / "index", scratch)
+        env["GIT_INDEX_FILE"] = str(scratch)
+        args = ["git", "-c", "core.fsmonitor=", "-c", "core.untrackedCache=false", "status"]
+        args += ["--porcelain=v2", "--untracked-files=all"]
+    return subprocess.run(
+        args, cwd=m.mnt, env=env, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def agree(m: Mounted, timeout: float = 5.0) -> None:
+    """Changes in the worktree reach the journal through the watcher, a moment later."""
+    deadline = time.monotonic() + timeout
+    while True:
+        plain, monitored = status(m, monitored=False), status(m, monitored=True)
+        if plain == monitored or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert monitored == plain
+
+
+def test_fsmonitor_agrees_with_a_full_scan(mounted: Mounted) -> None:
+    m, lower = mounted.mnt, mounted.lower
+    steps: list[Callable[[], object]] = [
+        lambda: (m / "README").write_text("changed in the session\n"),
+        lambda: (m / "src" / "new.py").write_text("new\n"),
+        lambda: (lower / "src" / "main.py").write_text("edited in the real tree\n"),
+        lambda: os.rename(m / "src" / "pkg" / "mod.py", m / "src" / "pkg" / "renamed.py"),
+        lambda: os.unlink(m / "link"),
+        lambda: os.chmod(m / "README", 0o755),
+        lambda: shutil.rmtree(m / "bin"),
+        lambda: (lower / "outside.txt").write_text("new in the real tree\n"),
+        lambda: os.rename(m / "src", m / "lib"),
+        lambda: os.utime(m / "lib" / "main.py", ns=(1, 1)),
+    ]
+    agree(mounted)
+    for step in steps:
+        step()
+        agree(mounted)
+    trace = (mounted.spec.session_dir / "fsmonitor.trace").read_text()
+    # The hook really answered, with paths (not only "everything changed").
+    assert "fsmonitor_hook.py' returned success" in trace
+    assert "fsmonitor_refresh_callback 'README'" in trace
+
+
+def test_unknown_token_means_everything(mounted: Mounted) -> None:
+    from gitsess.overlay import control
+
+    reply = control.request(mounted.spec.session_id, {"op": "fsmonitor", "token": "stale"})
+    assert reply is not None
+    assert reply["paths"] is None
+    fresh = control.request(mounted.spec.session_id, {"op": "fsmonitor", "token": reply["token"]})
+    assert fresh is not None and fresh["paths"] == []
+    (mounted.mnt / "README").write_text("x")
+    after = control.request(mounted.spec.session_id, {"op": "fsmonitor", "token": fresh["token"]})
+    assert after is not None and "README" in after["paths"]
+    mounted.remount()
+    again = control.request(mounted.spec.session_id, {"op": "fsmonitor", "token": after["token"]})
+    assert again is not None and again["paths"] is None
