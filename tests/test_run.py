@@ -37,7 +37,7 @@ def mounted_here(repo: Path) -> list[str]:
         return [line.split()[1] for line in f if str(repo) in line.split()[1]]
 
 
-def eventually(check: object, timeout: float = 10.0) -> bool:
+def eventually(check: object, timeout: float = 30.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():  # type: ignore[operator]
