@@ -53,6 +53,8 @@ POLL_SECONDS = 1.0
 # The daemon commits every 100 ms; group notifications over no more than that.
 DEBOUNCE_MS = 100
 STEP_MS = 20
+# How often the watch hands control back to Python when nothing happens.
+TICK_MS = 50
 
 _DURATION = re.compile(r"(?:\d+(?:\.\d+)?(?:s|m|min|h|d|w))+")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(s|min|m|h|d|w)")
@@ -364,28 +366,37 @@ def follow(
 def wakeups(
     session_dir: Path, stop: threading.Event | None = None, poll: float = POLL_SECONDS
 ) -> Iterator[None]:
-    """Once at once, then whenever delta.db changes (and at least every `poll` seconds)."""
-    yield
+    """Whenever delta.db changes, and at least every `poll` seconds.
+
+    The first wake comes once the watch is in place (within a tick), so that a caller who
+    reads on every wake misses nothing written before it.
+    """
+    ticks_per_poll = max(1, round(poll * 1000 / TICK_MS))
+    quiet: int | None = None  # ticks since the last wake; None before the first
     try:
         # Not recursive: `mnt/` below the session dir may be the session's own FUSE mount.
-        for _ in watchfiles.watch(
+        for changes in watchfiles.watch(
             session_dir,
             watch_filter=lambda _change, path: Path(path).name in DELTA_FILES,
             recursive=False,
             debounce=DEBOUNCE_MS,
             step=STEP_MS,
-            rust_timeout=int(poll * 1000),
+            rust_timeout=TICK_MS,
             yield_on_timeout=True,
             stop_event=stop,
             ignore_permission_denied=True,
         ):
-            yield
+            if changes or quiet is None or quiet + 1 >= ticks_per_poll:
+                quiet = 0
+                yield
+            else:
+                quiet += 1
     except (OSError, RuntimeError):
         # No file notifications here (inotify limits, a gone directory): poll instead; the
         # caller sees a gone session directory and stops.
         while stop is None or not stop.is_set():
+            yield
             if stop is None:
                 time.sleep(poll)
             else:
                 stop.wait(poll)
-            yield

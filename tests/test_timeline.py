@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -58,6 +59,35 @@ def test_parse_since_durations_and_iso() -> None:
 def test_unknown_operation_is_refused() -> None:
     with pytest.raises(GitsessError, match="unknown operation frobnicate"):
         timeline.make_filter(ops=("write", "frobnicate"))
+
+
+def test_wakeups_come_with_delta_writes_only(tmp_path: Path) -> None:
+    stop = threading.Event()
+    woke: list[float] = []
+    written = 0.0
+    # A minute between polls: any wake but the first comes from a file notification.
+    for _ in timeline.wakeups(tmp_path, stop, poll=60):
+        woke.append(time.monotonic())
+        if len(woke) == 2:
+            stop.set()
+            continue
+        for name in ("daemon.log", "mount.lock", "delta.db-wal"):
+            time.sleep(0.3)
+            (tmp_path / name).write_text(name)
+        written = time.monotonic()
+    assert len(woke) == 2
+    assert 0 <= woke[1] - written < 2  # after delta.db-wal, not after daemon.log or mount.lock
+    assert woke[1] - woke[0] > 0.8
+
+
+def test_wakeups_poll_where_nothing_can_be_watched(tmp_path: Path) -> None:
+    stop = threading.Event()
+    woke = 0
+    for _ in timeline.wakeups(tmp_path / "missing", stop, poll=0.01):
+        woke += 1
+        if woke == 3:
+            stop.set()
+    assert woke == 3
 
 
 @pytest.mark.fuse

@@ -69,13 +69,9 @@ def _session(ref: str | None) -> tuple[RepoContext, Session]:
 
 
 def _group_ref() -> str | None:
-    ref = click.get_current_context().find_object(_Ref)
-    return None if ref is None else ref.value
-
-
-class _Ref:
-    def __init__(self, value: str | None) -> None:
-        self.value = value
+    """The session given to the `fs` or `kv` group (its context's obj, which subcommands share)."""
+    ref: str | None = click.get_current_context().obj
+    return ref
 
 
 def _emit(data: object) -> None:
@@ -282,7 +278,7 @@ def log(
 def fs(ctx: click.Context, session_arg: str | None, session_option: str | None) -> None:
     """Read a session's files without mounting it: fs [SESSION] ls|cat|stat."""
     ref, _ = session_ref([session_arg] if session_arg else [], 0, [], session_option)
-    ctx.obj = _Ref(ref)
+    ctx.obj = ref
 
 
 def _mode(e: inspect.FsEntry) -> str:
@@ -398,7 +394,7 @@ def kv_group(ctx: click.Context, session_arg: str | None, session_option: str | 
     Inside a session (gitsess run) the session is that one.
     """
     ref, _ = session_ref([session_arg] if session_arg else [], 0, [], session_option)
-    ctx.obj = _Ref(ref)
+    ctx.obj = ref
 
 
 def _kv_text(value: object) -> str:
