@@ -217,6 +217,27 @@ def test_worktree_conflict_lists_every_path_unless_forced(
     assert (repo / "README.md").read_text() == "session\n"
 
 
+def test_a_file_deleted_and_written_anew_replaces_a_clean_real_file(
+    live_exp: Mounted, repo: Path, cli: Cli
+) -> None:
+    """The overlay keeps no copy-up record for it, so it looks created in the session; the real
+    file is what the index has, so nothing is lost by overwriting it. With an uncommitted edit
+    of its own it is a conflict."""
+    m = live_exp
+    (m.mnt / "README.md").unlink()
+    m.write("README.md", "written anew\n")
+    (m.mnt / "src" / "app.py").unlink()
+    m.write("src/app.py", "also anew\n")
+    (repo / "src" / "app.py").write_text("edited outside\n")
+    _, err = cli("apply", "exp", "--worktree", code=1)
+    assert err.strip() == (
+        "gitsess: conflict: src/app.py: created in the session and in the real tree "
+        "(worktree-exists)"
+    )
+    cli("apply", "exp", "--worktree", "--", "README.md")
+    assert (repo / "README.md").read_text() == "written anew\n"
+
+
 def test_commit_on_another_branch_keeps_the_session(
     live_exp: Mounted, ctx: RepoContext, repo: Path, cli: Cli
 ) -> None:
@@ -317,6 +338,26 @@ def test_kill_during_apply_commit_then_the_next_command_completes_it(
         assert changes_left(ctx, exp) == []
         if keep_mounted:
             assert (m.mnt / "a" / "new.txt").read_text() == "two\n"
+
+
+def test_kill_during_apply_worktree_then_the_next_command_completes_it(
+    live_exp: Mounted, ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    m = live_exp
+    for i in range(5):
+        m.write(f"d/f{i}.txt", f"{i}\n")
+    m.write("README.md", "new readme\n")
+    done = subprocess.run(
+        [sys.executable, "-c", _KILL_IN_WRITES, "apply", "exp", "--worktree"],
+        cwd=repo, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == -9, done.stderr
+    assert not (repo / "d").exists()  # only part was written
+    _, err = cli("apply", "exp", "--worktree")
+    assert "completed an interrupted apply --worktree (7 path(s))" in err
+    assert "Nothing to apply" in err
+    assert tree_state(repo) == tree_state(m.mnt)
+    assert changes_left(ctx, m.session) == []
 
 
 @pytest.mark.slow

@@ -152,7 +152,8 @@ def apply_worktree(
 
     Refuses the whole apply, naming every path, when a real-tree path changed since the session
     copied it (or since `changes` was computed), or a path the session created exists in the
-    real tree now; `force` writes anyway.
+    real tree now (unless that real file is exactly what the index has: nothing is lost);
+    `force` writes anyway.
     """
     root = _workdir(repo)
     selected = list(changes.changes)
@@ -160,7 +161,7 @@ def apply_worktree(
     plan = _plan_writes(root, targets)
     conflicts = list(plan.conflicts)
     if not force:
-        conflicts += worktree_conflicts(view, root, selected)
+        conflicts += worktree_conflicts(view, root, selected, lambda p: _staged(repo, root, p))
     if conflicts:
         return WorktreeResult((), (), _unique(conflicts), dry_run)
     applied = tuple(t.path for t in plan.targets)
@@ -769,23 +770,30 @@ class _StatEntry(pygit2.IndexEntry):
 # conflicts with the real tree
 
 
-def worktree_conflicts(view: SessionView, root: Path, changes: Sequence[Change]) -> list[Conflict]:
+def worktree_conflicts(
+    view: SessionView,
+    root: Path,
+    changes: Sequence[Change],
+    staged: Callable[[str], bool] = lambda path: False,
+) -> list[Conflict]:
     """Paths whose real state is not what the session's change was made against.
 
     A recorded copy-up (`copied_from`) must match the real file's lstat now; a path the session
-    created must still be absent; a deleted path with no record of its own is checked through
-    the nearest recorded parent directory. And every path must still be as `compute_changes`
-    saw it.
+    created must still be absent, unless `staged` says the real file there is safe in git; a
+    deleted path with no record of its own is checked through the nearest recorded parent
+    directory. And every path must still be as `compute_changes` saw it.
     """
     conflicts: list[Conflict] = []
     for change in changes:
-        conflict = _conflict_for(view, root, change)
+        conflict = _conflict_for(view, root, change, staged)
         if conflict is not None:
             conflicts.append(conflict)
     return conflicts
 
 
-def _conflict_for(view: SessionView, root: Path, change: Change) -> Conflict | None:
+def _conflict_for(
+    view: SessionView, root: Path, change: Change, staged: Callable[[str], bool]
+) -> Conflict | None:
     now = _lstat_entry(root / change.path)
     seen = _entry_of(change.old) if change.old is not None else None
     if not _same_stat(now, seen):
@@ -804,10 +812,24 @@ def _conflict_for(view: SessionView, root: Path, change: Change) -> Conflict | N
     if change.old is None:
         return None
     if change.new is not None:
+        # The overlay keeps no record for a file the session deleted and then wrote anew, so
+        # "created" may well be "replaced": a real file identical to its index entry loses
+        # nothing when overwritten.
+        if staged(change.path):
+            return None
         return Conflict(
             change.path, "worktree-exists", "created in the session and in the real tree"
         )
     return _parent_conflict(view, root, change.path)
+
+
+def _staged(repo: pygit2.Repository, root: Path, path: str) -> bool:
+    """Whether the real file or symlink at `path` is exactly its entry in the index."""
+    try:
+        entry = repo.index[path]
+    except KeyError:
+        return False
+    return _real_git_entry(root, path) == (str(entry.id), int(entry.mode))
 
 
 def _parent_conflict(view: SessionView, root: Path, path: str) -> Conflict | None:
