@@ -259,7 +259,9 @@ def parse_author(text: str) -> pygit2.Signature:
 @click.option("--commit", "to_commit", is_flag=True, help="Commit on the session's branch.")
 @click.option("--patch", "to_patch", is_flag=True, help="Write a patch (stdout or -o).")
 @click.option("--worktree", "to_worktree", is_flag=True, help="Write into the real worktree.")
-@click.option("-m", "--message", help="Commit message (or --mbox subject and body).")
+@click.option(
+    "-m", "--message", help="Commit message (default: the title); --mbox subject and body."
+)
 @click.option("--author", metavar='"NAME <EMAIL>"', help="Commit (or --mbox) author.")
 @click.option("--branch", metavar="BRANCH", help="Commit on BRANCH (made at the base if new).")
 @click.option("-o", "--output", metavar="FILE", help="--patch: write the patch to FILE.")
