@@ -520,10 +520,24 @@ SWEEPS: tuple[Sweep, ...] = (
 
 
 def collect(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
-    """Every sweep, in order. A repository that never had sessions is left untouched."""
-    if not ctx.state_dir.is_dir():
-        return []
-    if dry_run:
-        return [a for sweep in SWEEPS for a in sweep(ctx, dry_run=True)]
+    """Every sweep, in order. Without a state dir there is nothing but archives to look at, and
+    nothing is created (not even the lock)."""
+    if dry_run or not ctx.state_dir.is_dir():
+        return _run_all(ctx, dry_run)
     with exclusive(ctx):
-        return [a for sweep in SWEEPS for a in sweep(ctx)]
+        return _run_all(ctx, dry_run)
+
+
+def _run_all(ctx: RepoContext, dry_run: bool) -> list[Action]:
+    actions = []
+    removed: set[str] = set()
+    for sweep in SWEEPS:
+        for action in sweep(ctx, dry_run=dry_run):
+            # A session one sweep removes (or in a dry run would remove, or failed to) is still
+            # in the registry for the later ones: they have nothing more to say about it.
+            if action.what == "session" and action.name in removed:
+                continue
+            actions.append(action)
+            if action.what == "session" and action.verb == "remove":
+                removed.add(action.name)
+    return actions
