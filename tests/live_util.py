@@ -1,4 +1,5 @@
-"""Helpers for tests of live sessions: scripted runs, JSON output, followers as subprocesses."""
+"""Helpers for tests of sessions: scripted runs, JSON output, followers as subprocesses, and
+the program run in process where no real process is needed (no interpreter start per call)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,49 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gitsess import mount
+from gitsess.cli import main
 from gitsess.git.repo import discover
 
 from .util import GITSESS, gitsess
+
+
+def call(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """`gitsess ARGS` in this process, in the current directory: exit code, stdout, stderr."""
+    with pytest.raises(SystemExit) as exited:
+        main(list(args))
+    out, err = capsys.readouterr()
+    code = exited.value.code
+    return code if isinstance(code, int) else 1, out, err
+
+
+class InProcess:
+    """gitsess in this process, in the current directory."""
+
+    def __init__(self, capsys: pytest.CaptureFixture[str]) -> None:
+        self.capsys = capsys
+
+    def ok(self, *args: str) -> str:
+        """The stdout of a command that must succeed."""
+        code, out, err = call(self.capsys, *args)
+        assert code == 0, err
+        return out
+
+    def json(self, *args: str) -> Any:
+        return json.loads(self.ok(*args, "--json"))
+
+    def lines(self, *args: str) -> list[dict[str, Any]]:
+        """The JSON lines of `ARGS --json`."""
+        return json_lines(self.ok(*args, "--json"))
+
+    def fails(self, *args: str) -> str:
+        """The one line of stderr of a command that must fail."""
+        code, out, err = call(self.capsys, *args)
+        assert code == 1, out
+        assert err.count("\n") == 1, err
+        return err
 
 
 def unmount_all(repo: Path) -> None:
@@ -37,12 +77,6 @@ def run(
 
 def json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def log(repo: Path, *args: str) -> list[dict[str, Any]]:
-    done = gitsess(repo, "log", "--json", *args)
-    assert done.returncode == 0, done.stderr
-    return json_lines(done.stdout)
 
 
 def eventually(check: Callable[[], object], timeout: float = 10.0) -> bool:

@@ -7,14 +7,13 @@ import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import create
 
-from .live_util import eventually, follower, run, unmount_all
+from .live_util import InProcess, eventually, follower, run, unmount_all
 from .util import GITSESS, gitsess
 
 SCRIPT = (
@@ -31,43 +30,29 @@ def repo(repo: Path) -> Iterator[Path]:
         unmount_all(repo)
 
 
-def ok(repo: Path, *args: str) -> str:
-    done = gitsess(repo, *args)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+@pytest.fixture
+def gs(ctx: RepoContext, capsys: pytest.CaptureFixture[str]) -> InProcess:
+    return InProcess(capsys)
 
 
-def fails(repo: Path, *args: str) -> str:
-    done = gitsess(repo, *args)
-    assert done.returncode == 1, done.stdout
-    assert done.stderr.count("\n") == 1, done.stderr
-    return done.stderr
-
-
-def as_json(repo: Path, *args: str) -> Any:
-    return json.loads(ok(repo, *args, "--json"))
-
-
-def test_fs_of_a_session_that_changed_nothing(repo: Path, ctx: RepoContext) -> None:
+def test_fs_of_a_session_that_changed_nothing(ctx: RepoContext, gs: InProcess) -> None:
     create(ctx, "idle")
-    listing = as_json(repo, "fs", "idle", "ls")
+    listing = gs.json("fs", "idle", "ls")
     assert [(e["name"], e["kind"], e["changed"]) for e in listing] == [
         ("README.md", "file", False),
         ("src", "dir", False),
     ]
-    assert ok(repo, "fs", "idle", "cat", "src/app.py") == "print('hi')\n"
-    assert (
-        fails(repo, "fs", "idle", "cat", ".git/HEAD") == "gitsess: session idle has no .git/HEAD\n"
-    )
-    assert fails(repo, "fs", "idle", "ls", "../elsewhere").endswith(
+    assert gs.ok("fs", "idle", "cat", "src/app.py") == "print('hi')\n"
+    assert gs.fails("fs", "idle", "cat", ".git/HEAD") == "gitsess: session idle has no .git/HEAD\n"
+    assert gs.fails("fs", "idle", "ls", "../elsewhere").endswith(
         "is outside the worktree of session idle\n"
     )
 
 
 @pytest.mark.fuse
-def test_fs_reads_the_view_without_a_mount(repo: Path) -> None:
+def test_fs_reads_the_view_without_a_mount(repo: Path, gs: InProcess) -> None:
     run(repo, "exp", SCRIPT)
-    listing = {e["name"]: e for e in as_json(repo, "fs", "exp", "ls")}
+    listing = {e["name"]: e for e in gs.json("fs", "exp", "ls")}
     assert sorted(listing) == ["README.md", "blob.bin", "link", "new", "src"]
     assert {name for name, e in listing.items() if e["changed"]} == {
         "README.md",
@@ -78,53 +63,51 @@ def test_fs_reads_the_view_without_a_mount(repo: Path) -> None:
     }
     assert listing["link"]["kind"] == "symlink" and listing["link"]["link"] == "new/deep/file.txt"
     assert listing["blob.bin"]["size"] == 4
-    assert as_json(repo, "fs", "exp", "ls", "src") == []
-    assert [e["path"] for e in as_json(repo, "fs", "exp", "ls", str(repo / "new"))] == ["new/deep"]
+    assert gs.json("fs", "exp", "ls", "src") == []
+    assert [e["path"] for e in gs.json("fs", "exp", "ls", str(repo / "new"))] == ["new/deep"]
 
-    text = ok(repo, "fs", "exp", "ls")
+    text = gs.ok("fs", "exp", "ls")
     assert "README.md *" in text and "src/ *" in text and "link -> new/deep/file.txt *" in text
 
     raw = subprocess.run(
         [*GITSESS, "fs", "exp", "cat", "blob.bin"], cwd=repo, capture_output=True, check=True
     )
     assert raw.stdout == b"a\0b\xff"
-    assert ok(repo, "fs", "exp", "cat", "link") == "deep\n"
-    assert ok(repo, "fs", "exp", "cat", "./README.md") == "changed\n"
+    assert gs.ok("fs", "exp", "cat", "link") == "deep\n"
+    assert gs.ok("fs", "exp", "cat", "./README.md") == "changed\n"
     assert (repo / "README.md").read_text() == "hello\n"
-    assert (
-        fails(repo, "fs", "exp", "cat", "src/app.py") == "gitsess: session exp has no src/app.py\n"
-    )
-    assert fails(repo, "fs", "exp", "cat", "new") == (
+    assert gs.fails("fs", "exp", "cat", "src/app.py") == "gitsess: session exp has no src/app.py\n"
+    assert gs.fails("fs", "exp", "cat", "new") == (
         "gitsess: new is a directory (gitsess fs ls lists it)\n"
     )
 
-    readme = as_json(repo, "fs", "exp", "stat", "README.md")
+    readme = gs.json("fs", "exp", "stat", "README.md")
     assert readme["changed"] is True and readme["size"] == len("changed\n")
     assert readme["copied_from"]["size"] == len("hello\n")
-    deep = as_json(repo, "fs", "exp", "stat", "new/deep/file.txt")
+    deep = gs.json("fs", "exp", "stat", "new/deep/file.txt")
     assert deep["changed"] is True and deep["copied_from"] is None
-    assert "in the session  changed" in ok(repo, "fs", "exp", "stat", "README.md")
+    assert "in the session  changed" in gs.ok("fs", "exp", "stat", "README.md")
 
 
 @pytest.mark.fuse
-def test_fs_sees_a_live_session(repo: Path) -> None:
+def test_fs_sees_a_live_session(repo: Path, gs: InProcess) -> None:
     script = "echo live > live.txt; while [ ! -e stop ]; do sleep 0.05; done"
     with follower(repo, "run", "-s", "exp", "--", "sh", "-c", script) as f:
         assert eventually(lambda: gitsess(repo, "fs", "exp", "cat", "live.txt").stdout == "live\n")
-        ok(repo, "mount", "exp")
+        gs.ok("mount", "exp")
         try:
-            mnt = Path(json.loads(ok(repo, "ps", "--json"))[0]["mountpoint"])
+            mnt = Path(json.loads(gs.ok("ps", "--json"))[0]["mountpoint"])
             (mnt / "stop").touch()
             assert f.proc.wait(timeout=30) == 0
         finally:
-            ok(repo, "umount", "exp")
+            gs.ok("umount", "exp")
 
 
 @pytest.mark.fuse
-def test_show_gives_usage(repo: Path, ctx: RepoContext) -> None:
+def test_show_gives_usage(repo: Path, ctx: RepoContext, gs: InProcess) -> None:
     run(repo, "exp", "echo one > one.txt; sleep 0.5")
     run(repo, "exp", "echo two > two.txt; exit 0")
-    info = as_json(repo, "show", "exp")
+    info = gs.json("show", "exp")
     usage = info["usage"]
     # The first command named the session.
     assert info["title"] == "sh -c echo one > one.txt; sleep 0.5"
@@ -139,14 +122,14 @@ def test_show_gives_usage(repo: Path, ctx: RepoContext) -> None:
     last = datetime.fromisoformat(usage["last_activity"])
     assert datetime.now(UTC) - timedelta(minutes=1) < last <= datetime.now(UTC)
     assert info["drift"] == []
-    text = ok(repo, "show", "exp")
+    text = gs.ok("show", "exp")
     rows = dict(line.split(None, 1) for line in text.splitlines() if line[:1].isalpha())
     assert rows["runs"].startswith("2, ") and rows["runs"].rstrip().endswith("s in all")
     assert rows["delta"].startswith("size ") and rows["last"].startswith("activity ")
     assert "warning" not in text
 
     create(ctx, "fresh")
-    fresh = as_json(repo, "show", "fresh")["usage"]
+    fresh = gs.json("show", "fresh")["usage"]
     assert fresh == {
         "delta_bytes": 0,
         "changed_files": None,
@@ -158,31 +141,31 @@ def test_show_gives_usage(repo: Path, ctx: RepoContext) -> None:
 
 
 @pytest.mark.fuse
-def test_drift_after_editing_the_real_tree(repo: Path) -> None:
+def test_drift_after_editing_the_real_tree(repo: Path, gs: InProcess) -> None:
     run(repo, "exp", "echo session > README.md; echo mine > mine.txt")
     run(repo, "other", "echo other > other.txt")
-    ok(repo, "mount", "exp")
+    gs.ok("mount", "exp")
     try:
         # The real tree changes a path the session changed, and one it did not.
         (repo / "README.md").write_text("real edit\n")
         (repo / "src" / "app.py").write_text("print('real')\n")
-        assert eventually(lambda: as_json(repo, "show", "exp")["drift"] != [])
-        drift = as_json(repo, "show", "exp")["drift"]
+        assert eventually(lambda: gs.json("show", "exp")["drift"] != [])
+        drift = gs.json("show", "exp")["drift"]
         assert [d["path"] for d in drift] == ["README.md"]
         # The session still reads its own version; the untouched path shows the real edit.
-        assert ok(repo, "fs", "exp", "cat", "README.md") == "session\n"
-        assert ok(repo, "fs", "exp", "cat", "src/app.py") == "print('real')\n"
+        assert gs.ok("fs", "exp", "cat", "README.md") == "session\n"
+        assert gs.ok("fs", "exp", "cat", "src/app.py") == "print('real')\n"
     finally:
-        ok(repo, "umount", "exp")
+        gs.ok("umount", "exp")
     # Recorded in delta.db: the warning stays after unmounting.
-    text = ok(repo, "show", "exp")
+    text = gs.ok("show", "exp")
     assert "warning: the real worktree changed 1 path(s)" in text
     assert "  README.md (" in text
-    listed = {s["name"]: s["drift"] for s in as_json(repo, "ls")}
+    listed = {s["name"]: s["drift"] for s in gs.json("ls")}
     assert listed == {"exp": ["README.md"], "other": []}
-    table = ok(repo, "ls")
+    table = gs.ok("ls")
     exp_row = next(line for line in table.splitlines() if " exp " in line)
     assert "! 1 drifted" in exp_row
     assert "! 1 drifted" not in next(line for line in table.splitlines() if " other " in line)
     assert "the real worktree changed paths that the session changed too" in table
-    assert "warning" not in ok(repo, "show", "other")
+    assert "warning" not in gs.ok("show", "other")

@@ -17,8 +17,7 @@ from gitsess.git.repo import RepoContext, discover
 from gitsess.overlay import schema
 from gitsess.sessions import create, resolve
 
-from .live_util import eventually, follower, log, run, unmount_all
-from .util import gitsess
+from .live_util import InProcess, eventually, follower, run, unmount_all
 
 # One process per step, each announcing its pid: `exec` keeps it, so the pid a step prints is
 # the pid that the daemon sees doing the step.
@@ -35,6 +34,11 @@ def repo(repo: Path) -> Iterator[Path]:
         yield repo
     finally:
         unmount_all(repo)
+
+
+@pytest.fixture
+def gs(ctx: RepoContext, capsys: pytest.CaptureFixture[str]) -> InProcess:
+    return InProcess(capsys)
 
 
 def test_parse_since_durations_and_iso() -> None:
@@ -91,7 +95,7 @@ def test_wakeups_poll_where_nothing_can_be_watched(tmp_path: Path) -> None:
 
 
 @pytest.mark.fuse
-def test_log_records_each_process_and_its_command_line(repo: Path) -> None:
+def test_log_records_each_process_and_its_command_line(repo: Path, gs: InProcess) -> None:
     done = run(repo, "exp", SCRIPT)
     shell, mv, rm, mkdir = (int(p) for p in done.stdout.split())
     expected = [
@@ -102,8 +106,8 @@ def test_log_records_each_process_and_its_command_line(repo: Path) -> None:
         ("mkdir", "dir", None, mkdir),
         ("mkdir", "dir/sub", None, mkdir),
     ]
-    assert eventually(lambda: len(log(repo, "exp")) == len(expected))
-    rows = log(repo, "exp")
+    assert eventually(lambda: len(gs.lines("log", "exp")) == len(expected))
+    rows = gs.lines("log", "exp")
     assert [(r["op"], r["path"], r["target"], r["pid"]) for r in rows] == expected
     commands = {r["pid"]: (r["process"], r["cmdline"]) for r in rows}
     assert commands[shell] == ("sh", f"sh -c {SCRIPT}")
@@ -118,12 +122,12 @@ def test_log_records_each_process_and_its_command_line(repo: Path) -> None:
 
 
 @pytest.mark.fuse
-def test_filters(repo: Path) -> None:
+def test_filters(repo: Path, gs: InProcess) -> None:
     done = run(repo, "exp", SCRIPT)
     mv = int(done.stdout.split()[1])
     run(repo, "exp", "echo two > dir/sub/x.txt; echo three > other.txt")
-    assert eventually(lambda: len(log(repo, "exp")) == 10)
-    everything = log(repo, "exp")
+    assert eventually(lambda: len(gs.lines("log", "exp")) == 10)
+    everything = gs.lines("log", "exp")
     first_run, second_run = everything[0]["run"], everything[-1]["run"]
     assert first_run != second_run
 
@@ -155,27 +159,26 @@ def test_filters(repo: Path) -> None:
     assert ops(since=(datetime.now(UTC) + timedelta(hours=1)).isoformat()) == []
     assert ops(path="nothing-here") == []
     # The same through the command line.
-    assert [(r["op"], r["path"]) for r in log(repo, "exp", "--op", "unlink", "--path", "*.md")] == [
-        ("unlink", "README.md")
-    ]
-    assert {r["run"] for r in log(repo, "exp", "--run", str(first_run), "--since", "1h")} == {
+    assert [
+        (r["op"], r["path"]) for r in gs.lines("log", "exp", "--op", "unlink", "--path", "*.md")
+    ] == [("unlink", "README.md")]
+    assert {r["run"] for r in gs.lines("log", "exp", "--run", str(first_run), "--since", "1h")} == {
         first_run
     }
 
-    bad = gitsess(repo, "log", "exp", "--run", "9999")
-    assert bad.returncode == 1
-    assert bad.stderr == "gitsess: session exp has no run 9999\n"
-    bad = gitsess(repo, "log", "exp", "--op", "explode")
-    assert bad.returncode == 1 and bad.stderr.startswith("gitsess: unknown operation explode")
+    assert gs.fails("log", "exp", "--run", "9999") == "gitsess: session exp has no run 9999\n"
+    assert gs.fails("log", "exp", "--op", "explode").startswith(
+        "gitsess: unknown operation explode"
+    )
 
 
 @pytest.mark.fuse
-def test_human_timeline_groups_by_run(repo: Path) -> None:
+def test_human_timeline_groups_by_run(repo: Path, gs: InProcess) -> None:
     run(repo, "exp", "echo one > first.txt")
     run(repo, "exp", "true")
     run(repo, "exp", "mv first.txt second.txt")
-    assert eventually(lambda: len(log(repo, "exp")) == 3)
-    out = gitsess(repo, "log", "exp").stdout
+    assert eventually(lambda: len(gs.lines("log", "exp")) == 3)
+    out = gs.ok("log", "exp")
     headers = [line for line in out.splitlines() if line.startswith("run ")]
     assert len(headers) == 3
     assert "sh -c echo one > first.txt" in headers[0] and "2 changes" in headers[0]
@@ -183,18 +186,15 @@ def test_human_timeline_groups_by_run(repo: Path) -> None:
     assert "1 change" in headers[2]
     assert "first.txt → second.txt" in out
     # Asking for particular changes leaves out the runs without any.
-    filtered = gitsess(repo, "log", "exp", "--op", "rename").stdout
+    filtered = gs.ok("log", "exp", "--op", "rename")
     assert [line for line in filtered.splitlines() if line.startswith("run ")] == [headers[2]]
-    assert (
-        gitsess(repo, "log", "exp", "--op", "chown").stdout == "Nothing matches in session exp.\n"
-    )
+    assert gs.ok("log", "exp", "--op", "chown") == "Nothing matches in session exp.\n"
 
 
-def test_log_of_a_session_that_never_ran(repo: Path, ctx: RepoContext) -> None:
+def test_log_of_a_session_that_never_ran(ctx: RepoContext, gs: InProcess) -> None:
     create(ctx, "idle")
-    done = gitsess(repo, "log", "idle")
-    assert (done.returncode, done.stdout) == (0, "No activity in session idle yet.\n")
-    assert gitsess(repo, "log", "idle", "--json").stdout == ""
+    assert gs.ok("log", "idle") == "No activity in session idle yet.\n"
+    assert gs.ok("log", "idle", "--json") == ""
     # Reading never creates delta.db.
     assert not any(ctx.sessions_dir.glob("*/delta.db"))
 
@@ -245,7 +245,7 @@ def _fill(ctx: RepoContext, session_id: str, count: int) -> None:
     conn.close()
 
 
-def test_ten_thousand_events(repo: Path, ctx: RepoContext) -> None:
+def test_ten_thousand_events(ctx: RepoContext, gs: InProcess) -> None:
     session = create(ctx, "busy")
     _fill(ctx, session.id, 10_000)
     started = time.perf_counter()
@@ -256,8 +256,6 @@ def test_ten_thousand_events(repo: Path, ctx: RepoContext) -> None:
     some = timeline.timeline(ctx, session, timeline.make_filter(path="src/d7", ops=("create",)))
     filtered = time.perf_counter() - started
     assert sum(len(g.events) for g in some.groups) == 33
-    done = gitsess(repo, "log", "busy")
-    assert done.returncode == 0 and done.stdout.count("tool --job") == 10_000
-    done = gitsess(repo, "log", "busy", "--json")
-    assert done.stdout.count("\n") == 10_000
+    assert gs.ok("log", "busy").count("tool --job") == 10_000
+    assert len(gs.lines("log", "busy")) == 10_000
     assert query < 1.0 and filtered < 0.2
