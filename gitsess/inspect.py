@@ -93,7 +93,7 @@ class _Changes:
 
 
 def _ancestors(path: str) -> list[str]:
-    """ "a/b/c" -> ["a", "a/b"]."""
+    """The directories above `path`, outermost first: for a/b/c, a and a/b."""
     return [path[:i] for i, c in enumerate(path) if c == "/"]
 
 
@@ -156,13 +156,13 @@ def cat(ctx: RepoContext, session: Session, path: str) -> bytes:
 
 def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
     session = info.session
+    mount.sync(session.id)
     delta = delta_path(ctx, session)
     size = sum(p.stat().st_size for p in (delta, Path(f"{delta}-wal")) if p.exists())
     done = runs(ctx, session)
     now = datetime.now(UTC)
     seconds = sum(((r.ended_at or now) - r.started_at).total_seconds() for r in done)
     moments = [t for r in done for t in (r.started_at, r.ended_at) if t is not None]
-    mount.sync(session.id)
     with DeltaReader(delta) as reader:
         last_ns = reader.last_event_ns()
     if last_ns is not None:
