@@ -115,14 +115,23 @@ fi
 
 _FILTERS = {
     "reference-transaction": """
-# Of all ref updates, only a deleted branch concerns sessions, once the deletion is done.
+# Of all ref updates, only a deleted branch concerns sessions, once the deletion is done, and
+# only one whose name is in the registry (the file holds its text as is; recent rows may still
+# be in the write-ahead log).
 [ "$1" = committed ] || exit $status
 z40=0000000000000000000000000000000000000000  # a deleted ref's new value (SHA-1)
 z64=${z40}000000000000000000000000  # (SHA-256)
-case $input in
-    *" $z40 refs/heads/"* | *" $z64 refs/heads/"*) ;;
-    *) exit $status ;;
-esac
+wanted=
+while read -r _ new ref; do
+    case $new in "$z40" | "$z64") ;; *) continue ;; esac
+    case $ref in refs/heads/*) ;; *) continue ;; esac
+    if grep -qsF -e "${ref#refs/heads/}" "$state/sessions.db" "$state/sessions.db-wal"; then
+        wanted=1
+    fi
+done <<EOF
+$input
+EOF
+[ -n "$wanted" ] || exit $status
 """,
     "post-commit": """
 # Rebasing commits one by one: the post-rewrite hook at the end does the work once.

@@ -314,3 +314,16 @@ def test_hook_errors_are_logged_and_git_goes_on(repo: Path) -> None:
     assert "the post-commit hook failed" in done.stderr
     assert eventually(lambda: "post-commit" in (state / "hooks.log").read_text())
     assert "Traceback" in (state / "hooks.log").read_text()
+
+
+@pytest.mark.fuse
+def test_a_commit_inside_a_session_keeps_its_changes(repo: Path) -> None:
+    """git inside the session commits the view's files; the real worktree is still behind the
+    branch there, so the session's changes still differ from it and must stay in the delta."""
+    script = "echo I > i.txt; echo J > j.txt; git add i.txt && git commit -q -m inside"
+    run_in(repo, "in", script)
+    assert git(repo, "show", "HEAD:i.txt") == "I"
+    assert not (repo / "i.txt").exists()
+    seen = run_in(repo, "in", "cat i.txt j.txt")
+    assert seen.stdout == "I\nJ\n"
+    assert_clean(repo)
