@@ -326,12 +326,18 @@ def gitsess_mounted(spec: mount.MountSpec, profile: Path | None = None) -> Itera
             pid = _start_profiled_daemon(spec, profile)
         yield pid
     finally:
-        try:
-            mount.stop(spec.session_id, spec.target)
-        finally:
-            if pid is not None and not _exited(pid, timeout=30):
-                _kill_if(pid, DAEMON_MODULE)
-            _force_unmount(spec.target)
+        ensure_stopped(spec, pid)
+
+
+def ensure_stopped(spec: mount.MountSpec, pid: int | None) -> None:
+    """Stop the session's daemon if it still runs, then make sure of it: kill the daemon we
+    know of and lazily unmount whatever is left."""
+    try:
+        mount.stop(spec.session_id, spec.target)
+    finally:
+        if pid is not None and not _exited(pid, timeout=30):
+            _kill_if(pid, DAEMON_MODULE)
+        _force_unmount(spec.target)
 
 
 def _exited(pid: int, timeout: float) -> bool:
@@ -622,16 +628,6 @@ class Result:
 
 
 @dataclass
-class Creation:
-    files: int
-    gitsess: list[float] = field(default_factory=list)
-    worktree_add: list[float] = field(default_factory=list)
-
-    def medians(self) -> tuple[float, float]:
-        return statistics.median(self.gitsess), statistics.median(self.worktree_add)
-
-
-@dataclass
 class Memory:
     """Peak resident memory (VmHWM, KiB) of the FUSE daemons, by what they went through."""
 
@@ -768,13 +764,6 @@ def progress(res: Result) -> None:
 # ---------------------------------------------------------------------------------- sessions
 
 
-def cli_has(command: str, env: dict[str, str]) -> bool:
-    done = subprocess.run(
-        [GITSESS_CLI, command, "--help"], env=env, capture_output=True, check=False
-    )
-    return done.returncode == 0
-
-
 @dataclass(frozen=True)
 class Session:
     name: str
@@ -782,56 +771,99 @@ class Session:
     worktree: Path
 
 
-def gitsess_new(repo: Path, name: str, env: dict[str, str], *extra: str) -> Session:
+def gitsess_cli(b: Bench, repo: Path, *args: str) -> str:
     done = subprocess.run(
-        [GITSESS_CLI, "new", name, "--json", *extra],
-        cwd=repo,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
+        [GITSESS_CLI, *args], cwd=repo, env=b.env, capture_output=True, text=True, check=False
     )
     if done.returncode != 0:
-        raise RuntimeError(f"gitsess new {name} failed: {done.stderr.strip()}")
-    data = json.loads(done.stdout)
+        raise RuntimeError(f"gitsess {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def cli_has(b: Bench, *commands: str) -> bool:
+    return all(
+        subprocess.run(
+            [GITSESS_CLI, c, "--help"], env=b.env, capture_output=True, check=False
+        ).returncode
+        == 0
+        for c in commands
+    )
+
+
+def gitsess_new(b: Bench, repo: Path, name: str, *extra: str) -> Session:
+    data = json.loads(gitsess_cli(b, repo, "new", name, "--json", *extra))
     return Session(name, str(data["id"]), Path(str(data["worktree"])))
 
 
-def gitsess_rm(repo: Path, name: str, env: dict[str, str]) -> None:
-    subprocess.run(
-        [GITSESS_CLI, "rm", name, "--force"], cwd=repo, env=env, capture_output=True, check=False
-    )
-
-
 def session_spec(repo: Path, session: Session) -> mount.MountSpec:
-    """How gitsess itself mounts the session: state under the git dir, hidden from the view."""
+    """Where gitsess keeps and mounts the session (its state lives under the git dir)."""
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
-    state = common / "gitsess"
-    hidden: tuple[str, ...] = ()
-    with contextlib.suppress(ValueError):
-        hidden = (str(state.resolve().relative_to(session.worktree.resolve())),)
     return mount.MountSpec(
         session_id=session.id,
         lower=session.worktree,
-        session_dir=state / "sessions" / session.id,
-        hidden=hidden,
-        persistent=True,
+        session_dir=common / "gitsess" / "sessions" / session.id,
     )
 
 
-def time_session_start(b: Bench, repo: Path, name: str, files: int) -> float:
-    """`gitsess new` + first mount, until the view lists its root; then stopped and removed."""
-    t0 = time.perf_counter()
+@contextlib.contextmanager
+def cli_mounted(b: Bench, repo: Path, session: Session) -> Iterator[View]:
+    """`gitsess mount` ... `gitsess umount`, never leaving the daemon or the mount behind."""
+    spec = session_spec(repo, session)
+    pid: int | None = None
     try:
-        session = gitsess_new(repo, name, b.env)
-        spec = session_spec(repo, session)
-        with gitsess_mounted(spec) as pid:
-            next(spec.target.iterdir(), None)
-            took = time.perf_counter() - t0
-            b.memory.record(f"{files:,}-file repo: session start", View(GITSESS, spec.target, pid))
-        return took
+        gitsess_cli(b, repo, "mount", session.name)
+        live = mount.status(session.id)
+        pid = live.daemon_pid if live is not None else None
+        yield View(GITSESS, spec.target, pid)
     finally:
-        gitsess_rm(repo, name, b.env)
+        try:
+            subprocess.run(
+                [GITSESS_CLI, "umount", session.name], cwd=repo, env=b.env, capture_output=True
+            )
+        finally:
+            ensure_stopped(spec, pid)
+
+
+@contextlib.contextmanager
+def new_session(b: Bench, repo: Path, name: str, *extra: str) -> Iterator[Session]:
+    """A session made with `gitsess new`, removed (worktree and branch too) afterwards."""
+    try:
+        yield gitsess_new(b, repo, name, *extra)
+    finally:
+        subprocess.run(
+            [GITSESS_CLI, "rm", name, "--force"], cwd=repo, env=b.env, capture_output=True
+        )
+
+
+@dataclass
+class Creation:
+    files: int
+    new: list[float] = field(default_factory=list)
+    mount: list[float] = field(default_factory=list)
+    total: list[float] = field(default_factory=list)
+    worktree_add: list[float] = field(default_factory=list)
+
+    def medians(self) -> dict[str, float]:
+        return {
+            "gitsess_new": statistics.median(self.new),
+            "gitsess_mount": statistics.median(self.mount),
+            "gitsess_total": statistics.median(self.total),
+            "git_worktree_add": statistics.median(self.worktree_add),
+        }
+
+
+def time_session_start(b: Bench, repo: Path, name: str, c: Creation) -> None:
+    """`gitsess new` then `gitsess mount`, until the view lists its root."""
+    t0 = time.perf_counter()
+    with new_session(b, repo, name) as session:
+        t1 = time.perf_counter()
+        with cli_mounted(b, repo, session) as view:
+            next(view.root.iterdir(), None)
+            t2 = time.perf_counter()
+            b.memory.record(f"{c.files:,}-file repo: session start", view)
+    c.new.append(t1 - t0)
+    c.mount.append(t2 - t1)
+    c.total.append(t2 - t0)
 
 
 def time_worktree_add(b: Bench, repo: Path, path: Path, branch: str) -> float:
@@ -849,11 +881,14 @@ def run_creation(b: Bench, repos: Sequence[tuple[Path, int]]) -> list[Creation]:
     for repo, files in repos:
         c = Creation(files)
         for i in range(b.cfg.creation_runs):
-            c.gitsess.append(time_session_start(b, repo, f"bench-{i}", files))
+            time_session_start(b, repo, f"bench-{i}", c)
             wt = b.scratch / f"wt-{repo.name}-{i}"
             c.worktree_add.append(time_worktree_add(b, repo, wt, f"bench-wt-{i}"))
-        g, w = c.medians()
-        console.log(f"start on {files:,} files: gitsess {fmt_time(g)}, worktree {fmt_time(w)}")
+        m = c.medians()
+        console.log(
+            f"start on {files:,} files: gitsess new {fmt_time(m['gitsess_new'])} + mount "
+            f"{fmt_time(m['gitsess_mount'])}, git worktree add {fmt_time(m['git_worktree_add'])}"
+        )
         results.append(c)
     return results
 
@@ -898,21 +933,17 @@ def _apply_through(
 
 
 def _apply_gitsess(b: Bench, repo: Path, rels: Sequence[str], run: int) -> tuple[float, float]:
-    """gitsess diff and apply --commit of a session on a worktree of its own, edited through
-    its mount, then unmounted (as after `gitsess run`)."""
+    """`gitsess diff` and `gitsess apply --commit` of a session on a worktree of its own,
+    edited through its mount and unmounted again (as after `gitsess run`)."""
     name = f"bench-apply-{run}"
-    session = gitsess_new(repo, name, b.env, "--worktree")
-    try:
-        spec = session_spec(repo, session)
-        with gitsess_mounted(spec):
-            _change_files(spec.target, rels)
+    with new_session(b, repo, name, "--worktree") as session:
+        with cli_mounted(b, repo, session) as view:
+            _change_files(view.root, rels)
         t_diff = timed(lambda: _run([GITSESS_CLI, "diff", name], repo, b.env))
         t_commit = timed(
             lambda: _run([GITSESS_CLI, "apply", name, "--commit", "-m", "bench"], repo, b.env)
         )
-        return t_diff, t_commit
-    finally:
-        gitsess_rm(repo, name, b.env)
+    return t_diff, t_commit
 
 
 def run_apply(b: Bench, corpus: Corpus) -> list[Result]:
@@ -933,7 +964,7 @@ def run_apply(b: Bench, corpus: Corpus) -> list[Result]:
     b.notes.append(
         "diff / apply --commit: native and fuse-overlayfs run `git diff` and `git commit -a` in "
         "a fresh worktree; gitsess runs `gitsess diff` and `gitsess apply --commit` on an "
-        "unmounted session with its own worktree"
+        "unmounted session with a worktree of its own"
     )
     return [diff, commit]
 
@@ -1052,14 +1083,16 @@ RESULT_HEADER = ["workload", *TARGETS, "gitsess / native", "gitsess / fuse-overl
 
 
 def creation_rows(items: Sequence[Creation]) -> list[list[str]]:
-    rows = []
-    for c in items:
-        g, w = c.medians()
-        rows.append([f"{c.files:,} files", fmt_time(g), fmt_time(w)])
-    return rows
+    return [[f"{c.files:,} files", *[fmt_time(v) for v in c.medians().values()]] for c in items]
 
 
-CREATION_HEADER = ["repository", "gitsess new + first mount", "git worktree add"]
+CREATION_HEADER = [
+    "repository",
+    "gitsess new",
+    "gitsess mount",
+    "new + mount",
+    "git worktree add",
+]
 
 
 def memory_rows(memory: Memory) -> list[list[str]]:
@@ -1091,7 +1124,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines) + "\n"
 
 
-def machine() -> dict[str, str]:
+def machine(load_at_start: float) -> dict[str, str]:
     cpu = "unknown"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
@@ -1111,6 +1144,8 @@ def machine() -> dict[str, str]:
         "python": platform.python_version(),
         "git": git(Path.cwd(), "--version").strip(),
         "fuse-overlayfs": (ovl.stdout.splitlines() or ["unknown"])[-1],
+        # Other work on the machine skews every figure: say how busy it was.
+        "load": f"{load_at_start:.1f} at start, {os.getloadavg()[0]:.1f} at end (1-min average)",
     }
 
 
@@ -1129,7 +1164,8 @@ class Report:
         return (
             f"gitsess benchmark ({'quick' if self.config.quick else 'full'}, medians of "
             f"{self.config.runs} runs, {self.seconds:.0f} s): {m['cpu']}, {m['cores']} cores, "
-            f"{m['memory']}, Linux {m['kernel']}, {m['fs']}, {m['fuse-overlayfs']}"
+            f"{m['memory']}, Linux {m['kernel']}, {m['fs']}, {m['fuse-overlayfs']}; "
+            f"load {m['load']}"
         )
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
@@ -1169,9 +1205,11 @@ class Report:
             "session_start": [
                 {
                     "files": c.files,
-                    "gitsess": c.gitsess,
+                    "gitsess_new": c.new,
+                    "gitsess_mount": c.mount,
+                    "gitsess_total": c.total,
                     "git_worktree_add": c.worktree_add,
-                    "median": dict(zip(("gitsess", "git_worktree_add"), c.medians(), strict=True)),
+                    "median": c.medians(),
                 }
                 for c in self.creation
             ],
@@ -1226,6 +1264,7 @@ def preflight() -> None:
 
 
 def run_all(b: Bench, only: Sequence[str]) -> Report:
+    load_at_start = os.getloadavg()[0]
     cold_ok = can_drop_caches()
     if not cold_ok:
         b.notes.append("cold workloads skipped: dropping the page cache needs root")
@@ -1247,13 +1286,13 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             repos.append((wide, b.cfg.wide_files))
         creation = run_creation(b, repos)
     if not b.cfg.quick and (not only or "apply" in only):
-        if cli_has("diff", b.env) and cli_has("apply", b.env):
+        if cli_has(b, "diff", "apply"):
             results += run_apply(b, corpus)
         else:
             b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
     order = [w.key for w in workloads()] + ["diff", "apply-commit"]
     results.sort(key=lambda r: order.index(r.key))
-    return Report(machine(), b.cfg, results, creation, b.memory, b.notes)
+    return Report(machine(load_at_start), b.cfg, results, creation, b.memory, b.notes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
