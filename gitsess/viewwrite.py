@@ -19,8 +19,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pyfuse3 import FUSEError
-
 from gitsess import live, mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
@@ -113,7 +111,7 @@ class _TreeOps:
         head, _, name = path.rpartition("/")
         parent = self._node(head)
         if parent is None or not parent.is_dir:
-            raise FUSEError(errno.ENOTDIR)
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
         return parent, os.fsencode(name)
 
     def kind(self, path: str) -> Kind | None:
@@ -123,7 +121,7 @@ class _TreeOps:
     def listdir(self, path: str) -> list[str]:
         n = self._node(path)
         if n is None:
-            raise FUSEError(errno.ENOENT)
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
         return sorted(os.fsdecode(name) for name in self.tree.listing(n))
 
     def unlink(self, path: str) -> None:
@@ -156,7 +154,7 @@ class _TreeOps:
     def chmod(self, path: str, perm: int) -> None:
         n = self._node(path)
         if n is None:
-            raise FUSEError(errno.ENOENT)
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
         self.tree.setattr(n, mode=perm)
 
 
@@ -251,10 +249,8 @@ def view_writer(ctx: RepoContext, session: Session, lower: Path) -> Iterator[Vie
             )
             try:
                 yield ViewWriter(_TreeOps(tree))
-            except FUSEError as e:
-                raise GitsessError(
-                    f"writing into session {session.name}: {os.strerror(e.errno)}"
-                ) from e
+            except OSError as e:
+                raise GitsessError(f"writing into session {session.name}: {e.strerror}") from e
             tree.commit(durable=True, settle=False)
         finally:
             store.close()

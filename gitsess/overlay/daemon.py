@@ -145,8 +145,8 @@ async def _commit_loop(tree: Tree) -> None:
         if tree.has_pending:
             try:
                 tree.commit()
-            except pyfuse3.FUSEError as e:
-                log.warning("commit failed (errno %d); kept in memory, retrying", e.errno)
+            except OSError as e:
+                log.warning("commit failed (%s); kept in memory, retrying", e)
 
 
 async def _signals() -> None:
@@ -183,7 +183,10 @@ async def _client(state: State, stream: trio.SocketStream) -> None:
                 buf += data
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
-                    reply, joined = _handle(state, json.loads(line))
+                    try:
+                        reply, joined = _handle(state, json.loads(line))
+                    except OSError as e:
+                        reply, joined = {"ok": False, "error": str(e)}, None
                     if joined is not None:
                         participant = joined
                     await stream.send_all(json.dumps(reply).encode() + b"\n")

@@ -471,7 +471,7 @@ class Filesystem(pyfuse3.Operations):
             name = d.names[index]
             try:
                 n = self.tree.find(d.node.ino, name)
-            except FUSEError:
+            except OSError:
                 continue
             if n is None:
                 continue

@@ -1,7 +1,8 @@
 """The merged view of a session: the lower worktree on disk plus the upper layer in memory.
 
 This is the filesystem's logic without FUSE: every operation takes inode numbers and names and
-raises `FUSEError` with the errno a local filesystem would give. The FUSE adapter (`fs.py`) and
+raises `OSError` with the errno a local filesystem would give (the adapter turns it into a
+`FUSEError`; the CLI-side readers never import pyfuse3 and trio). The FUSE adapter (`fs.py`) and
 the offline reader (`view.py`) both stand on it.
 
 Two kinds of node live here. Lower nodes are objects of the worktree the session has not
@@ -20,12 +21,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import apsw
-from pyfuse3 import ROOT_INODE, FUSEError
 
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.journal import Journal
 from gitsess.overlay.store import FIRST_ALLOCATED_INO, Batch, DeltaStore, NodeRow
 
+ROOT_INODE = 1  # what FUSE calls the root
+# renameat2(2) flags
+RENAME_NOREPLACE = 1
+RENAME_EXCHANGE = 2
 # The worktree's own `.git` is the real repository: everything below it passes straight through.
 GIT = b".git"
 # A whiteout for a lower name is written only once its directory has been quiet this long, so
@@ -138,8 +142,8 @@ class Attr:
     ctime_ns: int
 
 
-def _err(code: int) -> FUSEError:
-    return FUSEError(code)
+def _err(code: int) -> OSError:
+    return OSError(code, os.strerror(code))
 
 
 def _join(base: bytes, name: bytes) -> bytes:
@@ -605,7 +609,7 @@ class Tree:
                 return None
             try:
                 found = self.find(node.ino, part)
-            except FUSEError:
+            except OSError:
                 return None
             if found is None:
                 return None
@@ -825,8 +829,6 @@ class Tree:
     def rename(
         self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes, flags: int
     ) -> None:
-        from pyfuse3 import RENAME_EXCHANGE, RENAME_NOREPLACE
-
         op = self._writable_dir(old_parent)
         np = self._writable_dir(new_parent)
         src = self.find(old_parent, old_name)

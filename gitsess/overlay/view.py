@@ -12,11 +12,9 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from pyfuse3 import ROOT_INODE, FUSEError
-
 from gitsess.git.view import Entry, Kind
 from gitsess.overlay.store import DeltaStore
-from gitsess.overlay.tree import GIT, Node, Tree
+from gitsess.overlay.tree import GIT, ROOT_INODE, Node, Tree
 
 
 def _kind(mode: int) -> Kind:
@@ -70,7 +68,7 @@ class OverlayView:
             return None
         try:
             a = self.tree.getattr(n)
-        except FUSEError:
+        except OSError:
             return None
         return Entry(_kind(a.mode), a.mode, a.size, a.mtime_ns)
 
