@@ -105,11 +105,17 @@ def connect(path: str, *, readonly: bool = False) -> apsw.Connection:
     return conn
 
 
+def _version(conn: apsw.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
+
+
 def migrate(conn: apsw.Connection) -> None:
     """Bring the schema up to date; IMMEDIATE so two processes opening at once migrate once."""
+    if _version(conn) == len(MIGRATIONS):
+        return  # readers beside a live daemon take no write lock
     conn.execute("BEGIN IMMEDIATE")
     try:
-        version = int(conn.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
+        version = _version(conn)
         for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
             conn.execute(step)
             conn.execute(f"PRAGMA user_version={number}")

@@ -59,6 +59,7 @@ class Batch:
     processes: list[tuple[int, int, str, str]]
     events: list[tuple[object, ...]]
     drift: dict[str, int]
+    undrift: set[str]  # paths (and what lies below them) the session no longer holds
 
 
 class DeltaStore:
@@ -71,6 +72,8 @@ class DeltaStore:
         self.chunk_size = int(self.meta("chunk_size", DEFAULT_CHUNK_SIZE))
 
     def _init_meta(self) -> None:
+        if self.conn.execute("SELECT count(*) FROM meta").fetchall()[0][0]:
+            return
         self.conn.execute(
             "INSERT OR IGNORE INTO meta(key, value) VALUES ('chunk_size', ?), ('next_ino', ?)",
             (DEFAULT_CHUNK_SIZE, FIRST_ALLOCATED_INO),
@@ -189,6 +192,11 @@ class DeltaStore:
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             b.events,
         )
+        for path in b.undrift:
+            c.execute(
+                "DELETE FROM drift WHERE path = ? OR substr(path, 1, ?) = ?",
+                (path, len(path) + 1, path + "/"),
+            )
         c.executemany(
             "INSERT OR REPLACE INTO drift (path, time_ns) VALUES (?, ?)", list(b.drift.items())
         )

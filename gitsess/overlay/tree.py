@@ -262,6 +262,7 @@ class Tree:
             or p.xattrs
             or p.meta
             or p.drift
+            or p.undrift
             or events
         ):
             return
@@ -276,6 +277,7 @@ class Tree:
             processes=processes,
             events=events,
             drift=dict(p.drift),
+            undrift=set(p.undrift),
         )
         try:
             self.store.commit(batch, durable=durable)
@@ -643,6 +645,7 @@ class Tree:
                 self._unname(self.nodes[ino])
             dropped.append((parent.ino, name))
             self.journal.note(path, is_dir=True)
+            self._pending.undrift.add(os.fsdecode(path))
             self._prune(parent, parent_path)
         return dropped
 
@@ -1060,6 +1063,7 @@ class _Pending:
         self.xattrs: dict[tuple[int, bytes], bytes | None] = {}
         self.meta: dict[str, int | str] = {}
         self.drift: dict[str, int] = {}
+        self.undrift: set[str] = set()
 
     def any(self) -> bool:
         return bool(
@@ -1071,6 +1075,7 @@ class _Pending:
             or self.xattrs
             or self.meta
             or self.drift
+            or self.undrift
         )
 
 

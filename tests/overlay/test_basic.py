@@ -275,6 +275,7 @@ def test_dropping_applied_paths_leaves_the_delta(mounted: Mounted) -> None:
     (mounted.mnt / "fresh" / "f").write_text("f\n")
     # What `apply --worktree` does to the real tree, then the drop it asks of the daemon.
     (mounted.lower / "README").write_text("changed\n")
+    assert _eventually(lambda: rows(mounted, "SELECT path FROM drift") == [("README",)])
     (mounted.lower / "src" / "pkg" / "new.py").write_text("new\n")
     os.unlink(mounted.lower / "bin" / "tool")
     (mounted.lower / "fresh").mkdir()
@@ -283,6 +284,7 @@ def test_dropping_applied_paths_leaves_the_delta(mounted: Mounted) -> None:
     assert reply is not None and reply["ok"]
     assert rows(mounted, "SELECT name, ino FROM dentries WHERE ino != 0 AND parent = 1") == []
     assert rows(mounted, "SELECT count(*) FROM chunks") == [(0,)]
+    assert rows(mounted, "SELECT count(*) FROM drift") == [(0,)]
     assert (mounted.mnt / "README").read_text() == "changed\n"
     assert (mounted.mnt / "fresh" / "f").read_text() == "f\n"
     assert not (mounted.mnt / "bin" / "tool").exists()
