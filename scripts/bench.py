@@ -167,7 +167,11 @@ def _commit_all(repo: Path, rels: Sequence[str], env: dict[str, str]) -> None:
     for i, rel in enumerate(rels, start=1):
         stream += b"M 100644 :%d %s\n" % (i, rel.encode())
     subprocess.run(
-        ["git", "fast-import", "--quiet"], cwd=repo, env=env, input=bytes(stream), check=True
+        ["git", "-c", "pack.compression=1", "fast-import", "--quiet"],
+        cwd=repo,
+        env=env,
+        input=bytes(stream),
+        check=True,
     )
     git(repo, "reset", "-q", env=env)
     git(repo, "update-index", "-q", "--refresh", env=env)
