@@ -9,14 +9,17 @@ import os
 import shutil
 import stat
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import apsw
+import pygit2
 
 from gitsess import mount, promote
 from gitsess.errors import GitsessError
 from gitsess.git.archive import (
+    ArchivedPath,
     ArchiveInfo,
     archived_paths,
     blob_data,
@@ -74,8 +77,8 @@ def _insert(
         registry.close()
 
 
-def _undo(ctx: RepoContext, session: Session) -> None:
-    """Take back a session this module made when filling it failed."""
+def undo(ctx: RepoContext, session: Session) -> None:
+    """Take back a session that was just made, when filling it failed."""
     registry = Registry.open(ctx.registry_path, create=False)
     if registry is not None:
         try:
@@ -110,7 +113,7 @@ def fork(ctx: RepoContext, source: Session, name: str) -> Session:
             mount.sync(source.id)  # the live daemon commits what it holds in memory
             _copy_db(delta, ctx.session_dir(session.id) / "delta.db")
     except BaseException:
-        _undo(ctx, session)
+        undo(ctx, session)
         raise
     return session
 
@@ -191,23 +194,30 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
     )
     try:
         paths = archived_paths(repo, info)
-        root = promote.real_root(session)
-        with view_writer(ctx, session, root) as writer:
-            for item in paths:
-                if item.entry is None:
-                    writer.remove(item.path)
-                    continue
-                oid, mode = item.entry
-                data = blob_data(repo, oid)
-                if mode == GIT_LINK:
-                    writer.put_symlink(item.path, data)
-                else:
-                    writer.put_file(item.path, data, _perm(root / item.path, mode == GIT_EXEC))
+        lay_paths(ctx, session, repo, paths)
     except BaseException:
-        _undo(ctx, session)
+        undo(ctx, session)
         raise
     delete_archive(repo, info)
     return Restored(session, info, len(paths), notes)
+
+
+def lay_paths(
+    ctx: RepoContext, session: Session, repo: pygit2.Repository, paths: Sequence[ArchivedPath]
+) -> None:
+    """Set each path of the session's view to the blob (or the absence) a commit gave it."""
+    root = promote.real_root(session)
+    with view_writer(ctx, session, root) as writer:
+        for item in paths:
+            if item.entry is None:
+                writer.remove(item.path)
+                continue
+            oid, mode = item.entry
+            data = blob_data(repo, oid)
+            if mode == GIT_LINK:
+                writer.put_symlink(item.path, data)
+            else:
+                writer.put_file(item.path, data, _perm(root / item.path, mode == GIT_EXEC))
 
 
 def _perm(real: Path, executable: bool) -> int:

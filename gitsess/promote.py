@@ -40,12 +40,14 @@ from gitsess.git.apply import (
     PatchResult,
     apply_commit,
     apply_worktree,
+    commit_tree,
+    copy_objects,
     finish_commit,
     make_patch,
 )
-from gitsess.git.archive import create_archive
+from gitsess.git.archive import create_archive, snapshot_tree
 from gitsess.git.changes import Change, ChangeSet, Pathspec, compute_changes, touched_roots
-from gitsess.git.diff import DiffResult, diff_changes, read_real
+from gitsess.git.diff import DiffResult, diff_changes, read_real, scratch_repo
 from gitsess.git.repo import RepoContext, open_worktree
 from gitsess.git.view import Entry
 from gitsess.overlay.view import OverlayView
@@ -583,9 +585,14 @@ class Discarded:
 
 
 def plan_discard(
-    ctx: RepoContext, session: Session, pathspecs: Sequence[str] = ()
+    ctx: RepoContext,
+    session: Session,
+    pathspecs: Sequence[str] = (),
+    *,
+    include_ignored: bool = True,
 ) -> tuple[DiscardPlan, list[str]]:
-    """What `discard` would undo: every change the pathspecs select, ignored paths included.
+    """What `discard` would undo: every change the pathspecs select, ignored paths included
+    unless `include_ignored` is False (then they stay, like unselected changes).
 
     A path the session touched as a whole (a file it wrote, a directory it created, deleted or
     replaced) leaves the delta; a change below such a directory that other, unselected changes
@@ -596,7 +603,7 @@ def plan_discard(
     repo = open_real(session, root)
     spec = Pathspec(pathspecs)
     with _open(ctx, session, root) as view:
-        changes = compute_changes(view, repo, pathspecs=pathspecs, include_ignored=True)
+        changes = compute_changes(view, repo, pathspecs=pathspecs, include_ignored=include_ignored)
         roots = touched_roots(view.touched_paths())
         drop: list[str] = []
         revert: list[Change] = []
@@ -680,6 +687,29 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
             },
         )  # fmt: skip
     return Archived(ref, tuple(p.notes))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    session: Session  # as the registry has it now (an interrupted apply may move the base)
+    tree: str  # the base's tree with the session's git-visible changes (what `archive` commits)
+    changes: int  # how many git-visible changes
+    notes: tuple[str, ...] = ()
+
+
+def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
+    """The session's work as a git tree, built like an archive's; with `keep` its objects are
+    written to the repository, else only its id is computed (to compare it with another)."""
+    with _prepare(ctx, session) as p:
+        base = p.session.base_commit
+        if not (ctx.session_dir(session.id) / "delta.db").exists():
+            return Snapshot(p.session, commit_tree(p.repo, base), 0, tuple(p.notes))
+        with _open(ctx, p.session, p.root) as view, scratch_repo(p.repo) as scratch:
+            changes = compute_changes(view, p.repo)
+            tree = snapshot_tree(scratch, view, changes, base)
+            if keep:
+                copy_objects(scratch, p.repo, tree)
+    return Snapshot(p.session, tree, len(changes.git_changes()), tuple(p.notes))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -252,6 +252,11 @@ class DeltaReader:
         )
         return [Event(*row) for row in self._rows(sql, tuple(args))]
 
+    def op_counts(self) -> dict[str, int]:
+        """How many events of each operation the log holds."""
+        rows = self._rows("SELECT op, count(*) FROM events GROUP BY op")
+        return {str(op): int(n) for op, n in rows}
+
     def last_event_ns(self) -> int | None:
         rows = self._rows("SELECT max(time_ns) FROM events")
         return rows[0][0] if rows else None

@@ -80,8 +80,7 @@ def create_archive(
     full ref name.
     """
     with scratch_repo(repo) as scratch:
-        entries = {c.path: store_view_blob(scratch, view, c) for c in changes.git_changes()}
-        tree = edit_tree(scratch, commit_tree(scratch, base), entries)
+        tree = snapshot_tree(scratch, view, changes, base)
         copy_objects(scratch, repo, tree)
     author = _signature(repo, "AUTHOR")
     committer = _signature(repo, "COMMITTER")
@@ -97,6 +96,15 @@ def create_archive(
             continue
         return ref
     raise GitsessError(f"too many archives named {name}; delete some under {PREFIX}")
+
+
+def snapshot_tree(
+    scratch: pygit2.Repository, view: SessionView, changes: ChangeSet, base: str | None
+) -> str:
+    """In `scratch` (see `scratch_repo`): the tree of `base` with the git-visible `changes`
+    applied, i.e. the session's work as git holds it. `copy_objects` keeps it."""
+    entries = {c.path: store_view_blob(scratch, view, c) for c in changes.git_changes()}
+    return edit_tree(scratch, commit_tree(scratch, base), entries)
 
 
 def _signature(repo: pygit2.Repository, role: Literal["AUTHOR", "COMMITTER"]) -> pygit2.Signature:
@@ -168,11 +176,16 @@ def _info(repo: pygit2.Repository, ref: str) -> ArchiveInfo | None:
 def archived_paths(repo: pygit2.Repository, info: ArchiveInfo) -> list[ArchivedPath]:
     """What the archive changed against its base, path by path (no rename detection: a rename
     is a removal and an addition, which is what restoring writes)."""
-    base = repo.get(commit_tree(repo, info.base))
-    tree = repo.get(commit_tree(repo, info.commit))
-    assert isinstance(base, pygit2.Tree) and isinstance(tree, pygit2.Tree)
+    return changed_paths(repo, info.base, info.commit)
+
+
+def changed_paths(repo: pygit2.Repository, base: str | None, commit: str) -> list[ArchivedPath]:
+    """What `commit` changed against `base` (None: the empty tree), as `archived_paths`."""
+    base_tree = repo.get(commit_tree(repo, base))
+    tree = repo.get(commit_tree(repo, commit))
+    assert isinstance(base_tree, pygit2.Tree) and isinstance(tree, pygit2.Tree)
     out: dict[str, tuple[str, int] | None] = {}
-    for delta in base.diff_to_tree(tree).deltas:
+    for delta in base_tree.diff_to_tree(tree).deltas:
         if delta.status == DeltaStatus.DELETED:
             out.setdefault(delta.old_file.path, None)
             continue

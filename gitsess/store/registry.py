@@ -149,6 +149,18 @@ def _participant(row: tuple[Any, ...]) -> Participant:
     )
 
 
+@dataclass(frozen=True)
+class Synced:
+    """One row of the `synced` table: the session commit last pushed or pulled, and the
+    session's own state (base, and its work as a tree) right after."""
+
+    remote: str  # the remote's name or URL, as given
+    commit: str
+    tree: str
+    base: str
+    synced_at: datetime
+
+
 class NameTaken(GitsessError):
     """Another session already has this name or id."""
 
@@ -416,3 +428,26 @@ class Registry:
                     "SELECT isolation_uuid FROM participants WHERE isolation_uuid IS NOT NULL"
                 )
             }
+
+    def synced(self, session_id: str) -> Synced | None:
+        with self.guard():
+            row = self.conn.execute(
+                "SELECT remote, commit_id, tree, base, synced_at FROM synced WHERE session_id = ?",
+                (session_id,),
+            ).fetchone()
+        if row is None:
+            return None
+        remote, commit, tree, base, at = row
+        return Synced(remote, commit, tree, base, datetime.fromisoformat(at))
+
+    def set_synced(
+        self, session_id: str, *, remote: str, commit: str, tree: str, base: str
+    ) -> None:
+        with self.write():
+            self.conn.execute(
+                "INSERT INTO synced (session_id, remote, commit_id, tree, base, synced_at)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (session_id) DO UPDATE SET"
+                " remote = excluded.remote, commit_id = excluded.commit_id,"
+                " tree = excluded.tree, base = excluded.base, synced_at = excluded.synced_at",
+                (session_id, remote, commit, tree, base, now().isoformat()),
+            )

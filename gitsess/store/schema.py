@@ -61,6 +61,18 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX runs_session ON runs (session_id, started_at);
     """,
+    # 2: the session commit each session last pushed or pulled (`gitsess push/pull`): what a
+    # pull must descend from to fast-forward, and the local state (tree, base) it left.
+    """
+    CREATE TABLE synced (
+        session_id TEXT PRIMARY KEY REFERENCES sessions (id) ON DELETE CASCADE,
+        remote     TEXT NOT NULL,
+        commit_id  TEXT NOT NULL,
+        tree       TEXT NOT NULL,
+        base       TEXT NOT NULL,
+        synced_at  TEXT NOT NULL
+    );
+    """,
 )
 
 VERSION = len(MIGRATIONS)
