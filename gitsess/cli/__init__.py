@@ -22,6 +22,7 @@ from gitsess.cli import (
     live_cmds,
     machine_cmds,
     promote_cmds,
+    remote_cmds,
     session_cmds,
 )
 from gitsess.cli.base import cli
@@ -37,6 +38,7 @@ __all__ = [
     "machine_cmds",
     "main",
     "promote_cmds",
+    "remote_cmds",
     "session_cmds",
 ]
 

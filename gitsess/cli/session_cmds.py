@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from gitsess import inspect, sessions
+from gitsess.cli import remote_cmds
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -66,9 +67,23 @@ def new(
 
 @cli.command("ls")
 @click.option("--everywhere", "-a", is_flag=True, help="Sessions of every repository of yours.")
+@click.option(
+    "--remote",
+    "remote",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[REMOTE]",
+    help="Sessions a git remote carries (default: origin).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-def ls(everywhere: bool, as_json: bool) -> None:
+def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
     """List sessions: this worktree's first, then the other worktrees'."""
+    if remote is not None:
+        if everywhere:
+            raise click.UsageError("--remote and --everywhere do not go together")
+        remote_cmds.list_remote_sessions(remote or None, as_json)
+        return
     if everywhere:
         repos = sessions.list_everywhere()
         if as_json:
