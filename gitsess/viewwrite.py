@@ -17,16 +17,15 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 from gitsess import live, mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
+from gitsess.git.view import Kind, kind_of
 from gitsess.overlay.store import DeltaStore
 from gitsess.overlay.tree import Node, Tree
 from gitsess.store.registry import Session
-
-Kind = Literal["file", "dir", "symlink", "other"]
 
 
 class _Ops(Protocol):
@@ -42,16 +41,6 @@ class _Ops(Protocol):
     def chmod(self, path: str, perm: int) -> None: ...
 
 
-def _kind_of(mode: int) -> Kind:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    return "other"
-
-
 class _MountOps:
     """Through a live mount, as any process inside the session would write."""
 
@@ -63,7 +52,7 @@ class _MountOps:
 
     def kind(self, path: str) -> Kind | None:
         try:
-            return _kind_of(os.lstat(self._at(path)).st_mode)
+            return kind_of(os.lstat(self._at(path)).st_mode)
         except (FileNotFoundError, NotADirectoryError):
             return None
 
@@ -116,7 +105,7 @@ class _TreeOps:
 
     def kind(self, path: str) -> Kind | None:
         n = self._node(path)
-        return None if n is None else _kind_of(self.tree.getattr(n).mode)
+        return None if n is None else kind_of(self.tree.getattr(n).mode)
 
     def listdir(self, path: str) -> list[str]:
         n = self._node(path)

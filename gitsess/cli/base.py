@@ -15,7 +15,7 @@ import click
 from rich.console import Console
 
 from gitsess import __version__
-from gitsess.sessions import Session, SessionInfo
+from gitsess.sessions import Session, SessionInfo, WorktreeSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -67,6 +67,28 @@ def takes_session(f: F) -> F:
         metavar="SESSION",
         help="NAME, ID, ID prefix or -N (-1: newest). Default: $GITSESS_SESSION.",
     )(f)
+
+
+def takes_worktree(f: F) -> F:
+    """`--worktree [BRANCH]` and `--from REV`, which `worktree_spec` turns into a spec."""
+    f = click.option(
+        "--from", "from_rev", metavar="REV", help="Start the new branch here (default HEAD)."
+    )(f)
+    return click.option(
+        "--worktree",
+        "worktree_branch",
+        is_flag=False,
+        flag_value="",
+        default=None,
+        metavar="[BRANCH]",
+        help="A new session works in a new worktree on a new branch (default gitsess/NAME).",
+    )(f)
+
+
+def worktree_spec(worktree_branch: str | None, from_rev: str | None) -> WorktreeSpec | None:
+    if from_rev is not None and worktree_branch is None:
+        raise click.UsageError("--from only applies with --worktree")
+    return None if worktree_branch is None else WorktreeSpec(worktree_branch or None, from_rev)
 
 
 def session_ref(

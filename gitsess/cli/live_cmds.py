@@ -12,22 +12,22 @@ from rich.markup import escape
 from rich.table import Table
 
 from gitsess import agents, live, sessions
-from gitsess.cli.base import SessionCommand, cli, console, print_json, session_ref, takes_session
-from gitsess.sessions import WorktreeSpec, discover
+from gitsess.cli.base import (
+    SessionCommand,
+    cli,
+    console,
+    print_json,
+    session_ref,
+    takes_session,
+    takes_worktree,
+    worktree_spec,
+)
+from gitsess.sessions import discover
 
 
 @cli.command(cls=SessionCommand, context_settings={"allow_interspersed_args": False})
 @takes_session
-@click.option(
-    "--worktree",
-    "worktree_branch",
-    is_flag=False,
-    flag_value="",
-    default=None,
-    metavar="[BRANCH]",
-    help="A new session works in a new worktree on a new branch (default gitsess/NAME).",
-)
-@click.option("--from", "from_rev", metavar="REV", help="Start the new branch here.")
+@takes_worktree
 @click.option("--read-only", is_flag=True, help="Every write inside fails with EROFS.")
 @click.option(
     "--agent",
@@ -67,7 +67,7 @@ def run(
     """
     ref, _ = session_ref([], 0, offsets, session_option)
     ctx = discover()
-    spec = None if worktree_branch is None else WorktreeSpec(worktree_branch or None, from_rev)
+    spec = worktree_spec(worktree_branch, from_rev)
     if ref is None and not os.environ.get(sessions.SESSION_ENV):
         session = sessions.create(ctx, worktree=spec)
         click.echo(f"gitsess: new session {session.name} ({session.id[:8]})", err=True)

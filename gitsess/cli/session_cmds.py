@@ -23,23 +23,16 @@ from gitsess.cli.base import (
     session_ref,
     short,
     takes_session,
+    takes_worktree,
+    worktree_spec,
 )
-from gitsess.sessions import Session, SessionInfo, WorktreeSpec, discover
+from gitsess.sessions import Session, SessionInfo, discover
 
 
 @cli.command()
 @click.argument("name", required=False)
 @click.option("--title", "-t", default="", help="A line saying what the session is for.")
-@click.option(
-    "--worktree",
-    "worktree_branch",
-    is_flag=False,
-    flag_value="",
-    default=None,
-    metavar="[BRANCH]",
-    help="Work in a new worktree on a new branch (default gitsess/NAME).",
-)
-@click.option("--from", "from_rev", metavar="REV", help="Start the new branch here (default HEAD).")
+@takes_worktree
 @click.option("--read-only", is_flag=True, help="Open the session read-only by default.")
 @click.option("--json", "as_json", is_flag=True, help="Print the session as JSON.")
 def new(
@@ -51,9 +44,7 @@ def new(
     as_json: bool,
 ) -> None:
     """Create a session (NAME, or a generated one; a UUID becomes its id)."""
-    if from_rev is not None and worktree_branch is None:
-        raise click.UsageError("--from only applies with --worktree")
-    spec = None if worktree_branch is None else WorktreeSpec(worktree_branch or None, from_rev)
+    spec = worktree_spec(worktree_branch, from_rev)
     session = sessions.create(discover(), name, title=title, worktree=spec, read_only=read_only)
     if as_json:
         print_json(asdict(session))

@@ -6,11 +6,23 @@ apply work whether or not the session is mounted, and never walk the whole view.
 
 from __future__ import annotations
 
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
 Kind = Literal["file", "dir", "symlink", "other"]
+
+
+def kind_of(mode: int) -> Kind:
+    """The kind of an `st_mode`."""
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISDIR(mode):
+        return "dir"
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "other"
 
 
 @dataclass(frozen=True)

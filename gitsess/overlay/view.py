@@ -8,23 +8,12 @@ to see its latest state).
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from gitsess.git.view import Entry, Kind
+from gitsess.git.view import Entry, kind_of
 from gitsess.overlay.store import DeltaStore
 from gitsess.overlay.tree import GIT, ROOT_INODE, Node, Tree
-
-
-def _kind(mode: int) -> Kind:
-    if stat.S_ISREG(mode):
-        return "file"
-    if stat.S_ISDIR(mode):
-        return "dir"
-    if stat.S_ISLNK(mode):
-        return "symlink"
-    return "other"
 
 
 class OverlayView:
@@ -70,7 +59,7 @@ class OverlayView:
             a = self.tree.getattr(n)
         except OSError:
             return None
-        return Entry(_kind(a.mode), a.mode, a.size, a.mtime_ns)
+        return Entry(kind_of(a.mode), a.mode, a.size, a.mtime_ns)
 
     def read(self, path: str) -> bytes:
         n = self._need(path)
@@ -96,7 +85,7 @@ class OverlayView:
         if n is None or not n.upper or n.origin_stamp is None:
             return None
         mode, size, mtime_ns = n.origin_stamp
-        return Entry(_kind(mode), mode, size, mtime_ns)
+        return Entry(kind_of(mode), mode, size, mtime_ns)
 
     def _need(self, path: str) -> Node:
         n = self._resolve(path)
