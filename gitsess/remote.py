@@ -16,7 +16,6 @@ the state dir, which no view shows, and the key-value store goes only with `with
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -37,7 +36,7 @@ from gitsess.git.worktree import (
     checked_out_at,
     remove_created,
 )
-from gitsess.store.registry import Registry, Session, Synced
+from gitsess.store.registry import Registry, Run, Session, Synced
 from gitsess.timeline import DeltaReader, delta_path, runs
 
 
@@ -122,18 +121,19 @@ def push(
     tree = snap.tree
     if with_kv:
         tree = published.tree_with_kv(repo, tree, {i.key: i.value for i in kv.items(ctx, session)})
-    if theirs is not None and _same(repo, theirs, tree, session):
+    ops, session_runs = _audit(ctx, session)
+    title = _shared_title(session, session_runs[0] if session_runs else None)
+    if theirs is not None and _same(repo, theirs, tree, session, title):
         _record(ctx, session, target.label, theirs, snap)
         return Pushed(session, target.label, name, theirs, False, snap.changes, with_kv,
                       False, snap.notes)  # fmt: skip
     previous = theirs
     if previous is None and synced is not None and synced.commit in repo:
         previous = synced.commit  # the line goes on, on this remote too
-    ops, run_count = _audit(ctx, session)
     commit = published.make_commit(
-        repo, tree, base=base, previous=previous, ops=ops, runs=run_count, kv=with_kv,
+        repo, tree, base=base, previous=previous, ops=ops, runs=len(session_runs), kv=with_kv,
         fields={
-            "session_id": session.id, "name": session.name, "title": session.title,
+            "session_id": session.id, "name": session.name, "title": title,
             "branch": session.branch, "created_at": session.created_at.isoformat(),
         },
     )  # fmt: skip
@@ -145,7 +145,7 @@ def push(
                   snap.notes)  # fmt: skip
 
 
-def _same(repo: pygit2.Repository, theirs: str, tree: str, session: Session) -> bool:
+def _same(repo: pygit2.Repository, theirs: str, tree: str, session: Session, title: str) -> bool:
     """Whether the remote's commit already holds this state of the session."""
     try:
         there = published.read(repo, theirs)
@@ -154,17 +154,25 @@ def _same(repo: pygit2.Repository, theirs: str, tree: str, session: Session) -> 
     return (
         published.commit_tree_id(repo, theirs) == tree
         and there.base == session.base_commit
-        and (there.title, there.branch) == (session.title, session.branch)
+        and (there.title, there.branch) == (title, session.branch)
     )
 
 
-def _audit(ctx: RepoContext, session: Session) -> tuple[dict[str, int], int]:
-    """Events per operation, and runs: counts only. Command lines and paths of the log stay
-    here (a command line may hold a token)."""
+def _audit(ctx: RepoContext, session: Session) -> tuple[dict[str, int], list[Run]]:
+    """Events per operation, and the runs. Only counts are pushed: command lines and the
+    log's paths stay here (a command line may hold a token)."""
     mount.sync(session.id)
     with DeltaReader(delta_path(ctx, session)) as reader:
         ops = reader.op_counts()
-    return ops, len(runs(ctx, session))
+    return ops, runs(ctx, session)
+
+
+def _shared_title(session: Session, first: Run | None) -> str:
+    """The session's title, unless `run` made it from the first command line (as
+    `sessions.start_run` does): that one may hold a token, so it stays here."""
+    if first is not None and session.title == " ".join(first.command)[:200]:
+        return ""
+    return session.title
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,18 +237,16 @@ def _pull_new(
 ) -> Pulled:
     branch = there.branch
     holder = checked_out_at(repo, branch) if branch else None
-    session_id = there.session_id if _free_id(ctx, there.session_id) else None
+    # A new id, not the pushed one: ids name machine-wide things (the daemon's socket), and
+    # both sides may well be clones on one machine.
     if holder is not None:
         # bound like `new` run in that worktree
-        session = sessions.create(
-            replace(ctx, worktree=holder), name, session_id=session_id, title=there.title
-        )
+        session = sessions.create(replace(ctx, worktree=holder), name, title=there.title)
     elif worktree:
         wanted = branch or BRANCH_PREFIX + name
         exists = repo.branches.local.get(wanted) is not None
         spec = WorktreeSpec(wanted, None if exists else there.base)
-        session = sessions.create(ctx, name, session_id=session_id, title=there.title,
-                                  worktree=spec)  # fmt: skip
+        session = sessions.create(ctx, name, title=there.title, worktree=spec)
     else:
         what = f"branch {branch}" if branch else "its detached HEAD"
         raise GitsessError(
@@ -323,16 +329,6 @@ def _diverged(session: Session, remote: str, changed: bool, behind: bool) -> str
         "--force takes theirs (yours is archived first), push --force makes yours the remote's "
         "(theirs stays in its history)"
     )
-
-
-def _free_id(ctx: RepoContext, session_id: str) -> bool:
-    """Whether the pushed session's id can be kept: a pulled session stays the same session."""
-    try:
-        uuid.UUID(session_id)
-    except ValueError:
-        return False
-    with _registry(ctx) as registry:
-        return registry is None or registry.by_id(session_id.lower()) is None
 
 
 def _set_base(ctx: RepoContext, session: Session, base: str) -> Session:
