@@ -13,7 +13,7 @@ from gitsess.git.repo import RepoContext
 from gitsess.store.registry import Session
 
 from .git.helpers import tree_state
-from .promote_util import Cli, Mounted, mounted
+from .promote_util import Cli, Mounted, eventually, mounted
 from .util import git
 
 pytestmark = pytest.mark.fuse
@@ -157,7 +157,7 @@ def test_fork_copies_the_delta_and_then_goes_its_own_way(
         assert not (m.mnt / "only-in-copy.txt").exists()
         assert not (c.mnt / "only-in-exp.txt").exists()
         (repo / "src" / "app.py").write_text("real edit\n")  # the real tree shows in both
-        assert (c.mnt / "src" / "app.py").read_text() == "real edit\n"
+        assert eventually(lambda: (c.mnt / "src" / "app.py").read_text() == "real edit\n")
     assert names(ctx, copy) == ["README.md", "only-in-copy.txt"]
     assert names(ctx, m.session) == ["README.md", "only-in-exp.txt"]
     _, err = cli("fork", "exp", "copy", code=1)
