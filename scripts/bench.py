@@ -43,6 +43,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+import gitsess
 from gitsess import mount
 
 console = Console(stderr=True)
@@ -1147,10 +1148,23 @@ def machine(load_at_start: float) -> dict[str, str]:
         "fs": (df.stdout.split() or ["unknown"])[-1],
         "python": platform.python_version(),
         "git": git(Path.cwd(), "--version").strip(),
+        "gitsess": _gitsess_revision(),
         "fuse-overlayfs": (ovl.stdout.splitlines() or ["unknown"])[-1],
         # Other work on the machine skews every figure: say how busy it was.
         "load": f"{load_at_start:.1f} at start, {os.getloadavg()[0]:.1f} at end (1-min average)",
     }
+
+
+def _gitsess_revision() -> str:
+    """The commit of the gitsess code measured (`-dirty` when it had uncommitted changes)."""
+    source = Path(gitsess.__file__).resolve().parent.parent
+    done = subprocess.run(
+        ["git", "-C", str(source), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.stdout.strip() or "unknown"
 
 
 @dataclass
@@ -1167,7 +1181,8 @@ class Report:
         m = self.machine
         return (
             f"gitsess benchmark ({'quick' if self.config.quick else 'full'}, medians of "
-            f"{self.config.runs} runs, {self.seconds:.0f} s): {m['cpu']}, {m['cores']} cores, "
+            f"{self.config.runs} runs, {self.seconds:.0f} s, gitsess {m['gitsess']}): "
+            f"{m['cpu']}, {m['cores']} cores, "
             f"{m['memory']}, Linux {m['kernel']}, {m['fs']}, {m['fuse-overlayfs']}; "
             f"load {m['load']}"
         )
