@@ -11,7 +11,7 @@ import click
 from rich.markup import escape
 from rich.table import Table
 
-from gitsess import agents, live, sessions
+from gitsess import agents, live, promote, sessions
 from gitsess.cli.base import (
     SessionCommand,
     cli,
@@ -22,7 +22,9 @@ from gitsess.cli.base import (
     takes_worktree,
     worktree_spec,
 )
+from gitsess.git.repo import RepoContext
 from gitsess.sessions import discover
+from gitsess.store.registry import Session
 
 
 @cli.command(cls=SessionCommand, context_settings={"allow_interspersed_args": False})
@@ -74,6 +76,7 @@ def run(
     else:
         session = sessions.resolve(ctx, ref, create_missing=True, worktree=spec)
     session = sessions.touch(ctx, sessions.check_bound(ctx, session, rebind=rebind))
+    session = _reconciled(ctx, session)
     argv = list(command)
     env: Mapping[str, str] = os.environ
     agent = None
@@ -133,11 +136,19 @@ def mount(
         directory = Path(given.pop()).absolute()
     ref, _ = session_ref(given, 0, offsets, session_option)
     ctx = discover()
-    session = sessions.resolve(ctx, ref)
+    session = _reconciled(ctx, sessions.resolve(ctx, ref))
     status = live.keep_mounted(
         ctx, session, mountpoint=directory, allow_other=allow_other, read_only=read_only
     )
     console.print(f"Session [bold]{escape(session.name)}[/] is mounted at {status.mountpoint}")
+
+
+def _reconciled(ctx: RepoContext, session: Session) -> Session:
+    """An apply killed half-way is completed before anyone works in the session again."""
+    done = promote.reconcile(ctx, session)
+    for note in done.notes:
+        click.echo(f"gitsess: {note}", err=True)
+    return done.session
 
 
 @cli.command(cls=SessionCommand)

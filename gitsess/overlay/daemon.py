@@ -47,6 +47,7 @@ class State:
     participants: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_id: int = 1
     ever_joined: bool = False
+    stale_entries: list[tuple[int, bytes]] = field(default_factory=list)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -131,12 +132,16 @@ def _invalidate(tree: Tree, rels: set[bytes], token: trio.lowlevel.TrioToken) ->
         entries, inodes = trio.from_thread.run_sync(tree.stale_caches, rels, trio_token=token)
     except trio.RunFinishedError:
         return
-    for parent, name in entries:
-        with contextlib.suppress(OSError):
-            pyfuse3.invalidate_entry(pyfuse3.InodeT(parent), pyfuse3.FileNameT(name))
+    _invalidate_entries(entries)
     for ino in inodes:
         with contextlib.suppress(OSError):
             pyfuse3.invalidate_inode(pyfuse3.InodeT(ino))
+
+
+def _invalidate_entries(entries: list[tuple[int, bytes]]) -> None:
+    for parent, name in entries:
+        with contextlib.suppress(OSError):
+            pyfuse3.invalidate_entry(pyfuse3.InodeT(parent), pyfuse3.FileNameT(name))
 
 
 async def _commit_loop(tree: Tree) -> None:
@@ -189,6 +194,11 @@ async def _client(state: State, stream: trio.SocketStream) -> None:
                         reply, joined = {"ok": False, "error": str(e)}, None
                     if joined is not None:
                         participant = joined
+                    if state.stale_entries:
+                        # Answer only once the kernel forgot them, so the caller's next read
+                        # sees the worktree; from a thread, as the kernel may need the loop.
+                        stale, state.stale_entries = state.stale_entries, []
+                        await trio.to_thread.run_sync(_invalidate_entries, stale)
                     await stream.send_all(json.dumps(reply).encode() + b"\n")
     except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
         return
@@ -244,10 +254,7 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
         dropped = state.tree.drop([os.fsencode(p) for p in msg.get("paths", [])])
         state.tree.restamp([os.fsencode(p) for p in msg.get("restamp", [])])
         state.tree.commit(durable=True, settle=False)
-        for parent, name in dropped:
-            pyfuse3.invalidate_entry_async(
-                pyfuse3.InodeT(parent), pyfuse3.FileNameT(name), ignore_enoent=True
-            )
+        state.stale_entries.extend(dropped)
         return {"ok": True, "dropped": len(dropped)}, None
     if op == "fsmonitor":
         journal = state.tree.journal
