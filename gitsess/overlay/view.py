@@ -82,7 +82,9 @@ class OverlayView:
 
     def copied_from(self, path: str) -> Entry | None:
         n = self._resolve(path)
-        if n is None or not n.upper or n.origin_stamp is None:
+        # A record belongs to the path it was taken at: a file renamed here says nothing about
+        # what the worktree had at this path.
+        if n is None or not n.upper or n.origin_stamp is None or n.origin != os.fsencode(path):
             return None
         mode, size, mtime_ns = n.origin_stamp
         return Entry(kind_of(mode), mode, size, mtime_ns)
