@@ -96,6 +96,7 @@ def push(
     remote. Refused when the remote's commit is not one this side pushed or pulled (or an
     ancestor of it), unless `force`."""
     session = sessions.resolve(ctx, ref)
+    _base(session)
     repo = ctx.open()
     target = transport.open_remote(repo, remote, branch=session.branch)
     name = published.ref_for(session.name)
@@ -112,12 +113,7 @@ def push(
         )
     snap = promote.snapshot(ctx, session, keep=True)
     session = snap.session
-    base = session.base_commit
-    if base is None:
-        raise GitsessError(
-            f"session {session.name} has no base commit (its branch had none when it began); "
-            "commit on the branch first"
-        )
+    base = _base(session)  # (an interrupted apply completed by the snapshot moves it)
     tree = snap.tree
     if with_kv:
         tree = published.tree_with_kv(repo, tree, {i.key: i.value for i in kv.items(ctx, session)})
@@ -143,6 +139,15 @@ def push(
     _record(ctx, session, target.label, commit, snap)
     return Pushed(session, target.label, name, commit, True, snap.changes, with_kv, not known,
                   snap.notes)  # fmt: skip
+
+
+def _base(session: Session) -> str:
+    if session.base_commit is None:
+        raise GitsessError(
+            f"session {session.name} has no base commit (its branch had none when it began); "
+            "commit on the branch first"
+        )
+    return session.base_commit
 
 
 def _same(repo: pygit2.Repository, theirs: str, tree: str, session: Session, title: str) -> bool:

@@ -441,3 +441,14 @@ def test_pull_says_when_the_worktree_is_not_at_the_sessions_base(a: Machine, b: 
     assert "the session began at" in err and "its changes lie over that" in err
     assert b.session().base_commit == git_ok(a.path, "rev-parse", "HEAD")
     assert names(b) == ["README.md"]
+
+
+def test_a_relative_remote_path_is_read_from_the_top_of_the_worktree(
+    a: Machine, origin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git_ok(a.path, "remote", "add", "rel", os.path.relpath(origin, a.path))
+    a("new", "exp")
+    monkeypatch.chdir(a.path / "src")
+    out, _ = a.cli("push", "exp", "rel")
+    assert "Pushed session exp to rel" in out
+    assert remote_git(origin, "rev-parse", REF)

@@ -64,7 +64,13 @@ def open_remote(repo: pygit2.Repository, spec: str | None, *, branch: str | None
         spec = _default_remote(repo, names, branch)
     if spec in names:
         remote = repo.remotes[spec]
-        return Remote(spec, remote.url or spec, remote, repo.config)
+        url = remote.url or spec
+        if _relative_path(url):
+            # git reads it from the top of the worktree; libgit2 from the current directory
+            top = Path(repo.workdir) if repo.workdir else Path(repo.path)
+            url = str((top / url).resolve())
+            remote = repo.remotes.create_anonymous(url)
+        return Remote(spec, url, remote, repo.config)
     if not is_url(spec):
         known = ", ".join(names) or "none"
         raise GitsessError(f"no remote {spec!r} (configured remotes: {known}); or give a URL")
@@ -79,6 +85,10 @@ def is_url(spec: str) -> bool:
     if "/" in spec or ":" in spec or spec.startswith("."):
         return True
     return (Path(spec) / "HEAD").is_file() or (Path(spec) / ".git").exists()
+
+
+def _relative_path(url: str) -> bool:
+    return not url.startswith("/") and ":" not in url
 
 
 def _default_remote(repo: pygit2.Repository, names: list[str], branch: str | None) -> str:
