@@ -305,21 +305,22 @@ def _pull_into(
     plan, notes = promote.plan_discard(ctx, session, include_ignored=False)
     discarded = promote.discard(ctx, session, plan)
     if discarded.kept:
-        # written to while we pulled: the pull would lay the remote's files over them
+        # written to while we pulled (a `gitsess mount` user): laying the remote's files over
+        # them would lose that work; --force archives it first
         raise GitsessError(
             f"session {session.name} was written to during the pull ({', '.join(discarded.kept)})"
-            "; pull again"
+            "; pull --force takes the remote's state, archiving the session's first"
         )
     session = _set_base(ctx, session, there.base)
     files, keys = _lay(ctx, repo, session, there)
     _record(ctx, session, remote, there.commit, promote.snapshot(ctx, session, keep=False))
-    notes = [*notes, *discarded.notes, *_base_note(session, there)]
+    notes = [*snap.notes, *notes, *discarded.notes, *_base_note(session, there)]
     if there.branch != session.branch:
         notes.append(
             f"the session was pushed from branch {there.branch or '(detached)'}; here it stays "
             f"on {session.branch or 'a detached HEAD'}"
         )
-    outcome: Outcome = "fast-forward" if archived is None and not changed and behind else "replaced"
+    outcome: Outcome = "fast-forward" if not changed and behind else "replaced"
     return Pulled(session, remote, there.commit, outcome, files, keys, archived, tuple(notes))
 
 
