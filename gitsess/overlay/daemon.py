@@ -122,7 +122,8 @@ async def _serve(
             nursery.start_soon(_first_join_deadline, state)
         _ready(ready_fd, "ready")
         log.info("serving %s (pid %d)", state.mountpoint, os.getpid())
-        await pyfuse3.main()
+        # Every handler is synchronous: more worker tasks would add locking, not concurrency.
+        await pyfuse3.main(min_tasks=1, max_tasks=1)
         nursery.cancel_scope.cancel()
 
 

@@ -63,6 +63,8 @@ class Node:
         "quiet_since",
         "rdev",
         "size",
+        "st",
+        "subdirs",
         "target",
         "trunc_floor",
         "uid",
@@ -98,6 +100,10 @@ class Node:
         self.trunc_floor: int | None = None
         self.xattrs: dict[bytes, bytes] | None = None
         self.quiet_since = 0
+        # The lstat taken by the lookup that found a lower node, for the getattr that follows.
+        self.st: os.stat_result | None = None
+        # Subdirectories of an upper directory, counted when first needed (st_nlink).
+        self.subdirs: int | None = None
 
     @property
     def is_dir(self) -> bool:
@@ -251,7 +257,7 @@ class Tree:
             if n is None:
                 continue
             for idx, buf in n.dirty.items():
-                chunks.append((ino, idx, None if buf.count(0) == len(buf) else bytes(buf)))
+                chunks.append((ino, idx, None if _is_zero(buf) else bytes(buf)))
         processes, events = self.audit.drain()
         if not (
             p.deleted
@@ -362,6 +368,7 @@ class Tree:
             same_type = n is not None and stat.S_IFMT(n.mode) == stat.S_IFMT(st.st_mode)
             if n is not None and not n.upper and n.lower == rel and same_type:
                 n.parent, n.name = p.ino, name
+                n.st = st
                 return n
         ino = st.st_ino
         if ino == ROOT_INODE or ino in self.nodes or ino >= FIRST_ALLOCATED_INO:
@@ -372,6 +379,7 @@ class Tree:
         n.lower = rel
         n.passthrough = p.passthrough or (p.ino == ROOT_INODE and name == GIT)
         n.mode = st.st_mode
+        n.st = st
         self.nodes[ino] = n
         self.lower_index[rel] = ino
         return n
@@ -449,6 +457,7 @@ class Tree:
             lower_dir = self.lower_index.get(parent)
             for ino in [*dirs.get(parent, ()), *([lower_dir] if lower_dir else [])]:
                 entries.append((ino, name))
+                self.nodes[ino].subdirs = None
             ino = self.lower_index.get(rel)
             if ino is not None:
                 inodes.append(ino)
@@ -459,7 +468,7 @@ class Tree:
 
     def getattr(self, n: Node) -> Attr:
         if not n.upper:
-            st = self._lower_stat(n.lower or b"")
+            st, n.st = n.st or self._lower_stat(n.lower or b""), None
             if st is None:
                 raise _err(errno.ENOENT)
             return Attr(
@@ -491,7 +500,9 @@ class Tree:
         )
 
     def _dir_nlink(self, n: Node) -> int:
-        return 2 + sum(1 for _, is_dir in self.children(n) if is_dir)
+        if n.subdirs is None:
+            n.subdirs = sum(1 for _, is_dir in self.children(n) if is_dir)
+        return 2 + n.subdirs
 
     @staticmethod
     def _fill_from_stat(n: Node, st: os.stat_result) -> None:
@@ -582,7 +593,7 @@ class Tree:
                 buf = f.read(min(self.chunk, want - idx * self.chunk))
                 if not buf:
                     break
-                if buf.count(0) != len(buf):
+                if not _is_zero(buf):
                     n.dirty[idx] = buf
                     self.dirty_bytes += len(buf)
                 idx += 1
@@ -599,6 +610,8 @@ class Tree:
     def _set_entry(self, parent: Node, name: bytes, ino: int) -> None:
         assert parent.entries is not None
         parent.entries[name] = ino
+        if ino and self.nodes[ino].is_dir:
+            parent.subdirs = None
         self._pending.dentries[(parent.ino, name)] = ino
         if ino == 0:
             parent.quiet_since = time.monotonic_ns()
@@ -640,6 +653,7 @@ class Tree:
                 continue
             ino = parent.entries[name]
             del parent.entries[name]
+            parent.subdirs = None
             self._pending.dentries[(parent.ino, name)] = None
             if ino:
                 self._unname(self.nodes[ino])
@@ -788,6 +802,7 @@ class Tree:
         self._rmdir_node(p, name, n)
 
     def _rmdir_node(self, p: Node, name: bytes, n: Node) -> None:
+        p.subdirs = None
         self._remove_entry(p, name)
         self._touch_dir(p)
         self._unname(n)
@@ -861,6 +876,8 @@ class Tree:
             if dst.is_dir and next(self.children(dst), None) is not None:
                 raise _err(errno.ENOTEMPTY)
         self._detach_from_lower(src)
+        if src.is_dir or (dst is not None and dst.is_dir):
+            op.subdirs = np.subdirs = None
         self._remove_entry(op, old_name)
         if dst is not None:
             self._unname(dst)
@@ -1077,6 +1094,16 @@ class _Pending:
             or self.drift
             or self.undrift
         )
+
+
+_ZEROS = memoryview(bytes(1 << 20))
+
+
+def _is_zero(buf: bytes | bytearray) -> bool:
+    """All zero bytes? Compared like memcmp, which stops at the first byte of real data."""
+    if len(buf) > len(_ZEROS):
+        return buf.count(0) == len(buf)
+    return not buf or (buf[0] == 0 and _ZEROS[: len(buf)] == memoryview(buf))
 
 
 def _lower_xattrs(path: bytes) -> dict[bytes, bytes]:
