@@ -1129,7 +1129,7 @@ def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join("| " + " | ".join(cells) + " |" for cells in lines) + "\n"
 
 
-def machine(load_at_start: float) -> dict[str, str]:
+def machine(load_at_start: float, revision: str) -> dict[str, str]:
     cpu = "unknown"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
@@ -1148,7 +1148,7 @@ def machine(load_at_start: float) -> dict[str, str]:
         "fs": (df.stdout.split() or ["unknown"])[-1],
         "python": platform.python_version(),
         "git": git(Path.cwd(), "--version").strip(),
-        "gitsess": _gitsess_revision(),
+        "gitsess": revision,
         "fuse-overlayfs": (ovl.stdout.splitlines() or ["unknown"])[-1],
         # Other work on the machine skews every figure: say how busy it was.
         "load": f"{load_at_start:.1f} at start, {os.getloadavg()[0]:.1f} at end (1-min average)",
@@ -1283,7 +1283,7 @@ def preflight() -> None:
 
 
 def run_all(b: Bench, only: Sequence[str]) -> Report:
-    load_at_start = os.getloadavg()[0]
+    load_at_start, revision = os.getloadavg()[0], _gitsess_revision()
     cold_ok = can_drop_caches()
     if not cold_ok:
         b.notes.append("cold workloads skipped: dropping the page cache needs root")
@@ -1311,7 +1311,7 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
     order = [w.key for w in workloads()] + ["diff", "apply-commit"]
     results.sort(key=lambda r: order.index(r.key))
-    return Report(machine(load_at_start), b.cfg, results, creation, b.memory, b.notes)
+    return Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
