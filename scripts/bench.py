@@ -1149,7 +1149,14 @@ def machine(load_at_start: float, revision: str) -> dict[str, str]:
         "python": platform.python_version(),
         "git": git(Path.cwd(), "--version").strip(),
         "gitsess": revision,
-        "fuse-overlayfs": (ovl.stdout.splitlines() or ["unknown"])[-1],
+        "fuse-overlayfs": next(
+            (
+                ln.split("version", 1)[1].strip()
+                for ln in ovl.stdout.splitlines()
+                if ln.startswith("fuse-overlayfs")
+            ),
+            "unknown",
+        ),
         # Other work on the machine skews every figure: say how busy it was.
         "load": f"{load_at_start:.1f} at start, {os.getloadavg()[0]:.1f} at end (1-min average)",
     }
@@ -1183,7 +1190,7 @@ class Report:
             f"gitsess benchmark ({'quick' if self.config.quick else 'full'}, medians of "
             f"{self.config.runs} runs, {self.seconds:.0f} s, gitsess {m['gitsess']}): "
             f"{m['cpu']}, {m['cores']} cores, "
-            f"{m['memory']}, Linux {m['kernel']}, {m['fs']}, {m['fuse-overlayfs']}; "
+            f"{m['memory']}, Linux {m['kernel']}, {m['fs']}, fuse-overlayfs {m['fuse-overlayfs']}; "
             f"load {m['load']}"
         )
 
