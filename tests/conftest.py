@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from gitsess.git.repo import RepoContext, discover
 
+from .live_util import InProcess, unmount_all
 from .util import make_repo
 
 
@@ -27,9 +29,20 @@ def _isolated_user(
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A repository with one commit on `main`."""
-    return make_repo(tmp_path / "repo")
+def repo(tmp_path: Path) -> Iterator[Path]:
+    """A repository with one commit on `main`; every session mounted in it is unmounted
+    afterwards, even when the test failed."""
+    path = make_repo(tmp_path / "repo")
+    try:
+        yield path
+    finally:
+        unmount_all(path)
+
+
+@pytest.fixture
+def gs(ctx: RepoContext, capsys: pytest.CaptureFixture[str]) -> InProcess:
+    """The CLI run in this process, at the top of `repo`."""
+    return InProcess(capsys)
 
 
 @pytest.fixture

@@ -79,7 +79,8 @@ def json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def eventually(check: Callable[[], object], timeout: float = 10.0) -> bool:
+def eventually(check: Callable[[], object], timeout: float = 30.0) -> bool:
+    """Whether `check` comes true in time (the machines that run the tests are often loaded)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():

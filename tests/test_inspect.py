@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -13,26 +12,13 @@ import pytest
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import create
 
-from .live_util import InProcess, eventually, follower, run, unmount_all
+from .live_util import InProcess, eventually, follower, run
 from .util import GITSESS, gitsess
 
 SCRIPT = (
     "echo changed > README.md; printf 'a\\000b\\377' > blob.bin; mkdir -p new/deep; "
     "echo deep > new/deep/file.txt; rm src/app.py; ln -s new/deep/file.txt link; sleep 0.2"
 )
-
-
-@pytest.fixture
-def repo(repo: Path) -> Iterator[Path]:
-    try:
-        yield repo
-    finally:
-        unmount_all(repo)
-
-
-@pytest.fixture
-def gs(ctx: RepoContext, capsys: pytest.CaptureFixture[str]) -> InProcess:
-    return InProcess(capsys)
 
 
 def test_fs_of_a_session_that_changed_nothing(ctx: RepoContext, gs: InProcess) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import shlex
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,24 +13,11 @@ from gitsess import kv
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import create
 
-from .live_util import InProcess, call, run, unmount_all
+from .live_util import InProcess, call, run
 from .util import gitsess
 
 # The gitsess program as a command inside `sh -c`.
 GS = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "gitsess"))
-
-
-@pytest.fixture
-def repo(repo: Path) -> Iterator[Path]:
-    try:
-        yield repo
-    finally:
-        unmount_all(repo)
-
-
-@pytest.fixture
-def gs(ctx: RepoContext, capsys: pytest.CaptureFixture[str]) -> InProcess:
-    return InProcess(capsys)
 
 
 def test_strings_and_json_values(ctx: RepoContext, gs: InProcess) -> None:

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,34 +15,15 @@ import pytest
 from gitsess import mount
 from gitsess.git.repo import discover
 
+from .live_util import eventually
 from .util import GITSESS, git, gitsess
 
 pytestmark = pytest.mark.fuse
 
 
-@pytest.fixture
-def repo(repo: Path) -> Iterator[Path]:
-    """The shared repository fixture, with every session of it unmounted afterwards."""
-    try:
-        yield repo
-    finally:
-        sessions_dir = discover(repo).sessions_dir
-        for session_dir in sessions_dir.glob("*") if sessions_dir.exists() else []:
-            mount.stop(session_dir.name, session_dir / "mnt")
-
-
 def mounted_here(repo: Path) -> list[str]:
     with open("/proc/self/mounts") as f:
         return [line.split()[1] for line in f if str(repo) in line.split()[1]]
-
-
-def eventually(check: object, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def run(repo: Path, session: str, script: str, *extra: str) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -17,7 +16,7 @@ from gitsess.git.repo import RepoContext, discover
 from gitsess.overlay import schema
 from gitsess.sessions import create, resolve
 
-from .live_util import InProcess, eventually, follower, run, unmount_all
+from .live_util import InProcess, eventually, follower, run
 
 # One process per step, each announcing its pid: `exec` keeps it, so the pid a step prints is
 # the pid that the daemon sees doing the step.
@@ -26,19 +25,6 @@ SCRIPT = (
     "sh -c 'echo $$; exec mv a.txt b.txt'; sh -c 'echo $$; exec rm README.md'; "
     "sh -c 'echo $$; exec mkdir dir dir/sub'"
 )
-
-
-@pytest.fixture
-def repo(repo: Path) -> Iterator[Path]:
-    try:
-        yield repo
-    finally:
-        unmount_all(repo)
-
-
-@pytest.fixture
-def gs(ctx: RepoContext, capsys: pytest.CaptureFixture[str]) -> InProcess:
-    return InProcess(capsys)
 
 
 def test_parse_since_durations_and_iso() -> None:

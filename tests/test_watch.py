@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import create
 
-from .live_util import eventually, follower, run, unmount_all
+from .live_util import eventually, follower, run
 from .util import gitsess
 
 pytestmark = pytest.mark.fuse
@@ -28,14 +27,6 @@ EXPECTED = [
     ("symlink", "d/link", "../b.txt"),
     ("write", "b.txt", None),
 ]
-
-
-@pytest.fixture
-def repo(repo: Path) -> Iterator[Path]:
-    try:
-        yield repo
-    finally:
-        unmount_all(repo)
 
 
 def test_json_lines_for_a_scripted_sequence(repo: Path) -> None:

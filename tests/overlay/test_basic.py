@@ -11,6 +11,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from tests.live_util import eventually
 from tests.overlay.conftest import Mounted, git
 
 pytestmark = pytest.mark.fuse
@@ -128,22 +129,11 @@ def test_worktree_edits_show_through_for_unchanged_paths(mounted: Mounted) -> No
     assert view.read_text() == "print('hi')\n"
     (mounted.lower / "src" / "main.py").write_text("print('edited outside')\n")
     (mounted.lower / "appeared.txt").write_text("new outside\n")
-    assert _eventually(lambda: view.read_text() == "print('edited outside')\n")
-    assert _eventually(lambda: (mounted.mnt / "appeared.txt").exists())
+    assert eventually(lambda: view.read_text() == "print('edited outside')\n")
+    assert eventually(lambda: (mounted.mnt / "appeared.txt").exists())
     (mounted.mnt / "README").write_text("session's\n")
     (mounted.lower / "README").write_text("outside's\n")
     assert (mounted.mnt / "README").read_text() == "session's\n"
-
-
-def _eventually(check: object, timeout: float = 5.0) -> bool:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_git_passes_through_to_the_real_repository(mounted: Mounted) -> None:
@@ -252,7 +242,7 @@ def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path:
         writer.wait()
     from gitsess import mount
 
-    assert _eventually(lambda: mount.status(mounted.spec.session_id) is None)
+    assert eventually(lambda: mount.status(mounted.spec.session_id) is None)
     mount.clean_stale(mounted.mnt)
     conn = apsw.Connection(str(mounted.spec.delta))
     assert list(conn.execute("PRAGMA integrity_check")) == [("ok",)]
@@ -275,7 +265,7 @@ def test_dropping_applied_paths_leaves_the_delta(mounted: Mounted) -> None:
     (mounted.mnt / "fresh" / "f").write_text("f\n")
     # What `apply --worktree` does to the real tree, then the drop it asks of the daemon.
     (mounted.lower / "README").write_text("changed\n")
-    assert _eventually(lambda: rows(mounted, "SELECT path FROM drift") == [("README",)])
+    assert eventually(lambda: rows(mounted, "SELECT path FROM drift") == [("README",)])
     (mounted.lower / "src" / "pkg" / "new.py").write_text("new\n")
     os.unlink(mounted.lower / "bin" / "tool")
     (mounted.lower / "fresh").mkdir()
@@ -289,4 +279,4 @@ def test_dropping_applied_paths_leaves_the_delta(mounted: Mounted) -> None:
     assert (mounted.mnt / "fresh" / "f").read_text() == "f\n"
     assert not (mounted.mnt / "bin" / "tool").exists()
     (mounted.lower / "README").write_text("edited outside later\n")
-    assert _eventually(lambda: (mounted.mnt / "README").read_text() == "edited outside later\n")
+    assert eventually(lambda: (mounted.mnt / "README").read_text() == "edited outside later\n")
