@@ -12,7 +12,7 @@ import pytest
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import create
 
-from .live_util import InProcess, eventually, follower, run
+from .live_util import InProcess, call, eventually, follower, run
 from .util import GITSESS, gitsess
 
 SCRIPT = (
@@ -155,3 +155,10 @@ def test_drift_after_editing_the_real_tree(repo: Path, gs: InProcess) -> None:
     assert "! 1 drifted" not in next(line for line in table.splitlines() if " other " in line)
     assert "the real worktree changed paths that the session changed too" in table
     assert "warning" not in gs.ok("show", "other")
+    # diff and a dry-run apply warn on stderr; the patch on stdout stays whole.
+    for args in (("diff", "exp"), ("apply", "exp", "--patch", "--dry-run")):
+        code, out, err = call(gs.capsys, *args)
+        assert code == 0, err
+        assert "warning: the real worktree also changed (drift): README.md" in err
+    code, out, err = call(gs.capsys, "diff", "other")
+    assert "drift" not in err

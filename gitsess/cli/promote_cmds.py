@@ -15,7 +15,7 @@ import pygit2
 from rich.markup import escape
 from rich.table import Table
 
-from gitsess import derive, live, promote, sessions
+from gitsess import derive, inspect, live, promote, sessions
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -228,6 +228,7 @@ def diff(
         stat_width=width,
     )
     _notes(notes)
+    _warn_drift(ctx, session)
     if as_json:
         print_json(result.to_json())
     elif show_stat:
@@ -238,6 +239,16 @@ def diff(
     else:
         patch = result.patch()
         _out(colour_patch(patch) if color == "always" or (color == "auto" and tty) else patch)
+
+
+def _warn_drift(ctx: RepoContext, session: Session) -> None:
+    """On stderr, so a patch on stdout stays whole: paths the real worktree changed too."""
+    drifted = [d.path for d in inspect.drift(sessions.info(ctx, session.id))]
+    if drifted:
+        click.echo(
+            "gitsess: warning: the real worktree also changed (drift): " + ", ".join(drifted),
+            err=True,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -317,6 +328,8 @@ def apply(
             ctx, session, specs, include_ignored=ignored, force=force, dry_run=dry_run
         )
     _notes(outcome.notes)
+    if dry_run:
+        _warn_drift(ctx, session)
     if outcome.ok and outcome.patch is not None and not dry_run:
         _write_patch(outcome.patch.text, output)
     if as_json:
