@@ -35,6 +35,8 @@ GIT = b".git"
 # A whiteout for a lower name is written only once its directory has been quiet this long, so
 # `rm -rf` of a lower tree ends as one whiteout for the top directory, not one row per file.
 WHITEOUT_SETTLE_NS = 1_000_000_000
+# Lower directory listings kept between readdirs (about 100 bytes a name).
+LISTINGS_KEPT = 20_000
 # Dirty file data held in memory before a commit is forced.
 DIRTY_LIMIT = 64 * 1024 * 1024
 
@@ -167,6 +169,7 @@ class Tree:
         self.chunk = store.chunk_size
         self.nodes: dict[int, Node] = {}
         self.lower_index: dict[bytes, int] = {}  # lower path -> ino of its lower node
+        self._listings: dict[bytes, tuple[int, list[tuple[bytes, bool]]]] = {}
         self.next_ino = int(store.meta("next_ino", 0))
         self.writer = writer
         self.readonly = not writer
@@ -450,6 +453,7 @@ class Tree:
         for rel in rels:
             self.journal.note(rel)
             parent, _, name = rel.rpartition(b"/")
+            self._listings.pop(parent, None)
             shadowed = any(name in (self.nodes[d].entries or {}) for d in dirs.get(parent, ()))
             if rel in copied or shadowed:
                 # The worktree changed a path the session changed too: remember the drift.
@@ -522,22 +526,37 @@ class Tree:
             raise _err(errno.ENOTDIR)
         entries = n.entries or {}
         rel = n.origin if n.upper else n.lower
-        seen: set[bytes] = set()
         if rel is not None:
-            try:
-                scan = list(os.scandir(self._lower_path(rel)))
-            except (FileNotFoundError, NotADirectoryError):
-                scan = []
-            for de in sorted(scan, key=lambda d: d.name):
-                name = os.fsencode(de.name)
-                if name in entries or _join(rel, name) in self.hidden:
-                    continue
-                seen.add(name)
-                yield name, de.is_dir(follow_symlinks=False)
+            for name, is_dir in self._lower_listing(rel):
+                if name not in entries:
+                    yield name, is_dir
         for name in sorted(entries):
             ino = entries[name]
-            if ino and name not in seen:
+            if ino:
                 yield name, self.nodes[ino].is_dir
+
+    def _lower_listing(self, rel: bytes) -> list[tuple[bytes, bool]]:
+        """A lower directory's names, sorted, with their kinds; rescanned only when the
+        directory's mtime moved (the worktree watch drops it too, for changes within one
+        clock tick)."""
+        path = self._lower_path(rel)
+        try:
+            mtime = os.lstat(path).st_mtime_ns
+            cached = self._listings.get(rel)
+            if cached is not None and cached[0] == mtime:
+                return cached[1]
+            with os.scandir(path) as it:
+                listing = sorted(
+                    (de.name, de.is_dir(follow_symlinks=False))
+                    for de in it
+                    if _join(rel, de.name) not in self.hidden
+                )
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        if len(self._listings) >= LISTINGS_KEPT:
+            self._listings.clear()
+        self._listings[rel] = (mtime, listing)
+        return listing
 
     # ---------------------------------------------------------------- copy-up
 

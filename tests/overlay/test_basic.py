@@ -131,6 +131,9 @@ def test_worktree_edits_show_through_for_unchanged_paths(mounted: Mounted) -> No
     (mounted.lower / "appeared.txt").write_text("new outside\n")
     assert eventually(lambda: view.read_text() == "print('edited outside')\n")
     assert eventually(lambda: (mounted.mnt / "appeared.txt").exists())
+    assert eventually(lambda: "appeared.txt" in os.listdir(mounted.mnt))
+    (mounted.lower / "src" / "listed-later.py").write_text("")
+    assert eventually(lambda: "listed-later.py" in os.listdir(mounted.mnt / "src"))
     (mounted.mnt / "README").write_text("session's\n")
     (mounted.lower / "README").write_text("outside's\n")
     assert (mounted.mnt / "README").read_text() == "session's\n"
