@@ -34,13 +34,18 @@ class SessionCommand(click.Command):
         return super().parse_args(ctx, _mark_offsets(self, args))
 
 
-def _mark_offsets(command: click.Command, args: list[str]) -> list[str]:
-    takes_value = {
+def value_options(command: click.Command) -> set[str]:
+    """The option spellings of `command` that take the next argument as their value."""
+    return {
         opt
         for param in command.params
         if isinstance(param, click.Option) and not param.is_flag
         for opt in param.opts
     }
+
+
+def _mark_offsets(command: click.Command, args: list[str]) -> list[str]:
+    takes_value = value_options(command)
     marked: list[str] = []
     rest = iter(args)
     for arg in rest:

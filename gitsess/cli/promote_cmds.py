@@ -25,6 +25,7 @@ from gitsess.cli.base import (
     session_ref,
     short,
     takes_session,
+    value_options,
 )
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change
@@ -52,12 +53,7 @@ class PathspecCommand(SessionCommand):
 
 
 def _split_dashdash(command: click.Command, args: list[str]) -> tuple[list[str], list[str] | None]:
-    takes_value = {
-        opt
-        for param in command.params
-        if isinstance(param, click.Option) and not param.is_flag
-        for opt in param.opts
-    }
+    takes_value = value_options(command)
     before: list[str] = []
     rest = iter(args)
     for arg in rest:
