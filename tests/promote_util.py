@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from gitsess import live, mount
+from gitsess import live, mount, promote
 from gitsess.cli import main
 from gitsess.git.repo import RepoContext
 from gitsess.store.registry import Session
@@ -76,10 +76,7 @@ class Cli:
         return out, err
 
 
-def eventually(check: Callable[[], bool], timeout: float = 5.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
+def changes_left(ctx: RepoContext, session: Session) -> list[str]:
+    """The paths a session still changes, ignored ones included."""
+    result, _ = promote.diff(ctx, session, include_ignored=True)
+    return result.name_only()

@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import promote, sessions
+from gitsess import sessions
 from gitsess.git.repo import RepoContext
 from gitsess.store.registry import Session
 
 from .git.helpers import tree_state
-from .promote_util import Cli, Mounted, eventually, mounted
+from .live_util import eventually
+from .promote_util import Cli, Mounted, changes_left, mounted
 from .util import git
 
 pytestmark = pytest.mark.fuse
@@ -35,11 +36,6 @@ def live_exp(ctx: RepoContext, exp: Session) -> Iterator[Mounted]:
         yield m
 
 
-def names(ctx: RepoContext, session: Session) -> list[str]:
-    result, _ = promote.diff(ctx, session, include_ignored=True)
-    return result.name_only()
-
-
 def test_discard_everything_or_by_pathspec(live_exp: Mounted, ctx: RepoContext, cli: Cli) -> None:
     m = live_exp
     m.write("README.md", "changed\n")
@@ -51,9 +47,9 @@ def test_discard_everything_or_by_pathspec(live_exp: Mounted, ctx: RepoContext, 
     out, _ = cli("discard", "exp", "-y", "README.md")
     assert "M  README.md" in out and "Discarded 1 change(s)" in out
     assert (m.mnt / "README.md").read_text() == "hello\n"
-    assert names(ctx, m.session) == [".gitignore", "build.log", "src/app.py"]
+    assert changes_left(ctx, m.session) == [".gitignore", "build.log", "src/app.py"]
     cli("discard", "exp", "-y")
-    assert names(ctx, m.session) == []
+    assert changes_left(ctx, m.session) == []
     assert (m.mnt / "src" / "app.py").read_text() == "print('hi')\n"
     _, err = cli("discard", "exp", "-y")
     assert "Nothing to discard" in err
@@ -71,7 +67,7 @@ def test_discard_part_of_a_directory_the_session_made(
             cli("discard", "exp", "-y", "--", "pkg/drop.py", "pkg/sub")
     if not live:
         cli("discard", "exp", "-y", "--", "pkg/drop.py", "pkg/sub")
-    assert names(ctx, exp) == ["pkg/keep.py"]
+    assert changes_left(ctx, exp) == ["pkg/keep.py"]
 
 
 def test_rm_archives_unapplied_work_and_restore_brings_it_back(
@@ -99,7 +95,12 @@ def test_rm_archives_unapplied_work_and_restore_brings_it_back(
     assert "Restored session exp" in out and "4 path(s)" in out
     restored = sessions.resolve(ctx, "exp")
     assert restored.title == "an experiment" and restored.id != m.session.id
-    assert names(ctx, restored) == [".gitignore", "README.md", "notes/idea.txt", "src/app.py"]
+    assert changes_left(ctx, restored) == [
+        ".gitignore",
+        "README.md",
+        "notes/idea.txt",
+        "src/app.py",
+    ]
     with mounted(ctx, restored) as back:
         expected = {k: v for k, v in view.items() if k != "scratch.log"}
         assert tree_state(back.mnt) == expected
@@ -158,7 +159,7 @@ def test_fork_copies_the_delta_and_then_goes_its_own_way(
         assert not (c.mnt / "only-in-exp.txt").exists()
         (repo / "src" / "app.py").write_text("real edit\n")  # the real tree shows in both
         assert eventually(lambda: (c.mnt / "src" / "app.py").read_text() == "real edit\n")
-    assert names(ctx, copy) == ["README.md", "only-in-copy.txt"]
-    assert names(ctx, m.session) == ["README.md", "only-in-exp.txt"]
+    assert changes_left(ctx, copy) == ["README.md", "only-in-copy.txt"]
+    assert changes_left(ctx, m.session) == ["README.md", "only-in-exp.txt"]
     _, err = cli("fork", "exp", "copy", code=1)
     assert "already exists" in err

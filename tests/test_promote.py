@@ -16,7 +16,8 @@ from gitsess.git.repo import RepoContext
 from gitsess.store.registry import Session
 
 from .git.helpers import tree_state
-from .promote_util import Cli, Mounted, eventually, mounted, stop
+from .live_util import eventually
+from .promote_util import Cli, Mounted, changes_left, mounted, stop
 from .util import GITSESS, commit, git, gitsess
 
 pytestmark = pytest.mark.fuse
@@ -36,11 +37,6 @@ def exp(ctx: RepoContext) -> Session:
 def live_exp(ctx: RepoContext, exp: Session) -> Iterator[Mounted]:
     with mounted(ctx, exp) as m:
         yield m
-
-
-def changes_left(ctx: RepoContext, session: Session) -> list[str]:
-    result, _ = promote.diff(ctx, session, include_ignored=True)
-    return result.name_only()
 
 
 def test_diff_compares_content_in_every_format(live_exp: Mounted, repo: Path, cli: Cli) -> None:
