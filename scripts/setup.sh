@@ -30,6 +30,21 @@ if [[ ! -x .venv/bin/python ]]; then
     "$python" -m venv .venv
 fi
 
+# pyfuse3 from its PyPI source with patches/pyfuse3-$pyfuse3_version.patch (why: see the patch),
+# before gitsess itself so that pip finds the requirement met and keeps this build.
+pyfuse3_version=3.5.0
+if ! .venv/bin/python -c 'import pyfuse3, sys; sys.exit(not getattr(pyfuse3, "FH_DEFAULTS_TO_INODE", 0))' \
+    2>/dev/null; then
+    echo "setup: building pyfuse3 $pyfuse3_version with patches/pyfuse3-$pyfuse3_version.patch"
+    build=$(mktemp -d)
+    trap 'rm -rf "$build"' EXIT
+    .venv/bin/python -m pip download -q --no-binary :all: --no-deps "pyfuse3==$pyfuse3_version" \
+        -d "$build"
+    tar xzf "$build/pyfuse3-$pyfuse3_version.tar.gz" -C "$build"
+    (cd "$build/pyfuse3-$pyfuse3_version" && git apply "$OLDPWD/patches/pyfuse3-$pyfuse3_version.patch")
+    .venv/bin/python -m pip install -q "$build/pyfuse3-$pyfuse3_version"
+fi
+
 # Install again when the declared dependencies changed since the last install, or when an
 # import shows the environment incomplete.
 stamp=.venv/.gitsess-installed

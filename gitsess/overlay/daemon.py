@@ -143,6 +143,10 @@ def _invalidate_entries(entries: list[tuple[int, bytes]]) -> None:
     for parent, name in entries:
         with contextlib.suppress(OSError):
             pyfuse3.invalidate_entry(pyfuse3.InodeT(parent), pyfuse3.FileNameT(name))
+    # The kernel may hold these directories' listings too (see fs.INODE_FH).
+    for parent in {parent for parent, _ in entries}:
+        with contextlib.suppress(OSError):
+            pyfuse3.invalidate_inode(pyfuse3.InodeT(parent))
 
 
 async def _commit_loop(tree: Tree) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import errno
 import functools
 import inspect
@@ -9,7 +10,7 @@ import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import pyfuse3
@@ -49,10 +50,20 @@ class Handle:
     written: int = 0
 
 
-@dataclass
-class DirHandle:
-    node: Node
-    names: list[bytes] = field(default_factory=list)
+# pyfuse3 as built by scripts/setup.sh (patches/pyfuse3.patch) hands the inode number to
+# handlers as `fh` when the kernel sends none. Then `opendir` can answer ENOSYS: the kernel stops
+# sending OPENDIR and RELEASEDIR and keeps every directory listing in its page cache until the
+# directory changes, so a warm `find` or `git status` sends no readdir at all.
+INODE_FH: bool = getattr(pyfuse3, "FH_DEFAULTS_TO_INODE", False)
+
+# Listings of directories being read, kept for the requests that continue them.
+LISTINGS_OPEN = 1024
+
+
+def _cookie(name: bytes) -> int:
+    """A readdir offset that stays valid whatever else the directory gains or loses: entries
+    are served in cookie order and a reader resumes after the last cookie it got."""
+    return (hash(name) & 0x3FFF_FFFF_FFFF_FFFF) or 1
 
 
 def _guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
@@ -89,7 +100,7 @@ class Filesystem(pyfuse3.Operations):
         super().__init__()
         self.tree = tree
         self.handles: dict[int, Handle] = {}
-        self.dirs: dict[int, DirHandle] = {}
+        self.listings: dict[int, tuple[list[int], list[bytes]]] = {}
         self._next_fh = 1
 
     # ---------------------------------------------------------------- helpers
@@ -459,30 +470,38 @@ class Filesystem(pyfuse3.Operations):
     # ---------------------------------------------------------------- directories
 
     async def opendir(self, inode: InodeT, ctx: RequestContext) -> FileHandleT:
-        n = self.tree.node(inode)
-        if not n.is_dir:
-            raise FUSEError(errno.ENOTDIR)
-        fh = self._new_fh()
-        # The listing is fixed at opendir, so offsets stay valid however the directory changes.
-        self.dirs[fh] = DirHandle(n, self.tree.listing(n))
-        return FileHandleT(fh)
+        if INODE_FH:
+            raise FUSEError(errno.ENOSYS)
+        return FileHandleT(inode)
 
     async def readdir(self, fh: FileHandleT, start_id: int, token: ReaddirToken) -> None:
-        d = self.dirs[fh]
-        for index in range(start_id, len(d.names)):
-            name = d.names[index]
+        # `fh` is the directory's inode either way (see INODE_FH).
+        d = self.tree.node(fh)
+        listing = self.listings.get(fh) if start_id else None
+        if listing is None:
+            if len(self.listings) >= LISTINGS_OPEN:
+                self.listings.clear()
+            listing = self.listings[fh] = self._listing(d)
+        cookies, names = listing
+        for index in range(bisect.bisect_right(cookies, start_id), len(names)):
+            name = names[index]
             try:
-                n = self.tree.find(d.node.ino, name)
+                n = self.tree.find(d.ino, name)
             except OSError:
                 continue
             if n is None:
                 continue
-            if not pyfuse3.readdir_reply(token, FileNameT(name), self._entry(n), index + 1):
+            if not pyfuse3.readdir_reply(token, FileNameT(name), self._entry(n), cookies[index]):
                 return
             n.lookups += 1
+        self.listings.pop(fh, None)
+
+    def _listing(self, d: Node) -> tuple[list[int], list[bytes]]:
+        ordered = sorted((_cookie(name), name) for name in self.tree.listing(d))
+        return [c for c, _ in ordered], [name for _, name in ordered]
 
     async def releasedir(self, fh: FileHandleT) -> None:
-        del self.dirs[fh]
+        self.listings.pop(fh, None)
 
     async def fsyncdir(self, fh: FileHandleT, datasync: bool) -> None:
         self.tree.commit(durable=True, settle=False)

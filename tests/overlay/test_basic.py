@@ -11,6 +11,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from gitsess.overlay import fs
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted, git
 
@@ -283,3 +284,8 @@ def test_dropping_applied_paths_leaves_the_delta(mounted: Mounted) -> None:
     assert not (mounted.mnt / "bin" / "tool").exists()
     (mounted.lower / "README").write_text("edited outside later\n")
     assert eventually(lambda: (mounted.mnt / "README").read_text() == "edited outside later\n")
+
+
+def test_pyfuse3_is_the_patched_build() -> None:
+    # scripts/setup.sh builds pyfuse3 with patches/; without it the kernel caches no listings.
+    assert fs.INODE_FH

@@ -74,6 +74,25 @@ def test_listing_stays_whole_while_entries_go(mounted: Mounted) -> None:
     assert len(os.listdir(mounted.mnt / "many")) == 300
 
 
+def test_listing_resumes_after_another_reader_restarted_it(mounted: Mounted) -> None:
+    d = mounted.lower / "many"
+    d.mkdir()
+    names = {f"f{i:04d}" for i in range(600)}
+    for name in names:
+        (d / name).write_text(name)
+    seen: list[str] = []
+    with os.scandir(mounted.mnt / "many") as it:
+        for i, entry in enumerate(it):
+            seen.append(entry.name)
+            if i == 10:
+                for victim in sorted(names)[::2]:
+                    os.unlink(mounted.mnt / "many" / victim)
+                # A second reader lists the directory anew, from its first entry.
+                assert len(os.listdir(mounted.mnt / "many")) == 300
+    assert len(seen) == len(set(seen))
+    assert set(sorted(names)[1::2]) <= set(seen)
+
+
 @pytest.fixture
 def tiny_disk(tmp_path: Path, worktree: Path) -> Iterator[Mounted]:
     """A session whose delta.db sits on a 3 MiB tmpfs."""
