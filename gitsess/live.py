@@ -1,4 +1,8 @@
-"""Live sessions: run a command inside one, keep it mounted, list and stop mounts."""
+"""Live sessions: run a command inside one, keep it mounted, list and stop mounts.
+
+The overlay's tree and the mount namespace code are imported by the services that use them:
+`gitsess mount` and `gitsess new --mount` need neither.
+"""
 
 from __future__ import annotations
 
@@ -9,17 +13,18 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pygit2
 
-from gitsess import inplace, mount
+from gitsess import mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import control, fsmonitor_hook
-from gitsess.overlay.store import DeltaStore
-from gitsess.overlay.tree import Tree
-from gitsess.overlay.view import OverlayView
 from gitsess.store.registry import Session
+
+if TYPE_CHECKING:
+    from gitsess.overlay.view import OverlayView
 
 
 def hidden_paths(ctx: RepoContext, session: Session) -> tuple[str, ...]:
@@ -125,6 +130,8 @@ def run(
     The participant registration is a connection the command inherits: the daemon keeps the
     view mounted while the command or anything it started still holds it.
     """
+    from gitsess import inplace
+
     spec = spec_for(ctx, session)
     live = mount.ensure_mounted(spec)
     conn = mount.join(
@@ -179,6 +186,16 @@ def keep_mounted(
     return mount.ensure_mounted(spec)
 
 
+# promote.JOURNAL, which tests/test_run.py checks this against: importing promote (and the git
+# code it needs) costs more than starting a mount, and it is needed only when the file exists.
+APPLY_JOURNAL = "apply-journal.json"
+
+
+def apply_interrupted(ctx: RepoContext, session: Session) -> bool:
+    """Whether an apply was killed half-way: `promote.reconcile` must complete it first."""
+    return (ctx.session_dir(session.id) / APPLY_JOURNAL).exists()
+
+
 def mountpoint_of(ctx: RepoContext, session: Session) -> Path:
     live = mount.status(session.id)
     return Path(live.mountpoint) if live else ctx.session_dir(session.id) / "mnt"
@@ -205,6 +222,8 @@ def live_sessions(sessions: Sequence[Session]) -> list[LiveSession]:
 
 def open_view(ctx: RepoContext, session: Session) -> OverlayView:
     """The session's view from delta.db, after the live daemon (if any) committed its state."""
+    from gitsess.overlay.view import OverlayView
+
     mount.sync(session.id)
     return OverlayView(
         ctx.session_dir(session.id) / "delta.db", session.worktree, hidden_paths(ctx, session)
@@ -218,6 +237,9 @@ def drop_paths(
     record the worktree's state anew for `restamp` paths (directories apply wrote into)."""
     if not paths and not restamp:
         return
+    from gitsess.overlay.store import DeltaStore
+    from gitsess.overlay.tree import Tree
+
     session_dir = ctx.session_dir(session.id)
     with mount.locked(session_dir):
         reply = control.request(

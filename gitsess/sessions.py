@@ -3,6 +3,10 @@
 Each function takes the RepoContext of the invocation and returns dataclasses; rendering is the
 CLI's job. Sessions are addressed by a *ref*: a name, a full id, an id prefix (4+ characters) or
 `-N` (the N-th most recently created).
+
+The services that only some commands use import their heavy modules (the overlay, promote, the
+agents, git's tracking and archive code) where they need them: every command is a process of
+its own, and `new` and `mount` should not pay for what `ls` or `rm` use.
 """
 
 from __future__ import annotations
@@ -17,11 +21,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitsess import agents, live, mount, promote
+from gitsess import mount
 from gitsess.errors import GitsessError
-from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
 from gitsess.git.repo import RepoContext, discover
-from gitsess.git.tracking import checked_out
 from gitsess.git.worktree import (
     Binding,
     NameInUse,
@@ -320,6 +322,8 @@ def _infos(
     """Every session, oldest first. `here` is relative to the session the command runs in, if
     any, else to the current worktree: inside a session the current directory is the overlay,
     not the worktree it is bound to."""
+    from gitsess import live
+
     env = os.environ if env is None else env
     here = ctx.worktree
     inside = env.get(SESSION_ENV)
@@ -401,6 +405,8 @@ def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> 
     """
     if session.branch is None or not session.worktree.is_dir():
         return session
+    from gitsess.git.tracking import checked_out
+
     head = checked_out(session.worktree)
     if head.branch == session.branch:
         if session.state != "detached":
@@ -423,6 +429,8 @@ def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> 
 
 def _unmount_for_removal(ctx: RepoContext, session: Session) -> None:
     """A mounted session is unmounted first; one with people inside is refused."""
+    from gitsess import live
+
     status = mount.status(session.id)
     if status is not None and status.participants:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
@@ -454,6 +462,9 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     nowhere else (uncommitted changes, commits on no other branch); `force` removes them anyway.
     Unapplied changes are archived first (`Removal.archive`; `gitsess restore` takes them back).
     """
+    from gitsess import agents, promote
+    from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
+
     with _existing_registry(ctx) as registry:
         session = _find(ctx, registry, _ref(ref, None))
         session_dir = ctx.session_dir(session.id)

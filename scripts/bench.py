@@ -5,9 +5,10 @@ Builds a corpus in a temporary directory (a git repository of about 5,000 small 
 directories, ~50 MB, plus one 500 MB file git ignores), then measures the same workloads on
 three views of that one tree, in one run: the directory itself (native), fuse-overlayfs over it,
 and a gitsess session mount over it. Every figure is the median of several runs; cold runs drop
-the page cache first (root only). Also measured: session creation + first mount against
-`git worktree add` on a 5,000- and a 50,000-file repository, `gitsess diff` / `apply --commit`
-of 1,000 changed files (once the CLI has them), and the FUSE daemons' peak memory (VmHWM).
+the page cache first (root only). Also measured: session creation + first mount (`gitsess new`
+then `gitsess mount`, and the one command `gitsess new --mount`) against `git worktree add` on a
+5,000- and a 50,000-file repository, `gitsess diff` / `apply --commit` of 1,000 changed files
+(once the CLI has them), and the FUSE daemons' peak memory (VmHWM).
 
     sudo .venv/bin/python scripts/bench.py                  # the full run (10-20 minutes)
     .venv/bin/python scripts/bench.py --quick               # a subset, under a minute
@@ -846,6 +847,7 @@ class Creation:
     new: list[float] = field(default_factory=list)
     mount: list[float] = field(default_factory=list)
     total: list[float] = field(default_factory=list)
+    new_mount: list[float] = field(default_factory=list)  # `gitsess new --mount`, one command
     worktree_add: list[float] = field(default_factory=list)
 
     def medians(self) -> dict[str, float]:
@@ -853,6 +855,7 @@ class Creation:
             "gitsess_new": statistics.median(self.new),
             "gitsess_mount": statistics.median(self.mount),
             "gitsess_total": statistics.median(self.total),
+            "gitsess_new_mount": statistics.median(self.new_mount),
             "git_worktree_add": statistics.median(self.worktree_add),
         }
 
@@ -871,6 +874,23 @@ def time_session_start(b: Bench, repo: Path, name: str, c: Creation) -> None:
     c.total.append(t2 - t0)
 
 
+def time_new_mount(b: Bench, repo: Path, name: str, c: Creation) -> None:
+    """`gitsess new --mount`, until the view lists its root."""
+    t0 = time.perf_counter()
+    with new_session(b, repo, name, "--mount") as session:
+        live = mount.status(session.id)
+        try:
+            if live is None:
+                raise RuntimeError(f"gitsess new {name} --mount left nothing mounted")
+            next(Path(live.mountpoint).iterdir(), None)
+            c.new_mount.append(time.perf_counter() - t0)
+        finally:
+            subprocess.run(
+                [GITSESS_CLI, "umount", session.name], cwd=repo, env=b.env, capture_output=True
+            )
+            ensure_stopped(session_spec(repo, session), live.daemon_pid if live else None)
+
+
 def time_worktree_add(b: Bench, repo: Path, path: Path, branch: str) -> float:
     t0 = time.perf_counter()
     try:
@@ -887,12 +907,14 @@ def run_creation(b: Bench, repos: Sequence[tuple[Path, int]]) -> list[Creation]:
         c = Creation(files)
         for i in range(b.cfg.creation_runs):
             time_session_start(b, repo, f"bench-{i}", c)
+            time_new_mount(b, repo, f"bench-one-{i}", c)
             wt = b.scratch / f"wt-{repo.name}-{i}"
             c.worktree_add.append(time_worktree_add(b, repo, wt, f"bench-wt-{i}"))
         m = c.medians()
         console.log(
             f"start on {files:,} files: gitsess new {fmt_time(m['gitsess_new'])} + mount "
-            f"{fmt_time(m['gitsess_mount'])}, git worktree add {fmt_time(m['git_worktree_add'])}"
+            f"{fmt_time(m['gitsess_mount'])}, new --mount {fmt_time(m['gitsess_new_mount'])}, "
+            f"git worktree add {fmt_time(m['git_worktree_add'])}"
         )
         results.append(c)
     return results
@@ -1096,6 +1118,7 @@ CREATION_HEADER = [
     "gitsess new",
     "gitsess mount",
     "new + mount",
+    "new --mount",
     "git worktree add",
 ]
 
@@ -1234,6 +1257,7 @@ class Report:
                     "gitsess_new": c.new,
                     "gitsess_mount": c.mount,
                     "gitsess_total": c.total,
+                    "gitsess_new_mount": c.new_mount,
                     "git_worktree_add": c.worktree_add,
                     "median": c.medians(),
                 }

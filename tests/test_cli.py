@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import pkgutil
+import subprocess
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
+import apsw
+import pygit2
 import pytest
 from click.testing import CliRunner, Result
 
-from gitsess.cli import cli
+import gitsess.cli
+from gitsess.cli import COMMANDS, _library_error, cli
 
-from .util import git, make_repo
+from .util import GITSESS, git, make_repo
 
 
 @pytest.fixture
@@ -197,3 +205,83 @@ def test_paths_with_spaces_and_unicode(tmp_path: Path, monkeypatch: pytest.Monke
     [row] = sessions_json(runner)
     assert row["worktree"] == str(repo / ".git" / "gitsess" / "worktrees" / "x")
     assert "Removed worktree" in ok(runner, "rm", "x").output
+
+
+def _all_command_modules() -> list[str]:
+    package = Path(gitsess.cli.__file__).parent
+    return sorted(m.name for m in pkgutil.iter_modules([str(package)]) if m.name.endswith("_cmds"))
+
+
+def test_command_table_names_every_command_and_its_module() -> None:
+    for module in _all_command_modules():
+        importlib.import_module(f"gitsess.cli.{module}")
+    assert set(COMMANDS) == set(cli.commands)
+    for name, command in cli.commands.items():
+        module, summary = COMMANDS[name]
+        assert command.callback is not None
+        assert command.callback.__module__ == f"gitsess.cli.{module}", name
+        assert summary == (None if command.hidden else command.get_short_help_str(10_000)), name
+
+
+def test_help_lists_every_command_without_importing_any(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    script = (
+        "import sys; from click.testing import CliRunner; from gitsess.cli import cli;"
+        "out = CliRunner().invoke(cli, ['--help']).output;"
+        "print(sorted(m for m in sys.modules"
+        " if m.startswith(('gitsess.cli.', 'gitsess.sessions', 'pygit2', 'rich'))));"
+        "print(out, end='')"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    imported, lazy = done.stdout.split("\n", 1)
+    assert imported == "[]"
+    for module in _all_command_modules():
+        importlib.import_module(f"gitsess.cli.{module}")
+    assert CliRunner().invoke(cli, ["--help"]).output == lazy
+    assert "  mount " in lazy and "  hook " not in lazy
+
+
+def test_a_command_imports_its_module_only() -> None:
+    script = (
+        "import sys; from click.testing import CliRunner; from gitsess.cli import cli;"
+        "CliRunner().invoke(cli, ['mount', '--help']);"
+        "print(sorted(m for m in sys.modules if m.startswith('gitsess.cli.')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.split() == ["['gitsess.cli.base',", "'gitsess.cli.live_cmds']"]
+
+
+def test_unknown_command_is_a_usage_error(run: CliRunner) -> None:
+    result = run.invoke(cli, ["mnt"])
+    assert result.exit_code == 2
+    assert "No such command 'mnt'" in result.output
+
+
+def test_shell_completion_of_commands_and_options(repo: Path) -> None:
+    env = {
+        **os.environ,
+        "_GITSESS_COMPLETE": "bash_complete",
+        "COMP_WORDS": "gitsess mo",
+        "COMP_CWORD": "1",
+    }
+    done = subprocess.run(
+        [*GITSESS, "mo"], cwd=repo, env=env, capture_output=True, text=True, check=False
+    )
+    assert done.stdout.split() == ["plain,mount"]
+    env.update(COMP_WORDS="gitsess new --m", COMP_CWORD="2")
+    done = subprocess.run(
+        [*GITSESS], cwd=repo, env=env, capture_output=True, text=True, check=False
+    )
+    assert done.stdout.split() == ["plain,--mount"]
+
+
+def test_library_errors_are_one_line_messages() -> None:
+    assert _library_error(apsw.BusyError("database is locked")) == (
+        "session registry: database is locked"
+    )
+    assert _library_error(pygit2.GitError("bad ref")) == "git: bad ref"
+    assert _library_error(ValueError("a bug")) is None

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -85,8 +88,6 @@ def test_participants_share_one_live_view(repo: Path) -> None:
 
 
 def _participants(repo: Path, name: str) -> list[dict[str, object]]:
-    import json
-
     done = gitsess(repo, "ps", "--json")
     for entry in json.loads(done.stdout or "[]"):
         if entry["name"] == name:
@@ -137,8 +138,6 @@ def test_stale_mount_is_cleaned_and_remounted(repo: Path) -> None:
 
 
 def _id(repo: Path, name: str) -> str:
-    import json
-
     return str(json.loads(gitsess(repo, "show", name, "--json").stdout)["id"])
 
 
@@ -226,3 +225,60 @@ def test_bad_input(repo: Path) -> None:
     assert missing.returncode != 0
     assert "command not found" in missing.stderr
     assert eventually(lambda: mounted_here(repo) == [])
+
+
+def test_new_mount_creates_and_mounts_in_one_command(repo: Path) -> None:
+    done = gitsess(repo, "new", "quick", "--mount", "--json")
+    assert done.returncode == 0, done.stderr
+    made = json.loads(done.stdout)
+    target = Path(made["mountpoint"])
+    assert target == discover(repo).session_dir(made["id"]) / "mnt"
+    assert (target / "README.md").read_text() == "hello\n"
+    (target / "made-here").write_text("x")
+    assert not (repo / "made-here").exists()
+    status = mount.status(made["id"])
+    assert status is not None and status.persistent
+    text = gitsess(repo, "new", "plain", "--mount")
+    assert text.returncode == 0, text.stderr
+    assert "Created session plain" in text.stdout
+    assert f"Session plain is mounted at {discover(repo).sessions_dir}" in text.stdout
+    assert gitsess(repo, "umount", "quick").returncode == 0
+    assert not mount.is_mounted(target)
+
+
+def test_new_read_only_mount_refuses_writes(repo: Path) -> None:
+    done = gitsess(repo, "new", "look", "--read-only", "--mount", "--json")
+    assert done.returncode == 0, done.stderr
+    target = Path(json.loads(done.stdout)["mountpoint"])
+    assert (target / "README.md").read_text() == "hello\n"
+    with pytest.raises(OSError) as refused:
+        (target / "README.md").write_text("changed\n")
+    assert refused.value.errno == errno.EROFS
+
+
+# The apply's first real-tree write happens, then the process dies as in a power cut.
+_KILLED_APPLY = """
+import os, sys
+import gitsess.git.apply as apply
+real = apply.write_targets
+def dying(root, targets):
+    real(root, list(targets)[:1])
+    os.kill(os.getpid(), 9)
+apply.write_targets = dying
+from gitsess.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_mount_first_completes_an_interrupted_apply(repo: Path) -> None:
+    assert run(repo, "exp", "echo one > README.md; echo two > new.txt").returncode == 0
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_APPLY, "apply", "exp", "--commit", "-m", "killed"],
+        cwd=repo, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    done = gitsess(repo, "mount", "exp")
+    assert done.returncode == 0, done.stderr
+    assert "completed an interrupted apply --commit" in done.stderr
+    assert git(repo, "log", "-1", "--format=%s") == "killed"
+    assert (repo / "new.txt").read_text() == "two\n"

@@ -11,15 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from gitsess import agents, sessions
-from gitsess.cli.base import (
-    SessionCommand,
-    ago,
-    cli,
-    console,
-    print_json,
-    session_ref,
-    takes_session,
-)
+from gitsess.cli import cli
+from gitsess.cli.base import SessionCommand, ago, console, print_json, session_ref, takes_session
 from gitsess.sessions import discover
 
 

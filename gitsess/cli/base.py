@@ -1,4 +1,4 @@
-"""What every command shares: the click group, session arguments, rendering helpers."""
+"""What every command shares: session arguments, rendering helpers."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from gitsess import __version__
 from gitsess.sessions import Session, SessionInfo, WorktreeSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -143,9 +142,3 @@ def short(commit: str | None) -> str:
 
 def branch_label(session: Session) -> str:
     return session.branch or f"detached {short(session.base_commit)}"
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="gitsess")
-def cli() -> None:
-    """Named, resumable, copy-on-write sessions over a git worktree."""

@@ -12,7 +12,8 @@ from rich.markup import escape
 
 from gitsess import agents
 from gitsess import gc as sweeps
-from gitsess.cli.base import cli, console, print_json
+from gitsess.cli import cli
+from gitsess.cli.base import console, print_json
 from gitsess.cli.hook_cmds import action_line
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import discover

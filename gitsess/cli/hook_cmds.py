@@ -12,7 +12,8 @@ import click
 from rich.markup import escape
 
 from gitsess import gc, hooks
-from gitsess.cli.base import cli, console, print_json
+from gitsess.cli import cli
+from gitsess.cli.base import console, print_json
 from gitsess.sessions import discover
 
 _DONE = {

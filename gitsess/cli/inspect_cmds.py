@@ -18,15 +18,8 @@ from rich.table import Table
 from rich.text import Text
 
 from gitsess import inspect, kv, sessions, timeline
-from gitsess.cli.base import (
-    SessionCommand,
-    ago,
-    cli,
-    console,
-    print_json,
-    session_ref,
-    takes_session,
-)
+from gitsess.cli import cli
+from gitsess.cli.base import SessionCommand, ago, console, print_json, session_ref, takes_session
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import Session, discover
 from gitsess.timeline import Drift, Event

@@ -1,4 +1,8 @@
-"""Commands for live sessions: run, mount, umount, ps."""
+"""Commands for live sessions: run, mount, umount, ps.
+
+What only some paths need (the agents, promote, rich tables) is imported there: mounting is
+meant to take well under a second, and importing all of it was a third of that.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,11 @@ from pathlib import Path
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
-from gitsess import agents, live, promote, sessions
+from gitsess import live, sessions
+from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
-    cli,
     console,
     print_json,
     session_ref,
@@ -81,6 +84,8 @@ def run(
     env: Mapping[str, str] = os.environ
     agent = None
     if agent_kind is not None or role is not None:
+        from gitsess import agents
+
         agent = agents.prepare(ctx, session, kind=agent_kind, role=role, argv=argv, env=env)
         argv, env, role = agent.argv, agent.env, agent.participant.role
         for note in agent.notes:
@@ -112,6 +117,8 @@ def run(
             sessions.end_run(ctx, run_id, code)
     finally:
         if agent is not None:
+            from gitsess import agents
+
             for note in agents.finish(ctx, agent):
                 click.echo(f"gitsess: {note}", err=True)
     sys.exit(code)
@@ -145,6 +152,10 @@ def mount(
 
 def _reconciled(ctx: RepoContext, session: Session) -> Session:
     """An apply killed half-way is completed before anyone works in the session again."""
+    if not live.apply_interrupted(ctx, session):
+        return session
+    from gitsess import promote
+
     done = promote.reconcile(ctx, session)
     for note in done.notes:
         click.echo(f"gitsess: {note}", err=True)
@@ -169,6 +180,8 @@ def umount(session: str | None, offsets: tuple[str, ...], session_option: str | 
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def ps(as_json: bool) -> None:
     """List mounted sessions of this repository and who is inside."""
+    from rich.table import Table
+
     ctx = discover()
     mounted = live.live_sessions([i.session for i in sessions.list_sessions(ctx)])
     if as_json:

@@ -9,11 +9,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from gitsess import doctor, tour
-from gitsess.cli.base import (
-    cli,
-    console,
-    print_json,
-)
+from gitsess.cli import cli
+from gitsess.cli.base import console, print_json
 
 
 @cli.command("doctor")

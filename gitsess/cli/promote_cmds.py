@@ -16,10 +16,10 @@ from rich.markup import escape
 from rich.table import Table
 
 from gitsess import derive, inspect, live, promote, sessions
+from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
     ago,
-    cli,
     console,
     print_json,
     session_ref,

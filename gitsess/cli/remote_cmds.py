@@ -15,10 +15,10 @@ from rich.progress import Progress as Bars
 from rich.table import Table
 
 from gitsess import remote, sessions
+from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
     ago,
-    cli,
     console,
     print_json,
     session_ref,

@@ -1,22 +1,25 @@
-"""Commands that manage sessions: new, ls, show, rm, rename, title."""
+"""Commands that manage sessions: new, ls, show, rm, rename, title.
+
+`ls` and `show` import what only they need (the overlay's readers, rich tables) themselves:
+`new` is meant to take well under a second.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import click
 from rich.markup import escape
-from rich.table import Table
 
-from gitsess import inspect, sessions
-from gitsess.cli import remote_cmds
+from gitsess import live, sessions
+from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
     ago,
     branch_label,
-    cli,
     console,
     info_json,
     print_json,
@@ -28,12 +31,24 @@ from gitsess.cli.base import (
 )
 from gitsess.sessions import Session, SessionInfo, discover
 
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from gitsess import inspect
+
 
 @cli.command()
 @click.argument("name", required=False)
 @click.option("--title", "-t", default="", help="A line saying what the session is for.")
 @takes_worktree
 @click.option("--read-only", is_flag=True, help="Open the session read-only by default.")
+@click.option(
+    "--mount",
+    "and_mount",
+    is_flag=True,
+    help="Also mount it until `gitsess umount`, as `gitsess mount` does (read-only with"
+    " --read-only).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the session as JSON.")
 def new(
     name: str | None,
@@ -41,19 +56,28 @@ def new(
     worktree_branch: str | None,
     from_rev: str | None,
     read_only: bool,
+    and_mount: bool,
     as_json: bool,
 ) -> None:
     """Create a session (NAME, or a generated one; a UUID becomes its id)."""
     spec = worktree_spec(worktree_branch, from_rev)
-    session = sessions.create(discover(), name, title=title, worktree=spec, read_only=read_only)
+    ctx = discover()
+    session = sessions.create(ctx, name, title=title, worktree=spec, read_only=read_only)
+    mountpoint = None
+    if and_mount:
+        mountpoint = live.keep_mounted(
+            ctx, session, mountpoint=None, allow_other=False, read_only=read_only
+        ).mountpoint
     if as_json:
-        print_json(asdict(session))
+        print_json({**asdict(session), **({"mountpoint": mountpoint} if and_mount else {})})
         return
     where = "new worktree" if session.created_worktree else "worktree"
     console.print(
         f"Created session [bold]{escape(session.name)}[/] ({session.id[:8]}) on "
         f"{escape(branch_label(session))} in {where} {escape(str(session.worktree))}"
     )
+    if mountpoint is not None:
+        console.print(f"Session [bold]{escape(session.name)}[/] is mounted at {mountpoint}")
 
 
 @cli.command("ls")
@@ -73,6 +97,8 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
     if remote is not None:
         if everywhere:
             raise click.UsageError("--remote and --everywhere do not go together")
+        from gitsess.cli import remote_cmds
+
         remote_cmds.list_remote_sessions(remote or None, as_json)
         return
     if everywhere:
@@ -129,6 +155,8 @@ _DRIFT_NOTE = (
 
 
 def _drifted(info: SessionInfo) -> list[str]:
+    from gitsess import inspect
+
     return [d.path for d in inspect.drift(info)]
 
 
@@ -141,6 +169,8 @@ def _with_drift(info: SessionInfo) -> dict[str, object]:
 
 
 def _table(infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_worktree: bool) -> Table:
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("#", "NAME", "ID", "BRANCH", "CHANGES", "LAST USED"):
         table.add_column(column, no_wrap=True)
@@ -176,6 +206,10 @@ def show(
     session: str | None, offsets: tuple[str, ...], session_option: str | None, as_json: bool
 ) -> None:
     """Show one session."""
+    from rich.table import Table
+
+    from gitsess import inspect
+
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     ctx = discover()
     info = sessions.info(ctx, ref)
