@@ -33,16 +33,19 @@ fi
 # pyfuse3 from its PyPI source with patches/pyfuse3-$pyfuse3_version.patch (why: see the patch),
 # before gitsess itself so that pip finds the requirement met and keeps this build.
 pyfuse3_version=3.5.0
-if ! .venv/bin/python -c 'import pyfuse3, sys; sys.exit(not getattr(pyfuse3, "FH_DEFAULTS_TO_INODE", 0))' \
-    2>/dev/null; then
-    echo "setup: building pyfuse3 $pyfuse3_version with patches/pyfuse3-$pyfuse3_version.patch"
+pyfuse3_patch=patches/pyfuse3-$pyfuse3_version.patch
+pyfuse3_stamp=.venv/.gitsess-pyfuse3-patch
+if [[ "$(cat "$pyfuse3_stamp" 2>/dev/null)" != "$(sha256sum <"$pyfuse3_patch")" ]] ||
+    ! .venv/bin/python -c 'import pyfuse3' 2>/dev/null; then
+    echo "setup: building pyfuse3 $pyfuse3_version with $pyfuse3_patch"
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
     .venv/bin/python -m pip download -q --no-binary :all: --no-deps "pyfuse3==$pyfuse3_version" \
         -d "$build"
     tar xzf "$build/pyfuse3-$pyfuse3_version.tar.gz" -C "$build"
-    (cd "$build/pyfuse3-$pyfuse3_version" && git apply "$OLDPWD/patches/pyfuse3-$pyfuse3_version.patch")
-    .venv/bin/python -m pip install -q "$build/pyfuse3-$pyfuse3_version"
+    (cd "$build/pyfuse3-$pyfuse3_version" && git apply "$OLDPWD/$pyfuse3_patch")
+    .venv/bin/python -m pip install -q --force-reinstall --no-deps "$build/pyfuse3-$pyfuse3_version"
+    sha256sum <"$pyfuse3_patch" >"$pyfuse3_stamp"
 fi
 
 # Install again when the declared dependencies changed since the last install, or when an
