@@ -255,14 +255,14 @@ def peak_memory_kib(pid: int) -> int | None:
     return None
 
 
-def _kill_if(pid: int, marker: str) -> None:
-    """SIGKILL `pid` if it still is the process we started (its command line has `marker`)."""
+def _kill_if(pid: int, *markers: str) -> None:
+    """SIGKILL `pid` if it still is the process we started (its command line has a marker)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read()
     except OSError:
         return
-    if marker.encode() in cmdline:
+    if any(marker.encode() in cmdline for marker in markers):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
 
@@ -342,7 +342,8 @@ def ensure_stopped(spec: mount.MountSpec, pid: int | None) -> None:
         mount.stop(spec.session_id, spec.target)
     finally:
         if pid is not None and not _exited(pid, timeout=30):
-            _kill_if(pid, DAEMON_MODULE)
+            # `gitsess mount` prestarts its daemon, which then shows as the launcher
+            _kill_if(pid, DAEMON_MODULE, mount.ARGS_FD_OPTION)
         _force_unmount(spec.target)
 
 

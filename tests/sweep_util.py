@@ -56,18 +56,20 @@ def archives(repo: Path) -> list[str]:
 
 
 def _daemons(state_dir: Path) -> list[int]:
-    """Session daemons serving a session of this state dir (started by this test)."""
+    """Session daemons serving a session of this state dir (started by this test): processes
+    other than this one holding a delta.db under it open. Not by command line: a prestarted
+    daemon gets its arguments through a pipe."""
+    under = os.fsencode(state_dir.resolve()) + b"/"
     found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
+        fds = os.fsencode(entry / "fd")
         try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            held = [os.readlink(fds + b"/" + fd) for fd in os.listdir(fds)]
         except OSError:
             continue
-        if b"gitsess.overlay.daemon" in argv and any(
-            a.startswith(os.fsencode(state_dir)) for a in argv
-        ):
+        if any(p.startswith(under) and p.endswith(b"/delta.db") for p in held):
             found.append(int(entry.name))
     return found
 

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import mount
-from gitsess.git.repo import discover
+from gitsess import live, mount, sessions
+from gitsess.git.repo import RepoContext, discover
 
-from .live_util import eventually
+from .live_util import InProcess, eventually
 from .util import GITSESS, git, gitsess
 
 pytestmark = pytest.mark.fuse
@@ -282,3 +282,59 @@ def test_mount_first_completes_an_interrupted_apply(repo: Path) -> None:
     assert "completed an interrupted apply --commit" in done.stderr
     assert git(repo, "log", "-1", "--format=%s") == "killed"
     assert (repo / "new.txt").read_text() == "two\n"
+
+
+def _prestarted_children() -> set[int]:
+    """This process's live children started as prestarted daemons (waiting, or serving since)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, NotADirectoryError):
+            continue
+        # A zombie (one that exited, not reaped yet) has no argv.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and mount.ARGS_FD_OPTION.encode() in argv:
+            found.add(int(entry.name))
+    return found
+
+
+def test_a_prestarted_daemon_serves_the_mount(repo: Path, gs: InProcess) -> None:
+    before = _prestarted_children()
+    gs.ok("new", "warm")
+    assert "is mounted at" in gs.ok("mount", "warm")
+    status = mount.status(_id(repo, "warm"))
+    assert status is not None
+    assert _prestarted_children() - before == {status.daemon_pid}
+    assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
+
+
+def test_an_unused_prestarted_daemon_exits(repo: Path, gs: InProcess) -> None:
+    gs.ok("new", "live", "--mount")
+    before = _prestarted_children()
+    with mount.prestarted():
+        [waiting] = _prestarted_children() - before
+    assert eventually(lambda: _prestarted_children() == before)
+    # A mount of a session that is already live lets its prestarted process go at once.
+    with mount.prestarted():
+        [waiting] = _prestarted_children() - before
+        assert "is mounted at" in gs.ok("mount", "live")
+        assert eventually(lambda: waiting not in _prestarted_children())
+    assert "no session 'nosuch'" in gs.fails("mount", "nosuch")
+    assert eventually(lambda: _prestarted_children() == before)
+
+
+def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> None:
+    session = sessions.create(ctx, "cold")
+    before = _prestarted_children()
+    with mount.prestarted():
+        [waiting] = _prestarted_children() - before
+        os.kill(waiting, signal.SIGKILL)
+        os.waitpid(waiting, 0)
+        status = live.keep_mounted(
+            ctx, session, mountpoint=None, allow_other=False, read_only=False
+        )
+    argv = Path(f"/proc/{status.daemon_pid}/cmdline").read_bytes().split(b"\0")
+    assert mount.DAEMON_MODULE.encode() in argv
+    assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"

@@ -7,6 +7,7 @@ them cost more than most commands do (pygit2, rich, the agent profiles, promote)
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -165,30 +166,47 @@ def _library_error(e: Exception) -> str | None:
     return None
 
 
+def _head_start(args: Sequence[str]) -> contextlib.AbstractContextManager[None]:
+    """For a command that will most likely start a session's daemon, that daemon's process
+    started now (`gitsess.mount.prestarted`). A wrong guess costs a process that imports the
+    overlay, on the other core, and exits."""
+    if args and (args[0] in ("mount", "run") or (args[0] == "new" and "--mount" in args)):
+        from gitsess import mount
+
+        return mount.prestarted()
+    return contextlib.nullcontext()
+
+
 def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Run the CLI; every anticipated failure is one line on stderr, never a traceback."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    with _head_start(args):
+        code = _run(args)
+    sys.exit(code)
+
+
+def _run(args: list[str]) -> int:
     try:
-        result = cli.main(args=argv, prog_name="gitsess", standalone_mode=False)
-        code = result if isinstance(result, int) else 0
+        result = cli.main(args=args, prog_name="gitsess", standalone_mode=False)
+        return result if isinstance(result, int) else 0
     except click.ClickException as e:
         e.show()
-        code = e.exit_code
+        return e.exit_code
     except click.Abort:
-        code = _fail("aborted")
+        return _fail("aborted")
     except KeyboardInterrupt:
-        code = _fail("interrupted", 130)
+        return _fail("interrupted", 130)
     except GitsessError as e:
-        code = _fail(str(e))
+        return _fail(str(e))
     except BrokenPipeError:
         # The reader went away (`gitsess ls | head`): stop quietly, and keep Python's exit-time
         # flush from failing on the closed pipe again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 1
+        return 1
     except OSError as e:
-        code = _fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
+        return _fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
     except Exception as e:
         message = _library_error(e)
         if message is None:
             raise
-        code = _fail(message)
-    sys.exit(code)
+        return _fail(message)
