@@ -320,28 +320,33 @@ def apply_commit(
         if result.conflicts or dry_run:
             return result
         copy_objects(scratch, repo, build.tree)
-    if build.tree != build.tip_tree or tip is None:  # else the tip already has every change
-        commit = _create_commit(repo, build.tree, tip, message, author, committer)
-        result = replace(result, commit=commit)
-    if on_prepared is not None:
-        on_prepared(result)
-    return replace(result, changed_dirs=finish_commit(repo, result))
+        if build.tree != build.tip_tree or tip is None:  # else the tip already has every change
+            commit = _create_commit(repo, build.tree, tip, message, author, committer)
+            result = replace(result, commit=commit)
+        if on_prepared is not None:
+            on_prepared(result)
+        return replace(result, changed_dirs=finish_commit(repo, result, scratch))
 
 
-def finish_commit(repo: pygit2.Repository, result: CommitResult) -> tuple[str, ...]:
+def finish_commit(
+    repo: pygit2.Repository, result: CommitResult, objects: pygit2.Repository | None = None
+) -> tuple[str, ...]:
     """Make a prepared commit visible: worktree files, index, then the branch ref.
 
     Idempotent, so a journaled `CommitResult` of an apply that was killed half-way completes
     by calling this again. The ref moves only from `result.parent` (or is already there).
-    Returns the real directories whose entries changed.
+    Returns the real directories whose entries changed. `objects` is where the commit's trees
+    and blobs are read (default `repo`, which must have them): the apply passes its scratch
+    repository, which still holds them in memory.
     """
     changed_dirs: tuple[str, ...] = ()
     if result.worktree_updated and result.tree is not None:
         _check_ref(repo, result)
-        tree = _tree(repo, result.tree)
-        targets = [_commit_target(repo, tree, write) for write in result.updated]
+        source = objects or repo
+        tree = _tree(source, result.tree)
+        targets = [_commit_target(source, tree, write) for write in result.updated]
         changed_dirs = write_targets(_workdir(repo), targets)
-        _update_index(repo, result.tree, result.updated_paths)
+        _update_index(repo, tree, result.updated_paths)
     if result.commit is not None:
         _move_ref(repo, result)
     return changed_dirs
@@ -384,10 +389,11 @@ def _build_commit_tree(
     theirs = edit_tree(scratch, base_tree, entries)
     if tip == base:
         return _Build(theirs, tip_tree, False, (), entries)
+    tip_obj = _tree(scratch, tip_tree)
     own_base = {
         c.path: c.git_old
         for c in git_changes
-        if _preimage_known(view, c) and c.git_old == _tree_entry(scratch, tip_tree, c.path)
+        if _preimage_known(view, c) and c.git_old == _tree_entry(tip_obj, c.path)
     }
     ancestor = edit_tree(scratch, base_tree, own_base)
     if ancestor == tip_tree:
@@ -499,9 +505,9 @@ def _tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree:
     return tree
 
 
-def _tree_entry(repo: pygit2.Repository, tree: str, path: str) -> tuple[str, int] | None:
+def _tree_entry(tree: pygit2.Tree, path: str) -> tuple[str, int] | None:
     try:
-        obj = _tree(repo, tree)[path]
+        obj = tree[path]
     except KeyError:
         return None
     if obj.type != ObjectType.BLOB:
@@ -659,7 +665,7 @@ def _plan_commit_worktree(
     session = {c.path: c for c in changes.changes}
     targets: list[Target] = []
     for change in changes.changes:
-        entry = _tree_entry(scratch, build.tree, change.path)
+        entry = _tree_entry(tree, change.path)
         if not change.git_visible or entry == build.session_entries[change.path]:
             targets.append(_session_target(view, change))
         else:
@@ -670,19 +676,24 @@ def _plan_commit_worktree(
     conflicts = list(plan.conflicts)
     if not force:
         kept = {t.path for t in plan.targets}
+        tip_tree = _tree(scratch, build.tip_tree)
         for change in changes.changes:
-            if change.path in kept and not _clean_for_merge(scratch, root, build, change):
-                conflicts.extend(worktree_conflicts(view, root, [change]))
-        conflicts += _local_changes(scratch, root, build.tip_tree, merged_paths)
+            if change.path not in kept:
+                continue
+            # the lstat checks first: hashing the real file is needed only when they object
+            found = worktree_conflicts(view, root, [change])
+            if found and not _clean_for_merge(tip_tree, root, change):
+                conflicts.extend(found)
+        conflicts += _local_changes(tip_tree, root, merged_paths)
     return _CommitWorktree(plan.targets, _unique(conflicts), plan.skipped)
 
 
-def _clean_for_merge(repo: pygit2.Repository, root: Path, build: _Build, change: Change) -> bool:
+def _clean_for_merge(tip_tree: pygit2.Tree, root: Path, change: Change) -> bool:
     """A real path that is exactly the tip's (committed, no local edit) can be overwritten with
     the merge result whatever happened to it since the copy-up: the merge holds the tip."""
     if not change.git_visible:
         return False
-    return _real_git_entry(root, change.path) == _tree_entry(repo, build.tip_tree, change.path)
+    return _real_git_entry(root, change.path) == _tree_entry(tip_tree, change.path)
 
 
 def _tree_diff_paths(repo: pygit2.Repository, a: str, b: str) -> set[str]:
@@ -694,13 +705,11 @@ def _tree_diff_paths(repo: pygit2.Repository, a: str, b: str) -> set[str]:
     return paths
 
 
-def _local_changes(
-    repo: pygit2.Repository, root: Path, tip_tree: str, paths: Iterable[str]
-) -> list[Conflict]:
+def _local_changes(tip_tree: pygit2.Tree, root: Path, paths: Iterable[str]) -> list[Conflict]:
     """Paths the merge rewrites whose real file is not the tip's (an uncommitted change)."""
     conflicts = []
     for path in sorted(paths):
-        if _real_git_entry(root, path) != _tree_entry(repo, tip_tree, path):
+        if _real_git_entry(root, path) != _tree_entry(tip_tree, path):
             conflicts.append(Conflict(path, "local-change", "has uncommitted changes"))
     return conflicts
 
@@ -719,13 +728,13 @@ def _real_git_entry(root: Path, path: str) -> tuple[str, int] | None:
     return None
 
 
-def _update_index(repo: pygit2.Repository, tree: str, paths: Iterable[str]) -> None:
+def _update_index(repo: pygit2.Repository, tree: pygit2.Tree, paths: Iterable[str]) -> None:
     """Stage each path as the commit has it, with stat data of the file just written (so git
     sees it clean without hashing it again)."""
     root = _workdir(repo)
     index = repo.index
     index.read(force=True)
-    entries = {path: _tree_entry(repo, tree, path) for path in paths}
+    entries = {path: _tree_entry(tree, path) for path in paths}
     for path in sorted(entries, key=lambda p: entries[p] is not None):  # removals first
         entry = entries[path]
         if entry is None:
@@ -848,9 +857,9 @@ def _entry_of(state: State) -> Entry:
     return Entry(state.kind, state.mode, state.size, state.mtime_ns)
 
 
-def _lstat_entry(path: Path) -> Entry | None:
+def _lstat_entry(path: str | Path) -> Entry | None:
     try:
-        st = path.lstat()
+        st = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return None
     if stat.S_ISREG(st.st_mode):
@@ -947,11 +956,12 @@ def _plan_writes(root: Path, targets: Sequence[Target]) -> _WritePlan:
     does not touch (excluded by pathspec or ignore rules): a plain removal is skipped, a
     directory that must become a file or symlink is a conflict."""
     by_path = {t.path: t for t in targets}
-    gone = {t.path for t in targets if _replaces(root, t)}
+    kinds = _RealKinds(root)
+    gone = {t.path for t in targets if _replaces(kinds, t)}
     skipped: list[str] = []
     conflicts: list[Conflict] = []
     for path in sorted(gone, key=lambda p: -p.count("/")):
-        if _real_kind(root / path) != "dir":
+        if kinds[path] != "dir":
             continue
         left = _leftovers(root, path, gone)
         if not left:
@@ -964,13 +974,13 @@ def _plan_writes(root: Path, targets: Sequence[Target]) -> _WritePlan:
             conflicts.append(
                 Conflict(path, "not-empty", f"directory holds paths outside this apply: {left[0]}")
             )
-    conflicts += _blocked_parents(root, targets, by_path)
+    conflicts += _blocked_parents(kinds, targets, by_path)
     kept = tuple(t for t in targets if t.path not in skipped)
     return _WritePlan(kept, tuple(sorted(skipped)), tuple(conflicts))
 
 
 def _blocked_parents(
-    root: Path, targets: Sequence[Target], by_path: dict[str, Target]
+    kinds: _RealKinds, targets: Sequence[Target], by_path: dict[str, Target]
 ) -> list[Conflict]:
     """A path to create below a real file or symlink that this apply does not turn into a
     directory (its change was left out by a pathspec) cannot be written."""
@@ -984,7 +994,7 @@ def _blocked_parents(
                 if planned.kind != "dir":
                     conflicts.append(Conflict(target.path, "not-a-directory", f"{parent} is not"))
                 break  # the plan makes this parent (and so those above it) a directory
-            if _real_kind(root / parent) not in (None, "dir"):
+            if kinds[parent] not in (None, "dir"):
                 conflicts.append(
                     Conflict(target.path, "not-a-directory", f"{parent} is not a directory")
                 )
@@ -992,10 +1002,23 @@ def _blocked_parents(
     return conflicts
 
 
-def _replaces(root: Path, target: Target) -> bool:
+def _replaces(kinds: _RealKinds, target: Target) -> bool:
     """Whether the real path has to be removed first (gone, or of another kind)."""
-    current = _real_kind(root / target.path)
+    current = kinds[target.path]
     return current is not None and (target.kind is None or current != target.kind)
+
+
+class _RealKinds(dict[str, StateKind | None]):
+    """The real tree's kind of each path asked about, lstat'ed once: planning asks about the
+    same parent directories for every path below them. Only while nothing is written."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.prefix = f"{root}/"
+
+    def __missing__(self, path: str) -> StateKind | None:
+        kind = self[path] = _real_kind(self.prefix + path)
+        return kind
 
 
 def _leftovers(root: Path, top: str, gone: set[str]) -> list[str]:
@@ -1009,7 +1032,7 @@ def _leftovers(root: Path, top: str, gone: set[str]) -> list[str]:
     return sorted(left)
 
 
-def _real_kind(path: Path) -> StateKind | None:
+def _real_kind(path: str | Path) -> StateKind | None:
     entry = _lstat_entry(path)
     if entry is None or entry.kind == "other":
         return None
@@ -1021,69 +1044,78 @@ def write_targets(root: Path, targets: Sequence[Target]) -> tuple[str, ...]:
     """Removals deepest first, then creations shallowest first, then directory permissions
     deepest first (a read-only directory gets its mode after its entries are in). Returns the
     directories whose entries changed."""
+    base = f"{root}/"  # str paths: a Path per file costs more than the system calls here
     changed: set[str] = set()
     for target in sorted(targets, key=lambda t: t.path, reverse=True):
-        current = _real_kind(root / target.path)
+        current = _real_kind(base + target.path)
         if current is not None and (target.kind is None or current != target.kind):
-            _remove(root / target.path, current)
+            _remove(base + target.path, current)
             changed.add(target.path.rpartition("/")[0])
+    # directories known to exist from here on: creations never remove one
+    present: set[str] = {""}
     for target in sorted(targets, key=lambda t: t.path):
         if target.kind is not None:
-            changed.update(_create(root, target))
+            changed.update(_create(base, target, present))
     for target in sorted(targets, key=lambda t: t.path, reverse=True):
         if target.kind == "dir":
-            (root / target.path).chmod(target.perm)
+            os.chmod(base + target.path, target.perm)
     return tuple(sorted(changed))
 
 
-def _remove(path: Path, kind: StateKind) -> None:
+def _remove(path: str, kind: StateKind) -> None:
     if kind == "dir":
-        path.rmdir()
+        os.rmdir(path)
     else:
-        path.unlink()
+        os.unlink(path)
 
 
-def _create(root: Path, target: Target) -> list[str]:
-    """Bring one path to its target; returns the directories that got a new or replaced entry
-    (including those of parents it had to create)."""
-    path = root / target.path
-    changed = _make_parents(root, target.path)
-    parent = target.path.rpartition("/")[0]
+def _create(base: str, target: Target, present: set[str]) -> list[str]:
+    """Bring one path (below `base`, the root with a trailing slash) to its target; returns the
+    directories that got a new or replaced entry (including those of parents it had to
+    create). `present` holds directories known to exist, and gets those made here."""
+    path = base + target.path
+    changed = _make_parents(base, target.path, present)
+    parent, _, name = target.path.rpartition("/")
     if target.kind == "dir":
-        if not path.is_dir():
-            path.mkdir()
+        if target.path not in present and not os.path.isdir(path):
+            os.mkdir(path)
             changed.append(parent)
+        present.add(target.path)
         return changed
     if not target.rewrite and _real_kind(path) == target.kind:
         if target.kind == "file":
-            path.chmod(target.perm)
+            os.chmod(path, target.perm)
         return changed
     assert target.content is not None
-    tmp = path.with_name(f".{path.name}.gitsess-{os.getpid()}.tmp")
+    folder = f"{base}{parent}/" if parent else base
+    tmp = f"{folder}.{name}.gitsess-{os.getpid()}.tmp"
     if target.kind == "symlink":
-        tmp.symlink_to(os.fsdecode(target.content()))
+        os.symlink(os.fsdecode(target.content()), tmp)
     else:
         # written aside and renamed over, so a reader never sees half a file
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            with os.fdopen(fd, "wb", closefd=False) as out:
-                out.write(target.content())
+            view = memoryview(target.content())
+            while view:
+                view = view[os.write(fd, view) :]
             os.fchmod(fd, target.perm)
         finally:
             os.close(fd)
-    tmp.replace(path)
+    os.replace(tmp, path)
     return [*changed, parent]
 
 
-def _make_parents(root: Path, path: str) -> list[str]:
+def _make_parents(base: str, path: str, present: set[str]) -> list[str]:
     """Create missing parent directories; returns the directories that got them as entries."""
     missing: list[str] = []
     parent = path.rpartition("/")[0]
-    while parent and not (root / parent).is_dir():
+    while parent not in present and not os.path.isdir(base + parent):
         missing.append(parent)
         parent = parent.rpartition("/")[0]
+    present.add(parent)
     for directory in reversed(missing):
-        (root / directory).mkdir()
+        os.mkdir(base + directory)
+        present.add(directory)
     return [d.rpartition("/")[0] for d in missing]
 
 

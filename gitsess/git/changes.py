@@ -161,11 +161,15 @@ class _Walker:
         self, view: SessionView, root: Path, spec: Pathspec, ignore: Ignore | None
     ) -> None:
         self.view = view
-        self.root = root
+        self._prefix = f"{root}/"  # str concatenation: a Path per lstat costs more than the call
         self.spec = spec
         self.ignore = ignore
         self.changes: list[Change] = []
         self.excluded: set[str] = set()
+        # Every touched path asks about each directory above it: n files in one directory would
+        # ask the same question n times on each side.
+        self._real_dirs: dict[str, bool] = {}
+        self._view_dirs: dict[str, bool] = {}
 
     def start(self, path: str) -> None:
         if not self.spec.may_match_within(path):
@@ -191,12 +195,18 @@ class _Walker:
         return True
 
     def _real_is_dir(self, path: str) -> bool:
-        st = self._lstat(path)
-        return st is not None and stat.S_ISDIR(st.st_mode)
+        known = self._real_dirs.get(path)
+        if known is None:
+            st = self._lstat(path)
+            known = self._real_dirs[path] = st is not None and stat.S_ISDIR(st.st_mode)
+        return known
 
     def _view_is_dir(self, path: str) -> bool:
-        entry = self.view.entry(path)
-        return entry is not None and entry.kind == "dir"
+        known = self._view_dirs.get(path)
+        if known is None:
+            entry = self.view.entry(path)
+            known = self._view_dirs[path] = entry is not None and entry.kind == "dir"
+        return known
 
     def _visit(self, path: str, old: State | None, new: State | None) -> None:
         old_dir = old is not None and old.kind == "dir"
@@ -231,14 +241,14 @@ class _Walker:
 
     def _listdir(self, path: str) -> list[str]:
         try:
-            with os.scandir(self.root / path) as entries:
+            with os.scandir(self._prefix + path) as entries:
                 return [e.name for e in entries]
         except (FileNotFoundError, NotADirectoryError):
             return []
 
     def _lstat(self, path: str) -> os.stat_result | None:
         try:
-            return os.lstat(self.root / path)
+            return os.lstat(self._prefix + path)
         except (FileNotFoundError, NotADirectoryError):
             return None
 
@@ -246,12 +256,12 @@ class _Walker:
         st = self._lstat(path)
         if st is None:
             return None
-        full = self.root / path
+        full = self._prefix + path
         if stat.S_ISREG(st.st_mode):
             kind: StateKind = "file"
-            oid: str | None = str(pygit2.hashfile(str(full)))
+            oid: str | None = str(pygit2.hashfile(full))
         elif stat.S_ISLNK(st.st_mode):
-            kind, oid = "symlink", str(pygit2.hash(os.fsencode(full.readlink())))
+            kind, oid = "symlink", str(pygit2.hash(os.fsencode(os.readlink(full))))
         elif stat.S_ISDIR(st.st_mode):
             kind, oid = "dir", None
         else:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pygit2
@@ -81,7 +82,14 @@ def _octal(mode: int | None) -> str | None:
 @dataclass(frozen=True)
 class DiffResult:
     files: tuple[FileDiff, ...]
-    stat: str  # `git diff --stat` text
+    # formats the `git diff --stat` text; called once, on first use of `stat`
+    stat_of: Callable[[], str] = field(default=str, repr=False, compare=False)
+
+    @cached_property
+    def stat(self) -> str:
+        """`git diff --stat` text. Made only when asked for: libgit2 computes it in a second
+        pass that patches every file again."""
+        return self.stat_of()
 
     def patch(self) -> bytes:
         return b"".join(f.patch for f in self.files)
@@ -137,7 +145,7 @@ def diff_changes(
     selected = changes.changes if isinstance(changes, ChangeSet) else tuple(changes)
     git_changes = [c for c in selected if c.git_visible]
     if not git_changes:
-        return DiffResult((), "")
+        return DiffResult(())
     root = Path(repo.workdir or ".")
     with scratch_repo(repo) as scratch:
         old_tree = _side_tree(scratch, git_changes, lambda c: _real_blob(scratch, root, c))
@@ -147,8 +155,9 @@ def diff_changes(
         if find_renames:
             diff.find_similar(DiffFind.FIND_RENAMES, rename_threshold=rename_threshold)
         files = _merge_typechanges([_file_diff(p) for p in diff if p is not None])
-        stat = diff.stats.format(DiffStatsFormat.FULL, stat_width) if files else ""
-    return DiffResult(tuple(files), stat)
+    if not files:
+        return DiffResult(())
+    return DiffResult(tuple(files), lambda: diff.stats.format(DiffStatsFormat.FULL, stat_width))
 
 
 class _MemoryBackend(pygit2.OdbBackend):
