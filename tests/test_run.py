@@ -302,9 +302,9 @@ def _prestarted_children() -> set[int]:
 
 def test_a_prestarted_daemon_serves_the_mount(repo: Path, gs: InProcess) -> None:
     before = _prestarted_children()
-    gs.ok("new", "warm")
+    made = gs.json("new", "warm")
     assert "is mounted at" in gs.ok("mount", "warm")
-    status = mount.status(_id(repo, "warm"))
+    status = mount.status(made["id"])
     assert status is not None
     assert _prestarted_children() - before == {status.daemon_pid}
     assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
@@ -338,3 +338,30 @@ def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> N
     argv = Path(f"/proc/{status.daemon_pid}/cmdline").read_bytes().split(b"\0")
     assert mount.DAEMON_MODULE.encode() in argv
     assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
+
+
+# What the session-start path must not load in the command's process (the daemon's process
+# loads the overlay itself).
+_NOT_FOR_STARTING = ("rich", "gitsess.promote", "gitsess.agents", "gitsess.overlay.tree", "trio")
+_LOADED = f"""
+import json, sys
+from gitsess.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print(json.dumps(sorted(m for m in sys.modules if m.startswith({_NOT_FOR_STARTING!r}))))
+"""
+
+
+def test_new_and_mount_load_only_what_they_need(repo: Path) -> None:
+    def loaded(*args: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", _LOADED, *args], cwd=repo, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        result: list[str] = json.loads(done.stdout.splitlines()[-1])
+        return result
+
+    assert loaded("new", "lean", "--mount") == []
+    assert "rich.console" in loaded("umount", "lean")  # what the check sees when it is there
+    assert loaded("mount", "lean") == []

@@ -7,12 +7,19 @@ import os
 from dataclasses import asdict
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
 from gitsess import agents, sessions
 from gitsess.cli import cli
-from gitsess.cli.base import SessionCommand, ago, console, print_json, session_ref, takes_session
+from gitsess.cli.base import (
+    SessionCommand,
+    ago,
+    console,
+    escape,
+    print_json,
+    session_ref,
+    takes_session,
+)
 from gitsess.sessions import discover
 
 
@@ -51,7 +58,7 @@ def agents_cmd(
         print_json([_json(i) for i in found])
         return
     if not found:
-        console.print(
+        console().print(
             "No agent roles yet."
             if chosen is None
             else f"Session {chosen.name} has no agent roles."
@@ -83,7 +90,7 @@ def agents_cmd(
             _seeded(i),
             escape(str(p.root)),
         )
-    console.print(table)
+    console().print(table)
 
 
 @cli.command(cls=SessionCommand)
@@ -98,7 +105,7 @@ def stop(
     ctx = discover()
     found = sessions.resolve(ctx, ref)
     gone = agents.stop(ctx, found, role)
-    console.print(
+    console().print(
         f"Stopped role [bold]{escape(role)}[/] of session [bold]{escape(found.name)}[/];"
         f" removed {escape(str(gone.root))}"
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
@@ -9,12 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from rich.console import Console
 
 from gitsess.sessions import Session, SessionInfo, WorktreeSpec
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -22,8 +25,27 @@ _OFFSET = re.compile(r"-[0-9]+")
 # Where a positional `-N` goes: click would otherwise take it for an unknown option.
 _OFFSET_OPTION = "--session-offset"
 
-# Messages never wrap (paths stay whole for copying); piped output is not cut to 80 columns.
-console = Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+@functools.cache
+def console() -> Console:
+    """Where commands print rich text. Made on first use: importing rich takes about as long as
+    `gitsess new` runs, so `new` and `mount` print with click and never load it."""
+    from rich.console import Console
+
+    # Messages never wrap (paths stay whole for copying); piped output is not cut to 80 columns.
+    return Console(highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+
+
+def echo_mounted(session: Session, mountpoint: str) -> None:
+    """The line `mount` and `new --mount` end with (with click, not rich: see `console`)."""
+    click.echo(f"Session {click.style(session.name, bold=True)} is mounted at {mountpoint}")
+
+
+def escape(text: str) -> str:
+    """rich's markup escape, loaded with rich (see `console`)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 class SessionCommand(click.Command):

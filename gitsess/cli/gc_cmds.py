@@ -8,12 +8,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
 from gitsess import agents
 from gitsess import gc as sweeps
 from gitsess.cli import cli
-from gitsess.cli.base import console, print_json
+from gitsess.cli.base import console, escape, print_json
 from gitsess.cli.hook_cmds import action_line
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import discover
@@ -43,13 +42,13 @@ def gc(dry_run: bool, as_json: bool) -> None:
     else:
         for action in actions:
             line = action_line(action)
-            console.print(escape(line[0].upper() + line[1:]))
+            console().print(escape(line[0].upper() + line[1:]))
             for note in action.notes:
-                console.print(f"  {escape(note)}")
+                console().print(f"  {escape(note)}")
         verb = "Would remove" if dry_run else "Removed"
         for what, path in leftovers:
-            console.print(f"{verb} {what} {escape(str(path))}")
+            console().print(f"{verb} {what} {escape(str(path))}")
         if not actions and not leftovers:
-            console.print("Nothing to collect.")
+            console().print("Nothing to collect.")
     if any(a.error is not None for a in actions):
         sys.exit(1)

@@ -9,11 +9,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
 from gitsess import gc, hooks
 from gitsess.cli import cli
-from gitsess.cli.base import console, print_json
+from gitsess.cli.base import console, escape, print_json
 from gitsess.sessions import discover
 
 _DONE = {
@@ -85,7 +84,7 @@ def _show(report: hooks.HooksReport, as_json: bool) -> None:
         if hook.user_hook is not None:
             what = "runs first" if hook.outcome in ("installed", "updated", "unchanged") else "back"
             line += f" (your hook {escape(hook.user_hook.name)} {what})"
-        console.print(line)
+        console().print(line)
     for note in report.notes:
         click.echo(f"gitsess: {note}", err=True)
 

@@ -13,13 +13,20 @@ import click
 from rich.cells import cell_len, set_cell_size
 from rich.console import Group as Stack
 from rich.live import Live
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from gitsess import inspect, kv, sessions, timeline
 from gitsess.cli import cli
-from gitsess.cli.base import SessionCommand, ago, console, print_json, session_ref, takes_session
+from gitsess.cli.base import (
+    SessionCommand,
+    ago,
+    console,
+    escape,
+    print_json,
+    session_ref,
+    takes_session,
+)
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import Session, discover
 from gitsess.timeline import Drift, Event
@@ -162,7 +169,7 @@ def _events_text(events: Sequence[Event], start: datetime) -> Text:
         for e in events
     ]
     widths = [max(cell_len(r[i]) for r in [header, *rows]) for i in range(5)]
-    room = max(20, console.width - sum(widths) - 2 * len(widths))
+    room = max(20, console().width - sum(widths) - 2 * len(widths))
     text = Text(no_wrap=True, overflow="ellipsis")
     for n, row in enumerate([header, *rows]):
         when, op, what, size, who, command = row
@@ -240,11 +247,11 @@ def log(
     elif past.groups:
         for n, group in enumerate(past.groups):
             heading, start = _header(group)
-            console.print(("\n" if n else "") + heading)
+            console().print(("\n" if n else "") + heading)
             if group.events:
-                console.print(_events_text(group.events, start), end="")
+                console().print(_events_text(group.events, start), end="")
     elif not follow:
-        console.print(
+        console().print(
             f"Nothing matches in session {escape(found.name)}."
             if flt != timeline.Filter()
             else f"No activity in session {escape(found.name)} yet."
@@ -257,7 +264,7 @@ def log(
                 if as_json:
                     _emit(event_json(e))
                 else:
-                    console.print(_line(e))
+                    console().print(_line(e))
     except KeyboardInterrupt:
         return
 
@@ -315,7 +322,7 @@ def fs_ls(path: str, as_json: bool) -> None:
         if e.changed:
             name = f"[yellow]{name}[/] *"
         table.add_row(_mode(e), str(e.size), _mtime(e.mtime_ns), name)
-    console.print(table)
+    console().print(table)
 
 
 @fs.command("cat")
@@ -372,7 +379,7 @@ def fs_stat(path: str, as_json: bool) -> None:
         )
     for key, value in rows:
         grid.add_row(key, escape(value))
-    console.print(grid)
+    console().print(grid)
 
 
 # ---------------------------------------------------------------- kv
@@ -439,7 +446,7 @@ def kv_ls(as_json: bool) -> None:
     table.add_column("SET", no_wrap=True)
     for i in items:
         table.add_row(escape(i.key), escape(_kv_text(i.value)), ago(i.updated))
-    console.print(table)
+    console().print(table)
 
 
 # ---------------------------------------------------------------- watch
@@ -473,7 +480,7 @@ def watch(
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     ctx, found = _session(ref)
     feed = Feed(ctx, found)
-    live = not as_json and console.is_terminal
+    live = not as_json and console().is_terminal
     if not live:
         # Said once the starting point is taken: nothing committed after this line is missed.
         click.echo(f"gitsess: watching session {found.name} (ctrl-c stops)", err=True)
@@ -484,13 +491,13 @@ def watch(
                     if as_json:
                         _emit(change_json(c))
                     else:
-                        console.print(_line(c))
+                        console().print(_line(c))
             return
-        recent: deque[Change] = deque(maxlen=max(5, console.height - 3))
+        recent: deque[Change] = deque(maxlen=max(5, console().height - 3))
         total = 0
         paths: set[str] = set()
         with Live(
-            _watch_view(found.name, recent, total, 0), console=console, auto_refresh=False
+            _watch_view(found.name, recent, total, 0), console=console(), auto_refresh=False
         ) as screen:
             for batch in feed:
                 recent.extend(batch)

@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import click
-from rich.markup import escape
 
 from gitsess import live, sessions
 from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
     console,
+    echo_mounted,
+    escape,
     print_json,
     session_ref,
     takes_session,
@@ -147,7 +148,7 @@ def mount(
     status = live.keep_mounted(
         ctx, session, mountpoint=directory, allow_other=allow_other, read_only=read_only
     )
-    console.print(f"Session [bold]{escape(session.name)}[/] is mounted at {status.mountpoint}")
+    echo_mounted(session, status.mountpoint)
 
 
 def _reconciled(ctx: RepoContext, session: Session) -> Session:
@@ -171,9 +172,9 @@ def umount(session: str | None, offsets: tuple[str, ...], session_option: str | 
     ctx = discover()
     found = sessions.resolve(ctx, ref)
     if live.unmount(ctx, found):
-        console.print(f"Unmounted session [bold]{escape(found.name)}[/]")
+        console().print(f"Unmounted session [bold]{escape(found.name)}[/]")
     else:
-        console.print(f"Session [bold]{escape(found.name)}[/] was not mounted")
+        console().print(f"Session [bold]{escape(found.name)}[/] was not mounted")
 
 
 @cli.command()
@@ -201,7 +202,7 @@ def ps(as_json: bool) -> None:
         )
         return
     if not mounted:
-        console.print("No session is mounted.")
+        console().print("No session is mounted.")
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("NAME", "DAEMON", "MOUNT", "KEPT", "PARTICIPANTS"):
@@ -219,4 +220,4 @@ def ps(as_json: bool) -> None:
             "yes" if m.status.persistent else "no",
             escape(people or "-"),
         )
-    console.print(table)
+    console().print(table)

@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import asdict
 
 import click
-from rich.markup import escape
 from rich.table import Table
 
 from gitsess import doctor, tour
 from gitsess.cli import cli
-from gitsess.cli.base import console, print_json
+from gitsess.cli.base import console, escape, print_json
 
 
 @cli.command("doctor")
@@ -29,7 +28,7 @@ def doctor_command(ctx: click.Context, as_json: bool) -> None:
         for c in checks:
             verdict = f"[{styles[c.verdict]}]{c.verdict.upper()}[/]"
             table.add_row(c.name, verdict, escape(c.detail))
-        console.print(table)
+        console().print(table)
     if any(c.verdict == "fail" for c in checks):
         ctx.exit(1)
 
@@ -38,4 +37,4 @@ def doctor_command(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def tour_command(ctx: click.Context) -> None:
     """Walk through gitsess on a demo repository in a temporary directory."""
-    ctx.exit(tour.run(console.print))
+    ctx.exit(tour.run(console().print))

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import click
 import pygit2
-from rich.markup import escape
 from rich.table import Table
 
 from gitsess import derive, inspect, live, promote, sessions
@@ -21,6 +20,7 @@ from gitsess.cli.base import (
     SessionCommand,
     ago,
     console,
+    escape,
     print_json,
     session_ref,
     short,
@@ -395,11 +395,11 @@ def _report(session: Session, outcome: promote.Applied, output: str | None) -> N
         merged = " (merged three-way: the branch moved since the session's base)"
         merged = merged if c.merged else ""
         if outcome.dry_run:
-            console.print(f"Would commit {count} on {escape(branch)}{merged}")
+            console().print(f"Would commit {count} on {escape(branch)}{merged}")
         elif c.commit is None:
-            console.print(f"Nothing to commit: {escape(branch)} already has these changes")
+            console().print(f"Nothing to commit: {escape(branch)} already has these changes")
         else:
-            console.print(f"Committed {short(c.commit)} on {escape(branch)}: {count}{merged}")
+            console().print(f"Committed {short(c.commit)} on {escape(branch)}: {count}{merged}")
         if not c.worktree_updated:
             click.echo(
                 f"gitsess: {branch} is not checked out in {session.worktree}: the changes stay "
@@ -414,10 +414,10 @@ def _report(session: Session, outcome: promote.Applied, output: str | None) -> N
         )
     else:
         done = "Would apply" if outcome.dry_run else "Applied"
-        console.print(f"{done} {count} to {escape(str(session.worktree))}")
+        console().print(f"{done} {count} to {escape(str(session.worktree))}")
     if outcome.dry_run and outcome.patch is None:
         for path in outcome.applied:
-            console.print(f"  {escape(path)}")
+            console().print(f"  {escape(path)}")
     if outcome.skipped:
         why = "git cannot carry them" if outcome.target != "worktree" else "they hold others"
         click.echo(f"gitsess: left in the session ({why}): {', '.join(outcome.skipped)}", err=True)
@@ -457,14 +457,14 @@ def discard(
         click.echo("Nothing to discard.", err=True)
         return
     for change in plan.changes:
-        console.print(f"{status_letter(change)}  {escape(change.path)}")
+        console().print(f"{status_letter(change)}  {escape(change.path)}")
     if not yes:
         if not sys.stdin.isatty():
             raise GitsessError("discard asks first: answer on a terminal, or pass -y")
         click.confirm(f"Discard these changes from session {session.name}?", abort=True, err=True)
     done = promote.discard(ctx, session, plan)
     _notes(done.notes)
-    console.print(f"Discarded {len(plan.changes)} change(s) from session {escape(session.name)}")
+    console().print(f"Discarded {len(plan.changes)} change(s) from session {escape(session.name)}")
     if done.kept:
         click.echo(
             "gitsess: written to in the session meanwhile, so kept: " + ", ".join(done.kept),
@@ -491,7 +491,7 @@ def fork(
     if as_json:
         print_json(asdict(made))
         return
-    console.print(
+    console().print(
         f"Forked session [bold]{escape(source.name)}[/] into [bold]{escape(made.name)}[/] "
         f"({made.id[:8]})"
     )
@@ -508,7 +508,7 @@ def archives_command(as_json: bool) -> None:
         )
         return
     if not found:
-        console.print("No archived sessions.")
+        console().print("No archived sessions.")
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("NAME", "FILES", "ARCHIVED", "BRANCH", "BASE", "COMMIT", "TITLE"):
@@ -524,7 +524,7 @@ def archives_command(as_json: bool) -> None:
             short(i.commit),
             escape(i.title),
         )
-    console.print(table)
+    console().print(table)
 
 
 @cli.command()
@@ -539,7 +539,7 @@ def restore(name: str, new_name: str | None, as_json: bool) -> None:
         print_json(asdict(done.session))
         return
     s = done.session
-    console.print(
+    console().print(
         f"Restored session [bold]{escape(s.name)}[/] ({s.id[:8]}): {done.files} path(s) on "
         f"{escape(str(s.worktree))}"
     )

@@ -9,7 +9,6 @@ from dataclasses import asdict
 
 import click
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn
 from rich.progress import Progress as Bars
 from rich.table import Table
@@ -20,6 +19,7 @@ from gitsess.cli.base import (
     SessionCommand,
     ago,
     console,
+    escape,
     print_json,
     session_ref,
     short,
@@ -120,13 +120,13 @@ def push(
         return
     s = done.session
     if not done.pushed:
-        console.print(
+        console().print(
             f"{escape(done.remote)} already has session [bold]{escape(s.name)}[/] as it is here "
             f"({short(done.commit)})"
         )
         return
     kv_note = ", with its key-value store" if done.kv else ""
-    console.print(
+    console().print(
         f"Pushed session [bold]{escape(s.name)}[/] to {escape(done.remote)} as {done.ref} "
         f"({short(done.commit)}, {done.files} changed file(s){kv_note})"
     )
@@ -200,7 +200,7 @@ def pull(name: str, target: str | None, worktree: bool, force: bool, as_json: bo
     files = f", {done.files} changed file(s)" if done.outcome in ("created", "fast-forward",
                                                                    "replaced") else ""  # fmt: skip
     keys = f", {done.kv} key(s)" if done.kv else ""
-    console.print(
+    console().print(
         f"Session [bold]{escape(s.name)}[/] from {escape(done.remote)} "
         f"({short(done.commit)}): {escape(what)}{files}{keys}"
     )
@@ -225,7 +225,7 @@ def list_remote_sessions(target: str | None, as_json: bool) -> None:
         )
         return
     if not found:
-        console.print(f"{escape(label)} carries no sessions.")
+        console().print(f"{escape(label)} carries no sessions.")
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("NAME", "FILES", "PUSHED", "BY", "BRANCH", "BASE", "COMMIT", "HERE", "TITLE"):
@@ -243,4 +243,4 @@ def list_remote_sessions(target: str | None, as_json: bool) -> None:
             r.here,
             escape(p.title),
         )
-    console.print(table)
+    console().print(table)

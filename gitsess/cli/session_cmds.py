@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 import click
-from rich.markup import escape
 
 from gitsess import live, sessions
 from gitsess.cli import cli
@@ -21,6 +20,8 @@ from gitsess.cli.base import (
     ago,
     branch_label,
     console,
+    echo_mounted,
+    escape,
     info_json,
     print_json,
     session_ref,
@@ -72,12 +73,13 @@ def new(
         print_json({**asdict(session), **({"mountpoint": mountpoint} if and_mount else {})})
         return
     where = "new worktree" if session.created_worktree else "worktree"
-    console.print(
-        f"Created session [bold]{escape(session.name)}[/] ({session.id[:8]}) on "
-        f"{escape(branch_label(session))} in {where} {escape(str(session.worktree))}"
+    # click, not rich: see `console`.
+    click.echo(
+        f"Created session {click.style(session.name, bold=True)} ({session.id[:8]}) on "
+        f"{branch_label(session)} in {where} {session.worktree}"
     )
     if mountpoint is not None:
-        console.print(f"Session [bold]{escape(session.name)}[/] is mounted at {mountpoint}")
+        echo_mounted(session, mountpoint)
 
 
 @cli.command("ls")
@@ -116,16 +118,16 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
             )
             return
         if not repos:
-            console.print("No sessions in any repository.")
+            console().print("No sessions in any repository.")
         for repo in repos:
-            console.print(f"[bold]{escape(str(repo.common_dir))}[/]")
+            console().print(f"[bold]{escape(str(repo.common_dir))}[/]")
             if repo.error:
-                console.print(f"  [red]{escape(repo.error)}[/]")
+                console().print(f"  [red]{escape(repo.error)}[/]")
             else:
                 drift = _drift_counts(repo.sessions)
-                console.print(_table(repo.sessions, drift, with_worktree=True))
+                console().print(_table(repo.sessions, drift, with_worktree=True))
                 if any(drift.values()):
-                    console.print(_DRIFT_NOTE)
+                    console().print(_DRIFT_NOTE)
         return
     ctx = discover()
     infos = sessions.list_sessions(ctx)
@@ -133,19 +135,21 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
         print_json([_with_drift(i) for i in infos])
         return
     if not infos:
-        console.print(f"No sessions in {escape(str(ctx.common_dir))} yet. Create one: gitsess new")
+        console().print(
+            f"No sessions in {escape(str(ctx.common_dir))} yet. Create one: gitsess new"
+        )
         return
     drift = _drift_counts(infos)
     here = [i for i in infos if i.here]
     others = [i for i in infos if not i.here]
     if here:
-        console.print(f"[bold]This worktree[/] {escape(str(here[0].session.worktree))}")
-        console.print(_table(here, drift, with_worktree=False))
+        console().print(f"[bold]This worktree[/] {escape(str(here[0].session.worktree))}")
+        console().print(_table(here, drift, with_worktree=False))
     if others:
-        console.print("[bold]Other worktrees[/]")
-        console.print(_table(others, drift, with_worktree=True))
+        console().print("[bold]Other worktrees[/]")
+        console().print(_table(others, drift, with_worktree=True))
     if any(drift.values()):
-        console.print(_DRIFT_NOTE)
+        console().print(_DRIFT_NOTE)
 
 
 _DRIFT_NOTE = (
@@ -248,14 +252,14 @@ def show(
     ]
     for key, value in rows:
         grid.add_row(key, escape(value))
-    console.print(grid)
+    console().print(grid)
     if drift:
-        console.print(
+        console().print(
             f"[yellow]warning:[/] the real worktree changed {len(drift)} path(s) that this"
             " session changed too; applying may conflict:"
         )
         for d in drift:
-            console.print(f"  {escape(d.path)} ({ago(d.time)})")
+            console().print(f"  {escape(d.path)} ({ago(d.time)})")
 
 
 def _size(n: int) -> str:
@@ -306,11 +310,11 @@ def rm(
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     removal = sessions.remove(discover(), ref, force=force)
     s = removal.session
-    console.print(f"Removed session [bold]{escape(s.name)}[/] ({s.id[:8]})")
+    console().print(f"Removed session [bold]{escape(s.name)}[/] ({s.id[:8]})")
     if removal.removed_worktree:
-        console.print(f"Removed worktree {escape(str(s.worktree))}")
+        console().print(f"Removed worktree {escape(str(s.worktree))}")
     if removal.removed_branch:
-        console.print(f"Deleted branch {escape(s.branch or '')}")
+        console().print(f"Deleted branch {escape(s.branch or '')}")
     for note in removal.notes:
         click.echo(f"gitsess: {note}", err=True)
 
@@ -322,7 +326,7 @@ def rename(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str 
     """Rename a session (its worktree and branch keep their names)."""
     ref, (new_name,) = session_ref(args, 1, offsets, session_option)
     session = sessions.rename(discover(), ref, new_name)
-    console.print(f"Session {session.id[:8]} is now named [bold]{escape(session.name)}[/]")
+    console().print(f"Session {session.id[:8]} is now named [bold]{escape(session.name)}[/]")
 
 
 @cli.command(cls=SessionCommand)
@@ -332,6 +336,6 @@ def title(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str |
     """Set a session's title ("" clears it)."""
     ref, (text,) = session_ref(args, 1, offsets, session_option)
     session = sessions.set_title(discover(), ref, text)
-    console.print(
+    console().print(
         f"Session [bold]{escape(session.name)}[/]: {escape(session.title or '(no title)')}"
     )
