@@ -29,6 +29,7 @@ from gitsess.git.archive import (
 )
 from gitsess.git.changes import GIT_EXEC, GIT_LINK
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
+from gitsess.overlay.store import copy_data
 from gitsess.sessions import validate_name
 from gitsess.store.db import private_dir
 from gitsess.store.registry import Registry, Session
@@ -112,6 +113,7 @@ def fork(ctx: RepoContext, source: Session, name: str) -> Session:
         if delta.exists():
             mount.sync(source.id)  # the live daemon commits what it holds in memory
             _copy_db(delta, ctx.session_dir(session.id) / "delta.db")
+            copy_data(str(delta), str(ctx.session_dir(session.id) / "delta.db"))
     except BaseException:
         undo(ctx, session)
         raise

@@ -98,7 +98,14 @@ def check_pyfuse3() -> Check:
         import pyfuse3
     except ImportError as e:
         return Check("pyfuse3", "fail", f"cannot import it: {e}")
-    return Check("pyfuse3", "ok", f"version {pyfuse3.__version__}")
+    if not getattr(pyfuse3, "FH_DEFAULTS_TO_INODE", False):
+        return Check(
+            "pyfuse3",
+            "warn",
+            f"version {pyfuse3.__version__} without patches/pyfuse3-3.5.0.patch: the kernel"
+            " caches no directory listings (scripts/setup.sh builds the patched one)",
+        )
+    return Check("pyfuse3", "ok", f"version {pyfuse3.__version__}, gitsess's build")
 
 
 def check_user_namespaces() -> Check:

@@ -16,6 +16,7 @@ from gitsess import live, mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Entry, Kind
+from gitsess.overlay.store import data_bytes
 from gitsess.overlay.view import OverlayView
 from gitsess.sessions import SessionInfo
 from gitsess.store.registry import Session
@@ -159,6 +160,7 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
     mount.sync(session.id)
     delta = delta_path(ctx, session)
     size = sum(p.stat().st_size for p in (delta, Path(f"{delta}-wal")) if p.exists())
+    size += data_bytes(str(delta))
     done = runs(ctx, session)
     now = datetime.now(UTC)
     seconds = sum(((r.ended_at or now) - r.started_at).total_seconds() for r in done)

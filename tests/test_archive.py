@@ -157,6 +157,8 @@ def test_fork_copies_the_delta_and_then_goes_its_own_way(
         m.write("only-in-exp.txt", "exp\n")
         assert not (m.mnt / "only-in-copy.txt").exists()
         assert not (c.mnt / "only-in-exp.txt").exists()
+        c.write("README.md", "the copy's own\n")  # data files are copies, not shared
+        assert (m.mnt / "README.md").read_text() == "before the fork\n"
         (repo / "src" / "app.py").write_text("real edit\n")  # the real tree shows in both
         assert eventually(lambda: (c.mnt / "src" / "app.py").read_text() == "real edit\n")
     assert changes_left(ctx, copy) == ["README.md", "only-in-copy.txt"]

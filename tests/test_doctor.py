@@ -76,3 +76,8 @@ def test_missing_fusermount_fails_the_run(repo: Path) -> None:
     assert done.returncode == 1
     line = next(x for x in done.stdout.splitlines() if x.startswith("fusermount3"))
     assert "FAIL" in line and "apt-get install fuse3" in line
+
+
+def test_pyfuse3_build_is_named() -> None:
+    check = doctor.check_pyfuse3()
+    assert (check.verdict, check.detail) == ("ok", "version 3.5.0, gitsess's build")

@@ -104,7 +104,9 @@ def test_show_gives_usage(repo: Path, ctx: RepoContext, gs: InProcess) -> None:
     on_disk = delta.stat().st_size + (
         Path(f"{delta}-wal").stat().st_size if Path(f"{delta}-wal").exists() else 0
     )
-    assert usage["delta_bytes"] == on_disk > 0
+    data = [p.stat().st_blocks * 512 for p in (delta.parent / "data").iterdir()]
+    assert len(data) == 2  # one.txt and two.txt, a block each
+    assert usage["delta_bytes"] == on_disk + sum(data) > on_disk > 0
     last = datetime.fromisoformat(usage["last_activity"])
     assert datetime.now(UTC) - timedelta(minutes=1) < last <= datetime.now(UTC)
     assert info["drift"] == []

@@ -5,14 +5,51 @@ Versioned with `PRAGMA user_version`; each step runs once, in order, inside one 
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+
 import apsw
 
 # The upper layer is inode based, like a real filesystem: `nodes` holds every object the
 # session created or changed, `dentries` the names inside directories the session touched.
 # A dentry with ino 0 is a whiteout hiding the lower name. A directory node with `origin`
 # merges with that lower directory (NULL = opaque); a file node with data = 0 still reads its
-# bytes from `origin` in the lower tree (metadata-only change), with data = 1 from `chunks`.
-MIGRATIONS: list[str] = [
+# bytes from `origin` in the lower tree (metadata-only change), with data = 1 from its data file
+# (`DeltaStore.data_path`; until version 3, from `chunks`).
+Migration = str | Callable[[apsw.Connection, str], None]
+DEFAULT_CHUNK_SIZE = 128 * 1024
+
+
+def _chunks_to_data_files(conn: apsw.Connection, data_dir: str) -> None:
+    """3: file contents move out of SQLite into one sparse data file per node, so big writes are
+    written once instead of into the WAL and again at checkpoint."""
+    rows = conn.execute("SELECT value FROM meta WHERE key = 'chunk_size'").fetchall()
+    chunk = int(rows[0][0]) if rows else DEFAULT_CHUNK_SIZE  # type: ignore[arg-type]
+    os.makedirs(data_dir, mode=0o700, exist_ok=True)
+    fds: dict[int, int] = {}
+    try:
+        for ino, idx, data in conn.execute("SELECT ino, idx, data FROM chunks"):
+            assert isinstance(ino, int) and isinstance(idx, int) and isinstance(data, bytes)
+            fd = fds.get(ino)
+            if fd is None:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+                fd = fds[ino] = os.open(os.path.join(data_dir, str(ino)), flags, 0o600)
+            os.pwrite(fd, data, idx * chunk)
+        # Durable before the chunks go: a crash in between redoes the whole step.
+        for fd in fds.values():
+            os.fsync(fd)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+    dir_fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    conn.execute("DROP TABLE chunks; DELETE FROM meta WHERE key = 'chunk_size'")
+
+
+MIGRATIONS: list[Migration] = [
     """
     CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
     CREATE TABLE nodes (
@@ -84,11 +121,26 @@ MIGRATIONS: list[str] = [
         time_ns INTEGER NOT NULL
     );
     """,
+    _chunks_to_data_files,
 ]
 
 
+def data_dir(path: str) -> str:
+    """Where the data files of the delta.db at `path` live."""
+    return os.path.join(os.path.dirname(os.path.abspath(path)), "data")
+
+
 def connect(path: str, *, readonly: bool = False) -> apsw.Connection:
-    """Open delta.db with the settings every user of it shares, migrating it when writable."""
+    """Open delta.db with the settings every user of it shares, migrated to this version (a
+    reader of an old delta.db migrates it first: its data may no longer be where it was)."""
+    if readonly:
+        probe = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            old = _version(probe) < len(MIGRATIONS)
+        finally:
+            probe.close()
+        if old:
+            connect(path).close()
     flags = (
         apsw.SQLITE_OPEN_READONLY
         if readonly
@@ -101,7 +153,7 @@ def connect(path: str, *, readonly: bool = False) -> apsw.Connection:
     conn.execute("PRAGMA journal_mode=WAL")
     # NORMAL: a kill -9 loses nothing committed; fsync(2) from a writer syncs the WAL itself.
     conn.execute("PRAGMA synchronous=NORMAL")
-    migrate(conn)
+    migrate(conn, data_dir(path))
     return conn
 
 
@@ -109,7 +161,7 @@ def _version(conn: apsw.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
 
 
-def migrate(conn: apsw.Connection) -> None:
+def migrate(conn: apsw.Connection, data: str) -> None:
     """Bring the schema up to date; IMMEDIATE so two processes opening at once migrate once."""
     if _version(conn) == len(MIGRATIONS):
         return  # readers beside a live daemon take no write lock
@@ -117,7 +169,10 @@ def migrate(conn: apsw.Connection) -> None:
     try:
         version = _version(conn)
         for number, step in enumerate(MIGRATIONS[version:], start=version + 1):
-            conn.execute(step)
+            if isinstance(step, str):
+                conn.execute(step)
+            else:
+                step(conn, data)
             conn.execute(f"PRAGMA user_version={number}")
     except BaseException:
         conn.execute("ROLLBACK")

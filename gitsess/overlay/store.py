@@ -1,19 +1,22 @@
-"""Persistence of the upper layer in delta.db: plain SQL, one place.
+"""Persistence of the upper layer: metadata in delta.db (plain SQL, one place), file contents
+in `data/<ino>` beside it.
 
-The filesystem keeps the truth in memory and hands this store whole batches at commit time, so
-a failed commit (a full disk) rolls back cleanly and the batch can be retried: the database only
-ever holds states the filesystem really had.
+The filesystem keeps the metadata in memory and hands this store whole batches at commit time,
+so a failed commit (a full disk) rolls back cleanly and the batch can be retried: the database
+only ever holds states the filesystem really had. File contents are written straight into their
+data files (sparse; a missing file reads as zeros), once, instead of into SQLite's WAL and again
+at checkpoint; a data file is removed only after the commit that deleted its node.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from gitsess.overlay import schema
 
-DEFAULT_CHUNK_SIZE = 128 * 1024
 # Numbers handed to nodes the session creates start far above what local filesystems give their
 # own inodes, so they do not meet the lower layer's numbers that unchanged files show through.
 FIRST_ALLOCATED_INO = 1 << 44
@@ -52,8 +55,6 @@ class Batch:
     deleted_nodes: set[int]
     nodes: list[NodeRow]
     dentries: dict[tuple[int, bytes], int | None]  # None deletes the dentry
-    truncations: dict[int, int]  # ino -> smallest size since the last commit
-    chunks: list[tuple[int, int, bytes | None]]  # None deletes the chunk (all zeros)
     xattrs: dict[tuple[int, bytes], bytes | None]
     meta: dict[str, int | str]
     processes: list[tuple[int, int, str, str]]
@@ -62,21 +63,71 @@ class Batch:
     undrift: set[str]  # paths (and what lies below them) the session no longer holds
 
 
+def data_bytes(path: str) -> int:
+    """Disk space the data files of the delta.db at `path` take (holes take none)."""
+    try:
+        it = os.scandir(schema.data_dir(path))
+    except FileNotFoundError:
+        return 0
+    with it:
+        return sum(entry.stat().st_blocks * 512 for entry in it)
+
+
+def copy_data(src: str, dest: str) -> None:
+    """Copy the data files of the delta.db at `src` beside the one at `dest`, holes kept holes
+    (a sparse 5 GiB file stays a few blocks)."""
+    src_dir, dest_dir = schema.data_dir(src), schema.data_dir(dest)
+    try:
+        names = os.listdir(src_dir)
+    except FileNotFoundError:
+        return
+    os.makedirs(dest_dir, mode=0o700, exist_ok=True)
+    for name in names:
+        fd_in = os.open(os.path.join(src_dir, name), os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+            fd_out = os.open(os.path.join(dest_dir, name), flags, 0o600)
+            try:
+                _copy_extents(fd_in, fd_out)
+            finally:
+                os.close(fd_out)
+        finally:
+            os.close(fd_in)
+
+
+def _copy_extents(fd_in: int, fd_out: int) -> None:
+    size = os.fstat(fd_in).st_size
+    os.ftruncate(fd_out, size)
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd_in, pos, os.SEEK_DATA)
+        except OSError:  # ENXIO: only a hole is left
+            return
+        end = os.lseek(fd_in, start, os.SEEK_HOLE)
+        while start < end:
+            copied = os.copy_file_range(fd_in, fd_out, end - start, start, start)
+            if not copied:
+                return
+            start += copied
+        pos = end
+
+
 class DeltaStore:
     def __init__(self, path: str, *, readonly: bool = False) -> None:
         self.path = path
+        self.data_dir = schema.data_dir(path)
         self.conn = schema.connect(path, readonly=readonly)
         self._wal_fd: int | None = None
         if not readonly:
             self._init_meta()
-        self.chunk_size = int(self.meta("chunk_size", DEFAULT_CHUNK_SIZE))
 
     def _init_meta(self) -> None:
         if self.conn.execute("SELECT count(*) FROM meta").fetchall()[0][0]:
             return
         self.conn.execute(
-            "INSERT OR IGNORE INTO meta(key, value) VALUES ('chunk_size', ?), ('next_ino', ?)",
-            (DEFAULT_CHUNK_SIZE, FIRST_ALLOCATED_INO),
+            "INSERT OR IGNORE INTO meta(key, value) VALUES ('next_ino', ?)",
+            (FIRST_ALLOCATED_INO,),
         )
 
     def meta(self, key: str, default: int | str) -> int | str:
@@ -96,21 +147,24 @@ class DeltaStore:
             assert isinstance(parent, int) and isinstance(name, bytes) and isinstance(ino, int)
             yield parent, name, ino
 
-    def chunk(self, ino: int, idx: int) -> bytes | None:
-        rows = self.conn.execute(
-            "SELECT data FROM chunks WHERE ino = ? AND idx = ?", (ino, idx)
-        ).fetchall()
-        if not rows:
-            return None
-        data = rows[0][0]
-        assert isinstance(data, bytes)
-        return data
+    def data_path(self, ino: int) -> str:
+        return os.path.join(self.data_dir, str(ino))
 
-    def chunk_bytes(self) -> int:
-        rows = self.conn.execute("SELECT coalesce(sum(length(data)), 0) FROM chunks").fetchall()
-        total = rows[0][0]
-        assert isinstance(total, int)
-        return total
+    def data_files(self) -> Iterator[tuple[int, int]]:
+        """(ino, length) of every data file."""
+        try:
+            it = os.scandir(self.data_dir)
+        except FileNotFoundError:
+            return
+        with it:
+            for entry in it:
+                if entry.name.isdigit():
+                    yield int(entry.name), entry.stat().st_size
+
+    def remove_data(self, inos: Iterable[int]) -> None:
+        for ino in inos:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.data_path(ino))
 
     def next_process_id(self) -> int:
         rows = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM processes").fetchall()
@@ -139,7 +193,6 @@ class DeltaStore:
         c = self.conn
         for ino in b.deleted_nodes:
             c.execute("DELETE FROM nodes WHERE ino = ?", (ino,))
-            c.execute("DELETE FROM chunks WHERE ino = ?", (ino,))
             c.execute("DELETE FROM xattrs WHERE ino = ?", (ino,))
             c.execute("DELETE FROM dentries WHERE parent = ?", (ino,))
         c.executemany(
@@ -154,24 +207,6 @@ class DeltaStore:
                 c.execute(
                     "INSERT OR REPLACE INTO dentries (parent, name, ino) VALUES (?, ?, ?)",
                     (parent, name, target),
-                )
-        for ino, size in b.truncations.items():
-            last, keep = divmod(size, self.chunk_size)
-            c.execute("DELETE FROM chunks WHERE ino = ? AND idx > ?", (ino, last))
-            if keep:
-                c.execute(
-                    "UPDATE chunks SET data = substr(data, 1, ?) WHERE ino = ? AND idx = ?",
-                    (keep, ino, last),
-                )
-            else:
-                c.execute("DELETE FROM chunks WHERE ino = ? AND idx = ?", (ino, last))
-        for ino, idx, data in b.chunks:
-            if data is None:
-                c.execute("DELETE FROM chunks WHERE ino = ? AND idx = ?", (ino, idx))
-            else:
-                c.execute(
-                    "INSERT OR REPLACE INTO chunks (ino, idx, data) VALUES (?, ?, ?)",
-                    (ino, idx, data),
                 )
         for (ino, name), xvalue in b.xattrs.items():
             if xvalue is None:
@@ -208,12 +243,13 @@ class DeltaStore:
 
     def delete_nodes(self, inos: Iterable[int]) -> None:
         """Drop orphans left by a crash: nodes that no directory names any more."""
+        inos = list(inos)
         with self.conn:
             for ino in inos:
                 self.conn.execute("DELETE FROM nodes WHERE ino = ?", (ino,))
-                self.conn.execute("DELETE FROM chunks WHERE ino = ?", (ino,))
                 self.conn.execute("DELETE FROM xattrs WHERE ino = ?", (ino,))
                 self.conn.execute("DELETE FROM dentries WHERE parent = ?", (ino,))
+        self.remove_data(inos)
 
     def close(self) -> None:
         if self._wal_fd is not None:

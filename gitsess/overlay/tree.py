@@ -8,7 +8,8 @@ the offline reader (`view.py`) both stand on it.
 Two kinds of node live here. Lower nodes are objects of the worktree the session has not
 touched: nothing about them is stored, their inode number is the worktree's own, and their
 attributes are read from disk on demand. Upper nodes are objects the session created or
-changed: their metadata is held in memory and persisted in delta.db through `DeltaStore`.
+changed: their metadata is held in memory and persisted in delta.db through `DeltaStore`, their
+file contents are written straight into data files beside it.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ GIT = b".git"
 WHITEOUT_SETTLE_NS = 1_000_000_000
 # Lower directory listings kept between readdirs (about 100 bytes a name).
 LISTINGS_KEPT = 20_000
-# Dirty file data held in memory before a commit is forced.
-DIRTY_LIMIT = 64 * 1024 * 1024
+# Data files kept open between requests.
+DATA_FDS_OPEN = 64
 
 
 class Node:
@@ -46,7 +47,6 @@ class Node:
         "atime_ns",
         "ctime_ns",
         "data",
-        "dirty",
         "entries",
         "fd",
         "gid",
@@ -68,7 +68,6 @@ class Node:
         "st",
         "subdirs",
         "target",
-        "trunc_floor",
         "uid",
         "upper",
         "xattrs",
@@ -98,8 +97,6 @@ class Node:
         self.lookups = 0
         self.opens = 0
         self.fd: int | None = None
-        self.dirty: dict[int, bytes | bytearray] = {}
-        self.trunc_floor: int | None = None
         self.xattrs: dict[bytes, bytes] | None = None
         self.quiet_since = 0
         # The lstat taken by the lookup that found a lower node, for the getattr that follows.
@@ -166,7 +163,6 @@ class Tree:
         self.store = store
         self.root = os.fsencode(lower_root).rstrip(b"/") or b"/"
         self.hidden = hidden
-        self.chunk = store.chunk_size
         self.nodes: dict[int, Node] = {}
         self.lower_index: dict[bytes, int] = {}  # lower path -> ino of its lower node
         self._listings: dict[bytes, tuple[int, list[tuple[bytes, bool]]]] = {}
@@ -174,7 +170,8 @@ class Tree:
         self.writer = writer
         self.readonly = not writer
         self._pending = _Pending()
-        self.dirty_bytes = 0
+        self._data_fds: dict[int, int] = {}  # ino -> fd, least recently used first
+        self._unsynced: set[int] = set()  # data files written since the last durable commit
         self.audit = Audit(next_process_id=store.next_process_id())
         self.journal = Journal()
         self._load()
@@ -223,6 +220,29 @@ class Tree:
             self.store.delete_nodes(orphans)
         for ino in orphans:
             del self.nodes[ino]
+        if self.writer:
+            self._tidy_data_files()
+
+    def _tidy_data_files(self) -> None:
+        """After a crash: drop data files no node reads, and cut bytes written past the size
+        that was committed (a later extension of the file must read them as zeros)."""
+        stray = []
+        for ino, length in self.store.data_files():
+            n = self.nodes.get(ino)
+            if n is None or not n.data or not stat.S_ISREG(n.mode):
+                stray.append(ino)
+            elif length > n.size:
+                os.truncate(self.store.data_path(ino), n.size)
+        self.store.remove_data(stray)
+
+    def close(self) -> None:
+        for fd in self._data_fds.values():
+            os.close(fd)
+        self._data_fds.clear()
+        for n in self.nodes.values():
+            if n.fd is not None:
+                os.close(n.fd)
+                n.fd = None
 
     def _create_root(self) -> None:
         st = os.lstat(self.root)
@@ -254,33 +274,17 @@ class Tree:
                 held[key] = ino
             else:
                 dentries[key] = ino
-        chunks: list[tuple[int, int, bytes | None]] = []
-        for ino in p.data:
-            n = self.nodes.get(ino)
-            if n is None:
-                continue
-            for idx, buf in n.dirty.items():
-                chunks.append((ino, idx, None if _is_zero(buf) else bytes(buf)))
         processes, events = self.audit.drain()
+        if durable:
+            self._sync_data()
         if not (
-            p.deleted
-            or p.nodes
-            or dentries
-            or p.truncations
-            or chunks
-            or p.xattrs
-            or p.meta
-            or p.drift
-            or p.undrift
-            or events
+            p.deleted or p.nodes or dentries or p.xattrs or p.meta or p.drift or p.undrift or events
         ):
             return
         batch = Batch(
             deleted_nodes=set(p.deleted),
             nodes=[self.nodes[i].row() for i in p.nodes if i in self.nodes],
             dentries=dentries,
-            truncations=dict(p.truncations),
-            chunks=chunks,
             xattrs=dict(p.xattrs),
             meta=dict(p.meta),
             processes=processes,
@@ -295,14 +299,26 @@ class Tree:
             self.audit.events[:0] = events
             self.audit.new_processes[:0] = processes
             raise _err(errno.ENOSPC) from None
-        for ino in p.data:
-            n = self.nodes.get(ino)
-            if n is not None:
-                n.dirty = {}
-                n.trunc_floor = None
+        self.store.remove_data(p.deleted)
         self._pending = _Pending()
         self._pending.dentries = held
-        self.dirty_bytes = 0
+
+    def _sync_data(self) -> None:
+        """Data files to stable storage before the metadata that makes them count."""
+        for ino in self._unsynced:
+            n = self.nodes.get(ino)
+            if n is None:
+                continue
+            fd = self._open_data(n, create=False)
+            if fd is not None:
+                os.fdatasync(fd)
+        if self._unsynced:
+            dir_fd = os.open(self.store.data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        self._unsynced.clear()
 
     @property
     def has_pending(self) -> bool:
@@ -422,8 +438,10 @@ class Tree:
         del self.nodes[n.ino]
         self._pending.deleted.add(n.ino)
         self._pending.nodes.discard(n.ino)
-        self._pending.data.discard(n.ino)
-        self._pending.truncations.pop(n.ino, None)
+        self._unsynced.discard(n.ino)
+        data_fd = self._data_fds.pop(n.ino, None)
+        if data_fd is not None:
+            os.close(data_fd)
         for key in [k for k in self._pending.xattrs if k[0] == n.ino]:
             del self._pending.xattrs[key]
         for key in [k for k in self._pending.dentries if k[0] == n.ino]:
@@ -597,7 +615,7 @@ class Tree:
         self._pending.nodes.add(n.ino)
 
     def ensure_data(self, n: Node, *, keep: int | None = None) -> None:
-        """Copy a file's bytes into the upper layer on its first data change.
+        """Copy a file's bytes into its data file on its first data change.
 
         `keep` bounds how much of the lower file matters (0 for O_TRUNC: nothing is copied).
         """
@@ -606,23 +624,50 @@ class Tree:
             return
         assert n.origin is not None
         want = n.size if keep is None else min(keep, n.size)
-        with open(self._lower_path(n.origin), "rb", buffering=0) as f:
-            idx = 0
-            while idx * self.chunk < want:
-                buf = f.read(min(self.chunk, want - idx * self.chunk))
-                if not buf:
-                    break
-                if not _is_zero(buf):
-                    n.dirty[idx] = buf
-                    self.dirty_bytes += len(buf)
-                idx += 1
-                if self.dirty_bytes > DIRTY_LIMIT:
-                    self._pending.data.add(n.ino)
-                    self.commit(settle=False)
+        fd = self._data_fd(n)
+        os.ftruncate(fd, 0)
+        copied = 0
+        if want:
+            src = os.open(self._lower_path(n.origin), os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                while copied < want:
+                    sent = os.sendfile(fd, src, copied, want - copied)
+                    if not sent:
+                        break
+                    copied += sent
+            finally:
+                os.close(src)
         n.data = 1
-        n.size = want
-        self._pending.data.add(n.ino)
+        n.size = copied
+        self._unsynced.add(n.ino)
         self._pending.nodes.add(n.ino)
+
+    def _data_fd(self, n: Node) -> int:
+        """The open data file of `n`, created empty if it has none yet."""
+        fd = self._open_data(n, create=True)
+        assert fd is not None
+        return fd
+
+    def _open_data(self, n: Node, *, create: bool) -> int | None:
+        """The open data file of `n`: None when it has none (it reads as zeros)."""
+        fd = self._data_fds.pop(n.ino, None)
+        if fd is None:
+            path = self.store.data_path(n.ino)
+            flags = (os.O_RDWR if self.writer else os.O_RDONLY) | os.O_CLOEXEC
+            if create:
+                flags |= os.O_CREAT
+            try:
+                fd = os.open(path, flags, 0o600)
+            except FileNotFoundError:
+                if not create:
+                    return None
+                os.makedirs(self.store.data_dir, mode=0o700, exist_ok=True)
+                fd = os.open(path, flags, 0o600)
+            if len(self._data_fds) >= DATA_FDS_OPEN:
+                oldest = next(iter(self._data_fds))
+                os.close(self._data_fds.pop(oldest))
+        self._data_fds[n.ino] = fd
+        return fd
 
     # ---------------------------------------------------------------- entry bookkeeping
 
@@ -948,18 +993,12 @@ class Tree:
         if not stat.S_ISREG(n.mode):
             raise _err(errno.EINVAL)
         self.ensure_data(n, keep=size)
-        if size < n.size:
-            last, keep = divmod(size, self.chunk)
-            for idx in [i for i in n.dirty if i > last or (i == last and not keep)]:
-                del n.dirty[idx]
-            if keep and last in n.dirty:
-                n.dirty[last] = n.dirty[last][:keep]
-            floor = self._pending.truncations.get(n.ino)
-            self._pending.truncations[n.ino] = size if floor is None else min(floor, size)
-            n.trunc_floor = size if n.trunc_floor is None else min(n.trunc_floor, size)
+        fd = self._open_data(n, create=size > 0)
+        if fd is not None:
+            os.ftruncate(fd, size)
+            self._unsynced.add(n.ino)
         n.size = size
         n.mtime_ns = n.ctime_ns = time.time_ns()
-        self._pending.data.add(n.ino)
         self._pending.nodes.add(n.ino)
 
     # ---------------------------------------------------------------- file data
@@ -970,57 +1009,27 @@ class Tree:
             return os.pread(fd, size, off)
         if off >= n.size:
             return b""
-        end = min(off + size, n.size)
-        out = bytearray()
-        pos = off
-        while pos < end:
-            idx, coff = divmod(pos, self.chunk)
-            take = min(self.chunk - coff, end - pos)
-            buf = self._chunk(n, idx)
-            piece = buf[coff : coff + take]
-            out += piece
-            if len(piece) < take:
-                out += bytes(take - len(piece))
-            pos += take
-        return bytes(out)
-
-    def _chunk(self, n: Node, idx: int) -> bytes | bytearray:
-        buf = n.dirty.get(idx)
-        if buf is not None:
-            return buf
-        stored = self.store.chunk(n.ino, idx) or b""
-        if n.trunc_floor is not None:
-            stored = stored[: max(0, n.trunc_floor - idx * self.chunk)]
-        return stored
+        size = min(size, n.size - off)
+        data_fd = self._open_data(n, create=False)
+        buf = b"" if data_fd is None else os.pread(data_fd, size, off)
+        # Past the end of a sparse data file (a file extended by truncate): zeros.
+        return buf if len(buf) == size else buf + bytes(size - len(buf))
 
     def write(self, n: Node, off: int, buf: bytes) -> int:
         self._check_writable()
-        if self.dirty_bytes > DIRTY_LIMIT:
-            self.commit()
         self.ensure_data(n)
-        view = memoryview(buf)
-        pos = 0
-        while pos < len(buf):
-            idx, coff = divmod(off + pos, self.chunk)
-            take = min(self.chunk - coff, len(buf) - pos)
-            if coff == 0 and take == self.chunk:
-                n.dirty[idx] = bytes(view[pos : pos + take])
-            else:
-                old = n.dirty.get(idx)
-                chunk = old if isinstance(old, bytearray) else bytearray(self._chunk(n, idx))
-                if len(chunk) < coff:
-                    chunk += bytes(coff - len(chunk))
-                chunk[coff : coff + take] = view[pos : pos + take]
-                n.dirty[idx] = chunk
-            pos += take
-        end = off + len(buf)
-        if end > n.size:
-            n.size = end
+        fd = self._data_fd(n)
+        written = os.pwrite(fd, buf, off)
+        if written < len(buf):
+            # Only a full disk writes short: take back what it added past the file's end.
+            if off + written > n.size:
+                os.ftruncate(fd, max(n.size, off))
+            raise _err(errno.ENOSPC)
+        n.size = max(n.size, off + written)
         n.mtime_ns = n.ctime_ns = time.time_ns()
-        self._pending.data.add(n.ino)
+        self._unsynced.add(n.ino)
         self._pending.nodes.add(n.ino)
-        self.dirty_bytes += len(buf)
-        return len(buf)
+        return written
 
     def _lower_fd(self, n: Node) -> int:
         if n.fd is None:
@@ -1094,8 +1103,6 @@ class _Pending:
         self.deleted: set[int] = set()
         self.nodes: set[int] = set()
         self.dentries: dict[tuple[int, bytes], int | None] = {}
-        self.truncations: dict[int, int] = {}
-        self.data: set[int] = set()
         self.xattrs: dict[tuple[int, bytes], bytes | None] = {}
         self.meta: dict[str, int | str] = {}
         self.drift: dict[str, int] = {}
@@ -1106,23 +1113,11 @@ class _Pending:
             self.deleted
             or self.nodes
             or self.dentries
-            or self.truncations
-            or self.data
             or self.xattrs
             or self.meta
             or self.drift
             or self.undrift
         )
-
-
-_ZEROS = memoryview(bytes(1 << 20))
-
-
-def _is_zero(buf: bytes | bytearray) -> bool:
-    """All zero bytes? Compared like memcmp, which stops at the first byte of real data."""
-    if len(buf) > len(_ZEROS):
-        return buf.count(0) == len(buf)
-    return not buf or (buf[0] == 0 and _ZEROS[: len(buf)] == memoryview(buf))
 
 
 def _lower_xattrs(path: bytes) -> dict[bytes, bytes]:

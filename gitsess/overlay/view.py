@@ -22,6 +22,7 @@ class OverlayView:
         self.tree = Tree(self.store, str(lower), {os.fsencode(h) for h in hidden}, writer=False)
 
     def close(self) -> None:
+        self.tree.close()
         self.store.close()
 
     def __enter__(self) -> OverlayView:

@@ -1,0 +1,39 @@
+"""Data files beside delta.db: copied for a fork with their holes, counted by what they take."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from gitsess.overlay.store import copy_data, data_bytes
+
+
+def test_copy_keeps_content_and_holes(tmp_path: Path) -> None:
+    src, dest = tmp_path / "a" / "delta.db", tmp_path / "b" / "delta.db"
+    (tmp_path / "a" / "data").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    sparse = tmp_path / "a" / "data" / "17"
+    with open(sparse, "wb") as f:
+        f.write(b"head")
+        f.seek(3 * 1024**3)
+        f.write(b"tail")
+    (tmp_path / "a" / "data" / "18").write_bytes(b"")
+    copy_data(str(src), str(dest))
+    copied = tmp_path / "b" / "data" / "17"
+    assert copied.stat().st_size == 3 * 1024**3 + 4
+    assert copied.stat().st_blocks * 512 < 1024**2
+    with open(copied, "rb") as f:
+        assert f.read(4) == b"head"
+        f.seek(2 * 1024**3)
+        assert f.read(4) == bytes(4)
+        f.seek(3 * 1024**3)
+        assert f.read() == b"tail"
+    assert (tmp_path / "b" / "data" / "18").read_bytes() == b""
+    assert data_bytes(str(dest)) == data_bytes(str(src)) < 1024**2
+    assert os.stat(tmp_path / "b" / "data").st_mode & 0o777 == 0o700
+
+
+def test_no_data_files_is_nothing_to_copy(tmp_path: Path) -> None:
+    copy_data(str(tmp_path / "a" / "delta.db"), str(tmp_path / "b" / "delta.db"))
+    assert not (tmp_path / "b").exists()
+    assert data_bytes(str(tmp_path / "a" / "delta.db")) == 0
