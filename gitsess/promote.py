@@ -369,11 +369,14 @@ def diff(
     done = reconcile(ctx, session)
     root = real_root(session)
     repo = open_real(session, root)
-    with _open(ctx, session, root) as view:
-        changes = compute_changes(view, repo, pathspecs=pathspecs, include_ignored=include_ignored)
-        result = diff_changes(
-            repo, view, changes, binary=binary, find_renames=find_renames, stat_width=stat_width
+    with _open(ctx, session, root) as view, scratch_repo(repo) as scratch:
+        changes = compute_changes(
+            view, repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
         )
+        result = diff_changes(
+            repo, view, changes, binary=binary, find_renames=find_renames, stat_width=stat_width,
+            scratch=scratch,
+        )  # fmt: skip
     return result, done.notes
 
 
@@ -468,9 +471,9 @@ def apply_to_commit(
             raise GitsessError(
                 f"session {p.session.name} is on a detached HEAD; give --branch to commit on"
             )
-        with _open(ctx, p.session, p.root) as view:
+        with _open(ctx, p.session, p.root) as view, scratch_repo(p.repo) as scratch:
             changes = compute_changes(
-                view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored
+                view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
             )
             own = target.removeprefix("refs/heads/") == p.session.branch
 
@@ -487,7 +490,7 @@ def apply_to_commit(
             result = apply_commit(
                 p.repo, view, changes, branch=target, base=p.session.base_commit,
                 message=message, author=author, force=force, dry_run=dry_run,
-                on_prepared=journal,
+                on_prepared=journal, scratch=scratch,
             )  # fmt: skip
         outcome = Applied(
             "commit", dry_run, result.applied, result.skipped, result.conflicts,

@@ -19,6 +19,7 @@ import email.utils
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from email.header import Header
@@ -277,6 +278,7 @@ def apply_commit(
     force: bool = False,
     dry_run: bool = False,
     on_prepared: Callable[[CommitResult], None] | None = None,
+    scratch: pygit2.Repository | None = None,
 ) -> CommitResult:
     """Commit the changes on `branch` (a name or a full ref) on top of its tip; a branch that
     does not exist is created at `base`.
@@ -287,7 +289,8 @@ def apply_commit(
     the same conflict checks as `apply_worktree` (`force` skips those). The branch ref moves
     last, compare-and-swap against the tip read at the start. `on_prepared` is called with the
     final result once the commit object exists and before anything visible changes: the place
-    to journal the apply so a crash can be completed with `finish_commit`.
+    to journal the apply so a crash can be completed with `finish_commit`. `scratch` is the
+    scratch repository `changes` was computed with (its `store`), if any; else one is made.
     """
     if not message.strip():
         raise GitsessError("a commit needs a message")
@@ -308,7 +311,7 @@ def apply_commit(
         return replace(result, conflicts=(conflict,))
     if not changes.git_changes():
         return replace(result, skipped=tuple(changes.paths))
-    with scratch_repo(repo) as scratch:
+    with scratch_repo(repo) if scratch is None else nullcontext(scratch) as scratch:
         build = _build_commit_tree(scratch, view, changes, tip, base)
         result = replace(result, merged=build.merged, conflicts=build.conflicts)
         if build.tree is None:
@@ -429,6 +432,8 @@ def store_view_blob(
     entry = change.git_new
     if entry is None or change.new is None:
         return None
+    if pygit2.Oid(hex=entry[0]) in scratch.odb:
+        return entry  # kept when the change was computed (or already in the repository)
     oid = str(scratch.create_blob(read_view(view, change.path, change.new)))
     if oid != entry[0]:
         raise GitsessError(

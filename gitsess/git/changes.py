@@ -32,6 +32,10 @@ GIT_FILE = 0o100644
 GIT_EXEC = 0o100755
 GIT_LINK = 0o120000
 
+# Larger view files are hashed but not kept in a `store`: an ignored build artifact of gigabytes
+# must not sit in memory; diff and commit read such a file again if they need it.
+KEEP_LIMIT = 1 << 20
+
 
 @dataclass(frozen=True)
 class State:
@@ -110,19 +114,22 @@ def compute_changes(
     *,
     pathspecs: Sequence[str] = (),
     include_ignored: bool = False,
+    store: pygit2.Repository | None = None,
 ) -> ChangeSet:
     """Compare the view with the real worktree of `repo` (opened on the session's worktree).
 
     Untracked paths that .gitignore (as the view sees it), `info/exclude` or `core.excludesFile`
     ignores are left out unless `include_ignored`; tracked paths (in the worktree's index) never
-    are, as in git.
+    are, as in git. `store`, a scratch repository (`diff.scratch_repo`), keeps the blobs of the
+    view's files (up to `KEEP_LIMIT` bytes) as they are hashed, so that a diff or a commit made
+    with the same scratch repository does not read them from the view again.
     """
     if repo.workdir is None:
         raise GitsessError(f"{repo.path} has no worktree to compare a session with")
     spec = Pathspec(pathspecs)
     tracked = _Tracked(repo.index)
     ignore = None if include_ignored else Ignore(view, repo, tracked)
-    walker = _Walker(view, Path(repo.workdir), spec, ignore)
+    walker = _Walker(view, Path(repo.workdir), spec, ignore, store)
     for path in touched_roots(view.touched_paths()):
         walker.start(path)
     return ChangeSet(
@@ -158,9 +165,15 @@ class _Walker:
     """Walks both sides below each touched path and collects the differences."""
 
     def __init__(
-        self, view: SessionView, root: Path, spec: Pathspec, ignore: Ignore | None
+        self,
+        view: SessionView,
+        root: Path,
+        spec: Pathspec,
+        ignore: Ignore | None,
+        store: pygit2.Repository | None,
     ) -> None:
         self.view = view
+        self.store = store
         self._prefix = f"{root}/"  # str concatenation: a Path per lstat costs more than the call
         self.spec = spec
         self.ignore = ignore
@@ -273,7 +286,10 @@ class _Walker:
         if entry is None:
             return None
         if entry.kind == "file":
-            return _from_entry(entry, "file", pygit2.hash(self.view.read(path)))
+            data = self.view.read(path)
+            if self.store is not None and len(data) <= KEEP_LIMIT:
+                return _from_entry(entry, "file", self.store.create_blob(data))
+            return _from_entry(entry, "file", pygit2.hash(data))
         if entry.kind == "symlink":
             target = os.fsencode(self.view.readlink(path))
             return _from_entry(entry, "symlink", pygit2.hash(target))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -136,18 +136,20 @@ def diff_changes(
     rename_threshold: int = 50,
     context_lines: int = 3,
     stat_width: int = 80,
+    scratch: pygit2.Repository | None = None,
 ) -> DiffResult:
     """Diff the real worktree (old side) against the view (new side) for `changes`.
 
     `binary` gives git's `--binary` form (binary files as base85 literal/delta patches with full
-    index lines) instead of "Binary files ... differ".
+    index lines) instead of "Binary files ... differ". `scratch` is the scratch repository
+    `changes` was computed with (its `store`), if any; else one is made.
     """
     selected = changes.changes if isinstance(changes, ChangeSet) else tuple(changes)
     git_changes = [c for c in selected if c.git_visible]
     if not git_changes:
         return DiffResult(())
     root = Path(repo.workdir or ".")
-    with scratch_repo(repo) as scratch:
+    with scratch_repo(repo) if scratch is None else nullcontext(scratch) as scratch:
         old_tree = _side_tree(scratch, git_changes, lambda c: _real_blob(scratch, root, c))
         new_tree = _side_tree(scratch, git_changes, lambda c: _view_blob(scratch, view, c))
         flags = DiffOption.SHOW_BINARY if binary else DiffOption.NORMAL

@@ -7,8 +7,10 @@ from pathlib import Path
 import pygit2
 import pytest
 
+from gitsess.errors import GitsessError
 from gitsess.git.apply import CommitResult, apply_commit, finish_commit
-from gitsess.git.changes import compute_changes
+from gitsess.git.changes import KEEP_LIMIT, compute_changes
+from gitsess.git.diff import scratch_repo
 
 from .dirview import DirView
 from .helpers import git, git_view_tree, make_repo, tree_state, write
@@ -75,6 +77,37 @@ def test_commit_holds_the_view_and_status_is_clean(repo_dir: Path, tmp_path: Pat
         "link",
     }
     git(repo_dir, "fsck", "--strict")
+
+
+def test_kept_blobs_are_committed_and_big_files_read_again(repo_dir: Path, tmp_path: Path) -> None:
+    """With a store, the commit holds the small files as compute_changes hashed them, without
+    reading the view again; a file too big to keep is read again, and if it changed since,
+    the apply stops."""
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    write(view.root, "small.txt", "seen\n")
+    write(view.root, "big.bin", b"x" * (KEEP_LIMIT + 1))
+    repo = pygit2.Repository(str(repo_dir))
+    with scratch_repo(repo) as scratch:
+        changes = compute_changes(view, repo, store=scratch)
+        write(view.root, "small.txt", "written after the changes were computed\n")
+        result = apply_commit(
+            repo, view, changes, branch="main", base=None, message="kept", author=SIG,
+            committer=SIG, scratch=scratch,
+        )  # fmt: skip
+    assert result.ok and head(repo_dir) == result.commit
+    assert git(repo_dir, "show", "HEAD:small.txt") == "seen\n"
+    assert git(repo_dir, "cat-file", "-s", "HEAD:big.bin").strip() == str(KEEP_LIMIT + 1)
+    git(repo_dir, "fsck", "--strict")
+    write(view.root, "big.bin", b"y" * (KEEP_LIMIT + 2))
+    with scratch_repo(repo) as scratch:
+        changes = compute_changes(view, repo, store=scratch)
+        write(view.root, "big.bin", b"z" * (KEEP_LIMIT + 2))
+        with pytest.raises(GitsessError, match="changed in the session while applying"):
+            apply_commit(
+                repo, view, changes, branch="main", base=None, message="late", author=SIG,
+                committer=SIG, scratch=scratch,
+            )  # fmt: skip
+    assert head(repo_dir) == result.commit
 
 
 def test_dry_run_and_empty_change_set_change_nothing(repo_dir: Path, tmp_path: Path) -> None:
