@@ -146,6 +146,16 @@ def test_worktree_edits_show_through_for_unchanged_paths(mounted: Mounted) -> No
     assert (mounted.mnt / "README").read_text() == "session's\n"
 
 
+def test_worktree_removals_and_renames_leave_listings(mounted: Mounted) -> None:
+    src = mounted.mnt / "src"
+    assert sorted(os.listdir(src)) == ["main.py", "pkg"]  # the kernel keeps this listing
+    os.unlink(mounted.lower / "src" / "main.py")
+    assert eventually(lambda: sorted(os.listdir(src)) == ["pkg"])
+    os.rename(mounted.lower / "src" / "pkg", mounted.lower / "src" / "lib")
+    assert eventually(lambda: sorted(os.listdir(src)) == ["lib"])
+    assert sorted(os.listdir(src / "lib")) == ["mod.py"]
+
+
 def test_git_passes_through_to_the_real_repository(mounted: Mounted) -> None:
     (mounted.mnt / "README").write_text("session change\n")
     out = git(mounted.mnt, "status", "--porcelain")

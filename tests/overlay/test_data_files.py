@@ -1,11 +1,14 @@
-"""Data files beside delta.db: copied for a fork with their holes, counted by what they take."""
+"""Data files beside delta.db: tidied after a crash, copied for a fork with their holes, counted
+by what they take."""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
-from gitsess.overlay.store import copy_data, data_bytes
+from gitsess.overlay.store import DeltaStore, copy_data, data_bytes
+from gitsess.overlay.tree import ROOT_INODE, Tree
 
 
 def test_copy_keeps_content_and_holes(tmp_path: Path) -> None:
@@ -37,3 +40,31 @@ def test_no_data_files_is_nothing_to_copy(tmp_path: Path) -> None:
     copy_data(str(tmp_path / "a" / "delta.db"), str(tmp_path / "b" / "delta.db"))
     assert not (tmp_path / "b").exists()
     assert data_bytes(str(tmp_path / "a" / "delta.db")) == 0
+
+
+def test_load_after_a_crash_tidies_data_files(tmp_path: Path) -> None:
+    lower = tmp_path / "lower"
+    lower.mkdir()
+    delta = str(tmp_path / "session" / "delta.db")
+    os.makedirs(os.path.dirname(delta))
+    store = DeltaStore(delta)
+    tree = Tree(store, str(lower), set())
+    n = tree.create(ROOT_INODE, b"f", stat.S_IFREG | 0o644, 0, 0)
+    tree.write(n, 0, b"committed")
+    tree.commit(durable=True)
+    # What a crash leaves: bytes written after the last commit, and a file no node reads.
+    tree.write(n, 9, b" and lost")
+    tree.close()
+    store.close()
+    (tmp_path / "session" / "data" / "999").write_bytes(b"stray")
+    store = DeltaStore(delta)
+    try:
+        tree = Tree(store, str(lower), set())
+        assert sorted(os.listdir(tmp_path / "session" / "data")) == [str(n.ino)]
+        again = tree.node(n.ino)
+        assert tree.read(again, 0, 100) == b"committed"
+        tree.truncate(again, 20)  # what was cut must come back as zeros, not as the lost bytes
+        assert tree.read(again, 0, 100) == b"committed" + bytes(11)
+        tree.close()
+    finally:
+        store.close()
