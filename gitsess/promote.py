@@ -243,7 +243,13 @@ def _settle(
     Returns (dropped, kept because the session changed them meanwhile)."""
     expect: dict[str, Any] = journal["expect"]
     with _open(ctx, session, root) as view:
-        moved = [p for p in journal["drop"] if _stamp(view.entry(p)) != _as_stamp(expect[p])]
+        # A path the session holds no record of only reads through to the real tree, which
+        # the apply itself rewrote (a renamed directory's files): no write of the session's.
+        moved = [
+            p
+            for p in journal["drop"]
+            if view.holds(p) and _stamp(view.entry(p)) != _as_stamp(expect[p])
+        ]
     drop = droppable(journal["drop"], moved)
     live.drop_paths(ctx, replace(session, worktree=root), drop, sorted(set(restamp)))
     if journal["move_base"]:

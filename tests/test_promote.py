@@ -151,6 +151,21 @@ def test_apply_worktree_while_live_and_dry_run(
     assert eventually(lambda: "echo real" in (m.mnt / "bin" / "run").read_text())
 
 
+def test_apply_worktree_of_a_renamed_directory(
+    live_exp: Mounted, ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    # The session's lib/app.py reads through to the real src/app.py, which the apply removes.
+    m = live_exp
+    os.rename(m.mnt / "src", m.mnt / "lib")
+    m.write("lib/new.py", "new\n")
+    cli("apply", "exp", "--worktree")
+    assert eventually(lambda: tree_state(repo) == tree_state(m.mnt))
+    assert not (repo / "src").exists()
+    assert (repo / "lib" / "app.py").read_text() == "print('hi')\n"
+    assert (repo / "lib" / "new.py").read_text() == "new\n"
+    assert changes_left(ctx, m.session) == []
+
+
 def test_apply_patch_is_taken_by_git_apply_binary_too(
     live_exp: Mounted, ctx: RepoContext, repo: Path, tmp_path: Path, cli: Cli
 ) -> None:

@@ -166,8 +166,26 @@ def apply_worktree(
     if conflicts:
         return WorktreeResult((), (), _unique(conflicts), dry_run)
     applied = tuple(t.path for t in plan.targets)
-    changed_dirs = () if dry_run else write_targets(root, plan.targets)
+    changed_dirs = () if dry_run else write_targets(root, _read_first(root, plan.targets))
     return WorktreeResult(applied, plan.skipped, (), dry_run, changed_dirs)
+
+
+def _constant(data: bytes) -> Callable[[], bytes]:
+    return lambda: data
+
+
+def _read_first(root: Path, targets: Sequence[Target]) -> list[Target]:
+    """The targets with every content the writes will need already read. The view reads what
+    the session left unchanged from the real tree, which the removals change: a directory the
+    session renamed still reads its files from the old real path, removed before the new one
+    is written. Costs memory for every rewritten file at once, not one at a time."""
+    base = f"{root}/"
+    out = []
+    for t in targets:
+        if t.content is not None and (t.rewrite or _real_kind(base + t.path) != t.kind):
+            t = replace(t, content=_constant(t.content()))
+        out.append(t)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

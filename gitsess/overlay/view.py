@@ -52,6 +52,17 @@ class OverlayView:
             else:
                 yield os.fsdecode(path)
 
+    def holds(self, path: str) -> bool:
+        """Whether the session keeps a record at `path` (a node of its own or a whiteout);
+        a path it does not hold shows whatever the worktree has, and no write went there."""
+        raw = os.fsencode(path)
+        parent_path, _, name = raw.rpartition(b"/")
+        parent = self.tree.resolve(parent_path)
+        if parent is None or parent.entries is None or name not in parent.entries:
+            return False
+        ino = parent.entries[name]
+        return not ino or self.tree.nodes[ino].upper
+
     def entry(self, path: str) -> Entry | None:
         n = self._resolve(path)
         if n is None:
