@@ -486,6 +486,26 @@ class Tree:
             inodes.extend(follow.get(rel, ()))
         return entries, inodes
 
+    def catch_up(self) -> list[tuple[int, int, bytes]]:
+        """What the worktree watch could not see before it was in place (it starts while the
+        view is already served, and nothing watches an unmounted session): records drift for
+        every file the session copied whose worktree original changed since, drops the
+        worktree `lstat`s kept on lower nodes, and returns (inode, parent, name) of every node
+        outside `.git` for the kernel to forget. `.git` is left out: its caches last a second
+        anyway, and invalidating a name detaches whatever is mounted on it (`gitsess run`
+        binds the real `.git` there)."""
+        now = time.time_ns()
+        known = []
+        for n in self.nodes.values():
+            n.st = None
+            if n.upper and n.origin is not None and n.entries is None and n.origin_stamp:
+                st = self._lower_stat(n.origin)
+                if st is None or (st.st_mode, st.st_size, st.st_mtime_ns) != n.origin_stamp:
+                    self._pending.drift[os.fsdecode(n.origin)] = now
+            if n.ino != ROOT_INODE and not n.passthrough:
+                known.append((n.ino, n.parent, n.name))
+        return known
+
     # ---------------------------------------------------------------- attributes
 
     def getattr(self, n: Node) -> Attr:

@@ -257,21 +257,46 @@ def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path:
             f"i=0; while true; do i=$((i+1)); head -c 65536 /dev/urandom > {mounted.mnt}/w$i; done",
         ]
     )
+    daemon = mounted.daemon_pid()
+    watch = _watch_processes(daemon)
+    assert len(watch) == 1
     try:
         time.sleep(1.0)
-        os.kill(mounted.daemon_pid(), signal.SIGKILL)
+        os.kill(daemon, signal.SIGKILL)
     finally:
         writer.kill()
         writer.wait()
     from gitsess import mount
 
     assert eventually(lambda: mount.status(mounted.spec.session_id) is None)
+    # The worktree watch ends with its daemon (its stdin closes), killed or not.
+    assert eventually(lambda: not os.path.exists(f"/proc/{watch[0]}"))
     mount.clean_stale(mounted.mnt)
     conn = apsw.Connection(str(mounted.spec.delta))
     assert list(conn.execute("PRAGMA integrity_check")) == [("ok",)]
     conn.close()
     mounted.mount()
     assert (mounted.mnt / "synced").read_bytes() == b"s" * 200_000
+
+
+def _watch_processes(daemon: int) -> list[int]:
+    children = Path(f"/proc/{daemon}/task/{daemon}/children").read_text().split()
+    return [
+        int(pid)
+        for pid in children
+        if b"watch_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+
+
+def test_changes_made_while_unmounted_show_as_drift(mounted: Mounted) -> None:
+    (mounted.mnt / "README").write_text("session's\n")
+    mounted.unmount()
+    (mounted.lower / "README").write_text("edited while nothing watched\n")
+    (mounted.lower / "src" / "main.py").write_text("not the session's\n")
+    mounted.mount()
+    assert eventually(lambda: rows(mounted, "SELECT path FROM drift") == [("README",)])
+    assert (mounted.mnt / "README").read_text() == "session's\n"
+    assert (mounted.mnt / "src" / "main.py").read_text() == "not the session's\n"
 
 
 def _drop(m: Mounted, paths: list[str]) -> dict[str, object] | None:
