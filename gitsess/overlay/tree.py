@@ -263,7 +263,12 @@ class Tree:
         now = time.monotonic_ns()
         dentries: dict[tuple[int, bytes], int | None] = {}
         held: dict[tuple[int, bytes], int | None] = {}
+        # Names in directories that went, or were emptied by their removal, go with them: one
+        # pass here instead of a scan of everything pending per removed directory.
+        gone = p.deleted | p.emptied
         for key, ino in p.dentries.items():
+            if key[0] in gone:
+                continue
             parent = self.nodes.get(key[0])
             if (
                 settle
@@ -285,7 +290,7 @@ class Tree:
             deleted_nodes=set(p.deleted),
             nodes=[self.nodes[i].row() for i in p.nodes if i in self.nodes],
             dentries=dentries,
-            xattrs=dict(p.xattrs),
+            xattrs={k: v for k, v in p.xattrs.items() if k[0] not in p.deleted},
             meta=dict(p.meta),
             processes=processes,
             events=events,
@@ -442,10 +447,6 @@ class Tree:
         data_fd = self._data_fds.pop(n.ino, None)
         if data_fd is not None:
             os.close(data_fd)
-        for key in [k for k in self._pending.xattrs if k[0] == n.ino]:
-            del self._pending.xattrs[key]
-        for key in [k for k in self._pending.dentries if k[0] == n.ino]:
-            del self._pending.dentries[key]
         if n.fd is not None:
             os.close(n.fd)
             n.fd = None
@@ -867,7 +868,7 @@ class Tree:
                 self._unname(self.nodes[child])
             if n.entries:
                 n.entries.clear()
-            self._drop_pending_entries(n.ino)
+            self._pending.emptied.add(n.ino)
         else:
             n.nlink -= 1
         n.ctime_ns = time.time_ns()
@@ -896,10 +897,6 @@ class Tree:
         n.nlink = 0
         if n.lower is not None and self.lower_index.get(n.lower) == n.ino:
             del self.lower_index[n.lower]
-
-    def _drop_pending_entries(self, ino: int) -> None:
-        for key in [k for k in self._pending.dentries if k[0] == ino]:
-            del self._pending.dentries[key]
 
     def mkdir(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Node:
         return self.create(parent, name, stat.S_IFDIR | (mode & 0o7777), uid, gid)
@@ -1121,6 +1118,7 @@ class Tree:
 class _Pending:
     def __init__(self) -> None:
         self.deleted: set[int] = set()
+        self.emptied: set[int] = set()  # directories removed while the kernel still holds them
         self.nodes: set[int] = set()
         self.dentries: dict[tuple[int, bytes], int | None] = {}
         self.xattrs: dict[tuple[int, bytes], bytes | None] = {}
