@@ -17,6 +17,7 @@ import apsw
 # bytes from `origin` in the lower tree (metadata-only change), with data = 1 from its data file
 # (`DeltaStore.data_path`; until version 3, from `chunks`).
 Migration = str | Callable[[apsw.Connection, str], None]
+# The chunk size of version 2 deltas that did not record theirs.
 DEFAULT_CHUNK_SIZE = 128 * 1024
 
 
