@@ -174,13 +174,14 @@ def keep_mounted(
     allow_other: bool,
     read_only: bool,
 ) -> mount.Status:
-    """`gitsess mount`: a mount that stays until `gitsess umount`."""
+    """`gitsess mount`: a mount that stays until `gitsess umount`; read-only when asked or
+    when the session is."""
     spec = spec_for(
         ctx,
         session,
         persistent=True,
         allow_other=allow_other,
-        read_only=read_only,
+        read_only=read_only or session.read_only,
         mountpoint=mountpoint,
     )
     return mount.ensure_mounted(spec)

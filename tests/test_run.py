@@ -141,6 +141,21 @@ def _id(repo: Path, name: str) -> str:
     return str(json.loads(gitsess(repo, "show", name, "--json").stdout)["id"])
 
 
+def test_mount_of_a_read_only_session_is_read_only(repo: Path, tmp_path: Path) -> None:
+    target = tmp_path / "view"
+    target.mkdir()
+    assert gitsess(repo, "new", "frozen", "--read-only").returncode == 0
+    done = gitsess(repo, "mount", "frozen", str(target))
+    assert done.returncode == 0, done.stderr
+    try:
+        assert (target / "README.md").read_text() == "hello\n"
+        with pytest.raises(OSError) as info:
+            (target / "README.md").write_text("changed\n")
+        assert info.value.errno == errno.EROFS
+    finally:
+        assert gitsess(repo, "umount", "frozen").returncode == 0
+
+
 def test_mount_and_umount_keep_a_view_until_told(repo: Path, tmp_path: Path) -> None:
     target = tmp_path / "view"
     target.mkdir()
