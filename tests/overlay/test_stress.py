@@ -6,7 +6,7 @@ import errno
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import apsw
@@ -54,43 +54,43 @@ def test_four_writers_match_ext4(mounted: Mounted, tmp_path: Path) -> None:
     assert len(view_lines) == 1600
 
 
-def test_listing_stays_whole_while_entries_go(mounted: Mounted) -> None:
-    d = mounted.lower / "many"
+def _list_while_removing(
+    m: Mounted, victims: Callable[[list[str]], list[str]], meanwhile: Callable[[], None]
+) -> tuple[list[str], list[str]]:
+    """Read a lower directory of 600 names through the view, removing `victims(names)` and
+    then running `meanwhile` after the first few; returns (names, what the reader saw)."""
+    d = m.lower / "many"
     d.mkdir()
-    names = {f"f{i:04d}" for i in range(600)}
+    names = sorted(f"f{i:04d}" for i in range(600))
     for name in names:
         (d / name).write_text(name)
     seen: list[str] = []
-    with os.scandir(mounted.mnt / "many") as it:
+    with os.scandir(m.mnt / "many") as it:
         for i, entry in enumerate(it):
             seen.append(entry.name)
             if i == 10:
-                for victim in sorted(names)[300:]:
-                    os.unlink(mounted.mnt / "many" / victim)
+                for victim in victims(names):
+                    os.unlink(m.mnt / "many" / victim)
+                meanwhile()
     # POSIX leaves open whether names removed meanwhile show up; none that stays may be
     # skipped, and none may come twice.
     assert len(seen) == len(set(seen))
-    assert set(sorted(names)[:300]) <= set(seen)
+    return names, seen
+
+
+def test_listing_stays_whole_while_entries_go(mounted: Mounted) -> None:
+    names, seen = _list_while_removing(mounted, lambda names: names[300:], lambda: None)
+    assert set(names[:300]) <= set(seen)
     assert len(os.listdir(mounted.mnt / "many")) == 300
 
 
 def test_listing_resumes_after_another_reader_restarted_it(mounted: Mounted) -> None:
-    d = mounted.lower / "many"
-    d.mkdir()
-    names = {f"f{i:04d}" for i in range(600)}
-    for name in names:
-        (d / name).write_text(name)
-    seen: list[str] = []
-    with os.scandir(mounted.mnt / "many") as it:
-        for i, entry in enumerate(it):
-            seen.append(entry.name)
-            if i == 10:
-                for victim in sorted(names)[::2]:
-                    os.unlink(mounted.mnt / "many" / victim)
-                # A second reader lists the directory anew, from its first entry.
-                assert len(os.listdir(mounted.mnt / "many")) == 300
-    assert len(seen) == len(set(seen))
-    assert set(sorted(names)[1::2]) <= set(seen)
+    def second_reader() -> None:
+        # It lists the directory anew, from its first entry, while the first reader is halfway.
+        assert len(os.listdir(mounted.mnt / "many")) == 300
+
+    names, seen = _list_while_removing(mounted, lambda names: names[::2], second_reader)
+    assert set(names[1::2]) <= set(seen)
 
 
 @pytest.fixture
