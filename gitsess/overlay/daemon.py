@@ -16,6 +16,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,38 +134,43 @@ async def _serve(
 
 def _invalidate(tree: Tree, rels: set[bytes], token: trio.lowlevel.TrioToken) -> None:
     """Runs in the watcher thread: kernel invalidations must not block the event loop."""
-    try:
-        entries, inodes = trio.from_thread.run_sync(tree.stale_caches, rels, trio_token=token)
-    except trio.RunFinishedError:
-        return
-    _invalidate_entries(entries)
-    for ino in inodes:
-        with contextlib.suppress(OSError):
-            pyfuse3.invalidate_inode(pyfuse3.InodeT(ino))
+    _forget_in_kernel(token, tree.stale_caches, rels)
 
 
 def _invalidate_known(tree: Tree, token: trio.lowlevel.TrioToken) -> None:
-    """Runs in the watcher thread: the names and inodes the kernel may hold, so it looks each
-    up again (with the writeback cache it keeps a cached inode's size whatever getattr says).
-    Names it looked up and found missing stay cached."""
+    """Runs in the watcher thread once the watch is in place: the names and inodes the kernel
+    may hold, so it looks each up again (see `Tree.catch_up`)."""
+    _forget_in_kernel(token, tree.catch_up)
+
+
+def _forget_in_kernel(
+    token: trio.lowlevel.TrioToken,
+    stale: Callable[..., tuple[list[tuple[int, bytes]], list[int]]],
+    *args: object,
+) -> None:
+    """Asks `stale` on the event loop which (directory, name) entries and inodes are stale,
+    then tells the kernel from this thread (it may need the event loop meanwhile)."""
     try:
-        known = trio.from_thread.run_sync(tree.catch_up, trio_token=token)
+        entries, inodes = trio.from_thread.run_sync(stale, *args, trio_token=token)
     except trio.RunFinishedError:
         return
-    _invalidate_entries([(parent, name) for _, parent, name in known])
-    for ino, _, _ in known:
+    done = _invalidate_entries(entries)
+    for ino in set(inodes) - done:
         with contextlib.suppress(OSError):
             pyfuse3.invalidate_inode(pyfuse3.InodeT(ino))
 
 
-def _invalidate_entries(entries: list[tuple[int, bytes]]) -> None:
+def _invalidate_entries(entries: list[tuple[int, bytes]]) -> set[int]:
+    """Returns the directories, whose inodes it invalidated too: the kernel may hold their
+    listings (see fs.INODE_FH)."""
     for parent, name in entries:
         with contextlib.suppress(OSError):
             pyfuse3.invalidate_entry(pyfuse3.InodeT(parent), pyfuse3.FileNameT(name))
-    # The kernel may hold these directories' listings too (see fs.INODE_FH).
-    for parent in {parent for parent, _ in entries}:
+    parents = {parent for parent, _ in entries}
+    for parent in parents:
         with contextlib.suppress(OSError):
             pyfuse3.invalidate_inode(pyfuse3.InodeT(parent))
+    return parents
 
 
 async def _commit_loop(tree: Tree) -> None:

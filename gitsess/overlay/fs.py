@@ -50,7 +50,7 @@ class Handle:
     written: int = 0
 
 
-# pyfuse3 as built by scripts/setup.sh (patches/pyfuse3.patch) hands the inode number to
+# pyfuse3 as built by scripts/setup.sh (patches/pyfuse3-3.5.0.patch) hands the inode number to
 # handlers as `fh` when the kernel sends none. Then `opendir` can answer ENOSYS: the kernel stops
 # sending OPENDIR and RELEASEDIR and keeps every directory listing in its page cache until the
 # directory changes, so a warm `find` or `git status` sends no readdir at all.

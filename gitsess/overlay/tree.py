@@ -487,25 +487,33 @@ class Tree:
             inodes.extend(follow.get(rel, ()))
         return entries, inodes
 
-    def catch_up(self) -> list[tuple[int, int, bytes]]:
+    def catch_up(self) -> tuple[list[tuple[int, bytes]], list[int]]:
         """What the worktree watch could not see before it was in place (it starts while the
         view is already served, and nothing watches an unmounted session): records drift for
         every file the session copied whose worktree original changed since, drops the
-        worktree `lstat`s kept on lower nodes, and returns (inode, parent, name) of every node
-        outside `.git` for the kernel to forget. `.git` is left out: its caches last a second
-        anyway, and invalidating a name detaches whatever is mounted on it (`gitsess run`
-        binds the real `.git` there)."""
+        worktree `lstat`s kept on lower nodes, and returns, as `stale_caches` does, the kernel
+        entries and inodes of every node outside `.git`. A fresh lookup is what makes the
+        kernel take a new size: with the writeback cache it keeps a cached inode's size
+        whatever getattr says. `.git` is left out: its caches last a second anyway, and
+        invalidating a name detaches whatever is mounted on it (`gitsess run` binds the real
+        `.git` there). Names the kernel found missing stay cached."""
         now = time.time_ns()
-        known = []
+        entries: list[tuple[int, bytes]] = []
+        inodes: list[int] = []
         for n in self.nodes.values():
             n.st = None
-            if n.upper and n.origin is not None and n.entries is None and n.origin_stamp:
-                st = self._lower_stat(n.origin)
-                if st is None or (st.st_mode, st.st_size, st.st_mtime_ns) != n.origin_stamp:
-                    self._pending.drift[os.fsdecode(n.origin)] = now
+            if (
+                n.upper
+                and n.entries is None
+                and n.origin is not None
+                and n.origin_stamp is not None
+                and _stamp(self._lower_stat(n.origin)) != n.origin_stamp
+            ):
+                self._pending.drift[os.fsdecode(n.origin)] = now
             if n.ino != ROOT_INODE and not n.passthrough:
-                known.append((n.ino, n.parent, n.name))
-        return known
+                entries.append((n.parent, n.name))
+                inodes.append(n.ino)
+        return entries, inodes
 
     # ---------------------------------------------------------------- attributes
 
@@ -615,7 +623,7 @@ class Tree:
         self._fill_from_stat(n, st)
         n.upper = True
         n.origin = n.lower
-        n.origin_stamp = (st.st_mode, st.st_size, st.st_mtime_ns)
+        n.origin_stamp = _stamp(st)
         n.nlink = 1 if named else 0
         if stat.S_ISDIR(st.st_mode):
             n.entries = {}
@@ -757,7 +765,7 @@ class Tree:
                 continue
             st = self._lower_stat(n.origin)
             if st is not None:
-                n.origin_stamp = (st.st_mode, st.st_size, st.st_mtime_ns)
+                n.origin_stamp = _stamp(st)
                 self._pending.nodes.add(n.ino)
 
     def _prune(self, d: Node, path: bytes) -> None:
@@ -1136,6 +1144,11 @@ class _Pending:
             or self.drift
             or self.undrift
         )
+
+
+def _stamp(st: os.stat_result | None) -> tuple[int, int, int] | None:
+    """What a copy-up records of its worktree original, to tell later whether it changed."""
+    return None if st is None else (st.st_mode, st.st_size, st.st_mtime_ns)
 
 
 def _lower_xattrs(path: bytes) -> dict[bytes, bytes]:
