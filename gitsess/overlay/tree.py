@@ -492,11 +492,13 @@ class Tree:
         view is already served, and nothing watches an unmounted session): records drift for
         every file the session copied whose worktree original changed since, drops the
         worktree `lstat`s kept on lower nodes, and returns, as `stale_caches` does, the kernel
-        entries and inodes of every node outside `.git`. A fresh lookup is what makes the
-        kernel take a new size: with the writeback cache it keeps a cached inode's size
-        whatever getattr says. `.git` is left out: its caches last a second anyway, and
-        invalidating a name detaches whatever is mounted on it (`gitsess run` binds the real
-        `.git` there). Names the kernel found missing stay cached."""
+        inodes of every node outside `.git`, and the entries of those that are not directories.
+        A fresh lookup is what makes the kernel take a file's new size: with the writeback cache
+        it keeps a cached inode's size whatever getattr says. A directory's name stays: an
+        invalidated name is unhashed, and a process whose working directory it is could no
+        longer `getcwd`; and invalidating a name detaches whatever is mounted on it (`gitsess
+        run` binds the real `.git` there; `.git` is left out altogether, its caches last a
+        second anyway). Names the kernel found missing stay cached."""
         now = time.time_ns()
         entries: list[tuple[int, bytes]] = []
         inodes: list[int] = []
@@ -511,8 +513,9 @@ class Tree:
             ):
                 self._pending.drift[os.fsdecode(n.origin)] = now
             if n.ino != ROOT_INODE and not n.passthrough:
-                entries.append((n.parent, n.name))
                 inodes.append(n.ino)
+                if not n.is_dir:
+                    entries.append((n.parent, n.name))
         return entries, inodes
 
     # ---------------------------------------------------------------- attributes
