@@ -80,13 +80,10 @@ def _insert(
 
 def undo(ctx: RepoContext, session: Session) -> None:
     """Take back a session that was just made, when filling it failed."""
-    registry = Registry.open(ctx.registry_path, create=False)
-    if registry is not None:
-        try:
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        if registry is not None:
             with registry.write():
                 registry.delete(session.id)
-        finally:
-            registry.close()
     shutil.rmtree(ctx.session_dir(session.id), ignore_errors=True)
 
 

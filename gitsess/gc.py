@@ -18,7 +18,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -65,14 +65,8 @@ class Sweep(Protocol):
 # registry access
 
 
-@contextmanager
-def _registry(ctx: RepoContext) -> Iterator[Registry | None]:
-    registry = Registry.open(ctx.registry_path, create=False)
-    try:
-        yield registry
-    finally:
-        if registry is not None:
-            registry.close()
+def _registry(ctx: RepoContext) -> AbstractContextManager[Registry | None]:
+    return Registry.opened(ctx.registry_path, create=False)
 
 
 def _sessions(ctx: RepoContext) -> list[Session]:

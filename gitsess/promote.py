@@ -263,24 +263,14 @@ def _as_stamp(value: Any) -> Stamp:
 
 
 def _set_base(ctx: RepoContext, session: Session, base: str | None) -> None:
-    registry = Registry.open(ctx.registry_path, create=False)
-    if registry is None:
-        return
-    try:
-        if registry.by_id(session.id) is not None:
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        if registry is not None and registry.by_id(session.id) is not None:
             registry.update(session.id, base_commit=base)
-    finally:
-        registry.close()
 
 
 def _current(ctx: RepoContext, session: Session) -> Session:
-    registry = Registry.open(ctx.registry_path, create=False)
-    if registry is None:
-        return session
-    try:
-        return registry.by_id(session.id) or session
-    finally:
-        registry.close()
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        return (registry and registry.by_id(session.id)) or session
 
 
 @dataclass(frozen=True)

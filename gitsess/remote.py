@@ -16,8 +16,7 @@ the state dir, which no view shows, and the key-value store goes only with `with
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -40,14 +39,8 @@ from gitsess.store.registry import Registry, Run, Session, Synced
 from gitsess.timeline import DeltaReader, delta_path, runs
 
 
-@contextmanager
-def _registry(ctx: RepoContext) -> Iterator[Registry | None]:
-    registry = Registry.open(ctx.registry_path, create=False)
-    try:
-        yield registry
-    finally:
-        if registry is not None:
-            registry.close()
+def _registry(ctx: RepoContext) -> AbstractContextManager[Registry | None]:
+    return Registry.opened(ctx.registry_path, create=False)
 
 
 def _synced(ctx: RepoContext, session: Session) -> Synced | None:

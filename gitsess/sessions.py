@@ -17,7 +17,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,14 +122,8 @@ def validate_name(name: str) -> str:
     return name
 
 
-@contextmanager
-def _registry(ctx: RepoContext, *, create: bool) -> Iterator[Registry | None]:
-    registry = Registry.open(ctx.registry_path, create=create)
-    try:
-        yield registry
-    finally:
-        if registry is not None:
-            registry.close()
+def _registry(ctx: RepoContext, *, create: bool) -> AbstractContextManager[Registry | None]:
+    return Registry.opened(ctx.registry_path, create=create)
 
 
 @contextmanager

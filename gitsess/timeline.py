@@ -273,13 +273,8 @@ def delta_path(ctx: RepoContext, session: Session) -> Path:
 
 
 def runs(ctx: RepoContext, session: Session) -> list[Run]:
-    registry = Registry.open(ctx.registry_path, create=False)
-    if registry is None:
-        return []
-    try:
-        return registry.runs(session.id)
-    finally:
-        registry.close()
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        return [] if registry is None else registry.runs(session.id)
 
 
 def _check_run(session: Session, flt: Filter, known: list[Run]) -> None:

@@ -54,13 +54,10 @@ class AgentInfo:
 
 @contextmanager
 def _registry(ctx: RepoContext, *, create: bool = False) -> Iterator[Registry]:
-    registry = Registry.open(ctx.registry_path, create=create)
-    if registry is None:
-        raise GitsessError(f"no sessions yet in {ctx.common_dir}")
-    try:
+    with Registry.opened(ctx.registry_path, create=create) as registry:
+        if registry is None:
+            raise GitsessError(f"no sessions yet in {ctx.common_dir}")
         yield registry
-    finally:
-        registry.close()
 
 
 def prepare(
@@ -285,14 +282,11 @@ def _purge(ctx: RepoContext, registry: Registry, session: Session, rows: list[Pa
 
 def list_participants(ctx: RepoContext, session: Session | None) -> list[AgentInfo]:
     """The participants of one session, or of all; never creates the registry."""
-    registry = Registry.open(ctx.registry_path, create=False)
-    if registry is None:
-        return []
-    try:
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        if registry is None:
+            return []
         names = {s.id: s.name for s in registry.all()}
         rows = registry.participants(None if session is None else session.id)
-    finally:
-        registry.close()
     return [AgentInfo(p, names[p.session_id], p.state == "running" and _alive(p.pid)) for p in rows]
 
 

@@ -195,6 +195,17 @@ class Registry:
             raise
         return registry
 
+    @classmethod
+    @contextmanager
+    def opened(cls, path: Path, *, create: bool) -> Iterator[Registry | None]:
+        """`open`, closed again when the block ends."""
+        registry = cls.open(path, create=create)
+        try:
+            yield registry
+        finally:
+            if registry is not None:
+                registry.close()
+
     def close(self) -> None:
         self.conn.close()
 
