@@ -29,9 +29,10 @@ from gitsess.git.archive import (
 )
 from gitsess.git.changes import GIT_EXEC, GIT_LINK
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
+from gitsess.overlay import schema
 from gitsess.overlay.store import copy_data
 from gitsess.sessions import validate_name
-from gitsess.store.db import private_dir
+from gitsess.store.db import BUSY_TIMEOUT_MS, private_dir
 from gitsess.store.registry import Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
 from gitsess.viewwrite import view_writer
@@ -119,9 +120,10 @@ def fork(ctx: RepoContext, source: Session, name: str) -> Session:
 
 def _copy_db(src: Path, dest: Path) -> None:
     """SQLite's online backup: a consistent copy even while the source's daemon writes."""
-    source = apsw.Connection(str(src), flags=apsw.SQLITE_OPEN_READONLY)
+    source = schema.connect(str(src), readonly=True)
     try:
         target = apsw.Connection(str(dest))
+        target.set_busy_timeout(BUSY_TIMEOUT_MS)
         try:
             with target.backup("main", source, "main") as backup:
                 while not backup.done:

@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import apsw
 
+from gitsess.store import db
+
 # The upper layer is inode based, like a real filesystem: `nodes` holds every object the
 # session created or changed, `dentries` the names inside directories the session touched.
 # A dentry with ino 0 is a whiteout hiding the lower name. A directory node with `origin`
@@ -135,26 +137,28 @@ def connect(path: str, *, readonly: bool = False) -> apsw.Connection:
     """Open delta.db with the settings every user of it shares, migrated to this version (a
     reader of an old delta.db migrates it first: its data may no longer be where it was)."""
     if readonly:
-        probe = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
+        conn = _open(path, apsw.SQLITE_OPEN_READONLY)
         try:
-            old = _version(probe) < len(MIGRATIONS)
-        finally:
-            probe.close()
-        if old:
-            connect(path).close()
-    flags = (
-        apsw.SQLITE_OPEN_READONLY
-        if readonly
-        else apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-    )
-    conn = apsw.Connection(path, flags=flags)
-    conn.set_busy_timeout(10_000)
-    if readonly:
-        return conn
-    conn.execute("PRAGMA journal_mode=WAL")
+            if _version(conn) >= len(MIGRATIONS):
+                return conn
+        except BaseException:
+            conn.close()
+            raise
+        conn.close()
+        connect(path).close()
+        return _open(path, apsw.SQLITE_OPEN_READONLY)
+    conn = _open(path, apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
+    db.enable_wal(conn)
     # NORMAL: a kill -9 loses nothing committed; fsync(2) from a writer syncs the WAL itself.
     conn.execute("PRAGMA synchronous=NORMAL")
     migrate(conn, data_dir(path))
+    return conn
+
+
+def _open(path: str, flags: int) -> apsw.Connection:
+    conn = apsw.Connection(path, flags=flags)
+    # Before any statement: a daemon committing or closing holds locks a reader must wait for.
+    conn.set_busy_timeout(db.BUSY_TIMEOUT_MS)
     return conn
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -35,12 +36,28 @@ def connect(path: Path) -> apsw.Connection:
     try:
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         conn.execute("PRAGMA foreign_keys = ON")
-        if conn.execute("PRAGMA journal_mode").get != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
+        enable_wal(conn)
     except apsw.Error as e:
         conn.close()
         raise db_error(path, e) from e
     return conn
+
+
+def enable_wal(conn: apsw.Connection) -> None:
+    """Put the database in WAL mode, waiting out other processes doing the same.
+
+    Switching takes the write lock while holding a read lock, and SQLite does not wait for
+    that (it could deadlock): of several processes creating a database at once, all but one
+    fail at once with "database is locked" whatever the busy timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while conn.execute("PRAGMA journal_mode").get != "wal":
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+        except apsw.BusyError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.002)
 
 
 @contextmanager
