@@ -133,9 +133,8 @@ def run(
     from gitsess import inplace
 
     spec = spec_for(ctx, session)
-    live = mount.ensure_mounted(spec)
-    conn = mount.join(
-        session.id,
+    live, conn = mount.mount_and_join(
+        spec,
         {
             "pid": os.getpid(),
             "role": role,

@@ -29,6 +29,8 @@ from gitsess.errors import GitsessError
 from gitsess.overlay import control
 
 READY_TIMEOUT = 30.0
+# Each attempt that finds the daemon stopping waits for it to exit and starts a new one.
+JOIN_ATTEMPTS = 3
 FSTYPE = "fuse.gitsess"
 DAEMON_MODULE = "gitsess.overlay.daemon"
 # How a prestarted process shows in `ps`: `python -m gitsess.mount --daemon-args-fd N`.
@@ -68,11 +70,26 @@ class Status:
     participants: list[dict[str, Any]] = field(default_factory=list)
 
 
+class DaemonStopping(GitsessError):
+    """The daemon decided to stop just as it was asked to take a participant in."""
+
+
 def status(session_id: str) -> Status | None:
-    """The live daemon's view of itself, or None when the session is not mounted."""
+    """The live daemon's view of itself, or None when the session is not mounted.
+
+    None also means that no daemon writes delta.db any more: one that is stopping is waited for
+    until it exited, after its last commit.
+    """
     try:
         reply = control.request(session_id, {"op": "status"})
-    except (OSError, ConnectionError):
+    except ConnectionError:
+        # It stopped with our request unread: it closes the connection as it exits.
+        _wait_gone(session_id)
+        return None
+    except OSError:
+        return None
+    if reply is not None and reply.get("stopping"):
+        _wait_gone(session_id)
         return None
     if reply is None or not reply.get("ok"):
         return None
@@ -83,6 +100,18 @@ def status(session_id: str) -> Status | None:
         reply["read_only"],
         reply["participants"],
     )
+
+
+def _wait_gone(session_id: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while (sock := control.connect(session_id, timeout=1)) is not None:
+        sock.close()
+        if time.monotonic() > deadline:
+            raise GitsessError(
+                f"the daemon of session {session_id} is stopping but has not exited after "
+                f"{READY_TIMEOUT:.0f} s"
+            )
+        time.sleep(0.01)
 
 
 def sync(session_id: str) -> bool:
@@ -199,10 +228,10 @@ def ensure_mounted(spec: MountSpec) -> Status:
     """Mount the session unless its daemon already serves it; return the live status."""
     with locked(spec.session_dir):
         live = status(spec.session_id)
+        if live is not None and spec.persistent and not live.persistent:
+            live = live if _persist(spec.session_id) else None
         if live is not None:
             _discard_prestarted()
-            if spec.persistent and not live.persistent:
-                control.request(spec.session_id, {"op": "persist"})
             return live
         clean_stale(spec.target)
         _start_daemon(spec)
@@ -210,6 +239,19 @@ def ensure_mounted(spec: MountSpec) -> Status:
         if live is None:
             raise GitsessError(f"the session daemon exited right after mounting; see {spec.log}")
         return live
+
+
+def _persist(session_id: str) -> bool:
+    """Make the live daemon stay without participants; False when it was stopping (and is
+    gone now)."""
+    try:
+        reply = control.request(session_id, {"op": "persist"})
+    except ConnectionError:
+        reply = {"stopping": True}
+    if reply is not None and not reply.get("stopping"):
+        return True
+    _wait_gone(session_id)
+    return False
 
 
 def _start_daemon(spec: MountSpec) -> None:
@@ -283,10 +325,32 @@ def join(session_id: str, info: dict[str, Any]) -> socket.socket:
     inheritable by the command) for as long as the participant uses the mount."""
     sock = control.connect(session_id)
     if sock is None:
-        raise GitsessError("the session daemon is not running")
-    control.send(sock, {"op": "join", **info})
+        raise DaemonStopping("the session daemon is not running")
+    try:
+        reply = control.send(sock, {"op": "join", **info})
+    except ConnectionError:
+        sock.close()
+        raise DaemonStopping("the session daemon stopped") from None
+    except BaseException:
+        sock.close()
+        raise
+    if not reply.get("ok"):
+        sock.close()
+        if reply.get("stopping"):
+            raise DaemonStopping(str(reply.get("error")))
+        raise GitsessError(f"the session daemon refused: {reply.get('error')}")
     sock.settimeout(None)
     return sock
+
+
+def mount_and_join(spec: MountSpec, info: dict[str, Any]) -> tuple[Status, socket.socket]:
+    """`ensure_mounted`, then `join`; a daemon that stops in between is replaced by a new one."""
+    for _ in range(JOIN_ATTEMPTS - 1):
+        live = ensure_mounted(spec)
+        with contextlib.suppress(DaemonStopping):
+            return live, join(spec.session_id, info)
+    live = ensure_mounted(spec)
+    return live, join(spec.session_id, info)
 
 
 def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:

@@ -17,6 +17,7 @@ import pytest
 
 from gitsess import live, mount, sessions
 from gitsess.git.repo import RepoContext, discover
+from gitsess.overlay import control
 
 from .live_util import InProcess, eventually
 from .util import GITSESS, git, gitsess
@@ -169,6 +170,34 @@ def test_mount_and_umount_keep_a_view_until_told(repo: Path, tmp_path: Path) -> 
     assert mount.is_mounted(target)
     assert gitsess(repo, "umount", "kept").returncode == 0
     assert not mount.is_mounted(target)
+
+
+def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: InProcess) -> None:
+    made = gs.json("new", "brief")
+    gs.ok("mount", "brief")
+    first = mount.status(made["id"])
+    assert first is not None
+    assert control.request(made["id"], {"op": "stop"}) == {"ok": True}
+    # Stopping, it still holds the session's name and may still commit: no one may write
+    # delta.db or start another daemon until it is gone.
+    assert mount.status(made["id"]) is None
+    assert control.connect(made["id"]) is None
+    assert not mount.is_mounted(Path(first.mountpoint))
+
+
+def test_joining_a_daemon_as_it_stops_starts_another(repo: Path, ctx: RepoContext) -> None:
+    session = sessions.create(ctx, "quick")
+    first = mount.ensure_mounted(live.spec_for(ctx, session, persistent=True))
+    assert control.request(session.id, {"op": "stop"}) == {"ok": True}
+    with pytest.raises(mount.DaemonStopping):
+        mount.join(session.id, {"pid": os.getpid()})
+    status, conn = mount.mount_and_join(live.spec_for(ctx, session), {"pid": os.getpid()})
+    with conn:
+        assert status.daemon_pid != first.daemon_pid
+        assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
+        now = mount.status(session.id)
+        assert now is not None
+        assert [p["pid"] for p in now.participants] == [os.getpid()]
 
 
 def test_real_tools_inside_a_session(repo: Path, tmp_path: Path) -> None:

@@ -48,6 +48,9 @@ class State:
     participants: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_id: int = 1
     ever_joined: bool = False
+    # Set once the daemon decided to stop: it still holds the session's name (its lock) until
+    # its last commit and unmount, but takes no one in.
+    stopping: bool = False
     stale_entries: list[tuple[int, bytes]] = field(default_factory=list)
 
 
@@ -121,7 +124,7 @@ async def _serve(
     watcher.start()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_commit_loop, state.tree)
-        nursery.start_soon(_signals)
+        nursery.start_soon(_signals, state)
         nursery.start_soon(_control_loop, state, trio.socket.from_stdlib_socket(listener))
         if not state.persistent:
             nursery.start_soon(_first_join_deadline, state)
@@ -183,19 +186,23 @@ async def _commit_loop(tree: Tree) -> None:
                 log.warning("commit failed (%s); kept in memory, retrying", e)
 
 
-async def _signals() -> None:
+def _stop(state: State, why: str) -> None:
+    log.info("%s: stopping", why)
+    state.stopping = True
+    pyfuse3.terminate()
+
+
+async def _signals(state: State) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         async for signum in signals:
-            log.info("signal %d: stopping", signum)
-            pyfuse3.terminate()
+            _stop(state, f"signal {signum}")
             return
 
 
 async def _first_join_deadline(state: State) -> None:
     await trio.sleep(FIRST_JOIN_TIMEOUT)
     if not state.ever_joined and not state.persistent:
-        log.info("nobody joined: stopping")
-        pyfuse3.terminate()
+        _stop(state, "nobody joined")
 
 
 async def _control_loop(state: State, listener: trio.socket.SocketType) -> None:
@@ -243,13 +250,14 @@ async def _client(state: State, stream: trio.SocketStream) -> None:
 
 async def _linger_then_stop(state: State) -> None:
     await trio.sleep(LINGER)
-    if not state.participants and not state.persistent:
-        log.info("last participant left: stopping")
-        pyfuse3.terminate()
+    if not state.participants and not state.persistent and not state.stopping:
+        _stop(state, "last participant left")
 
 
 def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     op = msg.get("op")
+    if state.stopping and op in ("join", "status", "persist"):
+        return {"ok": False, "stopping": True, "error": "the session daemon is stopping"}, None
     if op == "join":
         pid = state.next_id
         state.next_id += 1
@@ -297,7 +305,7 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
         state.persistent = True
         return {"ok": True}, None
     if op == "stop":
-        pyfuse3.terminate()
+        _stop(state, "asked to")
         return {"ok": True}, None
     return {"ok": False, "error": f"unknown op {op!r}"}, None
 
