@@ -39,7 +39,7 @@ from gitsess.git.changes import (
     StateKind,
     common_dir,
 )
-from gitsess.git.diff import diff_changes, read_view, scratch_repo
+from gitsess.git.diff import ScratchRepository, diff_changes, read_view, scratch_repo
 from gitsess.git.view import Entry, Kind, SessionView
 from gitsess.git.worktree import checked_out_at
 
@@ -296,7 +296,7 @@ def apply_commit(
     force: bool = False,
     dry_run: bool = False,
     on_prepared: Callable[[CommitResult], None] | None = None,
-    scratch: pygit2.Repository | None = None,
+    scratch: ScratchRepository | None = None,
 ) -> CommitResult:
     """Commit the changes on `branch` (a name or a full ref) on top of its tip; a branch that
     does not exist is created at `base`.
@@ -381,6 +381,9 @@ def _commit_target(repo: pygit2.Repository, tree: pygit2.Tree, write: PathWrite)
 
 
 def _blob_data(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:
+    made = repo.created(oid) if isinstance(repo, ScratchRepository) else None
+    if made is not None:
+        return made[1]
     blob = repo.get(oid)
     assert isinstance(blob, pygit2.Blob)
     return blob.data
@@ -538,15 +541,19 @@ def _tree_entry(tree: pygit2.Tree, path: str) -> tuple[str, int] | None:
     return str(obj.id), int(obj.filemode)
 
 
-def copy_objects(src: pygit2.Repository, dest: pygit2.Repository, tree: str) -> None:
-    """Copy the objects of `tree` that `dest` lacks (a subtree it has is complete there)."""
+def copy_objects(src: ScratchRepository, dest: pygit2.Repository, tree: str) -> None:
+    """Copy the objects of `tree` that were made in `src`, a scratch repository over `dest`
+    (one `dest` has holds a complete subtree there).
+
+    `dest` is never asked whether it has an object: each miss rescans its packs."""
     odb = dest.odb
     pending = [pygit2.Oid(hex=tree)]
     while pending:
         oid = pending.pop()
-        if oid in odb:
+        made = src.created(oid)
+        if made is None:
             continue
-        kind, data = src.odb.read(oid)
+        kind, data = made
         if kind == ObjectType.TREE:
             subtree = src.get(oid)
             assert isinstance(subtree, pygit2.Tree)

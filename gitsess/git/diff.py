@@ -205,17 +205,31 @@ class _MemoryBackend(pygit2.OdbBackend):
         return iter(list(self.objects))
 
 
-@contextmanager
-def scratch_repo(repo: pygit2.Repository) -> Iterator[pygit2.Repository]:
-    """A repository object that reads `repo`'s objects and keeps new ones in memory, dropped on
-    exit. Blobs and trees of a diff (or of a commit being planned) go there, never into the
+class ScratchRepository(pygit2.Repository):
+    """A repository object that reads a real repository's objects and keeps new ones in
+    memory. Blobs and trees of a diff (or of a commit being planned) go there, never into the
     real repository."""
-    odb = pygit2.Odb()
-    odb.add_backend(_MemoryBackend(), 2)
-    odb.add_disk_alternate(str(common_dir(repo) / "objects"))
-    scratch = pygit2.Repository()
-    scratch.set_odb(odb)
-    yield scratch
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        super().__init__()
+        self._memory = _MemoryBackend()
+        odb = pygit2.Odb()
+        odb.add_backend(self._memory, 2)
+        odb.add_disk_alternate(str(common_dir(repo) / "objects"))
+        self.set_odb(odb)
+
+    def created(self, oid: pygit2.Oid) -> tuple[int, bytes] | None:
+        """(type, content) of an object made here; None for one the real repository has
+        (libgit2 writes no object that one of the odb's backends already holds).
+
+        Read straight from memory: through libgit2 every read is a call back into Python."""
+        return self._memory.objects.get(oid)
+
+
+@contextmanager
+def scratch_repo(repo: pygit2.Repository) -> Iterator[ScratchRepository]:
+    """A `ScratchRepository` over `repo`, dropped with what it holds on exit."""
+    yield ScratchRepository(repo)
 
 
 def _side_tree(
