@@ -17,7 +17,8 @@ from gitsess.store import db
 # A dentry with ino 0 is a whiteout hiding the lower name. A directory node with `origin`
 # merges with that lower directory (NULL = opaque); a file node with data = 0 still reads its
 # bytes from `origin` in the lower tree (metadata-only change), with data = 1 from its data file
-# (`DeltaStore.data_path`; until version 3, from `chunks`).
+# (`DeltaStore.data_path`; until version 3, from `chunks`), with data = 2 from `inline_data`
+# (small files, since version 4).
 Migration = str | Callable[[apsw.Connection, str], None]
 # The chunk size of version 2 deltas that did not record theirs.
 DEFAULT_CHUNK_SIZE = 128 * 1024
@@ -125,6 +126,9 @@ MIGRATIONS: list[Migration] = [
     );
     """,
     _chunks_to_data_files,
+    # 4: the bytes of small files live here (nodes.data = 2) instead of in a data file each:
+    # creating a file on disk cost more than everything else a small file's creation does.
+    "CREATE TABLE inline_data (ino INTEGER PRIMARY KEY, bytes BLOB NOT NULL)",
 ]
 
 

@@ -48,6 +48,10 @@ NODE_COLUMNS = (
 )
 
 
+# nodes.data of a file whose bytes are in `inline_data` (0: the lower file's, 1: its data file's)
+INLINE = 2
+
+
 @dataclass
 class Batch:
     """Everything one commit writes; applied in this order inside one transaction."""
@@ -61,6 +65,7 @@ class Batch:
     events: list[tuple[object, ...]]
     drift: dict[str, int]
     undrift: set[str]  # paths (and what lies below them) the session no longer holds
+    inline: dict[int, bytes | None]  # bytes of inline files; None: no longer inline
 
 
 def data_bytes(path: str) -> int:
@@ -166,6 +171,11 @@ class DeltaStore:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.data_path(ino))
 
+    def inline(self, ino: int) -> bytes:
+        """The committed bytes of an inline file (data = INLINE)."""
+        rows = self.conn.execute("SELECT bytes FROM inline_data WHERE ino = ?", (ino,)).fetchall()
+        return bytes(rows[0][0]) if rows else b""  # type: ignore[arg-type]
+
     def next_process_id(self) -> int:
         rows = self.conn.execute("SELECT coalesce(max(id), 0) + 1 FROM processes").fetchall()
         return int(rows[0][0])  # type: ignore[arg-type]
@@ -192,9 +202,7 @@ class DeltaStore:
     def _write(self, b: Batch) -> None:
         c = self.conn
         for ino in b.deleted_nodes:
-            c.execute("DELETE FROM nodes WHERE ino = ?", (ino,))
-            c.execute("DELETE FROM xattrs WHERE ino = ?", (ino,))
-            c.execute("DELETE FROM dentries WHERE parent = ?", (ino,))
+            self._delete_node(ino)
         c.executemany(
             f"INSERT OR REPLACE INTO nodes ({NODE_COLUMNS})"
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -235,6 +243,22 @@ class DeltaStore:
         c.executemany(
             "INSERT OR REPLACE INTO drift (path, time_ns) VALUES (?, ?)", list(b.drift.items())
         )
+        for ino, content in b.inline.items():
+            if content is None:
+                c.execute("DELETE FROM inline_data WHERE ino = ?", (ino,))
+            else:
+                c.execute(
+                    "INSERT OR REPLACE INTO inline_data (ino, bytes) VALUES (?, ?)", (ino, content)
+                )
+
+    def _delete_node(self, ino: int) -> None:
+        for sql in (
+            "DELETE FROM nodes WHERE ino = ?",
+            "DELETE FROM xattrs WHERE ino = ?",
+            "DELETE FROM inline_data WHERE ino = ?",
+            "DELETE FROM dentries WHERE parent = ?",
+        ):
+            self.conn.execute(sql, (ino,))
 
     def _sync_wal(self) -> None:
         if self._wal_fd is None:
@@ -246,9 +270,7 @@ class DeltaStore:
         inos = list(inos)
         with self.conn:
             for ino in inos:
-                self.conn.execute("DELETE FROM nodes WHERE ino = ?", (ino,))
-                self.conn.execute("DELETE FROM xattrs WHERE ino = ?", (ino,))
-                self.conn.execute("DELETE FROM dentries WHERE parent = ?", (ino,))
+                self._delete_node(ino)
         self.remove_data(inos)
 
     def close(self) -> None:

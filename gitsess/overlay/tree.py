@@ -25,7 +25,7 @@ import apsw
 
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.journal import Journal
-from gitsess.overlay.store import FIRST_ALLOCATED_INO, Batch, DeltaStore, NodeRow
+from gitsess.overlay.store import FIRST_ALLOCATED_INO, INLINE, Batch, DeltaStore, NodeRow
 
 ROOT_INODE = 1  # what FUSE calls the root
 # renameat2(2) flags
@@ -40,6 +40,9 @@ WHITEOUT_SETTLE_NS = 1_000_000_000
 LISTINGS_KEPT = 20_000
 # Data files kept open between requests.
 DATA_FDS_OPEN = 64
+# Files up to this size keep their bytes in delta.db (see store.INLINE), committed with their
+# metadata; a file that grows past it moves to a data file for good.
+INLINE_MAX = 16 * 1024
 
 
 class Node:
@@ -229,7 +232,7 @@ class Tree:
         stray = []
         for ino, length in self.store.data_files():
             n = self.nodes.get(ino)
-            if n is None or not n.data or not stat.S_ISREG(n.mode):
+            if n is None or n.data != 1 or not stat.S_ISREG(n.mode):
                 stray.append(ino)
             elif length > n.size:
                 os.truncate(self.store.data_path(ino), n.size)
@@ -283,7 +286,15 @@ class Tree:
         if durable:
             self._sync_data()
         if not (
-            p.deleted or p.nodes or dentries or p.xattrs or p.meta or p.drift or p.undrift or events
+            p.deleted
+            or p.nodes
+            or dentries
+            or p.xattrs
+            or p.meta
+            or p.drift
+            or p.undrift
+            or p.inline
+            or events
         ):
             return
         batch = Batch(
@@ -296,6 +307,7 @@ class Tree:
             events=events,
             drift=dict(p.drift),
             undrift=set(p.undrift),
+            inline={k: v for k, v in p.inline.items() if k not in p.deleted},
         )
         try:
             self.store.commit(batch, durable=durable)
@@ -443,6 +455,7 @@ class Tree:
         del self.nodes[n.ino]
         self._pending.deleted.add(n.ino)
         self._pending.nodes.discard(n.ino)
+        self._pending.inline.pop(n.ino, None)
         self._unsynced.discard(n.ino)
         data_fd = self._data_fds.pop(n.ino, None)
         if data_fd is not None:
@@ -656,6 +669,16 @@ class Tree:
             return
         assert n.origin is not None
         want = n.size if keep is None else min(keep, n.size)
+        if want <= INLINE_MAX:
+            content = b""
+            if want:
+                with open(self._lower_path(n.origin), "rb", buffering=0) as f:
+                    content = f.read(want)
+            self._pending.inline[n.ino] = content
+            n.data = INLINE
+            n.size = len(content)
+            self._pending.nodes.add(n.ino)
+            return
         fd = self._data_fd(n)
         os.ftruncate(fd, 0)
         copied = 0
@@ -840,7 +863,7 @@ class Tree:
         n = self._new_node(p, name, mode, uid, gid)
         n.rdev = rdev
         if stat.S_ISREG(mode):
-            n.data = 1
+            n.data = INLINE
         n.lookups += 1
         return n
 
@@ -1021,10 +1044,17 @@ class Tree:
         if not stat.S_ISREG(n.mode):
             raise _err(errno.EINVAL)
         self.ensure_data(n, keep=size)
-        fd = self._open_data(n, create=size > 0)
-        if fd is not None:
-            os.ftruncate(fd, size)
-            self._unsynced.add(n.ino)
+        if n.data == INLINE and size > INLINE_MAX:
+            self._to_data_file(n)
+        if n.data == INLINE:
+            content = self._inline(n)
+            if len(content) > size:
+                self._pending.inline[n.ino] = content[:size]
+        else:
+            fd = self._open_data(n, create=size > 0)
+            if fd is not None:
+                os.ftruncate(fd, size)
+                self._unsynced.add(n.ino)
         n.size = size
         n.mtime_ns = n.ctime_ns = time.time_ns()
         self._pending.nodes.add(n.ino)
@@ -1038,14 +1068,26 @@ class Tree:
         if off >= n.size:
             return b""
         size = min(size, n.size - off)
-        data_fd = self._open_data(n, create=False)
-        buf = b"" if data_fd is None else os.pread(data_fd, size, off)
+        if n.data == INLINE:
+            buf = self._inline(n)[off : off + size]
+        else:
+            data_fd = self._open_data(n, create=False)
+            buf = b"" if data_fd is None else os.pread(data_fd, size, off)
         # Past the end of a sparse data file (a file extended by truncate): zeros.
         return buf if len(buf) == size else buf + bytes(size - len(buf))
 
     def write(self, n: Node, off: int, buf: bytes) -> int:
         self._check_writable()
         self.ensure_data(n)
+        if n.data == INLINE and off + len(buf) > INLINE_MAX:
+            self._to_data_file(n)
+        if n.data == INLINE:
+            content = bytearray(self._inline(n))
+            if len(content) < off:
+                content.extend(bytes(off - len(content)))
+            content[off : off + len(buf)] = buf
+            self._pending.inline[n.ino] = bytes(content)
+            return self._written(n, off, len(buf))
         fd = self._data_fd(n)
         written = os.pwrite(fd, buf, off)
         if written < len(buf):
@@ -1053,11 +1095,33 @@ class Tree:
             if off + written > n.size:
                 os.ftruncate(fd, max(n.size, off))
             raise _err(errno.ENOSPC)
+        self._unsynced.add(n.ino)
+        return self._written(n, off, written)
+
+    def _written(self, n: Node, off: int, written: int) -> int:
         n.size = max(n.size, off + written)
         n.mtime_ns = n.ctime_ns = time.time_ns()
-        self._unsynced.add(n.ino)
         self._pending.nodes.add(n.ino)
         return written
+
+    def _inline(self, n: Node) -> bytes:
+        """An inline file's bytes (up to its size; any shorter, the rest reads as zeros)."""
+        if n.ino in self._pending.inline:
+            return self._pending.inline[n.ino] or b""
+        return self.store.inline(n.ino)
+
+    def _to_data_file(self, n: Node) -> None:
+        """Move an inline file that grows past INLINE_MAX into a data file."""
+        content = self._inline(n)
+        fd = self._data_fd(n)
+        os.ftruncate(fd, 0)
+        if os.pwrite(fd, content, 0) < len(content):
+            os.ftruncate(fd, 0)
+            raise _err(errno.ENOSPC)
+        n.data = 1
+        self._pending.inline[n.ino] = None
+        self._unsynced.add(n.ino)
+        self._pending.nodes.add(n.ino)
 
     def _lower_fd(self, n: Node) -> int:
         if n.fd is None:
@@ -1136,6 +1200,7 @@ class _Pending:
         self.meta: dict[str, int | str] = {}
         self.drift: dict[str, int] = {}
         self.undrift: set[str] = set()
+        self.inline: dict[int, bytes | None] = {}  # see Batch.inline
 
     def any(self) -> bool:
         return bool(
@@ -1146,6 +1211,7 @@ class _Pending:
             or self.meta
             or self.drift
             or self.undrift
+            or self.inline
         )
 
 

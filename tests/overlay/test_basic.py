@@ -12,6 +12,7 @@ import apsw
 import pytest
 
 from gitsess.overlay import fs
+from gitsess.overlay.tree import INLINE_MAX
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted, git
 
@@ -86,7 +87,24 @@ def test_o_trunc_copies_nothing(mounted: Mounted) -> None:
     with open(mounted.mnt / "big.bin", "wb") as f:
         f.write(b"small")
     assert (mounted.mnt / "big.bin").read_bytes() == b"small"
-    assert list(data_files(mounted).values()) == [b"small"]
+    assert data_files(mounted) == {}
+    assert rows(mounted, "SELECT bytes FROM inline_data") == [(b"small",)]
+
+
+def test_small_files_live_in_delta_db_until_they_grow(mounted: Mounted) -> None:
+    path = mounted.mnt / "grows.txt"
+    path.write_bytes(b"a" * 100)
+    (mounted.mnt / "README").write_text("edited\n")  # a small lower file's copy-up
+    assert data_files(mounted) == {}
+    assert sorted(rows(mounted, "SELECT bytes FROM inline_data")) == [(b"a" * 100,), (b"edited\n",)]
+    os.truncate(path, 300)  # grown by truncate: the rest reads as zeros
+    assert path.read_bytes() == b"a" * 100 + bytes(200)
+    with open(path, "ab") as f:
+        f.write(b"b" * INLINE_MAX)
+    expected = b"a" * 100 + bytes(200) + b"b" * INLINE_MAX
+    assert path.read_bytes() == expected
+    assert list(data_files(mounted).values()) == [expected]
+    assert rows(mounted, "SELECT bytes FROM inline_data") == [(b"edited\n",)]
 
 
 def test_rm_rf_of_a_lower_tree_is_one_whiteout(mounted: Mounted) -> None:

@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 from gitsess.overlay.store import DeltaStore, copy_data, data_bytes
-from gitsess.overlay.tree import ROOT_INODE, Tree
+from gitsess.overlay.tree import INLINE_MAX, ROOT_INODE, Tree
 
 
 def test_copy_keeps_content_and_holes(tmp_path: Path) -> None:
@@ -50,10 +50,15 @@ def test_load_after_a_crash_tidies_data_files(tmp_path: Path) -> None:
     store = DeltaStore(delta)
     tree = Tree(store, str(lower), set())
     n = tree.create(ROOT_INODE, b"f", stat.S_IFREG | 0o644, 0, 0)
-    tree.write(n, 0, b"committed")
+    committed = b"c" * (INLINE_MAX + 1)  # big enough for a data file
+    tree.write(n, 0, committed)
+    small = tree.create(ROOT_INODE, b"small", stat.S_IFREG | 0o644, 0, 0)
+    tree.write(small, 0, b"inline")
     tree.commit(durable=True)
-    # What a crash leaves: bytes written after the last commit, and a file no node reads.
-    tree.write(n, 9, b" and lost")
+    # What a crash leaves: bytes written after the last commit, a file no node reads, and the
+    # data file of an inline file that was growing out of delta.db.
+    tree.write(n, len(committed), b" and lost")
+    tree.write(small, 0, b"x" * INLINE_MAX * 2)
     tree.close()
     store.close()
     (tmp_path / "session" / "data" / "999").write_bytes(b"stray")
@@ -62,9 +67,10 @@ def test_load_after_a_crash_tidies_data_files(tmp_path: Path) -> None:
         tree = Tree(store, str(lower), set())
         assert sorted(os.listdir(tmp_path / "session" / "data")) == [str(n.ino)]
         again = tree.node(n.ino)
-        assert tree.read(again, 0, 100) == b"committed"
-        tree.truncate(again, 20)  # what was cut must come back as zeros, not as the lost bytes
-        assert tree.read(again, 0, 100) == b"committed" + bytes(11)
+        assert tree.read(again, 0, len(committed) + 100) == committed
+        tree.truncate(again, len(committed) + 11)  # what was cut must come back as zeros
+        assert tree.read(again, 0, len(committed) + 100) == committed + bytes(11)
+        assert tree.read(tree.node(small.ino), 0, 100) == b"inline"
         tree.close()
     finally:
         store.close()
