@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gitsess.overlay.passthrough import renameat2
+from gitsess.overlay.tree import INLINE_MAX
 from tests.overlay.conftest import Mounted
 
 pytestmark = pytest.mark.fuse
@@ -27,6 +28,9 @@ pytestmark = pytest.mark.fuse
 NAMES = ["a", "b", "c", "d"]
 paths = st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map("/".join)
 data = st.binary(min_size=0, max_size=300)
+# Small offsets, and ones around the size where a file's bytes move out of delta.db.
+offsets = st.one_of(st.integers(0, 40), st.integers(INLINE_MAX - 8, INLINE_MAX + 8))
+sizes = st.one_of(st.integers(0, 600), st.integers(INLINE_MAX - 8, INLINE_MAX + 8))
 
 
 def seed_tree(root: Path) -> None:
@@ -34,6 +38,7 @@ def seed_tree(root: Path) -> None:
     (root / "a" / "b").write_bytes(b"lower a/b\n")
     (root / "a" / "c").write_bytes(b"lower a/c\n" * 50)
     (root / "a" / "d" / "b").write_bytes(b"deep\n")
+    (root / "a" / "d" / "c").write_bytes(b"big\n" * (INLINE_MAX // 3))
     (root / "b").write_bytes(b"lower b\n")
     os.symlink("b", root / "c")
 
@@ -68,14 +73,12 @@ def _stat(root: Path, p: str) -> tuple[int, int, int]:
 Op = tuple[str, Callable[..., Any], tuple[Any, ...]]
 
 ops = st.one_of(
-    st.tuples(
-        st.just("write"), st.just(_write), st.tuples(paths, data, st.integers(0, 40), st.booleans())
-    ),
+    st.tuples(st.just("write"), st.just(_write), st.tuples(paths, data, offsets, st.booleans())),
     st.tuples(st.just("append"), st.just(_append), st.tuples(paths, data)),
     st.tuples(
         st.just("truncate"),
         st.just(lambda r, p, n: os.truncate(r / p, n)),
-        st.tuples(paths, st.integers(0, 600)),
+        st.tuples(paths, sizes),
     ),
     st.tuples(st.just("mkdir"), st.just(lambda r, p: os.mkdir(r / p)), st.tuples(paths)),
     st.tuples(st.just("rmdir"), st.just(lambda r, p: os.rmdir(r / p)), st.tuples(paths)),
