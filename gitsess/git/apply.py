@@ -19,10 +19,11 @@ import email.utils
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime, timedelta, timezone
 from email.header import Header
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -346,11 +347,14 @@ def apply_commit(
             result = replace(result, commit=commit)
         if on_prepared is not None:
             on_prepared(result)
-        return replace(result, changed_dirs=finish_commit(repo, result, scratch))
+        return replace(result, changed_dirs=finish_commit(repo, result, scratch, view))
 
 
 def finish_commit(
-    repo: pygit2.Repository, result: CommitResult, objects: pygit2.Repository | None = None
+    repo: pygit2.Repository,
+    result: CommitResult,
+    objects: pygit2.Repository | None = None,
+    view: SessionView | None = None,
 ) -> tuple[str, ...]:
     """Make a prepared commit visible: worktree files, index, then the branch ref.
 
@@ -358,14 +362,15 @@ def finish_commit(
     by calling this again. The ref moves only from `result.parent` (or is already there).
     Returns the real directories whose entries changed. `objects` is where the commit's trees
     and blobs are read (default `repo`, which must have them): the apply passes its scratch
-    repository, which still holds them in memory.
+    repository, which still holds them in memory. A file is read from `view`, when given and
+    still holding the committed bytes, rather than from the object store.
     """
     changed_dirs: tuple[str, ...] = ()
     if result.worktree_updated and result.tree is not None:
         _check_ref(repo, result)
         source = objects or repo
         tree = _tree(source, result.tree)
-        targets = [_commit_target(source, tree, write) for write in result.updated]
+        targets = [_commit_target(source, tree, write, view) for write in result.updated]
         changed_dirs = write_targets(_workdir(repo), targets)
         _update_index(repo, tree, result.updated_paths)
     if result.commit is not None:
@@ -373,11 +378,30 @@ def finish_commit(
     return changed_dirs
 
 
-def _commit_target(repo: pygit2.Repository, tree: pygit2.Tree, write: PathWrite) -> Target:
+def _commit_target(
+    repo: pygit2.Repository, tree: pygit2.Tree, write: PathWrite, view: SessionView | None
+) -> Target:
     if write.kind not in ("file", "symlink") or not write.rewrite:
         return Target(write.path, write.kind, write.perm, None, write.rewrite)
     oid = tree[write.path].id
-    return Target(write.path, write.kind, write.perm, lambda: _blob_data(repo, oid), write.rewrite)
+    if write.kind == "file" and view is not None:
+        content = partial(_view_or_blob, repo, view, write.path, oid)
+    else:
+        content = partial(_blob_data, repo, oid)
+    return Target(write.path, write.kind, write.perm, content, write.rewrite)
+
+
+def _view_or_blob(repo: pygit2.Repository, view: SessionView, path: str, oid: pygit2.Oid) -> bytes:
+    """A blob the real repository already had is not in the scratch repository's memory:
+    reading it back from the object store (inflating a loose object) costs more than reading
+    the session's file again and hashing it. A file changed since, or a merge of it, has
+    another hash and is read from the object store."""
+    if not (isinstance(repo, ScratchRepository) and repo.created(oid) is not None):
+        with suppress(OSError):
+            data = view.read(path)
+            if pygit2.hash(data) == oid:
+                return data
+    return _blob_data(repo, oid)
 
 
 def _blob_data(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:
