@@ -232,6 +232,29 @@ def test_unborn_branch(tmp_path: Path) -> None:
     assert git(repo_dir, "status", "--porcelain") == ""
 
 
+def test_worktree_gets_the_committed_bytes_of_a_blob_git_already_had(
+    repo_dir: Path, tmp_path: Path
+) -> None:
+    """Such a blob is not in the scratch repository's memory: the worktree write reads the
+    view when it still holds those bytes, else the object store."""
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    for name in ("same.txt", "changed.txt"):
+        write(view.root, name, f"{name} as committed\n")
+        git(repo_dir, "hash-object", "-w", str(view.root / name))
+    repo = pygit2.Repository(str(repo_dir))
+    with scratch_repo(repo) as scratch:
+        changes = compute_changes(view, repo, store=scratch)
+        write(view.root, "changed.txt", "written after the commit was planned\n")
+        result = apply_commit(
+            repo, view, changes, branch="main", base=None, message="m", author=SIG,
+            committer=SIG, scratch=scratch,
+        )  # fmt: skip
+    assert result.ok and result.worktree_updated
+    for name in ("same.txt", "changed.txt"):
+        assert (repo_dir / name).read_text() == f"{name} as committed\n"
+    assert git(repo_dir, "status", "--porcelain") == ""
+
+
 def test_crash_after_journal_is_completed_by_finish_commit(repo_dir: Path, tmp_path: Path) -> None:
     view = DirView.copy_of(repo_dir, tmp_path / "view")
     (view.root / "src/main.py").write_text("journaled\n")
