@@ -407,9 +407,11 @@ class Tree:
                 n.st = st
                 return n
         ino = st.st_ino
-        if ino == ROOT_INODE or ino in self.nodes or ino >= FIRST_ALLOCATED_INO:
-            # The worktree's number is taken (by an object the session moved or created, or by
-            # a lower object replaced outside the session): give this one a fresh number.
+        taken = ino in self.nodes or ino in self._pending.deleted
+        if ino == ROOT_INODE or taken or ino >= FIRST_ALLOCATED_INO:
+            # The worktree's number is taken (by an object the session moved or created, by a
+            # lower object replaced outside the session, or by one whose deletion the next
+            # commit writes, with its data): give this one a fresh number.
             ino = self._allocate()
         n = Node(ino, p.ino, name)
         n.lower = rel

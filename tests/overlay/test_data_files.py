@@ -74,3 +74,34 @@ def test_load_after_a_crash_tidies_data_files(tmp_path: Path) -> None:
         tree.close()
     finally:
         store.close()
+
+
+def test_a_number_freed_in_this_commit_is_not_taken_again(tmp_path: Path) -> None:
+    # Two worktree names for one inode: after the session deleted its copy of one, the other
+    # must not get the same number while that deletion (and its bytes) is still to be written.
+    lower = tmp_path / "lower"
+    lower.mkdir()
+    (lower / "a").write_bytes(b"lower\n")
+    os.link(lower / "a", lower / "b")
+    delta = str(tmp_path / "session" / "delta.db")
+    os.makedirs(os.path.dirname(delta))
+    store = DeltaStore(delta)
+    try:
+        tree = Tree(store, str(lower), set())
+        a = tree.lookup(ROOT_INODE, b"a")
+        assert a is not None
+        tree.write(a, 0, b"A")
+        tree.unlink(ROOT_INODE, b"a")
+        tree.forget(a.ino, 1)
+        b = tree.lookup(ROOT_INODE, b"b")
+        assert b is not None and b.ino != a.ino
+        tree.write(b, 0, b"B")
+        tree.commit(durable=True)
+        assert tree.read(b, 0, 100) == b"Bower\n"
+        tree.close()
+        tree = Tree(store, str(lower), set())
+        again = tree.resolve(b"b")
+        assert again is not None and tree.read(again, 0, 100) == b"Bower\n"
+        tree.close()
+    finally:
+        store.close()
