@@ -110,7 +110,7 @@ class Filesystem(pyfuse3.Operations):
         e = EntryAttributes()
         e.st_ino = InodeT(a.ino)
         e.generation = 0
-        timeout = GIT_TIMEOUT if n.passthrough else TIMEOUT
+        timeout = GIT_TIMEOUT if n.passthrough or not self.tree.watched else TIMEOUT
         e.entry_timeout = timeout
         e.attr_timeout = timeout
         e.st_mode = ModeT(a.mode)
@@ -126,12 +126,11 @@ class Filesystem(pyfuse3.Operations):
         e.st_ctime_ns = a.ctime_ns
         return e
 
-    @staticmethod
-    def _negative() -> EntryAttributes:
+    def _negative(self) -> EntryAttributes:
         # A zero inode is a cacheable "does not exist": the kernel stops asking until told.
         e = EntryAttributes()
         e.st_ino = InodeT(0)
-        e.entry_timeout = TIMEOUT
+        e.entry_timeout = TIMEOUT if self.tree.watched else GIT_TIMEOUT
         return e
 
     def _real(self, n: Node) -> bytes:

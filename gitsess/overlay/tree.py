@@ -177,6 +177,11 @@ class Tree:
         self._unsynced: set[int] = set()  # data files written since the last durable commit
         self.audit = Audit(next_process_id=store.next_process_id())
         self.journal = Journal()
+        # Whether the worktree watch is in place (see `catch_up`). Until then nothing tells the
+        # kernel that a name or attribute it caches changed in the worktree, so what it learns
+        # is cached for a second only: a name it was told is missing (which no invalidation
+        # reaches, as nothing records it), or a directory's, which the catch-up leaves alone.
+        self.watched = False
         self._load()
 
     # ---------------------------------------------------------------- loading and persistence
@@ -513,7 +518,8 @@ class Tree:
         invalidated name is unhashed, and a process whose working directory it is could no
         longer `getcwd`; and invalidating a name detaches whatever is mounted on it (`gitsess
         run` binds the real `.git` there; `.git` is left out altogether, its caches last a
-        second anyway). Names the kernel found missing stay cached."""
+        second anyway). What the kernel learnt before, it caches for a second only (`watched`)."""
+        self.watched = True
         now = time.time_ns()
         entries: list[tuple[int, bytes]] = []
         inodes: list[int] = []

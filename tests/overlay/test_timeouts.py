@@ -1,0 +1,43 @@
+"""How long the kernel may keep what the daemon tells it: long once the worktree watch is in
+place (changes are invalidated explicitly), a second before that (nothing would tell it)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from gitsess.overlay import fs
+from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.tree import ROOT_INODE, Tree
+
+
+def _timeouts(filesystem: fs.Filesystem, name: bytes) -> tuple[float, float]:
+    async def look() -> pyfuse3.EntryAttributes:
+        ctx = pyfuse3.RequestContext()
+        return await filesystem.lookup(pyfuse3.InodeT(ROOT_INODE), pyfuse3.FileNameT(name), ctx)
+
+    e = trio.run(look)
+    return e.entry_timeout, e.attr_timeout
+
+
+def test_entries_are_cached_briefly_until_the_watch_is_in_place(tmp_path: Path) -> None:
+    lower = tmp_path / "lower"
+    (lower / "dir").mkdir(parents=True)
+    (lower / "file").write_text("x\n")
+    os.makedirs(tmp_path / "session")
+    store = DeltaStore(str(tmp_path / "session" / "delta.db"))
+    try:
+        tree = Tree(store, str(lower), set())
+        filesystem = fs.Filesystem(tree)
+        for name in (b"dir", b"file", b"missing"):
+            assert _timeouts(filesystem, name)[0] == fs.GIT_TIMEOUT, name
+        tree.catch_up()
+        assert _timeouts(filesystem, b"dir") == (fs.TIMEOUT, fs.TIMEOUT)
+        assert _timeouts(filesystem, b"file") == (fs.TIMEOUT, fs.TIMEOUT)
+        assert _timeouts(filesystem, b"missing")[0] == fs.TIMEOUT
+        tree.close()
+    finally:
+        store.close()
