@@ -30,6 +30,21 @@ def commit(
     )  # fmt: skip
 
 
+def commit_written_meanwhile(
+    repo_dir: Path, view: DirView, path: str, data: str | bytes, message: str
+) -> CommitResult:
+    """`commit` with the changes kept in a scratch repository, and `path` written in the view
+    again between computing them and committing."""
+    repo = pygit2.Repository(str(repo_dir))
+    with scratch_repo(repo) as scratch:
+        changes = compute_changes(view, repo, store=scratch)
+        write(view.root, path, data)
+        return apply_commit(
+            repo, view, changes, branch="main", base=None, message=message, author=SIG,
+            committer=SIG, scratch=scratch,
+        )  # fmt: skip
+
+
 def head(repo_dir: Path, ref: str = "HEAD") -> str:
     return git(repo_dir, "rev-parse", ref).strip()
 
@@ -86,27 +101,16 @@ def test_kept_blobs_are_committed_and_big_files_read_again(repo_dir: Path, tmp_p
     view = DirView.copy_of(repo_dir, tmp_path / "view")
     write(view.root, "small.txt", "seen\n")
     write(view.root, "big.bin", b"x" * (KEEP_LIMIT + 1))
-    repo = pygit2.Repository(str(repo_dir))
-    with scratch_repo(repo) as scratch:
-        changes = compute_changes(view, repo, store=scratch)
-        write(view.root, "small.txt", "written after the changes were computed\n")
-        result = apply_commit(
-            repo, view, changes, branch="main", base=None, message="kept", author=SIG,
-            committer=SIG, scratch=scratch,
-        )  # fmt: skip
+    result = commit_written_meanwhile(
+        repo_dir, view, "small.txt", "written after the changes were computed\n", "kept"
+    )
     assert result.ok and head(repo_dir) == result.commit
     assert git(repo_dir, "show", "HEAD:small.txt") == "seen\n"
     assert git(repo_dir, "cat-file", "-s", "HEAD:big.bin").strip() == str(KEEP_LIMIT + 1)
     git(repo_dir, "fsck", "--strict")
     write(view.root, "big.bin", b"y" * (KEEP_LIMIT + 2))
-    with scratch_repo(repo) as scratch:
-        changes = compute_changes(view, repo, store=scratch)
-        write(view.root, "big.bin", b"z" * (KEEP_LIMIT + 2))
-        with pytest.raises(GitsessError, match="changed in the session while applying"):
-            apply_commit(
-                repo, view, changes, branch="main", base=None, message="late", author=SIG,
-                committer=SIG, scratch=scratch,
-            )  # fmt: skip
+    with pytest.raises(GitsessError, match="changed in the session while applying"):
+        commit_written_meanwhile(repo_dir, view, "big.bin", b"z" * (KEEP_LIMIT + 2), "late")
     assert head(repo_dir) == result.commit
 
 
@@ -241,14 +245,9 @@ def test_worktree_gets_the_committed_bytes_of_a_blob_git_already_had(
     for name in ("same.txt", "changed.txt"):
         write(view.root, name, f"{name} as committed\n")
         git(repo_dir, "hash-object", "-w", str(view.root / name))
-    repo = pygit2.Repository(str(repo_dir))
-    with scratch_repo(repo) as scratch:
-        changes = compute_changes(view, repo, store=scratch)
-        write(view.root, "changed.txt", "written after the commit was planned\n")
-        result = apply_commit(
-            repo, view, changes, branch="main", base=None, message="m", author=SIG,
-            committer=SIG, scratch=scratch,
-        )  # fmt: skip
+    result = commit_written_meanwhile(
+        repo_dir, view, "changed.txt", "written after the commit was planned\n", "m"
+    )
     assert result.ok and result.worktree_updated
     for name in ("same.txt", "changed.txt"):
         assert (repo_dir / name).read_text() == f"{name} as committed\n"
