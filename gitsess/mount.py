@@ -345,12 +345,15 @@ def join(session_id: str, info: dict[str, Any]) -> socket.socket:
 
 def mount_and_join(spec: MountSpec, info: dict[str, Any]) -> tuple[Status, socket.socket]:
     """`ensure_mounted`, then `join`; a daemon that stops in between is replaced by a new one."""
-    for _ in range(JOIN_ATTEMPTS - 1):
+    attempts = JOIN_ATTEMPTS
+    while True:
         live = ensure_mounted(spec)
-        with contextlib.suppress(DaemonStopping):
+        try:
             return live, join(spec.session_id, info)
-    live = ensure_mounted(spec)
-    return live, join(spec.session_id, info)
+        except DaemonStopping:
+            attempts -= 1
+            if not attempts:
+                raise
 
 
 def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:
