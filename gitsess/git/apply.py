@@ -392,22 +392,25 @@ def _commit_target(
 
 
 def _view_or_blob(repo: pygit2.Repository, view: SessionView, path: str, oid: pygit2.Oid) -> bytes:
-    """A blob the real repository already had is not in the scratch repository's memory:
-    reading it back from the object store (inflating a loose object) costs more than reading
-    the session's file again and hashing it. A file changed since, or a merge of it, has
-    another hash and is read from the object store."""
-    if not (isinstance(repo, ScratchRepository) and repo.created(oid) is not None):
-        with suppress(OSError):
-            data = view.read(path)
-            if pygit2.hash(data) == oid:
-                return data
+    """A blob the scratch repository holds (made there, or kept as the session's file was
+    hashed) comes from memory. Other blobs the real repository already had: reading them
+    back from the object store (inflating a loose object) costs more than reading the
+    session's file again and hashing it. A file changed since, or a merge of it, has another
+    hash and is read from the object store."""
+    kept = repo.blob_data(oid) if isinstance(repo, ScratchRepository) else None
+    if kept is not None:
+        return kept
+    with suppress(OSError):
+        data = view.read(path)
+        if pygit2.hash(data) == oid:
+            return data
     return _blob_data(repo, oid)
 
 
 def _blob_data(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:
-    made = repo.created(oid) if isinstance(repo, ScratchRepository) else None
-    if made is not None:
-        return made[1]
+    kept = repo.blob_data(oid) if isinstance(repo, ScratchRepository) else None
+    if kept is not None:
+        return kept
     blob = repo.get(oid)
     assert isinstance(blob, pygit2.Blob)
     return blob.data

@@ -217,6 +217,16 @@ class ScratchRepository(pygit2.Repository):
         odb.add_backend(self._memory, 2)
         odb.add_disk_alternate(str(common_dir(repo) / "objects"))
         self.set_odb(odb)
+        self._had: dict[pygit2.Oid, bytes] = {}
+
+    def create_blob(self, data: str | bytes) -> pygit2.Oid:
+        """Also keeps the bytes of a blob the real repository already has, which libgit2 does
+        not hand to the memory backend: a commit that writes the blob into the worktree then
+        reads neither the session's file again nor the object store (inflating it)."""
+        oid = super().create_blob(data)
+        if oid not in self._memory.objects:
+            self._had[oid] = data.encode() if isinstance(data, str) else data
+        return oid
 
     def created(self, oid: pygit2.Oid) -> tuple[int, bytes] | None:
         """(type, content) of an object made here; None for one the real repository has
@@ -224,6 +234,11 @@ class ScratchRepository(pygit2.Repository):
 
         Read straight from memory: through libgit2 every read is a call back into Python."""
         return self._memory.objects.get(oid)
+
+    def blob_data(self, oid: pygit2.Oid) -> bytes | None:
+        """The content of a blob made or kept here (see `create_blob`), from memory."""
+        made = self._memory.objects.get(oid)
+        return made[1] if made is not None else self._had.get(oid)
 
 
 @contextmanager

@@ -236,21 +236,27 @@ def test_unborn_branch(tmp_path: Path) -> None:
     assert git(repo_dir, "status", "--porcelain") == ""
 
 
+@pytest.mark.parametrize("size", [100, KEEP_LIMIT + 1])
 def test_worktree_gets_the_committed_bytes_of_a_blob_git_already_had(
-    repo_dir: Path, tmp_path: Path
+    repo_dir: Path, tmp_path: Path, size: int
 ) -> None:
-    """Such a blob is not in the scratch repository's memory: the worktree write reads the
-    view when it still holds those bytes, else the object store."""
+    """libgit2 does not keep such a blob in the scratch repository's memory. A small one is
+    kept aside as it is hashed; a big one is read from the view when that still holds those
+    bytes, else from the object store."""
     view = DirView.copy_of(repo_dir, tmp_path / "view")
+
+    def committed(name: str) -> str:
+        return f"{name} as committed\n".ljust(size, "x")
+
     for name in ("same.txt", "changed.txt"):
-        write(view.root, name, f"{name} as committed\n")
+        write(view.root, name, committed(name))
         git(repo_dir, "hash-object", "-w", str(view.root / name))
     result = commit_written_meanwhile(
         repo_dir, view, "changed.txt", "written after the commit was planned\n", "m"
     )
     assert result.ok and result.worktree_updated
     for name in ("same.txt", "changed.txt"):
-        assert (repo_dir / name).read_text() == f"{name} as committed\n"
+        assert (repo_dir / name).read_text() == committed(name)
     assert git(repo_dir, "status", "--porcelain") == ""
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pygit2
 
 from gitsess.git.changes import compute_changes
-from gitsess.git.diff import DiffResult, diff_changes
+from gitsess.git.diff import DiffResult, diff_changes, scratch_repo
 
 from .dirview import DirView
 from .helpers import copy_repo, git, git_view_diff, write
@@ -160,3 +160,18 @@ def test_mode_change_of_binary_file_applies(repo_dir: Path, tmp_path: Path) -> N
     assert b"Binary files" not in patch
     git(repo_dir, "apply", input=patch)
     assert (repo_dir / "bin/renamed.bin").stat().st_mode & 0o111
+
+
+def test_scratch_repository_keeps_blobs_in_memory_and_writes_none(repo_dir: Path) -> None:
+    repo = pygit2.Repository(str(repo_dir))
+    had = repo.create_blob(b"git has this\n")
+    objects = git(repo_dir, "count-objects", "-v")
+    with scratch_repo(repo) as scratch:
+        new = scratch.create_blob(b"new in the session\n")
+        assert scratch.create_blob(b"git has this\n") == had
+        # made here: copied into the repository by an apply; had: never copied, but kept
+        assert scratch.created(new) is not None and scratch.created(had) is None
+        assert scratch.blob_data(new) == b"new in the session\n"
+        assert scratch.blob_data(had) == b"git has this\n"
+        assert new not in repo.odb
+    assert git(repo_dir, "count-objects", "-v") == objects
