@@ -321,7 +321,7 @@ class Tree:
             self.audit.events[:0] = events
             self.audit.new_processes[:0] = processes
             raise _err(errno.ENOSPC) from None
-        self.store.remove_data(p.deleted)
+        self.store.remove_data(p.data_files)
         self._pending = _Pending()
         self._pending.dentries = held
 
@@ -461,6 +461,8 @@ class Tree:
     def _delete_upper(self, n: Node) -> None:
         del self.nodes[n.ino]
         self._pending.deleted.add(n.ino)
+        if stat.S_ISREG(n.mode) and n.data == 1:
+            self._pending.data_files.add(n.ino)
         self._pending.nodes.discard(n.ino)
         self._pending.inline.pop(n.ino, None)
         self._unsynced.discard(n.ino)
@@ -1201,6 +1203,8 @@ class Tree:
 class _Pending:
     def __init__(self) -> None:
         self.deleted: set[int] = set()
+        # deleted nodes with a data file to unlink once the commit lands (the others have none)
+        self.data_files: set[int] = set()
         self.emptied: set[int] = set()  # directories removed while the kernel still holds them
         self.nodes: set[int] = set()
         self.dentries: dict[tuple[int, bytes], int | None] = {}

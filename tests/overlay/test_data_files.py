@@ -105,3 +105,28 @@ def test_a_number_freed_in_this_commit_is_not_taken_again(tmp_path: Path) -> Non
         tree.close()
     finally:
         store.close()
+
+
+def test_a_deleted_file_s_data_file_goes_with_the_commit(tmp_path: Path) -> None:
+    lower = tmp_path / "lower"
+    lower.mkdir()
+    delta = str(tmp_path / "session" / "delta.db")
+    os.makedirs(os.path.dirname(delta))
+    store = DeltaStore(delta)
+    try:
+        tree = Tree(store, str(lower), set())
+        big = tree.create(ROOT_INODE, b"big", 0o100644, 0, 0)
+        small = tree.create(ROOT_INODE, b"small", 0o100644, 0, 0)
+        tree.write(big, 0, b"x" * (INLINE_MAX + 1))
+        tree.write(small, 0, b"y")
+        tree.commit(durable=True)
+        assert os.path.exists(store.data_path(big.ino))
+        for name, node in ((b"big", big), (b"small", small)):
+            tree.unlink(ROOT_INODE, name)
+            tree.forget(node.ino, 1)
+        assert os.path.exists(store.data_path(big.ino))  # until the deletion is committed
+        tree.commit(durable=True)
+        assert not os.path.exists(store.data_path(big.ino))
+        tree.close()
+    finally:
+        store.close()
