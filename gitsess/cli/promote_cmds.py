@@ -12,9 +12,8 @@ from pathlib import Path
 
 import click
 import pygit2
-from rich.table import Table
 
-from gitsess import derive, inspect, live, promote, sessions
+from gitsess import live, promote, sessions
 from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
@@ -239,6 +238,8 @@ def diff(
 
 def _warn_drift(ctx: RepoContext, session: Session) -> None:
     """On stderr, so a patch on stdout stays whole: paths the real worktree changed too."""
+    from gitsess import inspect
+
     drifted = [d.path for d in inspect.drift(sessions.info(ctx, session.id))]
     if drifted:
         click.echo(
@@ -484,6 +485,8 @@ def fork(
     args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None, as_json: bool
 ) -> None:
     """A new session NEW_NAME with a copy of a session's changes, on the same worktree."""
+    from gitsess import derive
+
     ref, (new_name,) = session_ref(args, 1, offsets, session_option)
     ctx = discover()
     source = sessions.resolve(ctx, ref)
@@ -501,6 +504,10 @@ def fork(
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def archives_command(as_json: bool) -> None:
     """List archived sessions (`rm` archives unapplied changes; `restore` brings them back)."""
+    from rich.table import Table
+
+    from gitsess import derive
+
     found = derive.archives(discover())
     if as_json:
         print_json(
@@ -533,6 +540,8 @@ def archives_command(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the session as JSON.")
 def restore(name: str, new_name: str | None, as_json: bool) -> None:
     """Bring back a session archived as NAME (see `gitsess archives`)."""
+    from gitsess import derive
+
     done = derive.restore(discover(), name, new_name)
     _notes(done.notes)
     if as_json:
