@@ -572,8 +572,10 @@ def copy_objects(src: ScratchRepository, dest: pygit2.Repository, tree: str) -> 
     """Copy the objects of `tree` that were made in `src`, a scratch repository over `dest`
     (one `dest` has holds a complete subtree there).
 
-    `dest` is never asked whether it has an object: each miss rescans its packs."""
-    odb = dest.odb
+    They are written to `dest`'s loose objects alone: through the repository's object
+    database, every write first asks each backend whether it has the object, and each miss
+    makes libgit2 rescan the pack directory (2,600 directory opens for 1,000 objects)."""
+    odb = _loose_objects(dest)
     pending = [pygit2.Oid(hex=tree)]
     while pending:
         oid = pending.pop()
@@ -586,6 +588,17 @@ def copy_objects(src: ScratchRepository, dest: pygit2.Repository, tree: str) -> 
             assert isinstance(subtree, pygit2.Tree)
             pending.extend(entry.id for entry in subtree if entry.type != ObjectType.COMMIT)
         odb.write(kind, data)
+
+
+def _loose_objects(repo: pygit2.Repository) -> pygit2.Odb:
+    """An object database of `repo`'s loose objects only, written as libgit2 writes them
+    (zlib's fastest level, as git's default core.looseCompression; fsync as
+    core.fsyncObjectFiles says)."""
+    config = repo.config
+    fsync = "core.fsyncObjectFiles" in config and config.get_bool("core.fsyncObjectFiles")
+    odb = pygit2.Odb()
+    odb.add_backend(pygit2.OdbBackendLoose(str(common_dir(repo) / "objects"), 1, fsync), 1)
+    return odb
 
 
 def _create_commit(
