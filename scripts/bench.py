@@ -1215,9 +1215,23 @@ def machine(load_at_start: float, revision: str) -> dict[str, str]:
             ),
             "unknown",
         ),
+        "reclaim": _proactive_reclaim(),
         # Other work on the machine skews every figure: say how busy it was.
         "load": f"{load_at_start:.1f} at start, {os.getloadavg()[0]:.1f} at end (1-min average)",
     }
+
+
+def _proactive_reclaim() -> str:
+    """Whether DAMON pages out cold memory on this machine: then "warm" caches (page cache,
+    dentries, inodes) partly go between the warm-up and the timed run, for every target."""
+    schemes = Path("/sys/kernel/mm/damon/admin/kdamonds")
+    actions = set()
+    for state in schemes.glob("*/state"):
+        with contextlib.suppress(OSError):
+            if state.read_text().strip() == "on":
+                for action in state.parent.glob("contexts/*/schemes/*/action"):
+                    actions.add(action.read_text().strip())
+    return f"DAMON {', '.join(sorted(actions))}" if actions else "none"
 
 
 def _gitsess_revision() -> str:
@@ -1249,7 +1263,7 @@ class Report:
             f"{self.config.runs} runs, {self.seconds:.0f} s, gitsess {m['gitsess']}): "
             f"{m['cpu']}, {m['cores']} cores, "
             f"{m['memory']}, Linux {m['kernel']}, {m['fs']}, fuse-overlayfs {m['fuse-overlayfs']}; "
-            f"load {m['load']}"
+            f"proactive reclaim: {m.get('reclaim', 'unknown')}; load {m['load']}"
         )
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
