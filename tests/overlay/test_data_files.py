@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from gitsess.overlay.store import DeltaStore, copy_data, data_bytes
@@ -76,17 +78,26 @@ def test_load_after_a_crash_tidies_data_files(tmp_path: Path) -> None:
         store.close()
 
 
+@contextmanager
+def _delta_over(lower: Path) -> Iterator[DeltaStore]:
+    """A fresh delta.db beside `lower` (an empty directory made here), closed afterwards."""
+    lower.mkdir()
+    delta = lower.parent / "session" / "delta.db"
+    delta.parent.mkdir()
+    store = DeltaStore(str(delta))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
 def test_a_number_freed_in_this_commit_is_not_taken_again(tmp_path: Path) -> None:
     # Two worktree names for one inode: after the session deleted its copy of one, the other
     # must not get the same number while that deletion (and its bytes) is still to be written.
     lower = tmp_path / "lower"
-    lower.mkdir()
-    (lower / "a").write_bytes(b"lower\n")
-    os.link(lower / "a", lower / "b")
-    delta = str(tmp_path / "session" / "delta.db")
-    os.makedirs(os.path.dirname(delta))
-    store = DeltaStore(delta)
-    try:
+    with _delta_over(lower) as store:
+        (lower / "a").write_bytes(b"lower\n")
+        os.link(lower / "a", lower / "b")
         tree = Tree(store, str(lower), set())
         a = tree.lookup(ROOT_INODE, b"a")
         assert a is not None
@@ -103,17 +114,11 @@ def test_a_number_freed_in_this_commit_is_not_taken_again(tmp_path: Path) -> Non
         again = tree.resolve(b"b")
         assert again is not None and tree.read(again, 0, 100) == b"Bower\n"
         tree.close()
-    finally:
-        store.close()
 
 
 def test_a_deleted_file_s_data_file_goes_with_the_commit(tmp_path: Path) -> None:
     lower = tmp_path / "lower"
-    lower.mkdir()
-    delta = str(tmp_path / "session" / "delta.db")
-    os.makedirs(os.path.dirname(delta))
-    store = DeltaStore(delta)
-    try:
+    with _delta_over(lower) as store:
         tree = Tree(store, str(lower), set())
         big = tree.create(ROOT_INODE, b"big", 0o100644, 0, 0)
         small = tree.create(ROOT_INODE, b"small", 0o100644, 0, 0)
@@ -128,5 +133,3 @@ def test_a_deleted_file_s_data_file_goes_with_the_commit(tmp_path: Path) -> None
         tree.commit(durable=True)
         assert not os.path.exists(store.data_path(big.ino))
         tree.close()
-    finally:
-        store.close()
