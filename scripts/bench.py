@@ -1263,7 +1263,7 @@ class Report:
             f"{self.config.runs} runs, {self.seconds:.0f} s, gitsess {m['gitsess']}): "
             f"{m['cpu']}, {m['cores']} cores, "
             f"{m['memory']}, Linux {m['kernel']}, {m['fs']}, fuse-overlayfs {m['fuse-overlayfs']}; "
-            f"proactive reclaim: {m.get('reclaim', 'unknown')}; load {m['load']}"
+            f"proactive reclaim: {m['reclaim']}; load {m['load']}"
         )
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:

@@ -397,20 +397,26 @@ def _view_or_blob(repo: pygit2.Repository, view: SessionView, path: str, oid: py
     back from the object store (inflating a loose object) costs more than reading the
     session's file again and hashing it. A file changed since, or a merge of it, has another
     hash and is read from the object store."""
-    kept = repo.blob_data(oid) if isinstance(repo, ScratchRepository) else None
+    kept = _kept(repo, oid)
     if kept is not None:
         return kept
     with suppress(OSError):
         data = view.read(path)
         if pygit2.hash(data) == oid:
             return data
-    return _blob_data(repo, oid)
+    return _stored_blob(repo, oid)
 
 
 def _blob_data(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:
-    kept = repo.blob_data(oid) if isinstance(repo, ScratchRepository) else None
-    if kept is not None:
-        return kept
+    kept = _kept(repo, oid)
+    return kept if kept is not None else _stored_blob(repo, oid)
+
+
+def _kept(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes | None:
+    return repo.blob_data(oid) if isinstance(repo, ScratchRepository) else None
+
+
+def _stored_blob(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:
     blob = repo.get(oid)
     assert isinstance(blob, pygit2.Blob)
     return blob.data
