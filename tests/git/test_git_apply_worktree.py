@@ -1,17 +1,21 @@
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pygit2
+import pytest
 
 from gitsess.git.apply import WorktreeResult, apply_worktree
 from gitsess.git.changes import compute_changes
 from gitsess.git.view import Entry
 
 from .dirview import DirView
-from .helpers import git, tree_state, write
+from .helpers import copy_repo, git, tree_state, write
 
 
 def apply(
@@ -148,3 +152,44 @@ def test_path_below_a_file_left_out_by_pathspec_conflicts(repo_dir: Path, tmp_pa
     assert tree_state(repo_dir) == before
     assert apply(repo_dir, view, "README.md").ok
     assert tree_state(repo_dir) == tree_state(view.root)
+
+
+def test_files_are_rewritten_in_place_unless_linked(repo_dir: Path, tmp_path: Path) -> None:
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    (view.root / "src/main.py").write_text("shorter\n")
+    write(view.root, "src/util.py", "def f():\n    return 2\n" * 50)
+    write(view.root, "run.sh", "#!/bin/sh\necho bye\n", mode=0o644)
+    (view.root / "README.md").write_text("# edited\n")
+    elsewhere = tmp_path / "README.copy"
+    os.link(repo_dir / "README.md", elsewhere)
+    inodes = {p: os.lstat(repo_dir / p).st_ino for p in ("src/main.py", "src/util.py", "run.sh")}
+    assert apply(repo_dir, view).ok
+    assert tree_state(repo_dir) == tree_state(view.root)
+    # no inode made or freed for a plain rewrite; a file with another name is written aside
+    assert {p: os.lstat(repo_dir / p).st_ino for p in inodes} == inodes
+    assert elsewhere.read_text() == "# demo\n\nsome text\n"
+    assert not [p for p in repo_dir.rglob("*") if ".gitsess-" in p.name]
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_leaves_a_rewritten_file_as_it_was(
+    repo_dir: Path, tmp_path: Path, small_disk: Path
+) -> None:
+    repo = copy_repo(repo_dir, small_disk / "repo")
+    view = DirView.copy_of(repo, tmp_path / "view")
+    write(view.root, "src/main.py", os.urandom(2 << 20))
+    before = (repo / "src/main.py").read_bytes()
+    with pytest.raises(OSError) as info:
+        apply(repo, view)
+    assert info.value.errno == errno.ENOSPC
+    assert (repo / "src/main.py").read_bytes() == before
