@@ -172,6 +172,7 @@ class Filesystem(pyfuse3.Operations):
         if n is None:
             return self._negative()
         entry = self._entry(n)
+        n.unread = not n.lookups
         n.lookups += 1
         return entry
 
@@ -421,7 +422,12 @@ class Filesystem(pyfuse3.Operations):
             self.tree.truncate(n, 0)
             self.tree.audit.record("truncate", self.tree.path_of(n), pid)
             self.tree.journal.note(self.tree.path_of(n))
-        return self._open_handle(n, None, pid)
+        info = self._open_handle(n, None, pid)
+        if n.unread:
+            n.unread = False
+            if flags & os.O_ACCMODE == os.O_RDONLY:
+                self.tree.prefetch(n)
+        return info
 
     def _open_handle(self, n: Node, fd: int | None, pid: int) -> FileInfo:
         fh = self._new_fh()
@@ -492,6 +498,7 @@ class Filesystem(pyfuse3.Operations):
                 continue
             if not pyfuse3.readdir_reply(token, FileNameT(name), self._entry(n), cookies[index]):
                 return
+            n.unread = not n.lookups
             n.lookups += 1
         self.listings.pop(fh, None)
 

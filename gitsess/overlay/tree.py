@@ -14,6 +14,7 @@ file contents are written straight into data files beside it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -43,6 +44,8 @@ DATA_FDS_OPEN = 64
 # Files up to this size keep their bytes in delta.db (see store.INLINE), committed with their
 # metadata; a file that grows past it moves to a data file for good.
 INLINE_MAX = 16 * 1024
+# What an open of a file the kernel holds no page of starts reading: its first readahead.
+PREFETCH = 128 * 1024
 
 
 class Node:
@@ -72,6 +75,7 @@ class Node:
         "subdirs",
         "target",
         "uid",
+        "unread",
         "upper",
         "xattrs",
     )
@@ -106,6 +110,8 @@ class Node:
         self.st: os.stat_result | None = None
         # Subdirectories of an upper directory, counted when first needed (st_nlink).
         self.subdirs: int | None = None
+        # Looked up by a kernel that did not know it: its page cache holds nothing of the file.
+        self.unread = False
 
     @property
     def is_dir(self) -> bool:
@@ -1142,6 +1148,16 @@ class Tree:
 
     def opened(self, n: Node) -> None:
         n.opens += 1
+
+    def prefetch(self, n: Node) -> None:
+        """Start reading the start of a worktree file the kernel is about to ask for, so that
+        the disk works while the open's reply and the first READ travel. An open node only:
+        its descriptor is closed with the last release."""
+        if n.upper and n.data:
+            return
+        # only a hint: a file gone meanwhile is for the READ to report
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(self._lower_fd(n), 0, PREFETCH, os.POSIX_FADV_WILLNEED)
 
     def released(self, n: Node) -> None:
         n.opens -= 1
