@@ -385,6 +385,7 @@ def _write_patch(text: bytes, output: str | None) -> None:
 
 
 def _report(session: Session, outcome: promote.Applied, output: str | None) -> None:
+    # plain lines with click: loading rich would add about a twentieth to an apply
     if not outcome.ok:
         return
     count = f"{len(outcome.applied)} path(s)"
@@ -396,11 +397,11 @@ def _report(session: Session, outcome: promote.Applied, output: str | None) -> N
         merged = " (merged three-way: the branch moved since the session's base)"
         merged = merged if c.merged else ""
         if outcome.dry_run:
-            console().print(f"Would commit {count} on {escape(branch)}{merged}")
+            click.echo(f"Would commit {count} on {branch}{merged}")
         elif c.commit is None:
-            console().print(f"Nothing to commit: {escape(branch)} already has these changes")
+            click.echo(f"Nothing to commit: {branch} already has these changes")
         else:
-            console().print(f"Committed {short(c.commit)} on {escape(branch)}: {count}{merged}")
+            click.echo(f"Committed {short(c.commit)} on {branch}: {count}{merged}")
         if not c.worktree_updated:
             click.echo(
                 f"gitsess: {branch} is not checked out in {session.worktree}: the changes stay "
@@ -415,10 +416,10 @@ def _report(session: Session, outcome: promote.Applied, output: str | None) -> N
         )
     else:
         done = "Would apply" if outcome.dry_run else "Applied"
-        console().print(f"{done} {count} to {escape(str(session.worktree))}")
+        click.echo(f"{done} {count} to {session.worktree}")
     if outcome.dry_run and outcome.patch is None:
         for path in outcome.applied:
-            console().print(f"  {escape(path)}")
+            click.echo(f"  {path}")
     if outcome.skipped:
         why = "git cannot carry them" if outcome.target != "worktree" else "they hold others"
         click.echo(f"gitsess: left in the session ({why}): {', '.join(outcome.skipped)}", err=True)
