@@ -56,6 +56,11 @@ class Handle:
 # directory changes, so a warm `find` or `git status` sends no readdir at all.
 INODE_FH: bool = getattr(pyfuse3, "FH_DEFAULTS_TO_INODE", False)
 
+# pyfuse3 as built by scripts/setup.sh also lists an entry by name, inode and type alone, for
+# inodes the kernel holds already (a `git status` looks up every file before it lists the
+# directories): no attributes to fetch or send, and no lookup count to take back later.
+NAME_ONLY: Callable[..., bool] | None = getattr(pyfuse3, "readdir_reply_name", None)
+
 # Listings of directories being read, kept for the requests that continue them.
 LISTINGS_OPEN = 1024
 
@@ -490,6 +495,12 @@ class Filesystem(pyfuse3.Operations):
         cookies, names = listing
         for index in range(bisect.bisect_right(cookies, start_id), len(names)):
             name = names[index]
+            if NAME_ONLY is not None:
+                held = self.tree.known(d, name)
+                if held is not None and held.lookups:
+                    if not NAME_ONLY(token, name, held.ino, held.mode, cookies[index]):
+                        return
+                    continue
             try:
                 n = self.tree.find(d.ino, name)
             except OSError:

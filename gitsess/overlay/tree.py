@@ -408,6 +408,18 @@ class Tree:
             return None
         return self._lower_node(rel, st, p, name)
 
+    def known(self, p: Node, name: bytes) -> Node | None:
+        """The node held for `name` in directory `p`, found without touching the disk; None
+        when none is held (then `find` asks the worktree)."""
+        if p.entries is not None and name in p.entries:
+            ino = p.entries[name]
+            return self.nodes[ino] if ino else None
+        rel = self._child_lower_rel(p, name)
+        n = self.nodes.get(self.lower_index.get(rel, 0)) if rel is not None else None
+        if n is None or n.upper or n.lower != rel or (n.parent, n.name) != (p.ino, name):
+            return None
+        return n
+
     def _lower_node(self, rel: bytes, st: os.stat_result, p: Node, name: bytes) -> Node:
         ino = self.lower_index.get(rel)
         if ino is not None:

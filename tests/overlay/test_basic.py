@@ -348,6 +348,37 @@ def test_dropping_applied_paths_leaves_the_delta(mounted: Mounted) -> None:
     assert eventually(lambda: (mounted.mnt / "README").read_text() == "edited outside later\n")
 
 
+def _listed(directory: Path) -> dict[str, tuple[int, bool, bool]]:
+    with os.scandir(directory) as entries:
+        return {
+            e.name: (e.inode(), e.is_dir(follow_symlinks=False), e.is_symlink()) for e in entries
+        }
+
+
+def _looked_up(directory: Path) -> dict[str, tuple[int, bool, bool]]:
+    found = {}
+    for name in os.listdir(directory):
+        st = os.lstat(directory / name)
+        found[name] = (st.st_ino, stat.S_ISDIR(st.st_mode), stat.S_ISLNK(st.st_mode))
+    return found
+
+
+def test_listing_of_entries_the_kernel_holds_names_the_same_inodes(mounted: Mounted) -> None:
+    (mounted.mnt / "made").write_text("upper\n")
+    os.symlink("made", mounted.mnt / "made-link")
+    root = mounted.mnt
+    looked_up = _looked_up(root)  # the kernel now holds every entry: listed by name alone
+    assert {"README", "src", "link", "made", "made-link"} <= set(looked_up)
+    # a listing the kernel did not keep (the directory changed), served by the daemon again
+    (root / "made-dir").mkdir()
+    looked_up["made-dir"] = (os.lstat(root / "made-dir").st_ino, True, False)
+    assert _listed(root) == looked_up
+    # attributes the kernel kept through the listing are still right
+    assert os.lstat(root / "README").st_size == len("readme\n")
+    assert (root / "made").read_text() == "upper\n"
+
+
 def test_pyfuse3_is_the_patched_build() -> None:
     # scripts/setup.sh builds pyfuse3 with patches/; without it the kernel caches no listings.
     assert fs.INODE_FH
+    assert fs.NAME_ONLY is not None
