@@ -105,6 +105,13 @@ def check_pyfuse3() -> Check:
             f"version {pyfuse3.__version__} without patches/pyfuse3-3.5.0.patch: the kernel"
             " caches no directory listings (scripts/setup.sh builds the patched one)",
         )
+    if not hasattr(pyfuse3, "readdir_reply_name"):
+        return Check(
+            "pyfuse3",
+            "warn",
+            f"version {pyfuse3.__version__} with an older patches/pyfuse3-3.5.0.patch: requests"
+            " cost more than they need (scripts/setup.sh rebuilds it)",
+        )
     return Check("pyfuse3", "ok", f"version {pyfuse3.__version__}, gitsess's build")
 
 
