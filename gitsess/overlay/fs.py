@@ -177,8 +177,7 @@ class Filesystem(pyfuse3.Operations):
         if n is None:
             return self._negative()
         entry = self._entry(n)
-        n.unread = not n.lookups
-        n.lookups += 1
+        self.tree.count_lookup(n)
         return entry
 
     async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:
@@ -509,8 +508,7 @@ class Filesystem(pyfuse3.Operations):
                 continue
             if not pyfuse3.readdir_reply(token, FileNameT(name), self._entry(n), cookies[index]):
                 return
-            n.unread = not n.lookups
-            n.lookups += 1
+            self.tree.count_lookup(n)
         self.listings.pop(fh, None)
 
     def _listing(self, d: Node) -> tuple[list[int], list[bytes]]:

@@ -456,8 +456,14 @@ class Tree:
     def lookup(self, parent: int, name: bytes) -> Node | None:
         n = self.find(parent, name)
         if n is not None:
-            n.lookups += 1
+            self.count_lookup(n)
         return n
+
+    @staticmethod
+    def count_lookup(n: Node) -> None:
+        """The kernel was handed `n` by a lookup or a listing; one it did not hold has no page."""
+        n.unread = not n.lookups
+        n.lookups += 1
 
     def forget(self, ino: int, count: int) -> None:
         n = self.nodes.get(ino)
