@@ -37,6 +37,10 @@ COMMIT_INTERVAL = 0.1
 FIRST_JOIN_TIMEOUT = 15.0
 # How long the daemon lingers after the last participant leaves (a quick re-run rejoins).
 LINGER = 0.3
+# The kernel reads ahead 128 KiB on a FUSE mount, and INIT can only lower that: a sequential read
+# of a big file then costs one READ per 128 KiB. 2 MiB keeps two READs of the largest size
+# (1 MiB) in flight: a cold read of 500 MiB took half the daemon's CPU (docs/PERFORMANCE.md).
+READ_AHEAD_KB = 2048
 
 
 @dataclass
@@ -130,9 +134,27 @@ async def _serve(
             nursery.start_soon(_first_join_deadline, state)
         _ready(ready_fd, "ready")
         log.info("serving %s (pid %d)", state.mountpoint, os.getpid())
+        nursery.start_soon(
+            lambda: trio.to_thread.run_sync(
+                _raise_read_ahead, state.mountpoint, abandon_on_cancel=True
+            )
+        )
         # Every handler is synchronous: more worker tasks would add locking, not concurrency.
         await pyfuse3.main(min_tasks=1, max_tasks=1)
         nursery.cancel_scope.cancel()
+
+
+def _raise_read_ahead(mountpoint: str) -> None:
+    """Runs in a thread, as its `stat` of the view waits until the event loop has answered the
+    kernel's INIT, whose reply sets the read-ahead this then raises. Only root may; others keep
+    the kernel's 128 KiB."""
+    try:
+        st = os.stat(mountpoint)
+        bdi = f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+        with open(f"{bdi}/read_ahead_kb", "w") as f:
+            f.write(f"{READ_AHEAD_KB}\n")
+    except OSError as e:
+        log.info("read-ahead left at the kernel's default: %s", e)
 
 
 def _invalidate(tree: Tree, rels: set[bytes], token: trio.lowlevel.TrioToken) -> None:

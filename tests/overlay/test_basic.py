@@ -11,7 +11,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from gitsess.overlay import fs
+from gitsess.overlay import daemon, fs
 from gitsess.overlay.tree import INLINE_MAX
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted, git
@@ -376,6 +376,16 @@ def test_listing_of_entries_the_kernel_holds_names_the_same_inodes(mounted: Moun
     # attributes the kernel kept through the listing are still right
     assert os.lstat(root / "README").st_size == len("readme\n")
     assert (root / "made").read_text() == "upper\n"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root may set a mount's read-ahead")
+def test_the_view_reads_ahead_more_than_the_kernels_default(mounted: Mounted) -> None:
+    st = os.stat(mounted.mnt)
+    setting = Path(f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb")
+    assert eventually(lambda: setting.read_text() == f"{daemon.READ_AHEAD_KB}\n", timeout=5)
+    big = mounted.lower / "big"
+    big.write_bytes(os.urandom(3 << 20))
+    assert (mounted.mnt / "big").read_bytes() == big.read_bytes()
 
 
 def test_pyfuse3_is_the_patched_build() -> None:
