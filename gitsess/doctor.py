@@ -40,6 +40,7 @@ def run_checks() -> list[Check]:
         check_fusermount,
         check_libfuse,
         check_pyfuse3,
+        check_read_ahead,
         check_user_namespaces,
         check_mount_namespaces,
         check_repository,
@@ -113,6 +114,22 @@ def check_pyfuse3() -> Check:
             " cost more than they need (scripts/setup.sh rebuilds it)",
         )
     return Check("pyfuse3", "ok", f"version {pyfuse3.__version__}, gitsess's build")
+
+
+def check_read_ahead(sysfs: Path = Path("/sys/class/bdi")) -> Check:
+    from gitsess.overlay.daemon import READ_AHEAD_KB
+
+    name = "read-ahead"
+    slower = "a sequential read costs a request per 128 KiB, not per 1 MiB"
+    if os.geteuid() != 0:
+        return Check(name, "warn", f"not root: views keep the kernel's 128 KiB; {slower}")
+    try:
+        read_only = bool(os.statvfs(sysfs).f_flag & os.ST_RDONLY)
+    except OSError as e:
+        return Check(name, "warn", f"{sysfs}: {e.strerror}; views keep 128 KiB; {slower}")
+    if read_only:
+        return Check(name, "warn", f"{sysfs} is read-only: views keep 128 KiB; {slower}")
+    return Check(name, "ok", f"views read ahead {READ_AHEAD_KB} KiB (the kernel's default: 128)")
 
 
 def check_user_namespaces() -> Check:

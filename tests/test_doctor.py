@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ REQUIRED = {
     "fusermount3",
     "libfuse",
     "pyfuse3",
+    "read-ahead",
     "user namespaces",
     "mount namespaces",
     "git repository",
@@ -81,3 +83,14 @@ def test_missing_fusermount_fails_the_run(repo: Path) -> None:
 def test_pyfuse3_build_is_named() -> None:
     check = doctor.check_pyfuse3()
     assert (check.verdict, check.detail) == ("ok", "version 3.5.0, gitsess's build")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root, views read ahead more")
+def test_read_ahead_needs_a_writable_sysfs(tmp_path: Path) -> None:
+    assert doctor.check_read_ahead().verdict == "ok"
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "none", tmp_path], check=True)
+    try:
+        check = doctor.check_read_ahead(tmp_path)
+    finally:
+        subprocess.run(["umount", "-l", tmp_path], check=True)
+    assert check.verdict == "warn" and "is read-only: views keep 128 KiB" in check.detail
