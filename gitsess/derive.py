@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import apsw
 import pygit2
 
 from gitsess import mount, promote
@@ -29,10 +28,9 @@ from gitsess.git.archive import (
 )
 from gitsess.git.changes import GIT_EXEC, GIT_LINK
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
-from gitsess.overlay import schema
-from gitsess.overlay.store import copy_data
+from gitsess.overlay.store import copy_delta
 from gitsess.sessions import validate_name
-from gitsess.store.db import BUSY_TIMEOUT_MS, private_dir
+from gitsess.store.db import private_dir
 from gitsess.store.registry import Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
 from gitsess.viewwrite import view_writer
@@ -106,33 +104,15 @@ def fork(ctx: RepoContext, source: Session, name: str) -> Session:
         read_only=source.read_only,
         parent=source.id,
     )
+    src = ctx.session_dir(source.id) / "delta.db"
     try:
-        delta = ctx.session_dir(source.id) / "delta.db"
-        if delta.exists():
-            mount.sync(source.id)  # the live daemon commits what it holds in memory
-            _copy_db(delta, ctx.session_dir(session.id) / "delta.db")
-            copy_data(str(delta), str(ctx.session_dir(session.id) / "delta.db"))
+        with mount.locked(ctx.session_dir(source.id)):  # no daemon starts during an offline copy
+            if src.exists() and not mount.copy_delta(source.id, ctx.session_dir(session.id)):
+                copy_delta(str(src), str(ctx.session_dir(session.id) / "delta.db"))
     except BaseException:
         undo(ctx, session)
         raise
     return session
-
-
-def _copy_db(src: Path, dest: Path) -> None:
-    """SQLite's online backup: a consistent copy even while the source's daemon writes."""
-    source = schema.connect(str(src), readonly=True)
-    try:
-        target = apsw.Connection(str(dest))
-        target.set_busy_timeout(BUSY_TIMEOUT_MS)
-        try:
-            with target.backup("main", source, "main") as backup:
-                while not backup.done:
-                    backup.step(-1)
-            target.execute("PRAGMA journal_mode=WAL")
-        finally:
-            target.close()
-    finally:
-        source.close()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -122,6 +122,26 @@ def sync(session_id: str) -> bool:
         return False
 
 
+# A copy of a session's changes may be gigabytes of data files.
+COPY_TIMEOUT = 3600.0
+
+
+def copy_delta(session_id: str, dest_dir: Path) -> bool:
+    """Have the live daemon copy its delta (delta.db and data files) into `dest_dir`, serving no
+    request meanwhile, so no write lands in the copy in part; False when no daemon serves it."""
+    try:
+        sock = control.connect(session_id, timeout=COPY_TIMEOUT)
+        if sock is None:
+            return False
+        with sock:
+            reply = control.send(sock, {"op": "copy", "dest": str(dest_dir / "delta.db")})
+    except (OSError, ConnectionError) as e:
+        raise GitsessError(f"copying the live session's changes: {e}") from e
+    if not reply.get("ok"):
+        raise GitsessError(f"copying the live session's changes: {reply.get('error')}")
+    return True
+
+
 @dataclass(frozen=True)
 class _Prestarted:
     args: int  # write end of the pipe the process reads its arguments from

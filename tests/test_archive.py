@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,3 +167,49 @@ def test_fork_copies_the_delta_and_then_goes_its_own_way(
     assert changes_left(ctx, m.session) == ["README.md", "only-in-exp.txt"]
     _, err = cli("fork", "exp", "copy", code=1)
     assert "already exists" in err
+
+
+# Rewrites files of 64 KiB (data files, not inline), each all one byte, and removes some, until
+# its stdin closes.
+_REWRITER = """
+import os, sys, select
+root, n = sys.argv[1], 0
+os.makedirs(f"{root}/w", exist_ok=True)
+print("started", flush=True)
+while not select.select([sys.stdin], [], [], 0)[0]:
+    path = f"{root}/w/{n % 8}.bin"
+    with open(path, "wb") as f:
+        for _ in range(16):
+            f.write(bytes([n % 250 + 1]) * 4096)
+    if n % 3 == 0 and os.path.exists(f"{root}/w/{(n + 4) % 8}.bin"):
+        os.unlink(f"{root}/w/{(n + 4) % 8}.bin")
+    n += 1
+"""
+
+
+def test_a_fork_of_a_live_session_is_a_snapshot_of_whole_writes(
+    live_exp: Mounted, ctx: RepoContext, cli: Cli
+) -> None:
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _REWRITER, str(live_exp.mnt)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline() == b"started\n"
+        for k in range(5):
+            cli("fork", "exp", f"copy{k}")
+    finally:
+        assert writer.stdin is not None
+        writer.stdin.close()
+        writer.wait(timeout=30)
+    for k in range(5):
+        with mounted(ctx, sessions.resolve(ctx, f"copy{k}")) as c:
+            found = sorted((c.mnt / "w").iterdir())
+            assert found
+            for path in found:
+                data = path.read_bytes()
+                # a whole write of one of the rewrites (the kernel sends a file's pages at
+                # close or fsync, not in the middle of a `write`): never a mix, never zeros
+                assert len(data) in range(0, 65537, 4096) and len(set(data)) <= 1, path
+                assert b"\0" not in data, path

@@ -26,7 +26,7 @@ import trio
 from gitsess.overlay import control
 from gitsess.overlay.audit import Participant
 from gitsess.overlay.fs import Filesystem
-from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.store import DeltaStore, copy_delta
 from gitsess.overlay.tree import Tree
 from gitsess.overlay.watcher import LowerWatcher
 
@@ -299,6 +299,14 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
         return {"ok": True, "daemon_pid": os.getpid(), "mountpoint": state.mountpoint}, pid
     if op == "sync":
         state.tree.commit(durable=True, settle=False)
+        return {"ok": True}, None
+    if op == "copy":
+        dest = msg.get("dest")
+        if not isinstance(dest, str):
+            return {"ok": False, "error": "copy needs a destination"}, None
+        # On the event loop: no request is served until the copy is whole (see derive.fork).
+        state.tree.commit(durable=True, settle=False)
+        copy_delta(state.tree.store.path, dest)
         return {"ok": True}, None
     if op == "status":
         return {

@@ -15,7 +15,10 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+import apsw
+
 from gitsess.overlay import schema
+from gitsess.store.db import BUSY_TIMEOUT_MS
 
 # Numbers handed to nodes the session creates start far above what local filesystems give their
 # own inodes, so they do not meet the lower layer's numbers that unchanged files show through.
@@ -76,6 +79,26 @@ def data_bytes(path: str) -> int:
         return 0
     with it:
         return sum(entry.stat().st_blocks * 512 for entry in it)
+
+
+def copy_delta(src: str, dest: str) -> None:
+    """Copy the delta.db at `src` and its data files to `dest`. The database copy is consistent
+    by itself (SQLite's online backup); the data files only match it when nothing writes them
+    meanwhile: the caller stops the session's daemon from serving, or holds its mount lock."""
+    source = schema.connect(src, readonly=True)
+    try:
+        target = apsw.Connection(dest)
+        target.set_busy_timeout(BUSY_TIMEOUT_MS)
+        try:
+            with target.backup("main", source, "main") as backup:
+                while not backup.done:
+                    backup.step(-1)
+            target.execute("PRAGMA journal_mode=WAL")
+        finally:
+            target.close()
+    finally:
+        source.close()
+    copy_data(src, dest)
 
 
 def copy_data(src: str, dest: str) -> None:
