@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import apsw
 import pyfuse3
 import trio
 
@@ -306,7 +307,10 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
             return {"ok": False, "error": "copy needs a destination"}, None
         # On the event loop: no request is served until the copy is whole (see derive.fork).
         state.tree.commit(durable=True, settle=False)
-        copy_delta(state.tree.store.path, dest)
+        try:
+            copy_delta(state.tree.store.path, dest)
+        except (OSError, apsw.Error) as e:
+            return {"ok": False, "error": f"{dest}: {e}"}, None
         return {"ok": True}, None
     if op == "status":
         return {

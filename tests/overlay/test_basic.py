@@ -11,7 +11,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from gitsess.overlay import daemon, fs
+from gitsess.overlay import control, daemon, fs
 from gitsess.overlay.tree import INLINE_MAX
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted, git
@@ -392,3 +392,15 @@ def test_pyfuse3_is_the_patched_build() -> None:
     # scripts/setup.sh builds pyfuse3 with patches/; without it the kernel caches no listings.
     assert fs.INODE_FH
     assert fs.NAME_ONLY is not None
+
+
+def test_a_copy_the_daemon_cannot_make_is_an_error_reply(mounted: Mounted, tmp_path: Path) -> None:
+    session = mounted.spec.session_id
+    assert control.request(session, {"op": "copy"}) == {
+        "ok": False,
+        "error": "copy needs a destination",
+    }
+    reply = control.request(session, {"op": "copy", "dest": str(tmp_path / "no" / "delta.db")})
+    assert reply is not None and reply["ok"] is False and "delta.db" in reply["error"]
+    (mounted.mnt / "still-served").write_text("yes\n")
+    assert (mounted.mnt / "still-served").read_text() == "yes\n"
