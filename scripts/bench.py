@@ -8,9 +8,12 @@ and a gitsess session mount over it. Every figure is the median of several runs;
 the page cache first (root only). Also measured: session creation + first mount (`gitsess new`
 then `gitsess mount`, and the one command `gitsess new --mount`) against `git worktree add` on a
 5,000- and a 50,000-file repository, `gitsess diff` / `apply --commit` of 1,000 changed files
-(once the CLI has them), and the FUSE daemons' peak memory (VmHWM).
+(once the CLI has them), and the FUSE daemons' peak memory (VmHWM). With --extra, also what
+tools do to a lower directory of 2,000 files: unpack it from a tarball, `cp -a`, `mv`,
+`chmod -R`, and `sed -i` of every file (a write aside and a rename over each).
 
     sudo .venv/bin/python scripts/bench.py                  # the full run (10-20 minutes)
+    sudo .venv/bin/python scripts/bench.py --extra          # also the --extra workloads
     .venv/bin/python scripts/bench.py --quick               # a subset, under a minute
     .venv/bin/python scripts/bench.py --json out.json       # also write the results as JSON
     .venv/bin/python scripts/bench.py --markdown out.md     # also write the tables as Markdown
@@ -80,12 +83,17 @@ class Config:
     bulk_files: int = 2000  # the lower directory `rm -rf` removes
     wide_files: int = 50_000  # the second repository for session creation
     changed_files: int = 1000  # diff / apply --commit
+    extra: bool = False  # also the workloads beyond issue 8's list
 
     @staticmethod
-    def make(quick: bool, runs: int | None) -> Config:
+    def make(quick: bool, runs: int | None, extra: bool = False) -> Config:
         if quick:
-            return Config(True, runs or 3, runs or 1, big_mib=64, write_mib=64, creation_runs=1)
-        return Config(False, runs or 5, runs or 5, big_mib=500, write_mib=500, creation_runs=3)
+            return Config(
+                True, runs or 3, runs or 1, big_mib=64, write_mib=64, creation_runs=1, extra=extra
+            )
+        return Config(
+            False, runs or 5, runs or 5, big_mib=500, write_mib=500, creation_runs=3, extra=extra
+        )
 
 
 # ---------------------------------------------------------------------------------- corpus
@@ -425,6 +433,7 @@ class Workload:
     mutates: bool = False  # each run gets a fresh view (overlays) and cleans up (native)
     slow: bool = False  # seconds per run: `slow_runs` runs
     quick: bool = False  # part of --quick
+    extra: bool = False  # only with --extra (or --only)
     goals: tuple[Goal, ...] = ()
 
 
@@ -514,22 +523,67 @@ def prep_create(env: Env) -> Prepared:
     return Prepared(action, lambda: shutil.rmtree(top, ignore_errors=True))
 
 
-def prep_rm_rf(env: Env) -> Prepared:
+def _bulk_dir(env: Env) -> tuple[Path, Step]:
+    """The lower directory of `bulk_files` files as a workload that changes it meets it: in an
+    overlay (a view of its own per run) the lower directory itself; natively a fresh copy of it,
+    as the corpus must survive, removed afterwards along with what the workload made of it."""
     source = env.view.root / env.corpus.bulk
-    if env.view.target == NATIVE:
-        # Natively the corpus itself must survive: remove a fresh copy of the same tree.
-        victim = env.view.root / "bench-bulk-copy"
-        _run(["cp", "-a", str(source), str(victim)])
-        _run(["sync"])
-    else:
-        victim = source  # the lower directory itself, in a view of its own
-    _run(["find", str(victim)])  # every target starts with the tree in the caches
+    if env.view.target != NATIVE:
+        return source, lambda: None
+    copy = env.view.root / "bench-bulk-copy"
+    _run(["cp", "-a", str(source), str(copy)])
+    _run(["sync"])
+    moved = env.view.root / "bench-moved"
 
     def cleanup() -> None:
-        if env.view.target == NATIVE:
-            shutil.rmtree(victim, ignore_errors=True)
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.rmtree(moved, ignore_errors=True)
 
+    return copy, cleanup
+
+
+def prep_rm_rf(env: Env) -> Prepared:
+    victim, cleanup = _bulk_dir(env)
+    _run(["find", str(victim)])  # every target starts with the tree in the caches
     return Prepared(lambda: _run(["rm", "-rf", str(victim)]), cleanup)
+
+
+def prep_untar(env: Env) -> Prepared:
+    tarball = env.corpus.repo.parent / "bulk.tar"
+    if not tarball.exists():
+        _run(["tar", "-cf", str(tarball), "-C", str(env.corpus.repo), env.corpus.bulk])
+    dest = env.view.root / "bench-untar"
+
+    def action() -> None:
+        dest.mkdir()
+        _run(["tar", "-xf", str(tarball), "-C", str(dest)])
+
+    return Prepared(action, lambda: shutil.rmtree(dest, ignore_errors=True))
+
+
+def prep_cp_a(env: Env) -> Prepared:
+    source, dest = env.view.root / env.corpus.bulk, env.view.root / "bench-cp"
+    return Prepared(
+        lambda: _run(["cp", "-a", str(source), str(dest)]),
+        lambda: shutil.rmtree(dest, ignore_errors=True),
+    )
+
+
+def prep_mv_dir(env: Env) -> Prepared:
+    victim, cleanup = _bulk_dir(env)
+    return Prepared(lambda: _run(["mv", str(victim), str(env.view.root / "bench-moved")]), cleanup)
+
+
+def prep_chmod_r(env: Env) -> Prepared:
+    victim, cleanup = _bulk_dir(env)
+    return Prepared(lambda: _run(["chmod", "-R", "g+w", str(victim)]), cleanup)
+
+
+def prep_sed_i(env: Env) -> Prepared:
+    victim, cleanup = _bulk_dir(env)
+    # sed -i writes each file aside and renames it over the original, as many editors do.
+    edit = ["find", str(victim), "-type", "f", "-exec", "sed", "-i", "s/1/2/", "{}", "+"]
+    return Prepared(lambda: _run(edit), cleanup)
 
 
 def prep_git_status(env: Env) -> Prepared:
@@ -609,6 +663,16 @@ def workloads() -> list[Workload]:
             prep_git_status,
             quick=True,
             goals=(Goal(NATIVE, 2.0), ovl),
+        ),
+        *(
+            Workload(key, label, prep, mutates=True, slow=True, extra=True, goals=(ovl,))
+            for key, label, prep in (
+                ("untar", "tar -x of the lower directory's 2,000 files", prep_untar),
+                ("cp-a", "cp -a of a lower directory (2,000 files)", prep_cp_a),
+                ("mv-dir", "mv of a lower directory (2,000 files)", prep_mv_dir),
+                ("chmod-r", "chmod -R of a lower directory (2,000 files)", prep_chmod_r),
+                ("sed-i", "sed -i of 2,000 lower files", prep_sed_i),
+            )
         ),
     ]
 
@@ -1346,11 +1410,20 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
     )
     p.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    p.add_argument(
+        "--extra",
+        action="store_true",
+        help="also untar, cp -a, mv, chmod -R, sed -i of a lower directory (a few minutes more)",
+    )
     return p.parse_args(argv)
 
 
 def select(cfg: Config, only: Sequence[str], cold_ok: bool) -> list[Workload]:
-    chosen = [w for w in workloads() if (w.key in only if only else w.quick or not cfg.quick)]
+    chosen = [
+        w
+        for w in workloads()
+        if (w.key in only if only else (w.quick or not cfg.quick) and (cfg.extra or not w.extra))
+    ]
     return [w for w in chosen if cold_ok or not w.cold]
 
 
@@ -1408,7 +1481,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="gitsess-bench-"))
     if args.profile is not None:
         args.profile.mkdir(parents=True, exist_ok=True)
-    b = Bench(Config.make(args.quick, args.runs), tmp, isolated_env(tmp / "home"), args.profile)
+    b = Bench(
+        Config.make(args.quick, args.runs, args.extra),
+        tmp,
+        isolated_env(tmp / "home"),
+        args.profile,
+    )
     started = time.perf_counter()
     try:
         report = run_all(b, args.only)

@@ -56,6 +56,15 @@ def test_quick_selection_and_cold_skipping() -> None:
     }
     assert not any(w.cold for w in bench.select(full, [], False))
     assert [w.key for w in bench.select(quick, ["rm-rf"], True)] == ["rm-rf"]
+    extra = {w.key for w in bench.select(bench.Config.make(False, None, True), [], True)}
+    assert extra - {w.key for w in bench.select(full, [], True)} == {
+        "untar",
+        "cp-a",
+        "mv-dir",
+        "chmod-r",
+        "sed-i",
+    }
+    assert [w.key for w in bench.select(full, ["mv-dir"], True)] == ["mv-dir"]
 
 
 def test_markdown_table_shape() -> None:
