@@ -526,20 +526,14 @@ def prep_create(env: Env) -> Prepared:
 def _bulk_dir(env: Env) -> tuple[Path, Step]:
     """The lower directory of `bulk_files` files as a workload that changes it meets it: in an
     overlay (a view of its own per run) the lower directory itself; natively a fresh copy of it,
-    as the corpus must survive, removed afterwards along with what the workload made of it."""
+    as the corpus must survive, removed afterwards."""
     source = env.view.root / env.corpus.bulk
     if env.view.target != NATIVE:
         return source, lambda: None
     copy = env.view.root / "bench-bulk-copy"
     _run(["cp", "-a", str(source), str(copy)])
     _run(["sync"])
-    moved = env.view.root / "bench-moved"
-
-    def cleanup() -> None:
-        shutil.rmtree(copy, ignore_errors=True)
-        shutil.rmtree(moved, ignore_errors=True)
-
-    return copy, cleanup
+    return copy, lambda: shutil.rmtree(copy, ignore_errors=True)
 
 
 def prep_rm_rf(env: Env) -> Prepared:
@@ -570,8 +564,14 @@ def prep_cp_a(env: Env) -> Prepared:
 
 
 def prep_mv_dir(env: Env) -> Prepared:
-    victim, cleanup = _bulk_dir(env)
-    return Prepared(lambda: _run(["mv", str(victim), str(env.view.root / "bench-moved")]), cleanup)
+    victim, _ = _bulk_dir(env)
+    moved = env.view.root / "bench-moved"
+
+    def cleanup() -> None:
+        if env.view.target == NATIVE:  # an overlay's view goes as a whole
+            shutil.rmtree(moved, ignore_errors=True)
+
+    return Prepared(lambda: _run(["mv", str(victim), str(moved)]), cleanup)
 
 
 def prep_chmod_r(env: Env) -> Prepared:
