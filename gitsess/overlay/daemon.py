@@ -251,6 +251,10 @@ async def _client(state: State, stream: trio.SocketStream) -> None:
                         reply, joined = _handle(state, json.loads(line))
                     except OSError as e:
                         reply, joined = {"ok": False, "error": str(e)}, None
+                    except Exception as e:
+                        # A malformed request must not take the daemon, and the view, down.
+                        log.exception("control request %r failed", line[:200])
+                        reply, joined = {"ok": False, "error": f"bad request: {e!r}"}, None
                     if joined is not None:
                         participant = joined
                     if state.stale_entries:

@@ -415,3 +415,16 @@ def test_a_copy_the_daemon_cannot_make_is_an_error_reply(mounted: Mounted, tmp_p
     assert reply is not None and reply["ok"] is False and "delta.db" in reply["error"]
     (mounted.mnt / "still-served").write_text("yes\n")
     assert (mounted.mnt / "still-served").read_text() == "yes\n"
+
+
+def test_a_malformed_control_request_is_an_error_reply(mounted: Mounted) -> None:
+    session = mounted.spec.session_id
+    reply = control.request(session, {"op": "drop", "paths": 5})
+    assert reply is not None and reply["ok"] is False and "bad request" in reply["error"]
+    sock = control.connect(session)
+    assert sock is not None
+    with sock:
+        sock.sendall(b"[1, 2]\n")
+        assert b'"ok": false' in sock.recv(65536)
+    assert control.request(session, {"op": "status"}) is not None  # the daemon still serves
+    assert (mounted.mnt / "README").read_text() == "readme\n"
