@@ -9,9 +9,7 @@ import subprocess
 from pathlib import Path
 
 import apsw
-import pyfuse3
 import pytest
-import trio
 
 from gitsess.overlay import control, daemon, fs
 from gitsess.overlay.tree import INLINE_MAX
@@ -394,15 +392,6 @@ def test_pyfuse3_is_the_patched_build() -> None:
     # scripts/setup.sh builds pyfuse3 with patches/; without it the kernel caches no listings.
     assert fs.INODE_FH
     assert fs.NAME_ONLY is not None
-
-
-def test_pyfuse3_finds_trios_epoll_fd() -> None:
-    # The patched session loop sleeps in poll(2) on trio's epoll fd, which is private to trio;
-    # a trio that moved it leaves the loop going through trio for every request, slower.
-    async def inside_trio() -> str:
-        return os.readlink(f"/proc/self/fd/{pyfuse3._trio_epoll_fd()}")
-
-    assert trio.run(inside_trio) == "anon_inode:[eventpoll]"
 
 
 def test_a_copy_the_daemon_cannot_make_is_an_error_reply(mounted: Mounted, tmp_path: Path) -> None:
