@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         watcher.stop()
         tree.commit(durable=True, settle=False)
         pyfuse3.close(unmount=True)
+        tree.close()
         store.close()
         log.info("unmounted %s", args.mountpoint)
     return 0

@@ -27,6 +27,7 @@ import apsw
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.journal import Journal
 from gitsess.overlay.store import FIRST_ALLOCATED_INO, INLINE, Batch, DeltaStore, NodeRow
+from gitsess.overlay.writebehind import WriteBehind
 
 ROOT_INODE = 1  # what FUSE calls the root
 # renameat2(2) flags
@@ -181,6 +182,7 @@ class Tree:
         self._pending = _Pending()
         self._data_fds: dict[int, int] = {}  # ino -> fd, least recently used first
         self._unsynced: set[int] = set()  # data files written since the last durable commit
+        self._write_behind = WriteBehind()
         self.audit = Audit(next_process_id=store.next_process_id())
         self.journal = Journal()
         # Whether the worktree watch is in place (see `catch_up`). Until then nothing tells the
@@ -250,6 +252,7 @@ class Tree:
         self.store.remove_data(stray)
 
     def close(self) -> None:
+        self._write_behind.close()
         for fd in self._data_fds.values():
             os.close(fd)
         self._data_fds.clear()
@@ -340,6 +343,7 @@ class Tree:
             fd = self._open_data(n, create=False)
             if fd is not None:
                 os.fdatasync(fd)
+            self._write_behind.forget(ino)
         if self._unsynced:
             dir_fd = os.open(self.store.data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
@@ -490,6 +494,7 @@ class Tree:
         self._pending.nodes.discard(n.ino)
         self._pending.inline.pop(n.ino, None)
         self._unsynced.discard(n.ino)
+        self._write_behind.forget(n.ino)
         data_fd = self._data_fds.pop(n.ino, None)
         if data_fd is not None:
             os.close(data_fd)
@@ -1130,6 +1135,7 @@ class Tree:
                 os.ftruncate(fd, max(n.size, off))
             raise _err(errno.ENOSPC)
         self._unsynced.add(n.ino)
+        self._write_behind.wrote(n.ino, fd, written)
         return self._written(n, off, written)
 
     def _written(self, n: Node, off: int, written: int) -> int:
