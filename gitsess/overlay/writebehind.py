@@ -13,6 +13,7 @@ other clients of the mount. A file already waiting for its start is not queued t
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import queue
@@ -49,9 +50,13 @@ class WriteBehind:
         self._written[key] = 0
         if key in self._queued:
             return
+        try:
+            # A duplicate, so that the data file may be closed (and its number reused) meanwhile.
+            dup = os.dup(fd)
+        except OSError:
+            return  # out of descriptors: the write stands, only its early start is skipped
         self._queued.add(key)
-        # A duplicate, so that the data file may be closed (and its number reused) meanwhile.
-        self._starts.put((key, os.dup(fd)))
+        self._starts.put((key, dup))
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="write-behind", daemon=True)
             self._thread.start()
@@ -72,9 +77,8 @@ class WriteBehind:
         assert _sync_file_range is not None
         while (item := self._starts.get()) is not None:
             key, fd = item
-            try:
-                # Only a hint: a failure (the disk full, an I/O error) is for the fsync to report.
-                _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-            finally:
+            # Only a hint: a failure (the disk full, an I/O error) is for the fsync to report.
+            _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+            with contextlib.suppress(OSError):
                 os.close(fd)
-                self._queued.discard(key)
+            self._queued.discard(key)

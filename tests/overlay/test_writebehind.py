@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import resource
 import stat
 import struct
 import threading
@@ -124,3 +125,26 @@ def test_a_big_file_written_into_a_session_goes_to_the_disk_as_it_comes(
             tree.close()
     finally:
         store.close()
+
+
+def test_out_of_descriptors_the_write_stands_without_its_early_start(delalloc_dir: Path) -> None:
+    wb = WriteBehind()
+    path = delalloc_dir / "f"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    lowest_free = os.dup(fd)
+    os.close(lowest_free)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        os.pwrite(fd, os.urandom(EVERY), 0)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))
+        try:
+            wb.wrote(1, fd, EVERY)  # would dup: no descriptor left
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        assert _delalloc_bytes(fd) == EVERY
+        os.pwrite(fd, os.urandom(EVERY), EVERY)
+        wb.wrote(1, fd, EVERY)  # the next start is not held back by the one skipped
+    finally:
+        os.close(fd)
+        wb.close()
+    assert _delalloc_bytes(path) == 0
