@@ -152,7 +152,9 @@ class Watch:
             rel = stack.pop()
             path = _join(self.root, rel) if rel else self.root
             try:
-                wd = _check(_libc.inotify_add_watch(self.fd, path, MASK))
+                # The root may be reached through a symlink; nothing below it is followed.
+                mask = MASK if rel else MASK & ~IN_DONT_FOLLOW
+                wd = _check(_libc.inotify_add_watch(self.fd, path, mask))
             except OSError as e:
                 if e.errno == errno.ENOSPC and not self._full:
                     self._full = True

@@ -134,3 +134,15 @@ def test_opens_queue_no_event(tree: Path, reports: Reports) -> None:
     assert len(masks) == 3  # the root, src, src/deep; not .git
     in_access, in_close_nowrite, in_open = 0x1, 0x10, 0x20
     assert not any(m & (in_access | in_close_nowrite | in_open) for m in masks)
+
+
+def test_a_root_reached_through_a_symlink_is_watched(tree: Path) -> None:
+    link = tree.parent / "link"
+    link.symlink_to(tree)
+    r = Reports(link)
+    try:
+        assert r.ready.wait(10)
+        (tree / "src" / "deep" / "x").write_text("x\n")
+        assert eventually(lambda: b"src/deep/x" in r.seen, timeout=10)
+    finally:
+        assert r.stop() == 0
