@@ -61,6 +61,8 @@ _EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len; then the name, NUL-pad
 # (a checkout, an unpack) goes out as one batch.
 SETTLE_S = 0.03
 
+_NO_WATCHES = "out of inotify watches (raise fs.inotify.max_user_watches)"
+
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -85,11 +87,13 @@ class Watch:
         self._dirs: dict[int, bytes] = {}  # watch descriptor -> directory (relative to root)
         self._wds: dict[bytes, int] = {}
         self._full = False
+        self.in_place = False
 
     def start(self) -> None:
         """Returns once every directory is watched: changes from then on are all reported."""
         for _ in self._add_tree(b""):
             pass
+        self.in_place = True
 
     def close(self) -> None:
         os.close(self.fd)
@@ -156,15 +160,16 @@ class Watch:
                 mask = MASK if rel else MASK & ~IN_DONT_FOLLOW
                 wd = _check(_libc.inotify_add_watch(self.fd, path, mask))
             except OSError as e:
-                if e.errno == errno.ENOSPC and not self._full:
+                if rel and e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
+                    continue  # gone meanwhile, or not ours to watch
+                if e.errno != errno.ENOSPC or not self.in_place:
+                    raise
+                # Out of watches for a directory made later: the view keeps its long cache
+                # timeouts, so say so where the daemon logs.
+                if not self._full:
                     self._full = True
-                    sys.stderr.write(
-                        "gitsess watch: out of inotify watches (fs.inotify.max_user_watches); "
-                        f"changes below {os.fsdecode(path)} and later directories go unseen\n"
-                    )
-                if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES, errno.ENOSPC):
-                    continue  # gone meanwhile, not ours to watch, or no watch left
-                raise
+                    sys.stderr.write(f"gitsess watch: {_NO_WATCHES}; {os.fsdecode(path)} unseen\n")
+                continue
             self._dirs[wd] = rel
             self._wds[rel] = wd
             try:
@@ -203,7 +208,12 @@ def main() -> None:
 
     watch = Watch(root, report)
     try:
-        watch.start()
+        try:
+            watch.start()
+        except OSError as e:
+            # Never in place: the daemon keeps answering with 1 s timeouts, slower but correct.
+            reason = _NO_WATCHES if e.errno == errno.ENOSPC else e.strerror
+            sys.exit(f"gitsess watch: {reason}; the view re-checks the worktree every second")
         out.write(b"\0")  # an empty batch: every watch is in place
         out.flush()
         watch.serve(sys.stdin.fileno())

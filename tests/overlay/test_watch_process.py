@@ -146,3 +146,17 @@ def test_a_root_reached_through_a_symlink_is_watched(tree: Path) -> None:
         assert eventually(lambda: b"src/deep/x" in r.seen, timeout=10)
     finally:
         assert r.stop() == 0
+
+
+def test_a_watch_that_cannot_be_set_up_never_says_it_is_in_place(tmp_path: Path) -> None:
+    # What the daemon then does: it keeps its 1 s cache timeouts (see Tree.watched).
+    proc = subprocess.run(
+        [sys.executable, "-m", "gitsess.overlay.watch_process", os.fspath(tmp_path / "gone")],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+    )
+    assert proc.returncode == 1
+    assert proc.stdout == b""
+    assert proc.stderr.decode().count("\n") == 1
+    assert "gitsess watch: No such file or directory" in proc.stderr.decode()
