@@ -24,6 +24,7 @@ import os
 import select
 import struct
 import sys
+import time
 from collections.abc import Callable, Iterator
 
 OnChange = Callable[[set[bytes]], None]
@@ -58,8 +59,10 @@ MASK = (
 )
 _EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len; then the name, NUL-padded
 # How long a batch stays open for more events once the first came: a tool's burst of changes
-# (a checkout, an unpack) goes out as one batch.
+# (a checkout, an unpack) goes out as one batch; but never longer than BATCH_MAX_S, so a file
+# written without pause is still reported while it is written.
 SETTLE_S = 0.03
+BATCH_MAX_S = 0.1
 
 _NO_WATCHES = "out of inotify watches (raise fs.inotify.max_user_watches)"
 
@@ -101,14 +104,19 @@ class Watch:
     def serve(self, stop_fd: int) -> None:
         """Reports changes in batches until `stop_fd` is readable and at its end."""
         pending: set[bytes] = set()
+        opened = 0.0
         while True:
-            timeout = SETTLE_S if pending else None
+            timeout = None
+            if pending:
+                timeout = max(0.0, min(SETTLE_S, opened + BATCH_MAX_S - time.monotonic()))
             ready, _, _ = select.select([self.fd, stop_fd], [], [], timeout)
             if stop_fd in ready and not os.read(stop_fd, 4096):
                 return
             if self.fd in ready:
+                if not pending:
+                    opened = time.monotonic()
                 pending |= self._read()
-            elif pending:
+            if pending and (self.fd not in ready or time.monotonic() - opened >= BATCH_MAX_S):
                 self.on_change(pending)
                 pending = set()
 
@@ -125,8 +133,8 @@ class Watch:
 
     def _event(self, wd: int, mask: int, name: bytes) -> set[bytes]:
         if mask & IN_Q_OVERFLOW:
-            # Events were lost: every directory may have changed.
-            return set(self._wds)
+            # Events were lost: every directory may have changed (the root's entries name it).
+            return {rel for rel in self._wds if rel}
         if mask & IN_IGNORED:
             self._forget(wd)
             return set()

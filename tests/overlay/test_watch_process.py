@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -160,3 +161,23 @@ def test_a_watch_that_cannot_be_set_up_never_says_it_is_in_place(tmp_path: Path)
     assert proc.stdout == b""
     assert proc.stderr.decode().count("\n") == 1
     assert "gitsess watch: No such file or directory" in proc.stderr.decode()
+
+
+def test_a_file_written_without_pause_is_reported_while_it_is_written(
+    tree: Path, reports: Reports
+) -> None:
+    stop = threading.Event()
+
+    def write() -> None:
+        with open(tree / "log", "ab", buffering=0) as f:
+            while not stop.is_set():
+                f.write(b"line\n")
+                time.sleep(0.002)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert eventually(lambda: b"log" in reports.seen, timeout=10)
+    finally:
+        stop.set()
+        writer.join()
