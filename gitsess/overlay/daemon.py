@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         _ready(args.ready_fd, f"mount failed: {e}")
         return 1
     state = State(tree, args.mountpoint, args.persistent, args.read_only)
-    watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None)
+    watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
     try:
         trio.run(_serve, state, listener, watcher, args.ready_fd)
     finally:
@@ -124,6 +124,7 @@ async def _serve(
     token = trio.lowlevel.current_trio_token()
     watcher.on_change = lambda rels: _invalidate(state.tree, rels, token)
     watcher.on_ready = lambda: _invalidate_known(state.tree, token)
+    watcher.on_lost = lambda: _watch_lost(state.tree, token)
     # The watch sets itself up in a process of its own (its walk holds that process's GIL,
     # 0.4 s on 50,000 files) while the view is already served; once it is in place, whatever
     # the kernel learnt meanwhile is asked again, so no change of that window stays unseen.
@@ -168,6 +169,18 @@ def _invalidate_known(tree: Tree, token: trio.lowlevel.TrioToken) -> None:
     """Runs in the watcher thread once the watch is in place: the names and inodes the kernel
     may hold, so it looks each up again (see `Tree.catch_up`)."""
     _forget_in_kernel(token, tree.catch_up)
+
+
+def _watch_lost(tree: Tree, token: trio.lowlevel.TrioToken) -> None:
+    """Runs in the watcher thread when a watch that was in place ended, before it is started
+    again: until the new one is in place (and catches up), answers are cached for a second."""
+    log.warning("the worktree watch ended; starting it again")
+    with contextlib.suppress(trio.RunFinishedError):
+        trio.from_thread.run_sync(_unwatched, tree, trio_token=token)
+
+
+def _unwatched(tree: Tree) -> None:
+    tree.watched = False
 
 
 def _forget_in_kernel(

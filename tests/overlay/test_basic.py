@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import stat
 import subprocess
 from pathlib import Path
@@ -261,7 +262,6 @@ def test_state_survives_remount(mounted: Mounted) -> None:
 
 
 def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path: Path) -> None:
-    import signal
     import time
 
     (mounted.mnt / "synced").write_bytes(b"s" * 200_000)
@@ -298,12 +298,34 @@ def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path:
 
 
 def _watch_processes(daemon: int) -> list[int]:
-    children = Path(f"/proc/{daemon}/task/{daemon}/children").read_text().split()
+    # A restarted watch is a child of the daemon's watcher thread, not of its main thread.
+    children = [pid for task in Path(f"/proc/{daemon}/task").iterdir() for pid in _children(task)]
     return [
         int(pid)
         for pid in children
         if b"watch_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
     ]
+
+
+def test_a_watch_that_dies_is_started_again(mounted: Mounted) -> None:
+    view = mounted.mnt / "src" / "main.py"
+    assert view.read_text() == "print('hi')\n"  # the kernel now holds it for 300 s
+    daemon = mounted.daemon_pid()
+    assert eventually(lambda: len(_watch_processes(daemon)) == 1)
+    (first,) = _watch_processes(daemon)
+    os.kill(first, signal.SIGKILL)
+    assert eventually(lambda: [p for p in _watch_processes(daemon) if p != first] != [])
+    (mounted.lower / "src" / "main.py").write_text("print('edited after the restart')\n")
+    assert eventually(lambda: view.read_text() == "print('edited after the restart')\n")
+    (mounted.lower / "appeared.txt").write_text("new outside\n")
+    assert eventually(lambda: "appeared.txt" in os.listdir(mounted.mnt))
+
+
+def _children(task: Path) -> list[str]:
+    try:
+        return (task / "children").read_text().split()
+    except FileNotFoundError:
+        return []  # the thread ended meanwhile
 
 
 def test_changes_made_while_unmounted_show_as_drift(mounted: Mounted) -> None:
