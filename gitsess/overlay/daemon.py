@@ -172,15 +172,11 @@ def _invalidate_known(tree: Tree, token: trio.lowlevel.TrioToken) -> None:
 
 
 def _watch_lost(tree: Tree, token: trio.lowlevel.TrioToken) -> None:
-    """Runs in the watcher thread when a watch that was in place ended, before it is started
-    again: until the new one is in place (and catches up), answers are cached for a second."""
+    """Runs in the watcher thread when the watch ended unasked, before it is started again:
+    the kernel forgets what it holds, and until a new watch is in place (and catches up),
+    answers are cached for a second."""
     log.warning("the worktree watch ended; starting it again")
-    with contextlib.suppress(trio.RunFinishedError):
-        trio.from_thread.run_sync(_unwatched, tree, trio_token=token)
-
-
-def _unwatched(tree: Tree) -> None:
-    tree.watched = False
+    _forget_in_kernel(token, tree.lose_watch)
 
 
 def _forget_in_kernel(

@@ -570,6 +570,13 @@ class Tree:
                     entries.append((n.parent, n.name))
         return entries, inodes
 
+    def lose_watch(self) -> tuple[list[tuple[int, bytes]], list[int]]:
+        """The worktree watch ended: what the kernel holds is asked again, as `catch_up` does,
+        and what the daemon answers until a new watch catches up is cached for a second."""
+        stale = self.catch_up()
+        self.watched = False
+        return stale
+
     # ---------------------------------------------------------------- attributes
 
     def getattr(self, n: Node) -> Attr:

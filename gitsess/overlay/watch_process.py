@@ -89,14 +89,11 @@ class Watch:
         self.fd = _check(_libc.inotify_init1(IN_CLOEXEC))
         self._dirs: dict[int, bytes] = {}  # watch descriptor -> directory (relative to root)
         self._wds: dict[bytes, int] = {}
-        self._full = False
-        self.in_place = False
 
     def start(self) -> None:
         """Returns once every directory is watched: changes from then on are all reported."""
         for _ in self._add_tree(b""):
             pass
-        self.in_place = True
 
     def close(self) -> None:
         os.close(self.fd)
@@ -170,14 +167,7 @@ class Watch:
             except OSError as e:
                 if rel and e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
                     continue  # gone meanwhile, or not ours to watch
-                if e.errno != errno.ENOSPC or not self.in_place:
-                    raise
-                # Out of watches for a directory made later: the view keeps its long cache
-                # timeouts, so say so where the daemon logs.
-                if not self._full:
-                    self._full = True
-                    sys.stderr.write(f"gitsess watch: {_NO_WATCHES}; {os.fsdecode(path)} unseen\n")
-                continue
+                raise
             self._dirs[wd] = rel
             self._wds[rel] = wd
             try:
@@ -220,13 +210,20 @@ def main() -> None:
             watch.start()
         except OSError as e:
             # Never in place: the daemon keeps answering with 1 s timeouts, slower but correct.
-            reason = _NO_WATCHES if e.errno == errno.ENOSPC else e.strerror
-            sys.exit(f"gitsess watch: {reason}; the view re-checks the worktree every second")
+            sys.exit(f"gitsess watch: {_reason(e)}; the view re-checks the worktree every second")
         out.write(b"\0")  # an empty batch: every watch is in place
         out.flush()
-        watch.serve(sys.stdin.fileno())
+        try:
+            watch.serve(sys.stdin.fileno())
+        except OSError as e:
+            # A directory made later could not be watched: the daemon starts a new watch.
+            sys.exit(f"gitsess watch: {_reason(e)}")
     finally:
         watch.close()
+
+
+def _reason(e: OSError) -> str:
+    return _NO_WATCHES if e.errno == errno.ENOSPC else str(e.strerror)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """How long the kernel may keep what the daemon tells it: long once the worktree watch is in
-place (changes are invalidated explicitly), a second before that (nothing would tell it)."""
+place (changes are invalidated explicitly), a second before that and after it ended (nothing
+would tell it)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ def test_entries_are_cached_briefly_until_the_watch_is_in_place(tmp_path: Path) 
         assert _timeouts(filesystem, b"dir") == (fs.TIMEOUT, fs.TIMEOUT)
         assert _timeouts(filesystem, b"file") == (fs.TIMEOUT, fs.TIMEOUT)
         assert _timeouts(filesystem, b"missing")[0] == fs.TIMEOUT
+        # The watch ended: what the kernel holds is to be asked again, and kept a second.
+        entries, inodes = tree.lose_watch()
+        held = tree.resolve(b"file")
+        assert held is not None and held.ino in inodes and (ROOT_INODE, b"file") in entries
+        for name in (b"dir", b"file", b"missing"):
+            assert _timeouts(filesystem, name)[0] == fs.GIT_TIMEOUT, name
         tree.close()
     finally:
         store.close()
