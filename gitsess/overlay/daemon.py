@@ -126,7 +126,7 @@ async def _serve(
     watcher.on_ready = lambda: _invalidate_known(state.tree, token)
     watcher.on_lost = lambda: _watch_lost(state.tree, token)
     # The watch sets itself up in a process of its own (its walk holds that process's GIL,
-    # 0.4 s on 50,000 files) while the view is already served; once it is in place, whatever
+    # 0.1 s on 50,000 files) while the view is already served; once it is in place, whatever
     # the kernel learnt meanwhile is asked again, so no change of that window stays unseen.
     watcher.start()
     async with trio.open_nursery() as nursery:

@@ -3,7 +3,7 @@
 Writes every batch of changed paths (relative to ROOT) to stdout, each path ended by a NUL and
 the batch by one more, after an empty batch once the watch is in place; exits when its stdin
 closes (the daemon stopped or died). A process, not a thread of the daemon: setting up a
-recursive watch walks the whole tree (0.1-0.4 s on 50,000 files), which would hold the daemon's
+recursive watch walks the whole tree (about 0.1 s on 50,000 files), which would hold the daemon's
 GIL and stall the filesystem's requests.
 
 The watch is inotify, one watch per directory, with a mask of our own: changes only. watchfiles
