@@ -80,6 +80,10 @@ def _join(parent: bytes, name: bytes) -> bytes:
     return parent + b"/" + name if parent else name
 
 
+def _is_git(parent: bytes, name: bytes) -> bool:
+    return not parent and name == b".git"
+
+
 class Watch:
     """One inotify watch per directory below `root`, except the top-level `.git`."""
 
@@ -142,12 +146,14 @@ class Watch:
             # The directory itself (IN_DELETE_SELF, IN_MOVE_SELF, IN_ATTRIB): its parent's
             # event names it too, but a moved root-level directory has no other witness.
             return {parent} if parent else set()
-        rel = _join(parent, name)
-        if parent == b"" and name == b".git":
+        if _is_git(parent, name):
             return set()
+        rel = _join(parent, name)
         changed = {rel}
         if mask & IN_ISDIR:
-            if mask & (IN_MOVED_FROM | IN_DELETE):
+            # A removed directory's watch goes by itself (IN_IGNORED); a moved one keeps its
+            # watches, and theirs, under names that are no longer right.
+            if mask & IN_MOVED_FROM:
                 self._forget_tree(rel)
             if mask & (IN_CREATE | IN_MOVED_TO):
                 # Whatever was made in it before its watch was in place is reported with it.
@@ -175,7 +181,7 @@ class Watch:
             except OSError:
                 continue
             for entry in entries:
-                if not rel and entry.name == b".git":
+                if _is_git(rel, entry.name):
                     continue
                 child = _join(rel, entry.name)
                 yield child
@@ -183,7 +189,7 @@ class Watch:
                     stack.append(child)
 
     def _forget_tree(self, top: bytes) -> None:
-        """A directory moved or went: its watches would name the old paths."""
+        """A directory moved: its watches would name the old paths."""
         below = top + b"/"
         for rel in [r for r in self._wds if r == top or r.startswith(below)]:
             wd = self._wds.pop(rel)

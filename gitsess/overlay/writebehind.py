@@ -30,10 +30,9 @@ if _sync_file_range is not None:
 
 
 class WriteBehind:
-    """Counts what each file had written and starts its disk write every `every` bytes."""
+    """Counts what each file had written and starts its disk write every `EVERY` bytes."""
 
-    def __init__(self, every: int = EVERY) -> None:
-        self.every = every
+    def __init__(self) -> None:
         self._written: dict[int, int] = {}  # key -> bytes written since its last start
         self._queued: set[int] = set()
         self._starts: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
@@ -44,7 +43,7 @@ class WriteBehind:
         if _sync_file_range is None:
             return
         written = self._written.get(key, 0) + nbytes
-        if written < self.every:
+        if written < EVERY:
             self._written[key] = written
             return
         self._written[key] = 0
