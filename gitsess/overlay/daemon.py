@@ -27,6 +27,7 @@ import trio
 from gitsess.overlay import control
 from gitsess.overlay.audit import Participant
 from gitsess.overlay.fs import Filesystem
+from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.store import DeltaStore, copy_delta
 from gitsess.overlay.tree import Tree
 from gitsess.overlay.watcher import LowerWatcher
@@ -42,6 +43,8 @@ LINGER = 0.3
 # of a big file then costs one READ per 128 KiB. 2 MiB keeps two READs of the largest size
 # (1 MiB) in flight: a cold read of 500 MiB took half the daemon's CPU (docs/PERFORMANCE.md).
 READ_AHEAD_KB = 2048
+# How long a stopping daemon serves its own directory listings in flight, at most.
+LISTINGS_DRAIN = 2.0
 
 
 @dataclass
@@ -50,6 +53,7 @@ class State:
     mountpoint: str
     persistent: bool
     read_only: bool
+    ahead: ListAhead
     participants: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_id: int = 1
     ever_joined: bool = False
@@ -57,6 +61,7 @@ class State:
     # its last commit and unmount, but takes no one in.
     stopping: bool = False
     stale_entries: list[tuple[int, bytes]] = field(default_factory=list)
+    stop_asked: trio.Event = field(default_factory=trio.Event)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -92,12 +97,13 @@ def main(argv: list[str] | None = None) -> int:
         options.add("allow_other")
     if args.read_only:
         options.add("ro")
+    ahead = ListAhead(args.mountpoint)
     try:
-        pyfuse3.init(Filesystem(tree), args.mountpoint, options)
+        pyfuse3.init(Filesystem(tree, ahead), args.mountpoint, options)
     except RuntimeError as e:
         _ready(args.ready_fd, f"mount failed: {e}")
         return 1
-    state = State(tree, args.mountpoint, args.persistent, args.read_only)
+    state = State(tree, args.mountpoint, args.persistent, args.read_only, ahead)
     watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
     try:
         trio.run(_serve, state, listener, watcher, args.ready_fd)
@@ -105,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         watcher.stop()
         tree.commit(durable=True, settle=False)
         pyfuse3.close(unmount=True)
+        ahead.close()
         tree.close()
         store.close()
         log.info("unmounted %s", args.mountpoint)
@@ -131,6 +138,7 @@ async def _serve(
     watcher.start()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_commit_loop, state.tree)
+        nursery.start_soon(_stop_when_asked, state)
         nursery.start_soon(_signals, state)
         nursery.start_soon(_control_loop, state, trio.socket.from_stdlib_socket(listener))
         if not state.persistent:
@@ -222,6 +230,16 @@ async def _commit_loop(tree: Tree) -> None:
 def _stop(state: State, why: str) -> None:
     log.info("%s: stopping", why)
     state.stopping = True
+    state.stop_asked.set()
+
+
+async def _stop_when_asked(state: State) -> None:
+    await state.stop_asked.wait()
+    # Our own listings wait for this loop: it serves them before it ends (see listahead).
+    state.ahead.stop()
+    with trio.move_on_after(LISTINGS_DRAIN):
+        while not state.ahead.idle:
+            await trio.sleep(0.001)
     pyfuse3.terminate()
 
 
@@ -333,6 +351,8 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
             "mountpoint": state.mountpoint,
             "persistent": state.persistent,
             "read_only": state.read_only,
+            # Whether the worktree watch is in place (until then, answers are cached 1 s).
+            "watched": state.tree.watched,
             "participants": list(state.participants.values()),
         }, None
     if op == "drop":

@@ -31,6 +31,7 @@ from pyfuse3 import (
 )
 
 from gitsess.overlay import passthrough as pt
+from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.tree import GIT, Attr, Node, Tree
 
 log = logging.getLogger("gitsess.fs")
@@ -63,6 +64,9 @@ NAME_ONLY: Callable[..., bool] | None = getattr(pyfuse3, "readdir_reply_name", N
 
 # Listings of directories being read, kept for the requests that continue them.
 LISTINGS_OPEN = 1024
+
+# Directories with more entries than this are not listed ahead of lookups (see listahead.py).
+LIST_AHEAD_MAX = 512
 
 
 def _cookie(name: bytes) -> int:
@@ -101,9 +105,10 @@ class Filesystem(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = True
 
-    def __init__(self, tree: Tree) -> None:
+    def __init__(self, tree: Tree, ahead: ListAhead | None = None) -> None:
         super().__init__()
         self.tree = tree
+        self.ahead = ahead
         self.handles: dict[int, Handle] = {}
         self.listings: dict[int, tuple[list[int], list[bytes]]] = {}
         self._next_fh = 1
@@ -173,12 +178,27 @@ class Filesystem(pyfuse3.Operations):
     async def lookup(
         self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
+        if self.ahead is not None and self.ahead.due(parent_inode):
+            self._list_ahead(self.tree.node(parent_inode))
         n = self.tree.find(parent_inode, name)
         if n is None:
             return self._negative()
         entry = self._entry(n)
         self.tree.count_lookup(n)
         return entry
+
+    def _list_ahead(self, d: Node) -> None:
+        # Not below .git (git writes there from both sides, so its entries are kept for a
+        # second only), nor a huge directory, of which one name says little.
+        if d.passthrough or not d.is_dir:
+            return
+        try:
+            listed = len(self.tree.listing(d))
+        except OSError:
+            return  # for the lookup itself to report
+        if listed <= LIST_AHEAD_MAX:
+            assert self.ahead is not None
+            self.ahead.note(self.tree.path_of(d))
 
     async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:
         for ino, count in inode_list:

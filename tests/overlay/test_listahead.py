@@ -1,0 +1,136 @@
+"""A lookup in a directory has the daemon list it through the mount, so the kernel holds its
+other entries before they are asked for."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from gitsess import mount
+from gitsess.overlay import control, listahead
+from gitsess.overlay.fs import LIST_AHEAD_MAX
+from gitsess.overlay.listahead import ListAhead
+from tests.live_util import eventually
+from tests.overlay.conftest import Mounted, make_worktree
+
+pytestmark = pytest.mark.fuse
+
+SMALL = 40
+
+
+@pytest.fixture
+def worktree(tmp_path: Path) -> Path:
+    """The usual worktree, with a directory of a few files and one too big to list ahead,
+    made before the view is mounted so that the kernel knows none of their names."""
+    wt = make_worktree(tmp_path / "wt")
+    for name, count in (("small", SMALL), ("big", LIST_AHEAD_MAX + 1)):
+        (wt / name).mkdir()
+        for i in range(count):
+            (wt / name / f"f{i}").write_text(f"{i}\n")
+    return wt
+
+
+def _watched(m: Mounted) -> None:
+    """Wait until the worktree watch is in place: it then has the kernel forget what it learnt
+    before (and until then, the kernel keeps what it learns for a second only)."""
+    assert eventually(
+        lambda: (control.request(m.spec.session_id, {"op": "status"}) or {})["watched"]
+    )
+
+
+def _answered_while_stopped(m: Mounted, paths: list[Path], wait: float) -> bool:
+    """Whether a process could lstat every path while the daemon was stopped: only the
+    kernel's caches can answer then. The daemon is always continued."""
+    pid = m.daemon_pid()
+    for directory in {p.parent for p in paths}:
+        # A walk to them checks the permissions of every directory on the way: have the
+        # kernel hold their attributes (the root's may date from before the watch).
+        os.stat(directory)
+        for parent in directory.relative_to(m.mnt).parents:
+            os.stat(m.mnt / parent)
+    os.kill(pid, signal.SIGSTOP)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys\nfor p in sys.argv[1:]: os.lstat(p)",
+            *map(str, paths),
+        ],
+        cwd="/",
+    )
+    try:
+        child.wait(timeout=wait)
+        return child.returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        child.wait(timeout=30)
+
+
+def test_the_other_entries_are_answered_by_the_kernel(mounted: Mounted) -> None:
+    _watched(mounted)
+    os.lstat(mounted.mnt / "small" / "f0")
+    time.sleep(1)  # the listing is a few requests; this leaves a loaded machine ample time
+    others = [mounted.mnt / "small" / f"f{i}" for i in range(1, SMALL)]
+    assert _answered_while_stopped(mounted, others, wait=10)
+    assert [p.read_text() for p in others[:3]] == ["1\n", "2\n", "3\n"]
+
+
+def test_a_huge_directory_is_not_listed_ahead(mounted: Mounted) -> None:
+    _watched(mounted)
+    os.lstat(mounted.mnt / "big" / "f0")
+    time.sleep(1)
+    assert not _answered_while_stopped(mounted, [mounted.mnt / "big" / "f1"], wait=1)
+    assert (mounted.mnt / "big" / "f1").read_text() == "1\n"
+
+
+def test_a_directory_is_listed_again_only_after_a_while(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(listahead, "AGAIN", 0.2)
+    ahead = ListAhead("/nonexistent")
+    assert ahead.due(5)
+    assert not ahead.due(5)
+    assert ahead.due(6)
+    time.sleep(0.25)
+    assert ahead.due(5)
+
+
+def _listers() -> int:
+    return sum(t.name == "list-ahead" for t in threading.enumerate())
+
+
+def test_listing_threads_stop_even_when_the_view_is_gone(tmp_path: Path) -> None:
+    before = _listers()
+    ahead = ListAhead(str(tmp_path / "gone"))
+    ahead.note(b"")
+    ahead.note(b"a/b")
+    assert _listers() == before + listahead.THREADS
+    ahead.close()
+    assert _listers() == before
+
+
+def test_a_view_stops_by_itself_while_its_listings_are_in_flight(tmp_path: Path) -> None:
+    """A listing in flight holds its directory's lock until the daemon answers; the worktree
+    watch, which invalidates that directory once in place, waited for the lock, and the
+    stopping daemon for the watch (in a loop like this one, 1 stop in 10-16 hung until killed)."""
+    lower = make_worktree(tmp_path / "wt")
+    for i in range(10):
+        session_dir = tmp_path / f"s{i}"
+        session_dir.mkdir(mode=0o700)
+        spec = mount.MountSpec(str(uuid.uuid4()), lower, session_dir, persistent=True)
+        try:
+            mount.ensure_mounted(spec)
+            assert (spec.target / "README").read_text() == "readme\n"
+            os.lstat(spec.target / "src" / "main.py")
+            assert mount.stop(spec.session_id, spec.target)
+        finally:
+            mount.stop(spec.session_id, spec.target)
+        assert "unmounted" in spec.log.read_text(), f"stop {i} needed a kill"
