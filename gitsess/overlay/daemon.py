@@ -24,9 +24,10 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control
+from gitsess.overlay import control, hostloop
 from gitsess.overlay.audit import Participant
 from gitsess.overlay.fs import Filesystem
+from gitsess.overlay.hostloop import HostLoop
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.store import DeltaStore, copy_delta
 from gitsess.overlay.tree import Tree
@@ -106,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     state = State(tree, args.mountpoint, args.persistent, args.read_only, ahead)
     watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
     try:
-        trio.run(_serve, state, listener, watcher, args.ready_fd)
+        if hostloop.SERVES:
+            HostLoop().run(lambda ended: _serve(state, listener, watcher, args.ready_fd, ended))
+        else:
+            trio.run(_serve, state, listener, watcher, args.ready_fd, None)
     finally:
         watcher.stop()
         tree.commit(durable=True, settle=False)
@@ -126,8 +130,14 @@ def _ready(fd: int | None, message: str) -> None:
 
 
 async def _serve(
-    state: State, listener: socket.socket, watcher: LowerWatcher, ready_fd: int | None
+    state: State,
+    listener: socket.socket,
+    watcher: LowerWatcher,
+    ready_fd: int | None,
+    fuse_ended: trio.Event | None,
 ) -> None:
+    """Everything but the FUSE requests, which `HostLoop` serves while this waits for
+    `fuse_ended`; without it (a stock pyfuse3) they are served here, by `pyfuse3.main`."""
     token = trio.lowlevel.current_trio_token()
     watcher.on_change = lambda rels: _invalidate(state.tree, rels, token)
     watcher.on_ready = lambda: _invalidate_known(state.tree, token)
@@ -150,8 +160,11 @@ async def _serve(
                 _raise_read_ahead, state.mountpoint, abandon_on_cancel=True
             )
         )
-        # Every handler is synchronous: more worker tasks would add locking, not concurrency.
-        await pyfuse3.main(min_tasks=1, max_tasks=1)
+        if fuse_ended is not None:
+            await fuse_ended.wait()
+        else:
+            # Every handler is synchronous: more worker tasks would add locking, not concurrency.
+            await pyfuse3.main(min_tasks=1, max_tasks=1)
         nursery.cancel_scope.cancel()
 
 
