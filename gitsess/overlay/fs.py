@@ -179,7 +179,7 @@ class Filesystem(pyfuse3.Operations):
         self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
         if self.ahead is not None and self.ahead.due(parent_inode):
-            self._list_ahead(self.tree.node(parent_inode))
+            self._list_ahead(self.ahead, self.tree.node(parent_inode))
         n = self.tree.find(parent_inode, name)
         if n is None:
             return self._negative()
@@ -187,7 +187,7 @@ class Filesystem(pyfuse3.Operations):
         self.tree.count_lookup(n)
         return entry
 
-    def _list_ahead(self, d: Node) -> None:
+    def _list_ahead(self, ahead: ListAhead, d: Node) -> None:
         # Not below .git (git writes there from both sides, so its entries are kept for a
         # second only), nor a huge directory, of which one name says little.
         if d.passthrough or not d.is_dir:
@@ -197,8 +197,7 @@ class Filesystem(pyfuse3.Operations):
         except OSError:
             return  # for the lookup itself to report
         if listed <= LIST_AHEAD_MAX:
-            assert self.ahead is not None
-            self.ahead.note(self.tree.path_of(d))
+            ahead.note(self.tree.path_of(d))
 
     async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:
         for ino, count in inode_list:

@@ -76,7 +76,10 @@ class HostLoop:
                 with contextlib.suppress(BlockingIOError):
                     os.eventfd_read(self._wake)
         finally:
-            os.close(self._wake)
+            # Only once trio is done: until then its thread may still write to the eventfd,
+            # and a closed number can be reused by a file the daemon goes on to write.
+            if self._outcome is not None:
+                os.close(self._wake)
         return self._outcome.unwrap()  # type: ignore[no-any-return]
 
     def _call_threadsafe(self, fn: Callable[[], object]) -> None:
