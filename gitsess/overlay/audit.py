@@ -36,7 +36,20 @@ class Audit:
         target: bytes | None = None,
         nbytes: int | None = None,
     ) -> None:
-        owner = self._owner(pid)
+        self.record_as(self.owner(pid), op, path, pid, target=target, nbytes=nbytes)
+
+    def record_as(
+        self,
+        owner: Participant | None,
+        op: str,
+        path: bytes,
+        pid: int,
+        *,
+        target: bytes | None = None,
+        nbytes: int | None = None,
+    ) -> None:
+        """`record`, for an owner found earlier (a file's writes are recorded when it is
+        released, which can come after its writer's run has left)."""
         self.events.append(
             (
                 time.time_ns(),
@@ -73,7 +86,8 @@ class Audit:
         self.new_processes.append((ident, pid, name, cmdline))
         return ident
 
-    def _owner(self, pid: int) -> Participant | None:
+    def owner(self, pid: int) -> Participant | None:
+        """The participant whose process `pid` is, or descends from."""
         if pid in self._owners:
             return self._owners[pid]
         owner = None

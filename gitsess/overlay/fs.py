@@ -31,6 +31,7 @@ from pyfuse3 import (
 )
 
 from gitsess.overlay import passthrough as pt
+from gitsess.overlay.audit import Participant
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.tree import GIT, Attr, Node, Tree
 
@@ -49,6 +50,9 @@ class Handle:
     fd: int | None = None  # a real file descriptor, for files below `.git`
     pid: int = 0  # who opened it: writes arrive without a caller (the writeback cache)
     written: int = 0
+    # The run of the opener, taken at the first write: the release that records the writes
+    # can come after that run has left.
+    owner: Participant | None = None
 
 
 # pyfuse3 as built by scripts/setup.sh (patches/pyfuse3-3.5.0.patch) hands the inode number to
@@ -472,6 +476,7 @@ class Filesystem(pyfuse3.Operations):
         written = self.tree.write(h.node, off, buf)
         if not h.written:
             self.tree.journal.note(self.tree.path_of(h.node))
+            h.owner = self.tree.audit.owner(h.pid)
         h.written += written
         return written
 
@@ -485,7 +490,8 @@ class Filesystem(pyfuse3.Operations):
         if h.fd is not None:
             os.close(h.fd)
         if h.written:
-            self.tree.audit.record("write", self.tree.path_of(h.node), h.pid, nbytes=h.written)
+            path = self.tree.path_of(h.node)
+            self.tree.audit.record_as(h.owner, "write", path, h.pid, nbytes=h.written)
         self.tree.released(h.node)
 
     async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
