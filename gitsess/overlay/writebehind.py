@@ -8,7 +8,8 @@ so it runs while the writer is still writing, and an `fsync` at the end finds li
 
 The call can block while the disk's queue is full, so it runs in a thread of its own and never
 on the event loop: a writer through the view is not slowed to the disk's pace, nor are the
-other clients of the mount. A file already waiting for its start is not queued twice.
+other clients of the mount. A file already waiting for its start is not queued twice; one
+written to again while its start runs is started once more when that one is done.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ class WriteBehind:
     def __init__(self) -> None:
         self._written: dict[int, int] = {}  # key -> bytes written since its last start
         self._queued: set[int] = set()
+        self._again: set[int] = set()  # queued ones written to again since their start began
+        self._lock = threading.Lock()
         self._starts: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
@@ -47,14 +50,18 @@ class WriteBehind:
             self._written[key] = written
             return
         self._written[key] = 0
-        if key in self._queued:
-            return
+        with self._lock:
+            if key in self._queued:
+                # The start under way may have begun before these bytes: it goes once more.
+                self._again.add(key)
+                return
         try:
             # A duplicate, so that the data file may be closed (and its number reused) meanwhile.
             dup = os.dup(fd)
         except OSError:
             return  # out of descriptors: the write stands, only its early start is skipped
-        self._queued.add(key)
+        with self._lock:
+            self._queued.add(key)
         self._starts.put((key, dup))
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="write-behind", daemon=True)
@@ -76,8 +83,13 @@ class WriteBehind:
         assert _sync_file_range is not None
         while (item := self._starts.get()) is not None:
             key, fd = item
-            # Only a hint: a failure (the disk full, an I/O error) is for the fsync to report.
-            _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+            while True:
+                # Only a hint: a failure (the disk full, an I/O error) is for the fsync to report.
+                _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+                with self._lock:
+                    if key not in self._again:
+                        self._queued.discard(key)
+                        break
+                    self._again.discard(key)
             with contextlib.suppress(OSError):
                 os.close(fd)
-            self._queued.discard(key)
