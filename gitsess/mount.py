@@ -104,8 +104,7 @@ def status(session_id: str) -> Status | None:
 
 def _wait_gone(session_id: str) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
-    while (sock := control.connect(session_id, timeout=1)) is not None:
-        sock.close()
+    while control.serving(session_id):
         if time.monotonic() > deadline:
             raise GitsessError(
                 f"the daemon of session {session_id} is stopping but has not exited after "
@@ -385,7 +384,7 @@ def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:
         control.request(session_id, {"op": "stop"})
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if control.connect(session_id, timeout=1) is None and not is_mounted(mountpoint):
+        if not control.serving(session_id) and not is_mounted(mountpoint):
             return True
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):

@@ -31,6 +31,23 @@ def connect(session_id: str, timeout: float = TIMEOUT) -> socket.socket | None:
     return sock
 
 
+# Listening sockets carry this in their flags in /proc/net/unix (the kernel's __SO_ACCEPTCON).
+_LISTENING = 0x10000
+
+
+def serving(session_id: str) -> bool:
+    """Whether a daemon holds the session's name, found without connecting: a stopping daemon
+    accepts no more, and every probe left in its backlog would fill it (then connecting fails
+    with EAGAIN)."""
+    name = b"@" + address(session_id)[1:]
+    with open("/proc/net/unix", "rb") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) == 8 and fields[7] == name and int(fields[3], 16) & _LISTENING:
+                return True
+    return False
+
+
 def send(sock: socket.socket, message: dict[str, Any]) -> dict[str, Any]:
     sock.sendall(json.dumps(message).encode() + b"\n")
     reply = _readline(sock)

@@ -120,7 +120,7 @@ def test_listing_threads_stop_even_when_the_view_is_gone(tmp_path: Path) -> None
 def test_a_view_stops_by_itself_while_its_listings_are_in_flight(tmp_path: Path) -> None:
     """A listing in flight holds its directory's lock until the daemon answers; the worktree
     watch, which invalidates that directory once in place, waited for the lock, and the
-    stopping daemon for the watch (in a loop like this one, 1 stop in 10-16 hung until killed)."""
+    stopping daemon for the watch, 5 s (in a loop like this one, 1 stop in 10-16)."""
     lower = make_worktree(tmp_path / "wt")
     for i in range(10):
         session_dir = tmp_path / f"s{i}"
