@@ -106,7 +106,7 @@ def check_pyfuse3() -> Check:
             f"version {pyfuse3.__version__} without patches/pyfuse3-3.5.0.patch: the kernel"
             " caches no directory listings (scripts/setup.sh builds the patched one)",
         )
-    if not hasattr(pyfuse3, "readdir_reply_name") or not hasattr(pyfuse3, "serve"):
+    if not hasattr(pyfuse3, "list_ahead"):
         return Check(
             "pyfuse3",
             "warn",

@@ -24,7 +24,7 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, hostloop
+from gitsess.overlay import control, hostloop, listahead
 from gitsess.overlay.audit import Participant
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
@@ -54,7 +54,7 @@ class State:
     mountpoint: str
     persistent: bool
     read_only: bool
-    ahead: ListAhead
+    ahead: ListAhead | None
     participants: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_id: int = 1
     ever_joined: bool = False
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         options.add("allow_other")
     if args.read_only:
         options.add("ro")
-    ahead = ListAhead(args.mountpoint)
+    ahead = ListAhead(args.mountpoint) if listahead.AVAILABLE else None
     try:
         pyfuse3.init(Filesystem(tree, ahead), args.mountpoint, options)
     except RuntimeError as e:
@@ -115,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         watcher.stop()
         tree.commit(durable=True, settle=False)
         pyfuse3.close(unmount=True)
-        ahead.close()
         tree.close()
         store.close()
         log.info("unmounted %s", args.mountpoint)
@@ -249,10 +248,11 @@ def _stop(state: State, why: str) -> None:
 async def _stop_when_asked(state: State) -> None:
     await state.stop_asked.wait()
     # Our own listings wait for this loop: it serves them before it ends (see listahead).
-    state.ahead.stop()
-    with trio.move_on_after(LISTINGS_DRAIN):
-        while not state.ahead.idle:
-            await trio.sleep(0.001)
+    if state.ahead is not None:
+        state.ahead.stop()
+        with trio.move_on_after(LISTINGS_DRAIN):
+            while not state.ahead.idle:
+                await trio.sleep(0.001)
     pyfuse3.terminate()
 
 

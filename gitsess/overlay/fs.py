@@ -69,7 +69,10 @@ NAME_ONLY: Callable[..., bool] | None = getattr(pyfuse3, "readdir_reply_name", N
 # Listings of directories being read, kept for the requests that continue them.
 LISTINGS_OPEN = 1024
 
-# Directories with more entries than this are not listed ahead of lookups (see listahead.py).
+# Directories larger than this in the worktree (ext4: some 1,000 entries of short names), or
+# with more entries of the session's own, are not listed ahead of lookups (see listahead.py).
+# The worktree's size of a directory costs one lstat; counting its entries cost a listing.
+LIST_AHEAD_MAX_BYTES = 32 * 1024
 LIST_AHEAD_MAX = 512
 
 
@@ -194,13 +197,10 @@ class Filesystem(pyfuse3.Operations):
     def _list_ahead(self, ahead: ListAhead, d: Node) -> None:
         # Not below .git (git writes there from both sides, so its entries are kept for a
         # second only), nor a huge directory, of which one name says little.
-        if d.passthrough or not d.is_dir:
+        if d.passthrough or not d.is_dir or len(d.entries or ()) > LIST_AHEAD_MAX:
             return
-        try:
-            listed = len(self.tree.listing(d))
-        except OSError:
-            return  # for the lookup itself to report
-        if listed <= LIST_AHEAD_MAX:
+        size = self.tree.lower_size(d)
+        if size is None or size <= LIST_AHEAD_MAX_BYTES:
             ahead.note(self.tree.path_of(d))
 
     async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:

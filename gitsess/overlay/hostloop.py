@@ -29,8 +29,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# The gitsess build of pyfuse3 has `serve`; on a stock build the daemon runs `trio.run`.
-SERVES: bool = hasattr(pyfuse3, "serve")
+# The gitsess build of pyfuse3 has `serve`; on a stock build the daemon runs `trio.run`. A
+# build of an older patch has a `serve` that takes no queue of calls: its patch had no
+# `list_ahead` either.
+SERVES: bool = hasattr(pyfuse3, "serve") and hasattr(pyfuse3, "list_ahead")
 
 
 class HostLoop:
@@ -68,7 +70,7 @@ class HostLoop:
                 if self._outcome is not None:
                     break
                 if serving:
-                    serving = pyfuse3.serve(self._wake)
+                    serving = pyfuse3.serve(self._wake, self._calls)
                     if not serving and token is not None:
                         token.run_sync_soon(ended.set)
                 else:

@@ -11,9 +11,12 @@ client's requests, and the client's next lookups there are answered from the ker
 
 The kernel serves requests in the order they come, so a listing waits behind the lookups
 already queued; a client with many threads (git's index preload runs up to 20) is ahead of a
-single lister in many directories at once, hence several listing threads. What they read is
-thrown away (the kernel's caches are the point), and a listing that fails (the directory went,
-the view was unmounted) is dropped.
+single lister in many directories at once, hence several listing threads. They are threads of
+C in the gitsess build of pyfuse3 (`pyfuse3.list_ahead`) that never take the GIL: listing
+threads of Python contended for it with the thread serving requests, which lost more than the
+listings won (docs/PERFORMANCE.md, item 10). What they read is thrown away (the kernel's
+caches are the point), and a listing that fails (the directory went, the view was unmounted)
+is dropped. On a stock pyfuse3 nothing is listed ahead.
 
 A listing in flight holds its directory's lock in the kernel until the daemon answers. So
 before the daemon stops serving, it stops the listings and lets those in flight finish
@@ -23,12 +26,11 @@ lock, and the daemon, stopping the watch, for it.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import os
-import queue
-import threading
 import time
+
+import pyfuse3
 
 # Threads listing directories at once.
 THREADS = 8
@@ -38,18 +40,17 @@ AGAIN = 1.0
 # Directories remembered with the time of their last listing, at most (then all forgotten).
 KEPT = 4096
 
+# The gitsess build of pyfuse3 lists in threads of C; on a stock build nothing is listed ahead.
+AVAILABLE: bool = hasattr(pyfuse3, "list_ahead")
+
 
 class ListAhead:
-    """Lists directories of the view mounted at `mountpoint` in threads of its own."""
+    """Lists directories of the view mounted at `mountpoint` in threads of C (one set per
+    process: `stop` is for good)."""
 
     def __init__(self, mountpoint: str) -> None:
         self._root = os.fsencode(mountpoint)
-        self._dirs: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
-        self._threads: list[threading.Thread] = []
         self._listed: dict[int, float] = {}
-        self._lock = threading.Lock()
-        self._stopped = False
-        self._busy = 0
 
     def due(self, ino: int) -> bool:
         """Whether directory `ino` is to be listed now; if so, it counts as listed."""
@@ -63,43 +64,14 @@ class ListAhead:
 
     def note(self, path: bytes) -> None:
         """List the directory at `path` in the view (b"" for its root) soon."""
-        if self._stopped:
-            return
-        self._dirs.put(path)
-        if not self._threads:
-            for _ in range(THREADS):
-                thread = threading.Thread(target=self._run, name="list-ahead", daemon=True)
-                thread.start()
-                self._threads.append(thread)
+        pyfuse3.list_ahead(self._root + b"/" + path if path else self._root, THREADS)
 
-    def stop(self) -> None:
+    @staticmethod
+    def stop() -> None:
         """Start no listing from now on."""
-        with self._lock:
-            self._stopped = True
+        pyfuse3.list_ahead_stop()
 
     @property
     def idle(self) -> bool:
-        """Whether no listing is in flight."""
-        with self._lock:
-            return self._busy == 0
-
-    def close(self) -> None:
-        """Stop the threads, once the view is unmounted (a listing under way then fails)."""
-        for _ in self._threads:
-            self._dirs.put(None)
-        for thread in self._threads:
-            thread.join(timeout=5)
-        self._threads = []
-
-    def _run(self) -> None:
-        while (path := self._dirs.get()) is not None:
-            with self._lock:
-                if self._stopped:
-                    continue
-                self._busy += 1
-            try:
-                with contextlib.suppress(OSError):
-                    os.listdir(self._root + b"/" + path if path else self._root)
-            finally:
-                with self._lock:
-                    self._busy -= 1
+        """Whether no listing is queued or in flight."""
+        return bool(pyfuse3.list_ahead_pending() == 0)

@@ -612,6 +612,12 @@ class Tree:
             n.ctime_ns,
         )
 
+    def lower_size(self, n: Node) -> int | None:
+        """The size of what `n` shows of the worktree (a directory's merges), None if nothing."""
+        rel = n.origin if n.upper else n.lower
+        st = None if rel is None else self._lower_stat(rel)
+        return None if st is None else st.st_size
+
     def _dir_nlink(self, n: Node) -> int:
         if n.subdirs is None:
             n.subdirs = sum(1 for _, is_dir in self.children(n) if is_dir)

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -16,7 +15,7 @@ import pytest
 
 from gitsess import mount
 from gitsess.overlay import control, listahead
-from gitsess.overlay.fs import LIST_AHEAD_MAX
+from gitsess.overlay.fs import LIST_AHEAD_MAX_BYTES
 from gitsess.overlay.listahead import ListAhead
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted, make_worktree
@@ -31,10 +30,16 @@ def worktree(tmp_path: Path) -> Path:
     """The usual worktree, with a directory of a few files and one too big to list ahead,
     made before the view is mounted so that the kernel knows none of their names."""
     wt = make_worktree(tmp_path / "wt")
-    for name, count in (("small", SMALL), ("big", LIST_AHEAD_MAX + 1)):
-        (wt / name).mkdir()
-        for i in range(count):
-            (wt / name / f"f{i}").write_text(f"{i}\n")
+    (wt / "small").mkdir()
+    for i in range(SMALL):
+        (wt / "small" / f"f{i}").write_text(f"{i}\n")
+    big = wt / "big"
+    big.mkdir()
+    for i in range(2):
+        (big / f"f{i}").write_text(f"{i}\n")
+    while os.stat(big).st_size <= LIST_AHEAD_MAX_BYTES:
+        for _ in range(50):
+            (big / f"{uuid.uuid4().hex}{uuid.uuid4().hex}").touch()
     return wt
 
 
@@ -103,18 +108,27 @@ def test_a_directory_is_listed_again_only_after_a_while(monkeypatch: pytest.Monk
     assert ahead.due(5)
 
 
-def _listers() -> int:
-    return sum(t.name == "list-ahead" for t in threading.enumerate())
-
-
-def test_listing_threads_stop_even_when_the_view_is_gone(tmp_path: Path) -> None:
-    before = _listers()
-    ahead = ListAhead(str(tmp_path / "gone"))
-    ahead.note(b"")
-    ahead.note(b"a/b")
-    assert _listers() == before + listahead.THREADS
-    ahead.close()
-    assert _listers() == before
+def test_listing_threads_end_when_stopped_even_with_the_view_gone() -> None:
+    """In a process of its own: the threads are the process's, and a stop is for good."""
+    code = f"""
+import os, time, pyfuse3
+tasks = lambda: len(os.listdir("/proc/self/task"))
+before = tasks()
+assert pyfuse3.list_ahead(b"/nonexistent/gone", {listahead.THREADS})
+assert pyfuse3.list_ahead(b"/nonexistent/gone/too", {listahead.THREADS})
+assert tasks() == before + {listahead.THREADS}, tasks()
+deadline = time.monotonic() + 10
+while pyfuse3.list_ahead_pending() and time.monotonic() < deadline:
+    time.sleep(0.01)
+assert pyfuse3.list_ahead_pending() == 0
+pyfuse3.list_ahead_stop()
+assert not pyfuse3.list_ahead(b"/", {listahead.THREADS})
+while tasks() > before and time.monotonic() < deadline:
+    time.sleep(0.01)
+assert tasks() == before, tasks()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
 
 
 def test_a_view_stops_by_itself_while_its_listings_are_in_flight(tmp_path: Path) -> None:
