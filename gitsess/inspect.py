@@ -179,14 +179,13 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
     )
 
 
-def drift(info: SessionInfo) -> list[Drift]:
+def drift(session: Session, session_dir: Path) -> list[Drift]:
     """Paths the session changed that the real worktree changed too, still in the session.
 
     The daemon records drift as it happens; a path the session no longer holds (applied, or
     dropped) has nothing left to conflict with and is left out.
     """
-    session = info.session
-    delta = info.session_dir / "delta.db"
+    delta = session_dir / "delta.db"
     mount.sync(session.id)
     with DeltaReader(delta) as reader:
         rows = reader.drift()

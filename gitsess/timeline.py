@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import apsw
-import watchfiles
 
 from gitsess import mount
 from gitsess.errors import GitsessError
@@ -371,6 +370,8 @@ def wakeups(
     The first wake comes once the watch is in place (within a tick), so that a caller who
     reads on every wake misses nothing written before it.
     """
+    import watchfiles  # here: the commands that only read a timeline load none of it
+
     ticks_per_poll = max(1, round(poll * 1000 / TICK_MS))
     quiet: int | None = None  # ticks since the last wake; None before the first
     try:

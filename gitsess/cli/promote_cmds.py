@@ -240,7 +240,7 @@ def _warn_drift(ctx: RepoContext, session: Session) -> None:
     """On stderr, so a patch on stdout stays whole: paths the real worktree changed too."""
     from gitsess import inspect
 
-    drifted = [d.path for d in inspect.drift(sessions.info(ctx, session.id))]
+    drifted = [d.path for d in inspect.drift(session, ctx.session_dir(session.id))]
     if drifted:
         click.echo(
             "gitsess: warning: the real worktree also changed (drift): " + ", ".join(drifted),

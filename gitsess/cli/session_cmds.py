@@ -161,7 +161,7 @@ _DRIFT_NOTE = (
 def _drifted(info: SessionInfo) -> list[str]:
     from gitsess import inspect
 
-    return [d.path for d in inspect.drift(info)]
+    return [d.path for d in inspect.drift(info.session, info.session_dir)]
 
 
 def _drift_counts(infos: Sequence[SessionInfo]) -> dict[str, int]:
@@ -218,7 +218,7 @@ def show(
     ctx = discover()
     info = sessions.info(ctx, ref)
     usage = inspect.usage(ctx, info)
-    drift = inspect.drift(info)
+    drift = inspect.drift(info.session, info.session_dir)
     if as_json:
         print_json(
             {
