@@ -16,7 +16,7 @@ from functools import cached_property
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import DeltaStatus, DiffFind, DiffOption, DiffStatsFormat, FileMode
+from pygit2.enums import DeltaStatus, DiffFind, DiffOption, DiffStatsFormat, FileMode, ObjectType
 
 from gitsess.git.changes import Change, ChangeSet, State, common_dir
 from gitsess.git.view import SessionView
@@ -213,19 +213,27 @@ class ScratchRepository(pygit2.Repository):
     def __init__(self, repo: pygit2.Repository) -> None:
         super().__init__()
         self._memory = _MemoryBackend()
+        objects = str(common_dir(repo) / "objects")
         odb = pygit2.Odb()
         odb.add_backend(self._memory, 2)
-        odb.add_disk_alternate(str(common_dir(repo) / "objects"))
+        odb.add_disk_alternate(objects)
         self.set_odb(odb)
         self._had: dict[pygit2.Oid, bytes] = {}
+        # The real repository's stores, asked directly whether they hold a blob: asked through
+        # the odb, each miss (every new blob) first rescans the pack directory.
+        self._real = (pygit2.OdbBackendPack(objects), pygit2.OdbBackendLoose(objects, 0, False))
 
     def create_blob(self, data: str | bytes) -> pygit2.Oid:
-        """Also keeps the bytes of a blob the real repository already has, which libgit2 does
-        not hand to the memory backend: a commit that writes the blob into the worktree then
-        reads neither the session's file again nor the object store (inflating it)."""
-        oid = super().create_blob(data)
-        if oid not in self._memory.objects:
-            self._had[oid] = data.encode() if isinstance(data, str) else data
+        """A new blob goes to memory. The bytes of one the real repository already has are
+        kept too: a commit that writes the blob into the worktree then reads neither the
+        session's file again nor the object store (inflating it)."""
+        raw = data.encode() if isinstance(data, str) else data
+        oid = pygit2.hash(raw)
+        if oid not in self._memory.objects and oid not in self._had:
+            if any(store.exists(oid) for store in self._real):
+                self._had[oid] = raw
+            else:
+                self._memory.objects[oid] = (ObjectType.BLOB, raw)
         return oid
 
     def created(self, oid: pygit2.Oid) -> tuple[int, bytes] | None:
