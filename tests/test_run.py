@@ -344,6 +344,13 @@ def _prestarted_children() -> set[int]:
     return found
 
 
+def _new_prestarted(before: set[int]) -> list[int]:
+    """The prestarted daemons started since `before`, once one is there: a child shows its
+    own command line only once it has exec'd, a moment after `prestarted` returned."""
+    eventually(lambda: _prestarted_children() - before)
+    return sorted(_prestarted_children() - before)
+
+
 def test_a_prestarted_daemon_serves_the_mount(repo: Path, gs: InProcess) -> None:
     before = _prestarted_children()
     made = gs.json("new", "warm")
@@ -358,11 +365,11 @@ def test_an_unused_prestarted_daemon_exits(repo: Path, gs: InProcess) -> None:
     gs.ok("new", "live", "--mount")
     before = _prestarted_children()
     with mount.prestarted():
-        [waiting] = _prestarted_children() - before
+        [waiting] = _new_prestarted(before)
     assert eventually(lambda: _prestarted_children() == before)
     # A mount of a session that is already live lets its prestarted process go at once.
     with mount.prestarted():
-        [waiting] = _prestarted_children() - before
+        [waiting] = _new_prestarted(before)
         assert "is mounted at" in gs.ok("mount", "live")
         assert eventually(lambda: waiting not in _prestarted_children())
     assert "no session 'nosuch'" in gs.fails("mount", "nosuch")
@@ -373,7 +380,7 @@ def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> N
     session = sessions.create(ctx, "cold")
     before = _prestarted_children()
     with mount.prestarted():
-        [waiting] = _prestarted_children() - before
+        [waiting] = _new_prestarted(before)
         os.kill(waiting, signal.SIGKILL)
         os.waitpid(waiting, 0)
         status = live.keep_mounted(
