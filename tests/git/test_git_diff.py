@@ -164,14 +164,21 @@ def test_mode_change_of_binary_file_applies(repo_dir: Path, tmp_path: Path) -> N
 
 def test_scratch_repository_keeps_blobs_in_memory_and_writes_none(repo_dir: Path) -> None:
     repo = pygit2.Repository(str(repo_dir))
-    had = repo.create_blob(b"git has this\n")
+    packed = repo.create_blob(b"git packed this\n")
+    git(repo_dir, "repack", "-adq")
+    had = repo.create_blob(b"git has this\n")  # loose
     objects = git(repo_dir, "count-objects", "-v")
     with scratch_repo(repo) as scratch:
         new = scratch.create_blob(b"new in the session\n")
         assert scratch.create_blob(b"git has this\n") == had
+        assert scratch.create_blob("git packed this\n") == packed
         # made here: copied into the repository by an apply; had: never copied, but kept
-        assert scratch.created(new) is not None and scratch.created(had) is None
+        assert scratch.created(new) is not None
+        assert scratch.created(had) is None and scratch.created(packed) is None
         assert scratch.blob_data(new) == b"new in the session\n"
         assert scratch.blob_data(had) == b"git has this\n"
+        assert scratch.blob_data(packed) == b"git packed this\n"
+        blob = scratch[new]
+        assert isinstance(blob, pygit2.Blob) and blob.data == b"new in the session\n"
         assert new not in repo.odb
     assert git(repo_dir, "count-objects", "-v") == objects
