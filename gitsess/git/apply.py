@@ -32,6 +32,7 @@ import pygit2
 from pygit2.enums import FileMode, ObjectType
 
 from gitsess.errors import GitsessError
+from gitsess.git import packwrite
 from gitsess.git.changes import (
     GIT_EXEC,
     GIT_LINK,
@@ -577,35 +578,36 @@ def _tree_entry(tree: pygit2.Tree, path: str) -> tuple[str, int] | None:
 
 def copy_objects(src: ScratchRepository, dest: pygit2.Repository, tree: str) -> None:
     """Copy the objects of `tree` that were made in `src`, a scratch repository over `dest`
-    (one `dest` has holds a complete subtree there).
+    (one `dest` has holds a complete subtree there): as one pack when there are many
+    (`packwrite`), else as loose objects.
 
-    They are written to `dest`'s loose objects alone: through the repository's object
+    Loose ones are written to `dest`'s loose store alone: through the repository's object
     database, every write first asks each backend whether it has the object, and each miss
     makes libgit2 rescan the pack directory (2,600 directory opens for 1,000 objects)."""
-    odb = _loose_objects(dest)
+    made: list[packwrite.Entry] = []
     pending = [pygit2.Oid(hex=tree)]
     while pending:
         oid = pending.pop()
-        made = src.created(oid)
-        if made is None:
+        found = src.created(oid)
+        if found is None:
             continue
-        kind, data = made
+        kind, data = found
         if kind == ObjectType.TREE:
             subtree = src.get(oid)
             assert isinstance(subtree, pygit2.Tree)
             pending.extend(entry.id for entry in subtree if entry.type != ObjectType.COMMIT)
-        odb.write(kind, data)
-
-
-def _loose_objects(repo: pygit2.Repository) -> pygit2.Odb:
-    """An object database of `repo`'s loose objects only, written as libgit2 writes them
-    (zlib's fastest level, as git's default core.looseCompression; fsync as
-    core.fsyncObjectFiles says)."""
-    config = repo.config
+        made.append((oid, kind, data))
+    config = dest.config
     fsync = "core.fsyncObjectFiles" in config and config.get_bool("core.fsyncObjectFiles")
+    objects = common_dir(dest) / "objects"
+    if packwrite.fits(made):
+        packwrite.write_pack(objects, made, fsync)
+        return
+    # As libgit2 writes them: zlib's fastest level, as git's default core.looseCompression.
     odb = pygit2.Odb()
-    odb.add_backend(pygit2.OdbBackendLoose(str(common_dir(repo) / "objects"), 1, fsync), 1)
-    return odb
+    odb.add_backend(pygit2.OdbBackendLoose(str(objects), 1, fsync), 1)
+    for _, kind, data in made:
+        odb.write(kind, data)
 
 
 def _create_commit(

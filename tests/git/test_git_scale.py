@@ -67,6 +67,9 @@ def test_thousand_changed_files(tmp_path: Path) -> None:
     )
     assert commit.ok and len(commit.applied) == 1000
     assert git(base, "status", "--porcelain") == ""
+    # its objects went in as one pack (packwrite), which git reads and checks whole
+    assert "packs: 1" in git(base, "count-objects", "-v")
+    git(base, "fsck", "--full", "--strict", "--no-dangling")
     report("1000 files", times)
     assert sum(times.values()) < 60  # generous: a regression to per-file git work would show
 
