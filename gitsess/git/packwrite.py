@@ -20,7 +20,6 @@ import struct
 import tempfile
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO
 
@@ -99,6 +98,9 @@ def _pack(out: _Hashed, objects: Sequence[Entry]) -> list[tuple[bytes, int, int]
 
     Deflating is nearly all of the time (zlib's fastest level, as git's default for loose
     objects), and zlib lets go of the GIL while it works: one thread per CPU deflates."""
+    # Here, not at the top: every command that loads apply would load it (and logging).
+    from concurrent.futures import ThreadPoolExecutor
+
     out.write(b"PACK" + struct.pack(">II", 2, len(objects)))
     found = []
     with ThreadPoolExecutor(os.cpu_count()) as pool:
