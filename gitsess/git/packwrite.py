@@ -19,7 +19,8 @@ import os
 import struct
 import tempfile
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -44,12 +45,13 @@ def write_pack(objects_dir: Path, objects: Sequence[Entry], fsync: bool) -> Path
     the index's path. With `fsync`, both files and the directory reach the disk first."""
     pack_dir = objects_dir / "pack"
     pack_dir.mkdir(exist_ok=True)
-    found: list[tuple[bytes, int, int]] = []
-    pack_tmp, pack_sha = _write(pack_dir, lambda out: found.extend(_pack(out, objects)), fsync)
-    name = pack_dir / f"pack-{pack_sha.hex()}"
-    os.replace(pack_tmp, name.with_suffix(".pack"))
-    idx_tmp, _ = _write(pack_dir, lambda out: _index(out, found, pack_sha), fsync)
-    os.replace(idx_tmp, name.with_suffix(".idx"))
+    with _temporary(pack_dir, fsync) as pack:
+        found = _pack(pack, objects)
+    name = pack_dir / f"pack-{pack.digest.hex()}"
+    os.replace(pack.name, name.with_suffix(".pack"))
+    with _temporary(pack_dir, fsync) as index:
+        _index(index, found, pack.digest)
+    os.replace(index.name, name.with_suffix(".idx"))
     if fsync:
         fd = os.open(pack_dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
@@ -61,12 +63,14 @@ def write_pack(objects_dir: Path, objects: Sequence[Entry], fsync: bool) -> Path
 
 class _Hashed:
     """A file being written, with the SHA-1 of all written so far (the pack's and the index's
-    trailing checksum) and its length."""
+    trailing checksum, `digest` once the file is done) and its length."""
 
     def __init__(self, f: IO[bytes]) -> None:
         self.f = f
+        self.name = f.name
         self.sha = hashlib.sha1(usedforsecurity=False)  # the formats' checksum
         self.offset = 0
+        self.digest = b""
 
     def write(self, data: bytes) -> None:
         self.f.write(data)
@@ -74,15 +78,16 @@ class _Hashed:
         self.offset += len(data)
 
 
-def _write(pack_dir: Path, body: Callable[[_Hashed], object], fsync: bool) -> tuple[str, bytes]:
-    """A temporary file in `pack_dir` holding what `body` writes and its checksum after it:
-    (its name, the checksum). Removed again when `body` fails."""
+@contextmanager
+def _temporary(pack_dir: Path, fsync: bool) -> Iterator[_Hashed]:
+    """A temporary file in `pack_dir`, read-only and ended by its checksum once the block is
+    done; removed again when the block fails."""
     with tempfile.NamedTemporaryFile(dir=pack_dir, prefix="tmp_pack_", delete=False) as f:
         try:
             out = _Hashed(f)
-            body(out)
-            digest = out.sha.digest()
-            f.write(digest)
+            yield out
+            out.digest = out.sha.digest()
+            f.write(out.digest)
             f.flush()
             if fsync:
                 os.fsync(f.fileno())
@@ -90,7 +95,6 @@ def _write(pack_dir: Path, body: Callable[[_Hashed], object], fsync: bool) -> tu
         except BaseException:
             os.unlink(f.name)
             raise
-    return f.name, digest
 
 
 def _pack(out: _Hashed, objects: Sequence[Entry]) -> list[tuple[bytes, int, int]]:
