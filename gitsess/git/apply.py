@@ -33,6 +33,7 @@ from pygit2.enums import FileMode, ObjectType
 
 from gitsess.errors import GitsessError
 from gitsess.git import packwrite
+from gitsess.git.blobid import blob_id, file_blob_id
 from gitsess.git.changes import (
     GIT_EXEC,
     GIT_LINK,
@@ -404,7 +405,7 @@ def _view_or_blob(repo: pygit2.Repository, view: SessionView, path: str, oid: py
         return kept
     with suppress(OSError):
         data = view.read(path)
-        if pygit2.hash(data) == oid:
+        if blob_id(data) == oid:
             return data
     return _stored_blob(repo, oid)
 
@@ -800,10 +801,10 @@ def _real_git_entry(root: Path, path: str) -> tuple[str, int] | None:
     except (FileNotFoundError, NotADirectoryError):
         return None
     if stat.S_ISLNK(st.st_mode):
-        return str(pygit2.hash(os.fsencode(full.readlink()))), GIT_LINK
+        return str(blob_id(os.fsencode(full.readlink()))), GIT_LINK
     if stat.S_ISREG(st.st_mode):
         mode = GIT_EXEC if st.st_mode & stat.S_IXUSR else 0o100644
-        return str(pygit2.hashfile(str(full))), mode
+        return str(file_blob_id(str(full))), mode
     return None
 
 

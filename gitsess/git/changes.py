@@ -24,6 +24,7 @@ from typing import Literal
 import pygit2
 
 from gitsess.errors import GitsessError
+from gitsess.git.blobid import blob_id, file_blob_id
 from gitsess.git.view import Entry, SessionView
 
 StateKind = Literal["file", "symlink", "dir"]
@@ -120,9 +121,9 @@ def compute_changes(
 
     Untracked paths that .gitignore (as the view sees it), `info/exclude` or `core.excludesFile`
     ignores are left out unless `include_ignored`; tracked paths (in the worktree's index) never
-    are, as in git. `store`, a scratch repository (`diff.scratch_repo`), keeps the blobs of the
-    view's files (up to `KEEP_LIMIT` bytes) as they are hashed, so that a diff or a commit made
-    with the same scratch repository does not read them from the view again.
+    are, as in git. `store`, a scratch repository (`diff.scratch_repo`), keeps the blobs of both
+    sides' files (up to `KEEP_LIMIT` bytes) as they are hashed, so that a diff or a commit made
+    with the same scratch repository reads them neither from the view nor from the object store.
     """
     if repo.workdir is None:
         raise GitsessError(f"{repo.path} has no worktree to compare a session with")
@@ -272,14 +273,25 @@ class _Walker:
         full = self._prefix + path
         if stat.S_ISREG(st.st_mode):
             kind: StateKind = "file"
-            oid: str | None = str(pygit2.hashfile(full))
+            oid: str | None = self._real_file(full, st.st_size)
         elif stat.S_ISLNK(st.st_mode):
-            kind, oid = "symlink", str(pygit2.hash(os.fsencode(os.readlink(full))))
+            kind, oid = "symlink", str(blob_id(os.fsencode(os.readlink(full))))
         elif stat.S_ISDIR(st.st_mode):
             kind, oid = "dir", None
         else:
             return None  # sockets, fifos, devices: git does not track them
         return State(kind, st.st_mode, st.st_size, st.st_mtime_ns, oid)
+
+    def _real_file(self, full: str, size: int) -> str:
+        """Kept in `store` as well: a diff then reads the old side from memory, not the
+        object store (where a tracked file's blob is usually deflated, often a delta)."""
+        if self.store is None or size > KEEP_LIMIT:
+            return str(file_blob_id(full))
+        with open(full, "rb") as f:
+            data = f.read(KEEP_LIMIT + 1)
+        if len(data) > KEEP_LIMIT:
+            return str(file_blob_id(full))
+        return str(self.store.create_blob(data))
 
     def _view(self, path: str) -> State | None:
         entry = self.view.entry(path)
@@ -289,10 +301,10 @@ class _Walker:
             data = self.view.read(path)
             if self.store is not None and len(data) <= KEEP_LIMIT:
                 return _from_entry(entry, "file", self.store.create_blob(data))
-            return _from_entry(entry, "file", pygit2.hash(data))
+            return _from_entry(entry, "file", blob_id(data))
         if entry.kind == "symlink":
             target = os.fsencode(self.view.readlink(path))
-            return _from_entry(entry, "symlink", pygit2.hash(target))
+            return _from_entry(entry, "symlink", blob_id(target))
         if entry.kind == "dir":
             return State("dir", entry.mode, entry.size, entry.mtime_ns, None)
         return None

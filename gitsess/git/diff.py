@@ -18,6 +18,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption, DiffStatsFormat, FileMode, ObjectType
 
+from gitsess.git.blobid import blob_id
 from gitsess.git.changes import Change, ChangeSet, State, common_dir
 from gitsess.git.view import SessionView
 
@@ -164,33 +165,41 @@ def diff_changes(
 
 class _MemoryBackend(pygit2.OdbBackend):
     """Objects kept in a dict: writing a loose object costs a file (and a pack-directory
-    rescan on every miss of the real repository's packs); this costs a dict insert."""
+    rescan on every miss of the real repository's packs); this costs a dict insert.
+
+    `objects` are those made here; `kept` are blobs the real repository has too, whose bytes
+    were at hand: libgit2 reads them from here rather than inflating them from a pack."""
 
     def __init__(self) -> None:
         super().__init__()
         self.objects: dict[pygit2.Oid, tuple[int, bytes]] = {}
+        self.kept: dict[pygit2.Oid, bytes] = {}
+
+    def _get(self, oid: pygit2.Oid) -> tuple[int, bytes]:
+        made = self.objects.get(oid)
+        return made if made is not None else (ObjectType.BLOB, self.kept[oid])
 
     def read_cb(self, oid: pygit2.Oid) -> tuple[int, bytes]:
-        return self.objects[oid]
+        return self._get(oid)
 
     def read_prefix_cb(self, oid: pygit2.Oid) -> tuple[int, bytes, pygit2.Oid]:
         full = self.exists_prefix_cb(oid)
-        kind, data = self.objects[full]
+        kind, data = self._get(full)
         return kind, data, full
 
     def read_header_cb(self, oid: pygit2.Oid) -> tuple[int, int]:
-        kind, data = self.objects[oid]
+        kind, data = self._get(oid)
         return kind, len(data)
 
     def exists_cb(self, oid: pygit2.Oid) -> bool:
-        return oid in self.objects
+        return oid in self.objects or oid in self.kept
 
     def exists_prefix_cb(self, oid: pygit2.Oid) -> pygit2.Oid:
         # libgit2 passes a prefix as an id padded with zeros; a full id is the common case
-        if oid in self.objects:
+        if oid in self.objects or oid in self.kept:
             return oid
         prefix = str(oid).rstrip("0")
-        for known in self.objects:
+        for known in (*self.objects, *self.kept):
             if str(known).startswith(prefix):
                 return known
         raise KeyError(oid)
@@ -215,10 +224,11 @@ class ScratchRepository(pygit2.Repository):
         self._memory = _MemoryBackend()
         objects = str(common_dir(repo) / "objects")
         odb = pygit2.Odb()
-        odb.add_backend(self._memory, 2)
+        # Asked first: libgit2 gives the real repository's packs priority 2 (an alternate wins
+        # a tie) and its loose objects 1; a diff would otherwise inflate blobs kept here.
+        odb.add_backend(self._memory, 3)
         odb.add_disk_alternate(objects)
         self.set_odb(odb)
-        self._had: dict[pygit2.Oid, bytes] = {}
         # The real repository's stores, asked directly whether they hold a blob: asked through
         # the odb, each miss (every new blob) first rescans the pack directory.
         self._real = (pygit2.OdbBackendPack(objects), pygit2.OdbBackendLoose(objects, 0, False))
@@ -228,10 +238,10 @@ class ScratchRepository(pygit2.Repository):
         kept too: a commit that writes the blob into the worktree then reads neither the
         session's file again nor the object store (inflating it)."""
         raw = data.encode() if isinstance(data, str) else data
-        oid = pygit2.hash(raw)
-        if oid not in self._memory.objects and oid not in self._had:
+        oid = blob_id(raw)
+        if oid not in self._memory.objects and oid not in self._memory.kept:
             if any(store.exists(oid) for store in self._real):
-                self._had[oid] = raw
+                self._memory.kept[oid] = raw
             else:
                 self._memory.objects[oid] = (ObjectType.BLOB, raw)
         return oid
@@ -246,7 +256,7 @@ class ScratchRepository(pygit2.Repository):
     def blob_data(self, oid: pygit2.Oid) -> bytes | None:
         """The content of a blob made or kept here (see `create_blob`), from memory."""
         made = self._memory.objects.get(oid)
-        return made[1] if made is not None else self._had.get(oid)
+        return made[1] if made is not None else self._memory.kept.get(oid)
 
 
 @contextmanager

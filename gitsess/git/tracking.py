@@ -18,6 +18,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import CheckoutStrategy, ObjectType
 
+from gitsess.git.blobid import blob_id
 from gitsess.git.changes import (
     GIT_EXEC,
     GIT_FILE,
@@ -256,10 +257,10 @@ def _view_entries(
             pending += [f"{current}/{name}" for name in view.listdir(current)]
         elif entry.kind == "symlink":
             target = os.fsencode(view.readlink(current))
-            found[current] = (str(pygit2.hash(target)), GIT_LINK)
+            found[current] = (str(blob_id(target)), GIT_LINK)
         elif entry.kind == "file":
             mode = GIT_EXEC if entry.mode & stat.S_IXUSR else GIT_FILE
-            found[current] = (str(pygit2.hash(view.read(current))), mode)
+            found[current] = (str(blob_id(view.read(current))), mode)
         else:
             return None
     return found
