@@ -28,24 +28,12 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import pygit2
 
 from gitsess import live, mount
 from gitsess.errors import GitsessError
-from gitsess.git.apply import (
-    CommitResult,
-    Conflict,
-    PatchResult,
-    apply_commit,
-    apply_worktree,
-    commit_tree,
-    copy_objects,
-    finish_commit,
-    make_patch,
-)
-from gitsess.git.archive import create_archive, snapshot_tree
 from gitsess.git.changes import Change, ChangeSet, Pathspec, compute_changes, touched_roots
 from gitsess.git.diff import DiffResult, diff_changes, read_real, scratch_repo
 from gitsess.git.repo import RepoContext, open_worktree
@@ -53,6 +41,11 @@ from gitsess.git.view import Entry
 from gitsess.overlay.view import OverlayView
 from gitsess.store.registry import Registry, Session
 from gitsess.viewwrite import view_writer
+
+# The git layer's apply and archive modules are imported where they are used: diff, the most
+# frequent command here, needs neither, and loading them is about 12 ms of its start.
+if TYPE_CHECKING:
+    from gitsess.git.apply import CommitResult, Conflict, PatchResult
 
 JOURNAL = "apply-journal.json"
 _LOCK = "apply.lock"
@@ -305,6 +298,8 @@ def _reconcile_locked(ctx: RepoContext, session: Session) -> list[str]:
 def _finish_commit(
     ctx: RepoContext, session: Session, root: Path, journal: dict[str, Any]
 ) -> list[str]:
+    from gitsess.git.apply import CommitResult, finish_commit
+
     result = CommitResult.from_json(journal["result"])
     try:
         changed = finish_commit(open_real(session, root), result)
@@ -324,6 +319,8 @@ def _finish_commit(
 def _finish_worktree(
     ctx: RepoContext, session: Session, root: Path, journal: dict[str, Any]
 ) -> list[str]:
+    from gitsess.git.apply import apply_worktree
+
     paths: list[str] = journal["paths"]
     expect: dict[str, Any] = journal["expect"]
     changed: tuple[str, ...] = ()
@@ -461,6 +458,8 @@ def apply_to_commit(
     leave the delta. The session's base becomes the new commit when the commit is on the
     session's own branch or on the one its worktree has checked out.
     """
+    from gitsess.git.apply import apply_commit
+
     with _prepare(ctx, session) as p:
         target = branch or p.session.branch
         if target is None:
@@ -512,6 +511,8 @@ def apply_to_patch(
     dry_run: bool = False,
 ) -> Applied:
     """A patch of the session's changes against its real worktree; the session stays as is."""
+    from gitsess.git.apply import make_patch
+
     with _prepare(ctx, session) as p, _open(ctx, p.session, p.root) as view:
         changes = compute_changes(
             view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored
@@ -536,6 +537,8 @@ def apply_to_worktree(
     dry_run: bool = False,
 ) -> Applied:
     """Write the session's changes into its real worktree; the written paths leave the delta."""
+    from gitsess.git.apply import apply_worktree
+
     with _prepare(ctx, session) as p:
         with _open(ctx, p.session, p.root) as view:
             changes = compute_changes(
@@ -667,6 +670,8 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
     Only what git can hold is kept: tracked and untracked-not-ignored files and symlinks (not
     ignored files, permission bits other than the executable bit, empty directories).
     """
+    from gitsess.git.archive import create_archive
+
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return Archived(None)  # never mounted: nothing was ever written
     if not session.worktree.is_dir():
@@ -699,6 +704,9 @@ class Snapshot:
 def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
     """The session's work as a git tree, built like an archive's; with `keep` its objects are
     written to the repository, else only its id is computed (to compare it with another)."""
+    from gitsess.git.apply import commit_tree, copy_objects
+    from gitsess.git.archive import snapshot_tree
+
     with _prepare(ctx, session) as p:
         base = p.session.base_commit
         if not (ctx.session_dir(session.id) / "delta.db").exists():

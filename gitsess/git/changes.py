@@ -288,8 +288,9 @@ class _Walker:
         if self.store is None or size > KEEP_LIMIT:
             return str(file_blob_id(full))
         with open(full, "rb") as f:
-            data = f.read(KEEP_LIMIT + 1)
-        if len(data) > KEEP_LIMIT:
+            # a read of KEEP_LIMIT would allocate (and fault in) a buffer that big per file
+            data = f.read(size + 1)
+        if len(data) > size:  # grown since its lstat: perhaps past the limit
             return str(file_blob_id(full))
         return str(self.store.create_blob(data))
 

@@ -240,7 +240,8 @@ class ScratchRepository(pygit2.Repository):
         raw = data.encode() if isinstance(data, str) else data
         oid = blob_id(raw)
         if oid not in self._memory.objects and oid not in self._memory.kept:
-            if any(store.exists(oid) for store in self._real):
+            pack, loose = self._real
+            if pack.exists(oid) or loose.exists(oid):
                 self._memory.kept[oid] = raw
             else:
                 self._memory.objects[oid] = (ObjectType.BLOB, raw)
