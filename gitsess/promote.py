@@ -180,7 +180,7 @@ def _write_journal(ctx: RepoContext, session: Session, data: dict[str, Any]) -> 
     path = _journal_path(ctx, session)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
-        json.dump(data, f)
+        f.write(json.dumps(data))  # `json.dump` encodes in Python, `dumps` in C
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
