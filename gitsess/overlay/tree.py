@@ -579,15 +579,25 @@ class Tree:
 
     # ---------------------------------------------------------------- attributes
 
+    def lower_stat(self, n: Node) -> tuple[os.stat_result, int] | None:
+        """For a node of the worktree's, its lstat (the one taken when it was found, else a
+        fresh one) and its link count (0 once unlinked here while open); None for a node of
+        the session's own. ENOENT when the worktree's object is gone."""
+        if n.upper:
+            return None
+        st, n.st = n.st or self._lower_stat(n.lower or b""), None
+        if st is None:
+            raise _err(errno.ENOENT)
+        return st, st.st_nlink if n.nlink else 0
+
     def getattr(self, n: Node) -> Attr:
-        if not n.upper:
-            st, n.st = n.st or self._lower_stat(n.lower or b""), None
-            if st is None:
-                raise _err(errno.ENOENT)
+        lower = self.lower_stat(n)
+        if lower is not None:
+            st, nlink = lower
             return Attr(
                 n.ino,
                 st.st_mode,
-                st.st_nlink if n.nlink else 0,
+                nlink,
                 st.st_uid,
                 st.st_gid,
                 st.st_rdev,

@@ -439,3 +439,32 @@ def test_a_malformed_control_request_is_an_error_reply(mounted: Mounted) -> None
         assert b'"ok": false' in sock.recv(65536)
     assert control.request(session, {"op": "status"}) is not None  # the daemon still serves
     assert (mounted.mnt / "README").read_text() == "readme\n"
+
+
+def _attrs(st: os.stat_result) -> tuple[int, ...]:
+    return (st.st_mode, st.st_nlink, st.st_uid, st.st_gid, st.st_size, st.st_blocks,
+            st.st_mtime_ns, st.st_ctime_ns)  # fmt: skip
+
+
+@pytest.mark.parametrize("listed_first", [True, False])
+def test_worktree_objects_show_their_worktree_attributes(
+    mounted: Mounted, listed_first: bool
+) -> None:
+    """Attributes of worktree objects reach the kernel from their lstat, filled in C on the
+    patched pyfuse3 (`entry_from_stat`): from a listing's READDIRPLUS, or from a lookup."""
+    lower = mounted.lower / "attrs"
+    lower.mkdir()
+    (lower / "plain").write_bytes(b"x" * 5000)
+    os.utime(lower / "plain", ns=(1_234_567_891, 9_876_543_219))
+    (lower / "tool").write_text("#!/bin/sh\n")
+    (lower / "tool").chmod(0o751)
+    os.chown(lower / "tool", 1234, 5678)
+    os.link(lower / "plain", lower / "twice")
+    (lower / "sub").mkdir()
+    (lower / "link").symlink_to("plain")
+    mounted.remount()  # none of it known to the kernel yet
+    view = mounted.mnt / "attrs"
+    if listed_first:
+        assert sorted(os.listdir(view)) == ["link", "plain", "sub", "tool", "twice"]
+    for name in ("plain", "tool", "twice", "sub", "link"):
+        assert _attrs(os.lstat(view / name)) == _attrs(os.lstat(lower / name)), name
