@@ -1123,9 +1123,14 @@ class Tree:
 
     # ---------------------------------------------------------------- file data
 
+    def worktree_fd(self, n: Node) -> int | None:
+        """The open worktree file that `n`'s content is read from; None when the content is
+        the session's own."""
+        return None if n.upper and n.data else self._lower_fd(n)
+
     def read(self, n: Node, off: int, size: int) -> bytes:
-        if not n.upper or not n.data:
-            fd = self._lower_fd(n)
+        fd = self.worktree_fd(n)
+        if fd is not None:
             return os.pread(fd, size, off)
         if off >= n.size:
             return b""

@@ -468,3 +468,23 @@ def test_worktree_objects_show_their_worktree_attributes(
         assert sorted(os.listdir(view)) == ["link", "plain", "sub", "tool", "twice"]
     for name in ("plain", "tool", "twice", "sub", "link"):
         assert _attrs(os.lstat(view / name)) == _attrs(os.lstat(lower / name)), name
+
+
+@pytest.mark.parametrize("where", ["worktree", ".git"])
+def test_big_reads_of_worktree_files_match_the_worktree(mounted: Mounted, where: str) -> None:
+    """Reads of 64 KiB and more of a worktree file (or of one under `.git`, passed through)
+    are answered with a slice of the open file, spliced on the patched pyfuse3: every byte,
+    at any offset, up to the end and past it, as the worktree has them."""
+    data = os.urandom(3 * 1024 * 1024 + 12345)
+    rel = Path("big.bin") if where == "worktree" else Path(".git") / "big.bin"
+    (mounted.lower / rel).write_bytes(data)
+    mounted.remount()
+    view = mounted.mnt / rel
+    assert view.read_bytes() == data
+    fd = os.open(view, os.O_RDONLY)
+    try:
+        for off, size in [(0, 1 << 20), (3 * 65536 + 7, 200_000), (len(data) - 100, 65536),
+                          (len(data) + 10, 65536), (12345, 65535)]:  # fmt: skip
+            assert os.pread(fd, size, off) == data[off : off + size], (off, size)
+    finally:
+        os.close(fd)
