@@ -106,7 +106,7 @@ def check_pyfuse3() -> Check:
             f"version {pyfuse3.__version__} without patches/pyfuse3-3.5.0.patch: the kernel"
             " caches no directory listings (scripts/setup.sh builds the patched one)",
         )
-    if not hasattr(pyfuse3, "FileSlice"):  # the patch's latest item
+    if not hasattr(pyfuse3, "stat_ahead"):  # the patch's latest item
         return Check(
             "pyfuse3",
             "warn",

@@ -219,6 +219,17 @@ class Filesystem(pyfuse3.Operations):
         if size is None or size <= LIST_AHEAD_MAX_BYTES:
             ahead.note(self.tree.path_of(d))
 
+    def _stat_ahead(self, ahead: ListAhead, n: Node) -> None:
+        # A worktree directory listed to the kernel is mostly read next (`find`, `ls -R` and
+        # `git status` descend): its worktree directory is read and its entries lstat'd in a
+        # thread of C now, so that the daemon's own listing and lstats of it find them cached
+        # instead of waiting for the disk one directory at a time.
+        st = n.st
+        if n.upper or n.passthrough or n.lower is None or st is None:
+            return
+        if stat.S_ISDIR(st.st_mode) and st.st_size <= LIST_AHEAD_MAX_BYTES:
+            ahead.stat_below(self._real(n))
+
     async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:
         for ino, count in inode_list:
             self.tree.forget(ino, count)
@@ -551,6 +562,8 @@ class Filesystem(pyfuse3.Operations):
                 continue
             if n is None:
                 continue
+            if self.ahead is not None:
+                self._stat_ahead(self.ahead, n)
             if not pyfuse3.readdir_reply(token, FileNameT(name), self._entry(n), cookies[index]):
                 return
             self.tree.count_lookup(n)

@@ -18,6 +18,12 @@ listings won (docs/PERFORMANCE.md, item 10). What they read is thrown away (the 
 caches are the point), and a listing that fails (the directory went, the view was unmounted)
 is dropped. On a stock pyfuse3 nothing is listed ahead.
 
+The same threads also read ahead in the worktree itself (`stat_below`): each worktree directory
+the daemon lists to the kernel is mostly read next (`find`, `ls -R` and `git status` descend),
+so its directory and the lstat of every entry in it are read in a thread while the client is
+still at its parent, and the daemon's own listing and lstats of it find the worktree's caches
+warm instead of waiting for the disk one directory at a time.
+
 A listing in flight holds its directory's lock in the kernel until the daemon answers. So
 before the daemon stops serving, it stops the listings and lets those in flight finish
 (`stop`, `idle`): otherwise its worktree watch, invalidating that directory, would wait for the
@@ -42,6 +48,7 @@ KEPT = 4096
 
 # The gitsess build of pyfuse3 lists in threads of C; on a stock build nothing is listed ahead.
 AVAILABLE: bool = hasattr(pyfuse3, "list_ahead")
+STATS: bool = hasattr(pyfuse3, "stat_ahead")
 
 
 class ListAhead:
@@ -65,6 +72,14 @@ class ListAhead:
     def note(self, path: bytes) -> None:
         """List the directory at `path` in the view (b"" for its root) soon."""
         pyfuse3.list_ahead(self._root + b"/" + path if path else self._root, THREADS)
+
+    @staticmethod
+    def stat_below(path: bytes) -> None:
+        """Read the worktree's directory at `path` (absolute) and lstat its entries soon, in
+        the same threads, for the worktree filesystem's caches (on a build of the patch from
+        before `stat_ahead`: nothing)."""
+        if STATS:
+            pyfuse3.stat_ahead(path, THREADS)
 
     @staticmethod
     def stop() -> None:

@@ -108,8 +108,13 @@ def test_a_directory_is_listed_again_only_after_a_while(monkeypatch: pytest.Monk
     assert ahead.due(5)
 
 
-def test_listing_threads_end_when_stopped_even_with_the_view_gone() -> None:
-    """In a process of its own: the threads are the process's, and a stop is for good."""
+def test_listing_threads_end_when_stopped_even_with_the_view_gone(tmp_path: Path) -> None:
+    """In a process of its own: the threads are the process's, and a stop is for good. A
+    directory to lstat the entries of takes several reads of its entries."""
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(3000):
+        (many / f"entry-{i:05d}").touch()
     code = f"""
 import os, time, pyfuse3
 tasks = lambda: len(os.listdir("/proc/self/task"))
@@ -117,6 +122,8 @@ before = tasks()
 assert pyfuse3.list_ahead(b"/nonexistent/gone", {listahead.THREADS})
 assert pyfuse3.list_ahead(b"/nonexistent/gone/too", {listahead.THREADS})
 assert tasks() == before + {listahead.THREADS}, tasks()
+assert pyfuse3.stat_ahead(b"/nonexistent/gone", {listahead.THREADS})
+assert pyfuse3.stat_ahead({str(many).encode()!r}, {listahead.THREADS})
 deadline = time.monotonic() + 10
 while pyfuse3.list_ahead_pending() and time.monotonic() < deadline:
     time.sleep(0.01)
