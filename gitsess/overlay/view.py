@@ -20,6 +20,10 @@ class OverlayView:
     def __init__(self, delta: Path, lower: Path, hidden: tuple[str, ...] = ()) -> None:
         self.store = DeltaStore(str(delta))
         self.tree = Tree(self.store, str(lower), {os.fsencode(h) for h in hidden}, writer=False)
+        # Directories resolved so far, by path: diff and apply ask about every changed path
+        # two or three times, and a walk from the root took a lookup per level each time. The
+        # tree is read once and never written through here, so a directory stays what it was.
+        self._dirs: dict[bytes, Node | None] = {}
 
     def close(self) -> None:
         self.tree.close()
@@ -35,7 +39,22 @@ class OverlayView:
         raw = os.fsencode(path)
         if raw == GIT or raw.startswith(GIT + b"/"):
             return None
-        return self.tree.resolve(raw)
+        if not raw:
+            return self.tree.node(ROOT_INODE)
+        parent_path, _, name = raw.rpartition(b"/")
+        parent = self._dir(parent_path)
+        if parent is None:
+            return None
+        try:
+            return self.tree.find(parent.ino, name)
+        except OSError:
+            return None
+
+    def _dir(self, path: bytes) -> Node | None:
+        if path not in self._dirs:
+            n = self.tree.resolve(path)
+            self._dirs[path] = n if n is not None and n.is_dir else None
+        return self._dirs[path]
 
     def touched_paths(self) -> Iterator[str]:
         yield from self._touched(self.tree.node(ROOT_INODE), b"")
@@ -57,7 +76,7 @@ class OverlayView:
         a path it does not hold shows whatever the worktree has, and no write went there."""
         raw = os.fsencode(path)
         parent_path, _, name = raw.rpartition(b"/")
-        parent = self.tree.resolve(parent_path)
+        parent = self._dir(parent_path)
         if parent is None or parent.entries is None or name not in parent.entries:
             return False
         ino = parent.entries[name]
