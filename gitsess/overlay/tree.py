@@ -1205,11 +1205,11 @@ class Tree:
         """Start reading the start of a worktree file the kernel is about to ask for, so that
         the disk works while the open's reply and the first READ travel. An open node only:
         its descriptor is closed with the last release."""
-        if n.upper and n.data:
-            return
         # only a hint: a file gone meanwhile is for the READ to report
         with contextlib.suppress(OSError):
-            os.posix_fadvise(self._lower_fd(n), 0, PREFETCH, os.POSIX_FADV_WILLNEED)
+            fd = self.worktree_fd(n)
+            if fd is not None:
+                os.posix_fadvise(fd, 0, PREFETCH, os.POSIX_FADV_WILLNEED)
 
     def released(self, n: Node) -> None:
         n.opens -= 1
