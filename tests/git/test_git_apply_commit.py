@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pygit2
@@ -323,3 +324,49 @@ def test_linked_worktree_is_updated_when_bound(repo_dir: Path, tmp_path: Path) -
     refused = commit(repo_dir, other_view, branch="feature")
     assert [c.reason for c in refused.conflicts] == ["checked-out-elsewhere"]
     assert str(linked) in refused.conflicts[0].detail
+
+
+def test_files_and_directories_that_replace_each_other(repo_dir: Path, tmp_path: Path) -> None:
+    """A file where a directory of files was, and directories of files where files were, some
+    sharing parents: the commit and the index drop what is in the way, once each."""
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    root = view.root
+    shutil.rmtree(root / "docs")
+    write(root, "docs", "docs is a file now\n")
+    (root / "src/util.py").unlink()
+    write(root, "src/util.py/__init__.py", "x = 1\n")
+    write(root, "src/util.py/more/deep.py", "y = 2\n")
+    (root / "README.md").unlink()
+    write(root, "README.md/index.md", "# moved in\n")
+    result = commit(repo_dir, view)
+    assert result.ok and result.commit is not None and result.worktree_updated
+    assert git(repo_dir, "rev-parse", "HEAD^{tree}").strip() == git_view_tree(repo_dir, root)
+    assert git(repo_dir, "status", "--porcelain") == ""
+    git(repo_dir, "diff-files", "--quiet")
+    assert git(repo_dir, "ls-files").split() == [
+        ".gitignore", "README.md/index.md", "bin/blob.bin", "docs", "link", "run.sh",
+        "src/main.py", "src/util.py/__init__.py", "src/util.py/more/deep.py",
+    ]  # fmt: skip
+    git(repo_dir, "fsck", "--strict")
+
+
+def test_a_selected_file_below_a_file_drops_the_file_in_its_way(
+    repo_dir: Path, tmp_path: Path
+) -> None:
+    """Only the new files are selected, not the removal of the files they replace, for a
+    branch that is not checked out (the bound worktree refuses that: `not-a-directory`): what
+    is in their way still goes from the commit's tree."""
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    root = view.root
+    (root / "src/util.py").unlink()
+    write(root, "src/util.py/a.py", "a = 1\n")
+    write(root, "src/util.py/b.py", "b = 2\n")
+    (root / "README.md").unlink()
+    write(root, "README.md/index.md", "# moved in\n")
+    specs = ("src/util.py/a.py", "src/util.py/b.py", "README.md/index.md")
+    result = commit(repo_dir, view, *specs, branch="side", base=head(repo_dir))
+    assert result.ok and result.commit is not None and not result.worktree_updated
+    files = git(repo_dir, "ls-tree", "-r", "--name-only", "side").split()
+    assert set(specs) <= set(files)
+    assert "src/util.py" not in files and "README.md" not in files
+    git(repo_dir, "fsck", "--strict")
