@@ -12,7 +12,7 @@ from pygit2.enums import ObjectType
 
 from gitsess.git import packwrite
 
-from .helpers import git, make_repo
+from .helpers import copy_repo, git, make_repo
 
 
 def _blobs(count: int) -> list[packwrite.Entry]:
@@ -29,8 +29,9 @@ def test_a_pack_of_blobs_a_tree_and_a_commit_is_whole(tmp_path: Path) -> None:
     repo_dir = make_repo(tmp_path / "repo")
     repo = pygit2.Repository(str(repo_dir))
     blobs = _blobs(120)
-    # The tree and commit are made in a scratch object store, as apply makes them.
-    scratch = pygit2.Repository(str(make_repo(tmp_path / "scratch")))
+    # The tree and commit are made in a scratch object store, as apply makes them: a copy, so
+    # that the commit's parent is there (two repositories made apart can differ in a second).
+    scratch = pygit2.Repository(str(copy_repo(repo_dir, tmp_path / "scratch")))
     builder = scratch.TreeBuilder()
     for i, (oid, _, data) in enumerate(blobs):
         assert scratch.create_blob(data) == oid
