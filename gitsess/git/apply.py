@@ -525,51 +525,15 @@ def edit_tree(
     original = _tree(repo, tree)
     index = pygit2.Index()
     index.read_tree(original)
-    parents: set[str] = set()
     for path in sorted(entries, key=lambda p: entries[p] is not None):  # removals first
         entry = entries[path]
         if entry is None:
             if path in index:
                 index.remove(path)
         else:
-            _clear_collisions(index, original, path, parents)
+            # libgit2 drops what is in the way: a file where a directory was, or below a file
             index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry[0]), FileMode(entry[1])))
     return str(index.write_tree(repo))
-
-
-def _clear_collisions(
-    index: pygit2.Index, tree: pygit2.Tree | None, path: str, parents: set[str]
-) -> None:
-    """A file replacing a directory of `tree`, or a file below a file, drops what is in the
-    way (looked up in the tree, not by scanning the whole index). `parents` holds the
-    directories cleared already by the same edit: each is looked up in the index once, not
-    once per path below it."""
-    parts = path.split("/")
-    for depth in range(1, len(parts)):
-        parent = "/".join(parts[:depth])
-        if parent not in parents:
-            parents.add(parent)
-            if parent in index:
-                index.remove(parent)
-    if tree is None:
-        return
-    try:
-        obj = tree[path]
-    except KeyError:
-        return
-    if isinstance(obj, pygit2.Tree):
-        for sub in _tree_paths(obj, path):
-            if sub in index:
-                index.remove(sub)
-
-
-def _tree_paths(tree: pygit2.Tree, prefix: str) -> Iterable[str]:
-    for entry in tree:
-        path = f"{prefix}/{entry.name}"
-        if isinstance(entry, pygit2.Tree):
-            yield from _tree_paths(entry, path)
-        else:
-            yield path
 
 
 def _tree(repo: pygit2.Repository, oid: str) -> pygit2.Tree:
@@ -827,14 +791,13 @@ def _update_index(repo: pygit2.Repository, tree: pygit2.Tree, paths: Iterable[st
     index = repo.index
     index.read(force=True)
     entries = {path: _tree_entry(tree, path) for path in paths}
-    parents: set[str] = set()
     for path in sorted(entries, key=lambda p: entries[p] is not None):  # removals first
         entry = entries[path]
         if entry is None:
             if path in index:
                 index.remove(path)
             continue
-        _clear_collisions(index, None, path, parents)
+        # libgit2 drops what is in the way (see edit_tree)
         index.add(_StatEntry(path, pygit2.Oid(hex=entry[0]), FileMode(entry[1]), root / path))
     index.write()
 

@@ -350,12 +350,11 @@ def test_files_and_directories_that_replace_each_other(repo_dir: Path, tmp_path:
     git(repo_dir, "fsck", "--strict")
 
 
-def test_a_selected_file_below_a_file_drops_the_file_in_its_way(
-    repo_dir: Path, tmp_path: Path
-) -> None:
-    """Only the new files are selected, not the removal of the files they replace, for a
-    branch that is not checked out (the bound worktree refuses that: `not-a-directory`): what
-    is in their way still goes from the commit's tree."""
+def test_selected_paths_drop_what_is_in_their_way(repo_dir: Path, tmp_path: Path) -> None:
+    """Only the new paths are selected, not the removal of what they replace (files below a
+    file, a file where a directory was), for a branch that is not checked out (the bound
+    worktree refuses files below a file: `not-a-directory`): what is in their way still goes
+    from the commit's tree."""
     view = DirView.copy_of(repo_dir, tmp_path / "view")
     root = view.root
     (root / "src/util.py").unlink()
@@ -363,10 +362,12 @@ def test_a_selected_file_below_a_file_drops_the_file_in_its_way(
     write(root, "src/util.py/b.py", "b = 2\n")
     (root / "README.md").unlink()
     write(root, "README.md/index.md", "# moved in\n")
-    specs = ("src/util.py/a.py", "src/util.py/b.py", "README.md/index.md")
+    shutil.rmtree(root / "docs")
+    write(root, "docs", "a file where a directory was\n")
+    specs = ("src/util.py/a.py", "src/util.py/b.py", "README.md/index.md", "docs")
     result = commit(repo_dir, view, *specs, branch="side", base=head(repo_dir))
     assert result.ok and result.commit is not None and not result.worktree_updated
     files = git(repo_dir, "ls-tree", "-r", "--name-only", "side").split()
     assert set(specs) <= set(files)
-    assert "src/util.py" not in files and "README.md" not in files
+    assert not {"src/util.py", "README.md", "docs/guide.txt"} & set(files)
     git(repo_dir, "fsck", "--strict")
