@@ -798,7 +798,8 @@ def _update_index(repo: pygit2.Repository, tree: pygit2.Tree, paths: Iterable[st
                 index.remove(path)
             continue
         # libgit2 drops what is in the way (see edit_tree)
-        index.add(_StatEntry(path, pygit2.Oid(hex=entry[0]), FileMode(entry[1]), root / path))
+        full = f"{root}/{path}"  # a Path per file costs more than its lstat
+        index.add(_StatEntry(path, pygit2.Oid(hex=entry[0]), FileMode(entry[1]), full))
     index.write()
 
 
@@ -811,9 +812,9 @@ class _StatEntry(pygit2.IndexEntry):
     re-compresses the file into the object database: seconds for a large file.
     """
 
-    def __init__(self, path: str, oid: pygit2.Oid, mode: FileMode, full: Path) -> None:
+    def __init__(self, path: str, oid: pygit2.Oid, mode: FileMode, full: str) -> None:
         super().__init__(path, oid, mode)
-        self.stat = full.lstat()
+        self.stat = os.lstat(full)
 
     def _to_c(self) -> Any:
         centry, keep = super()._to_c()
@@ -859,7 +860,7 @@ def worktree_conflicts(
 def _conflict_for(
     view: SessionView, root: Path, change: Change, staged: Callable[[str], bool]
 ) -> Conflict | None:
-    now = _lstat_entry(root / change.path)
+    now = _lstat_entry(f"{root}/{change.path}")  # a Path per file costs more than its lstat
     seen = _entry_of(change.old) if change.old is not None else None
     if not _same_stat(now, seen):
         return Conflict(change.path, "worktree-changed", "changed in the real tree meanwhile")
