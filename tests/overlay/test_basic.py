@@ -300,11 +300,16 @@ def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path:
 def _watch_processes(daemon: int) -> list[int]:
     # A restarted watch is a child of the daemon's watcher thread, not of its main thread.
     children = [pid for task in Path(f"/proc/{daemon}/task").iterdir() for pid in _children(task)]
-    return [
-        int(pid)
-        for pid in children
-        if b"watch_process" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ]
+    return [int(pid) for pid in children if b"watch_process" in _cmdline(pid)]
+
+
+def _cmdline(pid: str) -> bytes:
+    """What /proc says `pid` runs; nothing once it is gone (the killed watch, reaped after it
+    was listed, reads as ESRCH)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError):
+        return b""
 
 
 def test_a_watch_that_dies_is_started_again(mounted: Mounted) -> None:
@@ -324,7 +329,7 @@ def test_a_watch_that_dies_is_started_again(mounted: Mounted) -> None:
 def _children(task: Path) -> list[str]:
     try:
         return (task / "children").read_text().split()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return []  # the thread ended meanwhile
 
 
