@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pygit2
 
 from gitsess import live, mount
+from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, ChangeSet, Pathspec, compute_changes, touched_roots
 from gitsess.git.diff import DiffResult, diff_changes, read_real, scratch_repo
@@ -184,21 +185,13 @@ def _write_journal(ctx: RepoContext, session: Session, data: dict[str, Any]) -> 
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _remove_journal(ctx: RepoContext, session: Session) -> None:
     path = _journal_path(ctx, session)
     path.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_dir(path.parent)
 
 
 def _journal(

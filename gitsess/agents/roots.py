@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
 from gitsess.store.db import private_dir
 from gitsess.store.registry import Participant, Seed
@@ -179,11 +180,7 @@ def _write_atomically(path: Path, data: bytes, mode: int) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)
 
 
 def _relink_if_unchanged(path: Path, seen: os.stat_result, target: Path) -> bool:

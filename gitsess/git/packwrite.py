@@ -26,6 +26,8 @@ from typing import IO
 
 import pygit2
 
+from gitsess.durable import fsync_dir
+
 # Fewer objects than this are written loose (git's default `fetch.unpackLimit`).
 MIN_OBJECTS = 100
 # A pack with more raw bytes than this is not written here: its offsets could pass the 2 GiB
@@ -53,11 +55,7 @@ def write_pack(objects_dir: Path, objects: Sequence[Entry], fsync: bool) -> Path
         _index(index, found, pack.digest)
     os.replace(index.name, name.with_suffix(".idx"))
     if fsync:
-        fd = os.open(pack_dir, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_dir(pack_dir)
     return name.with_suffix(".idx")
 
 

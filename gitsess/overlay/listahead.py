@@ -46,9 +46,9 @@ AGAIN = 1.0
 # Directories remembered with the time of their last listing, at most (then all forgotten).
 KEPT = 4096
 
-# The gitsess build of pyfuse3 lists in threads of C; on a stock build nothing is listed ahead.
-AVAILABLE: bool = hasattr(pyfuse3, "list_ahead")
-STATS: bool = hasattr(pyfuse3, "stat_ahead")
+# The gitsess build of pyfuse3 lists in threads of C; on a stock build (or one of a patch from
+# before `stat_ahead`) nothing is listed ahead.
+AVAILABLE: bool = hasattr(pyfuse3, "list_ahead") and hasattr(pyfuse3, "stat_ahead")
 
 
 class ListAhead:
@@ -76,10 +76,8 @@ class ListAhead:
     @staticmethod
     def stat_below(path: bytes) -> None:
         """Read the worktree's directory at `path` (absolute) and lstat its entries soon, in
-        the same threads, for the worktree filesystem's caches (on a build of the patch from
-        before `stat_ahead`: nothing)."""
-        if STATS:
-            pyfuse3.stat_ahead(path, THREADS)
+        the same threads, for the worktree filesystem's caches."""
+        pyfuse3.stat_ahead(path, THREADS)
 
     @staticmethod
     def stop() -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 import apsw
 
+from gitsess.durable import fsync_dir
 from gitsess.store import db
 
 # The upper layer is inode based, like a real filesystem: `nodes` holds every object the
@@ -45,11 +46,7 @@ def _chunks_to_data_files(conn: apsw.Connection, data_dir: str) -> None:
     finally:
         for fd in fds.values():
             os.close(fd)
-    dir_fd = os.open(data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(data_dir)
     conn.execute("DROP TABLE chunks; DELETE FROM meta WHERE key = 'chunk_size'")
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import apsw
 
+from gitsess.durable import fsync_dir
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.journal import Journal
 from gitsess.overlay.store import FIRST_ALLOCATED_INO, INLINE, Batch, DeltaStore, NodeRow
@@ -117,6 +118,12 @@ class Node:
     @property
     def is_dir(self) -> bool:
         return stat.S_ISDIR(self.mode)
+
+    @property
+    def worktree_rel(self) -> bytes | None:
+        """The worktree path whose object this node shows (a directory's merged entries, a
+        file's content until it has data of its own), None if none."""
+        return self.origin if self.upper else self.lower
 
     def row(self) -> NodeRow:
         om, osz, omt = self.origin_stamp or (None, None, None)
@@ -345,11 +352,7 @@ class Tree:
                 os.fdatasync(fd)
             self._write_behind.forget(ino)
         if self._unsynced:
-            dir_fd = os.open(self.store.data_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            try:
-                os.fsync(dir_fd)
-            finally:
-                os.close(dir_fd)
+            fsync_dir(self.store.data_dir)
         self._unsynced.clear()
 
     @property
@@ -624,7 +627,7 @@ class Tree:
 
     def lower_size(self, n: Node) -> int | None:
         """The size of what `n` shows of the worktree (a directory's merges), None if nothing."""
-        rel = n.origin if n.upper else n.lower
+        rel = n.worktree_rel
         st = None if rel is None else self._lower_stat(rel)
         return None if st is None else st.st_size
 
@@ -650,7 +653,7 @@ class Tree:
         if not n.is_dir:
             raise _err(errno.ENOTDIR)
         entries = n.entries or {}
-        rel = n.origin if n.upper else n.lower
+        rel = n.worktree_rel
         if rel is not None:
             for name, is_dir in self._lower_listing(rel):
                 if name not in entries:
@@ -1193,7 +1196,7 @@ class Tree:
 
     def _lower_fd(self, n: Node) -> int:
         if n.fd is None:
-            rel = n.lower if not n.upper else n.origin
+            rel = n.worktree_rel
             assert rel is not None
             n.fd = os.open(self._lower_path(rel), os.O_RDONLY | os.O_CLOEXEC)
         return n.fd
