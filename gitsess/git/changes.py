@@ -15,7 +15,7 @@ import fnmatch
 import os
 import re
 import stat
-from collections.abc import Callable, Container, Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -180,10 +180,10 @@ class _Walker:
         self.ignore = ignore
         self.changes: list[Change] = []
         self.excluded: set[str] = set()
-        # Every touched path asks about each directory above it: n files in one directory would
-        # ask the same question n times on each side.
-        self._real_dirs: dict[str, bool] = {}
-        self._view_dirs: dict[str, bool] = {}
+        # Whether a path and every path above it are directories, on each side: every touched
+        # path asks about its parent, and n files in one directory would ask n times.
+        self._real_dirs: dict[str, bool] = {"": True}
+        self._view_dirs: dict[str, bool] = {"": True}
 
     def start(self, path: str) -> None:
         if not self.spec.may_match_within(path):
@@ -195,31 +195,24 @@ class _Walker:
         if path.split("/")[0] == ".git":
             return
         # lstat would follow a symlink standing where a parent directory should be
-        old = self._real(path) if self._dirs_above(path, self._real_is_dir) else None
-        new = self._view(path) if self._dirs_above(path, self._view_is_dir) else None
+        parent = _parent(path)
+        old = self._real(path) if self._real_dirs_down_to(parent) else None
+        new = self._view(path) if self._view_dirs_down_to(parent) else None
         self._visit(path, old, new)
 
-    @staticmethod
-    def _dirs_above(path: str, is_dir: Callable[[str], bool]) -> bool:
-        parent = _parent(path)
-        while parent:
-            if not is_dir(parent):
-                return False
-            parent = _parent(parent)
-        return True
-
-    def _real_is_dir(self, path: str) -> bool:
+    def _real_dirs_down_to(self, path: str) -> bool:
         known = self._real_dirs.get(path)
         if known is None:
-            st = self._lstat(path)
+            above = self._real_dirs_down_to(_parent(path))
+            st = self._lstat(path) if above else None
             known = self._real_dirs[path] = st is not None and stat.S_ISDIR(st.st_mode)
         return known
 
-    def _view_is_dir(self, path: str) -> bool:
+    def _view_dirs_down_to(self, path: str) -> bool:
         known = self._view_dirs.get(path)
         if known is None:
-            entry = self.view.entry(path)
-            known = self._view_dirs[path] = entry is not None and entry.kind == "dir"
+            above = self._view_dirs_down_to(_parent(path))
+            known = self._view_dirs[path] = above and self.view.is_dir(path)
         return known
 
     def _visit(self, path: str, old: State | None, new: State | None) -> None:

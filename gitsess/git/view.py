@@ -53,6 +53,11 @@ class SessionView(Protocol):
         """The path in the view, or None when it does not exist there."""
         ...
 
+    def is_dir(self, path: str) -> bool:
+        """Whether the path is a directory in the view: `entry` answers that too, but a
+        directory's entry counts its subdirectories (its link count), a listing of each."""
+        ...
+
     def read(self, path: str) -> bytes:
         """Content of a regular file in the view."""
         ...

@@ -92,6 +92,12 @@ class OverlayView:
             return None
         return Entry(kind_of(a.mode), a.mode, a.size, a.mtime_ns)
 
+    def is_dir(self, path: str) -> bool:
+        raw = os.fsencode(path)
+        if raw == GIT or raw.startswith(GIT + b"/"):
+            return False
+        return self._dir(raw) is not None
+
     def read(self, path: str) -> bytes:
         n = self._need(path)
         size = self.tree.getattr(n).size

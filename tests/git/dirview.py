@@ -100,6 +100,10 @@ class DirView:
             return None
         return entry_of(self.root / path)
 
+    def is_dir(self, path: str) -> bool:
+        found = self.entry(path)
+        return found is not None and found.kind == "dir"
+
     def read(self, path: str) -> bytes:
         return (self.root / path).read_bytes()
 
