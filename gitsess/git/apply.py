@@ -321,6 +321,9 @@ def apply_commit(
     """
     if not message.strip():
         raise GitsessError("a commit needs a message")
+    # Before any work: without them, the objects copied in would be for nothing.
+    author = author or signature(repo, "AUTHOR")
+    committer = committer or signature(repo, "COMMITTER")
     ref = _branch_ref(branch)
     tip = _ref_target(repo, ref)
     # a branch that does not exist yet starts at the session's base
@@ -592,11 +595,9 @@ def _create_commit(
     tree: str,
     parent: str | None,
     message: str,
-    author: pygit2.Signature | None,
-    committer: pygit2.Signature | None,
+    author: pygit2.Signature,
+    committer: pygit2.Signature,
 ) -> str:
-    author = author or signature(repo, "AUTHOR")
-    committer = committer or signature(repo, "COMMITTER")
     parents = [pygit2.Oid(hex=parent)] if parent else []
     text = message if message.endswith("\n") else message + "\n"
     oid = repo.create_commit(None, author, committer, text, pygit2.Oid(hex=tree), parents)

@@ -371,3 +371,30 @@ def test_selected_paths_drop_what_is_in_their_way(repo_dir: Path, tmp_path: Path
     assert set(specs) <= set(files)
     assert not {"src/util.py", "README.md", "docs/guide.txt"} & set(files)
     git(repo_dir, "fsck", "--strict")
+
+
+def test_no_identity_is_refused_before_anything_is_written(
+    repo_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    git(repo_dir, "config", "--unset", "user.name")
+    git(repo_dir, "config", "--unset", "user.email")
+    for role in ("AUTHOR", "COMMITTER"):
+        for field in ("NAME", "EMAIL"):
+            monkeypatch.delenv(f"GIT_{role}_{field}", raising=False)
+    levels = (pygit2.enums.ConfigLevel.GLOBAL, pygit2.enums.ConfigLevel.XDG)
+    saved = [pygit2.settings.search_path[level] for level in levels]
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    (view.root / "src/main.py").write_text("new main\n")
+    write(view.root, "pkg/new.py", "x = 1\n")
+    before = snapshot(repo_dir)
+    try:
+        for level in levels:  # no user.name from the machine's own git config either
+            pygit2.settings.search_path[level] = str(tmp_path / "no-config")
+        repo = pygit2.Repository(str(repo_dir))
+        changes = compute_changes(view, repo)
+        with pytest.raises(GitsessError, match=r"no author: set user\.name and user\.email"):
+            apply_commit(repo, view, changes, branch="main", base=None, message="m")
+    finally:
+        for level, path in zip(levels, saved, strict=True):
+            pygit2.settings.search_path[level] = path
+    assert snapshot(repo_dir) == before  # no pack of the commit's objects either
