@@ -99,19 +99,32 @@ def _pack(out: _Hashed, objects: Sequence[Entry]) -> list[tuple[bytes, int, int]
     """The pack's body; returns (raw id, offset, CRC-32 of the stored object) per object.
 
     Deflating is nearly all of the time (zlib's fastest level, as git's default for loose
-    objects), and zlib lets go of the GIL while it works: one thread per CPU deflates."""
+    objects), and zlib lets go of the GIL while it works: one thread per CPU deflates, a batch
+    of objects at a time (a task per object cost as much in hand-offs as the threads saved)."""
     # Here, not at the top: every command that loads apply would load it (and logging).
     from concurrent.futures import ThreadPoolExecutor
 
     out.write(b"PACK" + struct.pack(">II", 2, len(objects)))
     found = []
+    batches = [objects[i : i + _BATCH] for i in range(0, len(objects), _BATCH)]
     with ThreadPoolExecutor(os.cpu_count()) as pool:
-        deflated = pool.map(lambda entry: zlib.compress(entry[2], 1), objects, chunksize=32)
-        for (oid, kind, data), body in zip(objects, deflated, strict=True):
-            stored = _object_header(kind, len(data)) + body
-            found.append((oid.raw, out.offset, zlib.crc32(stored)))
-            out.write(stored)
+        for batch, stored in zip(batches, pool.map(_stored, batches), strict=True):
+            for (oid, _, _), (body, crc) in zip(batch, stored, strict=True):
+                found.append((oid.raw, out.offset, crc))
+                out.write(body)
     return found
+
+
+_BATCH = 64
+
+
+def _stored(batch: Sequence[Entry]) -> list[tuple[bytes, int]]:
+    """Each object as the pack stores it (header, deflated content), with its CRC-32."""
+    stored = []
+    for _, kind, data in batch:
+        body = _object_header(kind, len(data)) + zlib.compress(data, 1)
+        stored.append((body, zlib.crc32(body)))
+    return stored
 
 
 def _object_header(kind: int, size: int) -> bytes:
