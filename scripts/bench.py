@@ -77,6 +77,7 @@ class Config:
     big_mib: int  # the file outside git
     write_mib: int  # sequential write + fsync
     creation_runs: int
+    apply_runs: int  # diff / apply --commit, which swing most from run to run
     small_files: int = 5000
     dirs: int = 400
     corpus_mib: int = 50
@@ -90,11 +91,13 @@ class Config:
     def make(quick: bool, runs: int | None, extra: bool = False) -> Config:
         if quick:
             return Config(
-                True, runs or 3, runs or 1, big_mib=64, write_mib=64, creation_runs=1, extra=extra
-            )
+                True, runs or 3, runs or 1, big_mib=64, write_mib=64, creation_runs=1,
+                apply_runs=1, extra=extra,
+            )  # fmt: skip
         return Config(
-            False, runs or 5, runs or 5, big_mib=500, write_mib=500, creation_runs=3, extra=extra
-        )
+            False, runs or 9, runs or 5, big_mib=500, write_mib=500, creation_runs=3,
+            apply_runs=runs or 5, extra=extra,
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------- corpus
@@ -1073,7 +1076,7 @@ def run_apply(b: Bench, corpus: Corpus) -> list[Result]:
     commit_only: list[float] = []
     rels = [f for f in corpus.files if f.startswith("src/")][:n]
     with contextlib.ExitStack() as later:
-        for run in range(b.cfg.creation_runs):
+        for run in range(b.cfg.apply_runs):
             for t in rotation(run):
                 if t == GITSESS:
                     d, c = _apply_gitsess(b, corpus.repo, rels, run, later)
@@ -1326,7 +1329,9 @@ class Report:
         m = self.machine
         return (
             f"gitsess benchmark ({'quick' if self.config.quick else 'full'}, medians of "
-            f"{self.config.runs} runs, {self.seconds:.0f} s, gitsess {m['gitsess']}): "
+            f"{self.config.runs} runs ({self.config.slow_runs} for the slow workloads, "
+            f"{self.config.apply_runs} for diff / apply, {self.config.creation_runs} for session "
+            f"start), {self.seconds:.0f} s, gitsess {m['gitsess']}): "
             f"{m['cpu']}, {m['cores']} cores, "
             f"{m['memory']}, Linux {m['kernel']}, {m['fs']}, fuse-overlayfs {m['fuse-overlayfs']}; "
             f"proactive reclaim: {m['reclaim']}; load {m['load']}"
@@ -1398,7 +1403,11 @@ def render(report: Report) -> None:
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a subset, under a minute")
-    p.add_argument("--runs", type=int, help="runs per figure (default 5, --quick 3)")
+    p.add_argument(
+        "--runs",
+        type=int,
+        help="runs per figure (default 9; 5 for the slow workloads and diff / apply; --quick 3)",
+    )
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the results as JSON")
     p.add_argument("--markdown", type=Path, metavar="FILE", help="also write Markdown tables")
     p.add_argument(
