@@ -15,6 +15,7 @@ from typing import Literal
 from gitsess import sessions
 from gitsess.errors import GitsessError
 from gitsess.git.repo import discover
+from gitsess.libc import LIBC
 
 Verdict = Literal["ok", "warn", "fail"]
 
@@ -154,16 +155,17 @@ def check_mount_namespaces() -> Check:
 def try_in_child(flags: int, *, remount_private: bool) -> str | None:
     """Try `unshare(flags)` (and a private remount of /) in a forked child: whatever it gets,
     this process stays where it is. None on success, else what failed."""
-    # Loaded before forking: the child of a threaded parent must not take the loader's locks.
-    libc = ctypes.CDLL(None, use_errno=True)
+    # Looked up before forking: the child of a threaded parent must not take the loader's
+    # locks (dlsym).
+    unshare, mount = LIBC.unshare, LIBC.mount
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: report through the pipe, never return into the caller's code
         os.close(read_end)
         failed = ""
-        if libc.unshare(flags) != 0:
+        if unshare(flags) != 0:
             failed = "unshare: " + os.strerror(ctypes.get_errno())
-        elif remount_private and libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        elif remount_private and mount(None, b"/", None, MS_REC | MS_PRIVATE, None) != 0:
             failed = "mount: " + os.strerror(ctypes.get_errno())
         os.write(write_end, failed.encode())
         os._exit(0)

@@ -8,12 +8,13 @@ namespaces are not available the command runs in the mount point instead.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from gitsess.libc import LIBC, check
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -23,27 +24,19 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_SLAVE = 1 << 19
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int, what: str) -> None:
-    if result != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
-
 
 def _mount(source: str | None, target: str, flags: int) -> None:
     src = None if source is None else source.encode()
-    _check(_libc.mount(src, target.encode(), None, flags, None), f"mount {target}")
+    check(LIBC.mount(src, target.encode(), None, flags, None), f"mount {target}")
 
 
 def _unshare() -> None:
     uid, gid = os.getuid(), os.getgid()
     if uid == 0:
-        _check(_libc.unshare(CLONE_NEWNS), "unshare")
+        check(LIBC.unshare(CLONE_NEWNS), "unshare")
         return
     # Unprivileged: a user namespace that maps us to ourselves, so files keep their owners.
-    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+    check(LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
     Path("/proc/self/setgroups").write_text("deny")
     Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
     Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")

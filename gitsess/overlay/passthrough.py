@@ -10,9 +10,10 @@ from typing import TypeVar
 
 from pyfuse3 import FUSEError
 
+from gitsess.libc import LIBC
+
 T = TypeVar("T")
 
-_libc = ctypes.CDLL(None, use_errno=True)
 _AT_FDCWD = -100
 
 
@@ -26,7 +27,7 @@ def call(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
 
 def renameat2(old: bytes, new: bytes, flags: int) -> None:
     """rename(2) with RENAME_NOREPLACE / RENAME_EXCHANGE, which os.rename cannot express."""
-    if _libc.renameat2(_AT_FDCWD, old, _AT_FDCWD, new, ctypes.c_uint(flags)) != 0:
+    if LIBC.renameat2(_AT_FDCWD, old, _AT_FDCWD, new, ctypes.c_uint(flags)) != 0:
         raise FUSEError(ctypes.get_errno())
 
 

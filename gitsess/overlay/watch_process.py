@@ -18,7 +18,6 @@ mount point with it, lives there, and a recursive watch would walk into mounted 
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import select
@@ -26,6 +25,8 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Iterator
+
+from gitsess.libc import LIBC, check
 
 OnChange = Callable[[set[bytes]], None]
 
@@ -66,15 +67,6 @@ BATCH_MAX_S = 0.1
 
 _NO_WATCHES = "out of inotify watches (raise fs.inotify.max_user_watches)"
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _check(result: int) -> int:
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return result
-
 
 def _join(parent: bytes, name: bytes) -> bytes:
     return parent + b"/" + name if parent else name
@@ -90,7 +82,7 @@ class Watch:
     def __init__(self, root: bytes, on_change: OnChange) -> None:
         self.root = root
         self.on_change = on_change
-        self.fd = _check(_libc.inotify_init1(IN_CLOEXEC))
+        self.fd = check(LIBC.inotify_init1(IN_CLOEXEC))
         self._dirs: dict[int, bytes] = {}  # watch descriptor -> directory (relative to root)
         self._wds: dict[bytes, int] = {}
 
@@ -169,7 +161,7 @@ class Watch:
             try:
                 # The root may be reached through a symlink; nothing below it is followed.
                 mask = MASK if rel else MASK & ~IN_DONT_FOLLOW
-                wd = _check(_libc.inotify_add_watch(self.fd, path, mask))
+                wd = check(LIBC.inotify_add_watch(self.fd, path, mask))
             except OSError as e:
                 if rel and e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
                     continue  # gone meanwhile, or not ours to watch
@@ -194,7 +186,7 @@ class Watch:
         for rel in [r for r in self._wds if r == top or r.startswith(below)]:
             wd = self._wds.pop(rel)
             self._dirs.pop(wd, None)
-            _libc.inotify_rm_watch(self.fd, wd)
+            LIBC.inotify_rm_watch(self.fd, wd)
 
     def _forget(self, wd: int) -> None:
         rel = self._dirs.pop(wd, None)

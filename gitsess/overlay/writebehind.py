@@ -20,12 +20,13 @@ import os
 import queue
 import threading
 
+from gitsess.libc import LIBC
+
 # A file's data is sent to the disk every this many bytes written to it.
 EVERY = 8 << 20
 _SYNC_FILE_RANGE_WRITE = 2
 
-_libc = ctypes.CDLL(None, use_errno=True)
-_sync_file_range = getattr(_libc, "sync_file_range", None)
+_sync_file_range = getattr(LIBC, "sync_file_range", None)
 if _sync_file_range is not None:
     _sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
 
