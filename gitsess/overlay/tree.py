@@ -1040,6 +1040,8 @@ class Tree:
                 raise _err(errno.ENOENT)
             self._detach_from_lower(src)
             self._detach_from_lower(dst)
+            if src.is_dir != dst.is_dir:  # a directory changes parents: their counts move
+                op.subdirs = np.subdirs = None
             self._set_entry(op, old_name, dst.ino)
             self._set_entry(np, new_name, src.ino)
             src.parent, src.name, dst.parent, dst.name = np.ino, new_name, op.ino, old_name

@@ -224,6 +224,18 @@ def test_rename_flags(mounted: Mounted) -> None:
     assert (mounted.mnt / "src" / "main.py").read_text() == "readme\n"
 
 
+def test_exchanging_a_directory_and_a_file_moves_the_link_counts(mounted: Mounted) -> None:
+    from gitsess.overlay.passthrough import renameat2
+
+    src, bin_ = mounted.mnt / "src", mounted.mnt / "bin"
+    (src / "new").mkdir()
+    before = os.lstat(src).st_nlink, os.lstat(bin_).st_nlink  # both counted (and kept) here
+    assert before == (4, 2)  # src holds pkg and new
+    renameat2(bytes(src / "new"), bytes(bin_ / "tool"), 2)  # RENAME_EXCHANGE
+    assert stat.S_ISREG(os.lstat(src / "new").st_mode) and (bin_ / "tool").is_dir()
+    assert (os.lstat(src).st_nlink, os.lstat(bin_).st_nlink) == (3, 3)
+
+
 def test_fifo_symlink_and_xattrs(mounted: Mounted) -> None:
     os.mkfifo(mounted.mnt / "pipe")
     assert stat.S_ISFIFO(os.lstat(mounted.mnt / "pipe").st_mode)
