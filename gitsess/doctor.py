@@ -95,6 +95,10 @@ def check_libfuse() -> Check:
     return Check(name, "ok", f"{library} version {version}")
 
 
+# The items of patches/pyfuse3-3.5.0.patch, which its build reports as GITSESS_PATCH_ITEMS.
+PATCH_ITEMS = 10
+
+
 def check_pyfuse3() -> Check:
     try:
         import pyfuse3
@@ -107,7 +111,7 @@ def check_pyfuse3() -> Check:
             f"version {pyfuse3.__version__} without patches/pyfuse3-3.5.0.patch: the kernel"
             " caches no directory listings (scripts/setup.sh builds the patched one)",
         )
-    if not hasattr(pyfuse3, "stat_ahead"):  # the patch's latest item
+    if getattr(pyfuse3, "GITSESS_PATCH_ITEMS", 0) < PATCH_ITEMS:
         return Check(
             "pyfuse3",
             "warn",

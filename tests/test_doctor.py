@@ -85,6 +85,14 @@ def test_pyfuse3_build_is_named() -> None:
     assert (check.verdict, check.detail) == ("ok", "version 3.5.0, gitsess's build")
 
 
+def test_a_build_of_an_older_patch_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyfuse3
+
+    monkeypatch.setattr(pyfuse3, "GITSESS_PATCH_ITEMS", doctor.PATCH_ITEMS - 1)
+    check = doctor.check_pyfuse3()
+    assert check.verdict == "warn" and "with an older patches/pyfuse3-3.5.0.patch" in check.detail
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="as root, views read ahead more")
 def test_read_ahead_needs_a_writable_sysfs(tmp_path: Path) -> None:
     assert doctor.check_read_ahead().verdict == "ok"

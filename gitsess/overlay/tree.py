@@ -1181,6 +1181,8 @@ class Tree:
         """An inline file's bytes (up to its size; any shorter, the rest reads as zeros)."""
         if n.ino in self._pending.inline:
             return self._pending.inline[n.ino] or b""
+        if not n.size:
+            return b""  # a file just made, say: no query of delta.db for its first write
         return self.store.inline(n.ino)
 
     def _to_data_file(self, n: Node) -> None:
