@@ -48,7 +48,7 @@ GIT_TIMEOUT = 1.0
 class Handle:
     node: Node
     fd: int | None = None  # a real file descriptor, for files below `.git`
-    pid: int = 0  # who opened it: writes arrive without a caller (the writeback cache)
+    pid: int = 0  # who opened it: the process its writes are recorded for
     written: int = 0
     # The run of the opener, taken at the first write: the release that records the writes
     # can come after that run has left.
@@ -121,7 +121,11 @@ def _guard_handlers(cls: type[pyfuse3.Operations]) -> type[pyfuse3.Operations]:
 @_guard_handlers
 class Filesystem(pyfuse3.Operations):
     supports_dot_lookup = False
-    enable_writeback_cache = True
+    # Off, as fuse-overlayfs runs: each write(2) is a WRITE request. With the cache, a file
+    # written once cost one request more (a SETATTR of the times the kernel kept, at close),
+    # `create` of 2,000 files took a third longer and 500 MiB + fsync longer too; only runs of
+    # small writes to one file are cheaper with it (docs/PERFORMANCE.md).
+    enable_writeback_cache = False
 
     def __init__(self, tree: Tree, ahead: ListAhead | None = None) -> None:
         super().__init__()
@@ -607,10 +611,8 @@ class Filesystem(pyfuse3.Operations):
 
 
 def _real_flags(flags: int) -> int:
-    """Flags for opening a real file: the kernel already did O_CREAT/O_EXCL checks, and a
-    write-only file is opened read-write because the writeback cache reads partial pages."""
+    """Flags for opening a real file: the kernel already did O_CREAT/O_EXCL checks."""
     flags &= ~(os.O_CREAT | os.O_EXCL | os.O_NOCTTY)
-    if flags & os.O_ACCMODE == os.O_WRONLY:
-        flags = (flags & ~os.O_ACCMODE) | os.O_RDWR
-    # O_APPEND offsets come from the kernel with the writeback cache; pwrite must honour them.
+    # The kernel gives every WRITE its offset (the end, for an append), and a page of a shared
+    # mapping may be written back through any handle of the file: pwrite must honour it.
     return (flags & ~os.O_APPEND) | os.O_CLOEXEC

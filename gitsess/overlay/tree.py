@@ -547,8 +547,8 @@ class Tree:
         every file the session copied whose worktree original changed since, drops the
         worktree `lstat`s kept on lower nodes, and returns, as `stale_caches` does, the kernel
         inodes of every node outside `.git`, and the entries of those that are not directories.
-        A fresh lookup is what makes the kernel take a file's new size: with the writeback cache
-        it keeps a cached inode's size whatever getattr says. A directory's name stays: an
+        A fresh lookup makes the kernel take everything about a name anew. A directory's name
+        stays: an
         invalidated name is unhashed, and a process whose working directory it is could no
         longer `getcwd`; and invalidating a name detaches whatever is mounted on it (`gitsess
         run` binds the real `.git` there; `.git` is left out altogether, its caches last a
