@@ -548,11 +548,11 @@ class Tree:
         worktree `lstat`s kept on lower nodes, and returns, as `stale_caches` does, the kernel
         inodes of every node outside `.git`, and the entries of those that are not directories.
         A fresh lookup makes the kernel take everything about a name anew. A directory's name
-        stays: an
-        invalidated name is unhashed, and a process whose working directory it is could no
-        longer `getcwd`; and invalidating a name detaches whatever is mounted on it (`gitsess
-        run` binds the real `.git` there; `.git` is left out altogether, its caches last a
-        second anyway). What the kernel learnt before, it caches for a second only (`watched`)."""
+        stays: an invalidated name is unhashed, and a process whose working directory it is
+        could no longer `getcwd`; and invalidating a name detaches whatever is mounted on it
+        (`gitsess run` binds the real `.git` there; `.git` is left out altogether, its caches
+        last a second anyway). What the kernel learnt before, it caches for a second only
+        (`watched`)."""
         self.watched = True
         now = time.time_ns()
         entries: list[tuple[int, bytes]] = []

@@ -37,7 +37,7 @@ class OverlayView:
 
     def _resolve(self, path: str) -> Node | None:
         raw = os.fsencode(path)
-        if raw == GIT or raw.startswith(GIT + b"/"):
+        if _in_git(raw):
             return None
         if not raw:
             return self.tree.node(ROOT_INODE)
@@ -94,9 +94,7 @@ class OverlayView:
 
     def is_dir(self, path: str) -> bool:
         raw = os.fsencode(path)
-        if raw == GIT or raw.startswith(GIT + b"/"):
-            return False
-        return self._dir(raw) is not None
+        return not _in_git(raw) and self._dir(raw) is not None
 
     def read(self, path: str) -> bytes:
         n = self._need(path)
@@ -131,3 +129,8 @@ class OverlayView:
         if n is None:
             raise FileNotFoundError(path)
         return n
+
+
+def _in_git(path: bytes) -> bool:
+    """Whether `path` is the worktree's `.git` or below it, which the view never reports."""
+    return path == GIT or path.startswith(GIT + b"/")
