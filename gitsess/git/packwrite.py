@@ -33,6 +33,8 @@ MIN_OBJECTS = 100
 # A pack with more raw bytes than this is not written here: its offsets could pass the 2 GiB
 # that the index's table of 32-bit offsets holds, and the large-offset table is not written.
 MAX_BYTES = 1 << 30
+# Objects deflated per task of the thread pool.
+_BATCH = 64
 
 Entry = tuple[pygit2.Oid, int, bytes]  # id, object type (pygit2.enums.ObjectType), content
 
@@ -113,9 +115,6 @@ def _pack(out: _Hashed, objects: Sequence[Entry]) -> list[tuple[bytes, int, int]
                 found.append((oid.raw, out.offset, crc))
                 out.write(body)
     return found
-
-
-_BATCH = 64
 
 
 def _stored(batch: Sequence[Entry]) -> list[tuple[bytes, int]]:
