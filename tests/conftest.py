@@ -7,6 +7,7 @@ import pytest
 
 from gitsess.git.repo import RepoContext, discover
 
+from .leftovers import pytest_configure, pytest_sessionfinish  # noqa: F401  (the plugin's hooks)
 from .live_util import InProcess, unmount_all
 from .util import make_repo
 
