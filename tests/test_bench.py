@@ -48,6 +48,38 @@ def test_goals_compare_gitsess_medians() -> None:
     assert bench.Result("y", "y").goal_met() is None
 
 
+def test_goal_runs_are_paired_and_a_tie_is_named() -> None:
+    ovl = bench.Goal(bench.OVERLAYFS, 1.0)
+    res = bench.Result("x", "x", [ovl])
+    for g, o in ((1.0, 2.0), (3.0, 2.0), (1.0, 2.0), (3.0, 2.0), (2.0, 2.0)):
+        res.add(bench.GITSESS, g)
+        res.add(bench.OVERLAYFS, o)
+    assert res.runs_within(ovl) == (3, 5)  # a run of equal times is within the goal
+    assert not res.decided(ovl)
+    assert bench._goal_text(res) == "<= 1x fuse-overlayfs (3/5 runs, a tie) met"
+    ahead = bench.Result("y", "y", [ovl])
+    for _ in range(9):
+        ahead.add(bench.GITSESS, 1.0)
+        ahead.add(bench.OVERLAYFS, 2.0)
+    assert ahead.decided(ovl)
+    assert bench._goal_text(ahead) == "<= 1x fuse-overlayfs (9/9 runs) met"
+    behind = bench.Result("z", "z", [ovl])
+    for _ in range(5):
+        behind.add(bench.GITSESS, 3.0)
+        behind.add(bench.OVERLAYFS, 2.0)
+    assert behind.decided(ovl)  # 0 of 5: the fewest runs that can decide
+    assert bench._goal_text(behind) == "<= 1x fuse-overlayfs (0/5 runs) MISSED"
+
+
+def test_sign_test_matches_the_binomial_tails() -> None:
+    assert bench.sign_test(0, 9) == pytest.approx(2 / 512)
+    assert bench.sign_test(9, 9) == pytest.approx(2 / 512)
+    assert bench.sign_test(1, 9) == pytest.approx(20 / 512)
+    assert bench.sign_test(2, 9) == pytest.approx(92 / 512)
+    assert bench.sign_test(4, 9) == 1.0
+    assert bench.sign_test(5, 10) == 1.0
+
+
 def test_quick_selection_and_cold_skipping() -> None:
     quick = bench.Config.make(True, None)
     full = bench.Config.make(False, None)

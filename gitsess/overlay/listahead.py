@@ -16,7 +16,10 @@ C in the gitsess build of pyfuse3 (`pyfuse3.list_ahead`) that never take the GIL
 threads of Python contended for it with the thread serving requests, which lost more than the
 listings won (docs/PERFORMANCE.md, item 10). What they read is thrown away (the kernel's
 caches are the point), and a listing that fails (the directory went, the view was unmounted)
-is dropped. On a stock pyfuse3 nothing is listed ahead.
+is dropped. A listing leaves the kernel's atime of the directory stale, so a thread stats the
+directory after listing it: the client's next stat of it (glibc's `opendir` makes one) is
+then answered by the kernel, not by a GETATTR it waits for. On a stock pyfuse3 nothing is
+listed ahead.
 
 The same threads also read ahead in the worktree itself (`stat_below`): each worktree directory
 the daemon lists to the kernel is mostly read next (`find`, `ls -R` and `git status` descend),

@@ -90,6 +90,37 @@ def test_the_other_entries_are_answered_by_the_kernel(mounted: Mounted) -> None:
     assert [p.read_text() for p in others[:3]] == ["1\n", "2\n", "3\n"]
 
 
+def test_a_listed_directory_is_stated_and_opened_by_the_kernel(mounted: Mounted) -> None:
+    # The kernel marks a directory's atime stale when it lists it, and glibc's opendir stats
+    # the directory it opens: the lister stats it again after listing it.
+    _watched(mounted)
+    small = mounted.mnt / "small"
+    os.lstat(small / "f0")
+    time.sleep(1)
+    os.stat(mounted.mnt)  # the walk to `small` checks the root's permissions
+    pid = mounted.daemon_pid()
+    os.kill(pid, signal.SIGSTOP)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import os, sys\nos.stat(sys.argv[1])\nprint(len(os.listdir(sys.argv[1])))",
+            str(small),
+        ],
+        cwd="/",
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        out, _ = child.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        out = "a request reached the stopped daemon"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        child.wait(timeout=30)
+    assert out.strip() == str(SMALL)
+
+
 def test_a_huge_directory_is_not_listed_ahead(mounted: Mounted) -> None:
     _watched(mounted)
     os.lstat(mounted.mnt / "big" / "f0")
