@@ -8,9 +8,10 @@ and a gitsess session mount over it. Every figure is the median of several runs;
 the page cache first (root only). Also measured: session creation + first mount (`gitsess new`
 then `gitsess mount`, and the one command `gitsess new --mount`) against `git worktree add` on a
 5,000- and a 50,000-file repository, `gitsess diff` / `apply --commit` of 1,000 changed files
-(once the CLI has them), and the FUSE daemons' peak memory (VmHWM). With --extra, also what
-tools do to a lower directory of 2,000 files: unpack it from a tarball, `cp -a`, `mv`,
-`chmod -R`, and `sed -i` of every file (a write aside and a rename over each).
+(once the CLI has them), the FUSE daemons' CPU time per run and their peak memory (VmHWM).
+With --extra, also what tools do to a lower directory of 2,000 files: unpack it from a
+tarball, `cp -a`, `mv`, `chmod -R`, and `sed -i` of every file (a write aside and a rename
+over each).
 
     sudo .venv/bin/python scripts/bench.py                  # the full run (10-20 minutes)
     sudo .venv/bin/python scripts/bench.py --extra          # also the --extra workloads
@@ -281,12 +282,25 @@ class View:
     def peak_kib(self) -> int | None:
         return peak_memory_kib(self.pid) if self.pid is not None else None
 
+    def cpu_seconds(self) -> float | None:
+        return daemon_cpu_seconds(self.pid) if self.pid is not None else None
+
 
 def peak_memory_kib(pid: int) -> int | None:
     with contextlib.suppress(OSError), open(f"/proc/{pid}/status") as f:
         for line in f:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1])
+    return None
+
+
+def daemon_cpu_seconds(pid: int) -> float | None:
+    """User and system time of every thread of process `pid` so far (listing threads that
+    ended are counted in the process's own figures too)."""
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+        # utime, stime, and the times of children waited for (none here)
+        return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
     return None
 
 
@@ -707,9 +721,16 @@ class Result:
     label: str
     goals: list[Goal] = field(default_factory=list)
     times: dict[str, list[float]] = field(default_factory=dict)
+    cpu: dict[str, list[float]] = field(default_factory=dict)  # the daemons', per run
 
-    def add(self, target: str, seconds: float) -> None:
+    def add(self, target: str, seconds: float, cpu: float | None = None) -> None:
         self.times.setdefault(target, []).append(seconds)
+        if cpu is not None:
+            self.cpu.setdefault(target, []).append(cpu)
+
+    def cpu_median(self, target: str) -> float | None:
+        c = self.cpu.get(target)
+        return statistics.median(c) if c else None
 
     def median(self, target: str) -> float | None:
         t = self.times.get(target)
@@ -813,12 +834,17 @@ def timed(step: Step) -> float:
     return time.perf_counter() - t0
 
 
-def measure_once(w: Workload, env: Env) -> float:
+def measure_once(w: Workload, env: Env) -> tuple[float, float | None]:
+    """The wall time of one run of `w`, and the CPU time its daemon spent meanwhile."""
     prepared = w.prepare(env)
     try:
         if w.cold:
             drop_caches()
-        return timed(prepared.action)
+        before = env.view.cpu_seconds()
+        seconds = timed(prepared.action)
+        after = env.view.cpu_seconds()
+        cpu = after - before if after is not None and before is not None else None
+        return seconds, cpu
     finally:
         prepared.cleanup()
 
@@ -842,7 +868,7 @@ def run_shared(b: Bench, items: Sequence[Workload], corpus: Corpus) -> list[Resu
                     measure_once(w, envs[t])  # warm-up, not counted
             for run in range(b.cfg.runs):
                 for t in rotation(run):
-                    res.add(t, measure_once(w, envs[t]))
+                    res.add(t, *measure_once(w, envs[t]))
             progress(res)
             results.append(res)
         for view in views.values():
@@ -858,7 +884,7 @@ def run_mutating(b: Bench, items: Sequence[Workload], corpus: Corpus) -> list[Re
         for run in range(b.cfg.slow_runs if w.slow else b.cfg.runs):
             for t in rotation(run):
                 with b.view(t, corpus.repo) as view:
-                    res.add(t, measure_once(w, Env(view, corpus, b.cfg)))
+                    res.add(t, *measure_once(w, Env(view, corpus, b.cfg)))
                     b.memory.record("5,000-file corpus: write workloads", view)
         progress(res)
         results.append(res)
@@ -872,7 +898,7 @@ def run_profiles(b: Bench, items: Sequence[Workload], corpus: Corpus) -> None:
             env = Env(view, corpus, b.cfg)
             if not w.cold and not w.mutates:
                 measure_once(w, env)  # the warm-up is profiled too
-            took = measure_once(w, env)
+            took, _ = measure_once(w, env)
         console.log(f"profiled {w.label}: {fmt_time(took)} under cProfile")
 
 
@@ -1257,6 +1283,20 @@ def result_rows(results: Sequence[Result]) -> list[list[str]]:
 RESULT_HEADER = ["workload", *TARGETS, "gitsess / native", "gitsess / fuse-overlayfs", "goal"]
 
 
+def cpu_rows(results: Sequence[Result]) -> list[list[str]]:
+    rows = []
+    for res in results:
+        ovl, ours = res.cpu_median(OVERLAYFS), res.cpu_median(GITSESS)
+        if ovl is None and ours is None:
+            continue
+        ratio = ours / ovl if ours is not None and ovl else None
+        rows.append([res.label, fmt_time(ovl), fmt_time(ours), fmt_ratio(ratio)])
+    return rows
+
+
+CPU_HEADER = ["workload", OVERLAYFS, GITSESS, "gitsess / fuse-overlayfs"]
+
+
 def creation_rows(items: Sequence[Creation]) -> list[list[str]]:
     return [[f"{c.files:,} files", *[fmt_time(v) for v in c.medians().values()]] for c in items]
 
@@ -1383,6 +1423,9 @@ class Report:
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
         tables = [("Median wall time", RESULT_HEADER, result_rows(self.results))]
+        cpu = cpu_rows(self.results)
+        if cpu:
+            tables.append(("FUSE daemon CPU time per run (median)", CPU_HEADER, cpu))
         if self.creation:
             tables.append(
                 ("Session creation + first mount (median)", CREATION_HEADER,
@@ -1407,6 +1450,7 @@ class Report:
                     "key": r.key,
                     "label": r.label,
                     "times": r.times,
+                    "daemon_cpu": r.cpu,
                     "median": {t: r.median(t) for t in r.times},
                     "ratio_to_native": r.ratio(GITSESS, NATIVE),
                     "ratio_to_fuse_overlayfs": r.ratio(GITSESS, OVERLAYFS),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +72,19 @@ def test_goal_runs_are_paired_and_a_tie_is_named() -> None:
     assert bench._goal_text(behind) == "<= 1x fuse-overlayfs (0/5 runs) MISSED"
 
 
+def test_daemon_cpu_is_read_and_tabled_per_run() -> None:
+    spent = bench.daemon_cpu_seconds(os.getpid())
+    assert spent is not None and spent > 0
+    res = bench.Result("x", "x")
+    res.add(bench.NATIVE, 1.0)  # no daemon: no CPU figure
+    for ovl, ours in ((0.2, 0.1), (0.4, 0.3), (0.3, 0.2)):
+        res.add(bench.OVERLAYFS, 1.0, ovl)
+        res.add(bench.GITSESS, 1.0, ours)
+    assert res.cpu_median(bench.NATIVE) is None
+    assert bench.cpu_rows([res]) == [["x", "300 ms", "200 ms", "0.67x"]]
+    assert bench.cpu_rows([bench.Result("y", "y")]) == []
+
+
 def test_sign_test_matches_the_binomial_tails() -> None:
     assert bench.sign_test(0, 9) == pytest.approx(2 / 512)
     assert bench.sign_test(9, 9) == pytest.approx(2 / 512)
@@ -131,6 +145,7 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     for w in data["workloads"]:
         assert set(w["median"]) == {"native", "fuse-overlayfs", "gitsess"}, w
         assert all(t > 0 for t in w["median"].values())
+        assert set(w["daemon_cpu"]) == {"fuse-overlayfs", "gitsess"}, w
     assert data["session_start"][0]["files"] == 5000
     assert data["peak_memory_kib"]
     # Nothing is left mounted.
