@@ -65,6 +65,7 @@ class Node:
         "mtime_ns",
         "name",
         "nlink",
+        "open_stamp",
         "opens",
         "origin",
         "origin_stamp",
@@ -102,6 +103,8 @@ class Node:
         self.data = 1
         self.target: bytes | None = None
         self.origin_stamp: tuple[int, int, int] | None = None  # mode, size, mtime_ns
+        # A passed-through file as its last open found it: inode, size, mtime, ctime (ns).
+        self.open_stamp: tuple[int, int, int, int] | None = None
         self.entries: dict[bytes, int] | None = None
         self.lookups = 0
         self.opens = 0

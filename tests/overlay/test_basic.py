@@ -185,6 +185,24 @@ def test_git_passes_through_to_the_real_repository(mounted: Mounted) -> None:
     assert (mounted.lower / "README").read_text() == "readme\n"
 
 
+@pytest.mark.parametrize("how", ["in place", "renamed over"])
+def test_a_git_file_changed_outside_reads_anew(mounted: Mounted, how: str) -> None:
+    # The kernel keeps the pages of a file below .git only while the file is as its last
+    # open found it; a change of the same size, in place or by a rename, must show.
+    real, seen = mounted.lower / ".git" / "HEAD", mounted.mnt / ".git" / "HEAD"
+    first = seen.read_bytes()
+    assert seen.read_bytes() == first == real.read_bytes()
+    changed = bytes(reversed(first[:-1])) + b"\n"
+    assert len(changed) == len(first) and changed != first
+    if how == "in place":
+        with open(real, "r+b") as f:
+            f.write(changed)
+    else:
+        (real.parent / "HEAD.new").write_bytes(changed)
+        os.rename(real.parent / "HEAD.new", real)
+    assert seen.read_bytes() == changed
+
+
 def test_hard_links_count(mounted: Mounted) -> None:
     os.link(mounted.mnt / "README", mounted.mnt / "README2")
     assert os.stat(mounted.mnt / "README").st_nlink == 2
