@@ -1246,6 +1246,13 @@ def fmt_time(seconds: float | None) -> str:
     return f"{seconds * 1000:.0f} ms" if seconds >= 0.01 else f"{seconds * 1000:.1f} ms"
 
 
+def fmt_cpu(seconds: float | None) -> str:
+    """CPU time, counted in ticks of 10 ms: whole milliseconds."""
+    if seconds is None:
+        return "-"
+    return f"{seconds:.2f} s" if seconds >= 1 else f"{round(seconds * 1000)} ms"
+
+
 def fmt_ratio(r: float | None) -> str:
     return "-" if r is None else f"{r:.2f}x"
 
@@ -1290,7 +1297,7 @@ def cpu_rows(results: Sequence[Result]) -> list[list[str]]:
         if ovl is None and ours is None:
             continue
         ratio = ours / ovl if ours is not None and ovl else None
-        rows.append([res.label, fmt_time(ovl), fmt_time(ours), fmt_ratio(ratio)])
+        rows.append([res.label, fmt_cpu(ovl), fmt_cpu(ours), fmt_ratio(ratio)])
     return rows
 
 

@@ -83,6 +83,7 @@ def test_daemon_cpu_is_read_and_tabled_per_run() -> None:
     assert res.cpu_median(bench.NATIVE) is None
     assert bench.cpu_rows([res]) == [["x", "300 ms", "200 ms", "0.67x"]]
     assert bench.cpu_rows([bench.Result("y", "y")]) == []
+    assert [bench.fmt_cpu(x) for x in (0.0, 0.35 - 0.34, 1.5)] == ["0 ms", "10 ms", "1.50 s"]
 
 
 def test_sign_test_matches_the_binomial_tails() -> None:
