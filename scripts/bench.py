@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import compileall
 import contextlib
+import functools
 import json
 import math
 import mmap
@@ -117,7 +118,7 @@ class Corpus:
     big: str  # the large file git ignores, relative
     bulk: str  # a directory holding `bulk_files` files, relative
 
-    @property
+    @functools.cached_property
     def paths(self) -> list[str]:
         """Every path, in the order a walk of the tree gives them (as `git status`, `find`,
         `ls -R` and `os.walk` go, directory by directory). `files` is in the order they were
@@ -128,7 +129,7 @@ class Corpus:
         2 December)."""
         return sorted([*self.dirs, *self.files, self.big])
 
-    @property
+    @functools.cached_property
     def walk_files(self) -> list[str]:
         return sorted(self.files)
 
@@ -299,8 +300,8 @@ def daemon_cpu_seconds(pid: int) -> float | None:
     ended are counted in the process's own figures too)."""
     with contextlib.suppress(OSError), open(f"/proc/{pid}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
-        # utime, stime, and the times of children waited for (none here)
-        return sum(int(x) for x in fields[11:13]) / os.sysconf("SC_CLK_TCK")
+        utime, stime = fields[11:13]  # fields 14 and 15 of proc(5), after pid and comm
+        return (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
     return None
 
 
@@ -729,12 +730,10 @@ class Result:
             self.cpu.setdefault(target, []).append(cpu)
 
     def cpu_median(self, target: str) -> float | None:
-        c = self.cpu.get(target)
-        return statistics.median(c) if c else None
+        return _median(self.cpu.get(target))
 
     def median(self, target: str) -> float | None:
-        t = self.times.get(target)
-        return statistics.median(t) if t else None
+        return _median(self.times.get(target))
 
     def ratio(self, target: str, against: str) -> float | None:
         a, b = self.median(target), self.median(against)
@@ -760,6 +759,10 @@ class Result:
         the runs is a tie, and its median falls either side of the goal from run to run."""
         k, n = self.runs_within(goal)
         return n > 0 and sign_test(k, n) < 0.1
+
+
+def _median(values: list[float] | None) -> float | None:
+    return statistics.median(values) if values else None
 
 
 def sign_test(k: int, n: int) -> float:

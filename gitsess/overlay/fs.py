@@ -389,7 +389,7 @@ class Filesystem(pyfuse3.Operations):
             if n is None:
                 os.close(fd)
                 raise FUSEError(errno.ENOENT)
-            info = self._open_handle(n, fd, ctx.pid, keep_cache=self._unchanged(n, fd))
+            info = self._open_handle(n, fd, ctx.pid, keep_cache=self._keeps_pages(n, fd))
             return info, self._entry(n)
         self._refuse_git(parent_inode, name)
         existing = self.tree.find(parent_inode, name)
@@ -476,7 +476,7 @@ class Filesystem(pyfuse3.Operations):
     async def _open_node(self, n: Node, flags: int, pid: int) -> FileInfo:
         if n.passthrough:
             fd = pt.call(os.open, self._real(n), _real_flags(flags))
-            return self._open_handle(n, fd, pid, keep_cache=self._unchanged(n, fd))
+            return self._open_handle(n, fd, pid, keep_cache=self._keeps_pages(n, fd))
         if flags & os.O_TRUNC and flags & os.O_ACCMODE != os.O_RDONLY:
             self.tree.truncate(n, 0)
             self.tree.audit.record("truncate", self.tree.path_of(n), pid)
@@ -497,12 +497,13 @@ class Filesystem(pyfuse3.Operations):
         return FileInfo(fh=FileHandleT(fh), keep_cache=keep_cache)
 
     @staticmethod
-    def _unchanged(n: Node, fd: int) -> bool:
-        """Whether a file below .git is as its last open here found it, so that the kernel may
-        keep its pages: git changes these files from both sides of the view. `git status`
-        reads the index (half a megabyte for 5,000 files) and a dozen more of them each time;
-        it is mostly rewritten aside and renamed over, which the inode number shows, and a
-        file changed in place shows a new size, mtime or ctime."""
+    def _keeps_pages(n: Node, fd: int) -> bool:
+        """Whether the kernel may keep the pages of a file below .git, opened as `fd`: only if
+        it is as its last open here found it (noted for the next open), since git changes
+        these files from both sides of the view. `git status` reads the index (half a
+        megabyte for 5,000 files) and a dozen more of them each time; they are mostly
+        rewritten aside and renamed over, which the inode number shows, and a file changed
+        in place shows a new size, mtime or ctime."""
         st = os.fstat(fd)
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
         unchanged, n.open_stamp = n.open_stamp == stamp, stamp
