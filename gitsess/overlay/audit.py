@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -25,6 +26,8 @@ class Audit:
     new_processes: list[tuple[int, int, str, str]] = field(default_factory=list)
     _process_ids: dict[int, int] = field(default_factory=dict)
     _owners: dict[int, Participant | None] = field(default_factory=dict)
+    # (inode, pid) -> index in `events` of the write record that process's writes add to.
+    _writes: dict[tuple[int, int], int] = field(default_factory=dict)
     next_process_id: int = 1
 
     def record(
@@ -36,20 +39,15 @@ class Audit:
         target: bytes | None = None,
         nbytes: int | None = None,
     ) -> None:
-        self.record_as(self.owner(pid), op, path, pid, target=target, nbytes=nbytes)
+        # Writes after this are new records: the log reads in order (a write, a rename, a
+        # write to the new name).
+        self._writes.clear()
+        self._append(op, path, pid, target, nbytes)
 
-    def record_as(
-        self,
-        owner: Participant | None,
-        op: str,
-        path: bytes,
-        pid: int,
-        *,
-        target: bytes | None = None,
-        nbytes: int | None = None,
+    def _append(
+        self, op: str, path: bytes, pid: int, target: bytes | None, nbytes: int | None
     ) -> None:
-        """`record`, for an owner found earlier (a file's writes are recorded when it is
-        released, which can come after its writer's run has left)."""
+        owner = self.owner(pid)
         self.events.append(
             (
                 time.time_ns(),
@@ -64,9 +62,27 @@ class Audit:
             )
         )
 
+    def wrote(self, ino: int, pid: int, nbytes: int, path: Callable[[], bytes]) -> bool:
+        """Count a write of `nbytes` to file `ino` by process `pid`: one record for a run of
+        writes to a file by one process with no other event between them (in one commit),
+        made at the first (with the writer's run and the file's path then) and adding up the
+        rest. WRITE requests are all there is to go by: without OPEN requests nothing says
+        when a writer is done. Whether this write began a record."""
+        index = self._writes.get((ino, pid))
+        if index is not None:
+            e = self.events[index]
+            total = e[4]
+            assert isinstance(total, int)
+            self.events[index] = (*e[:4], total + nbytes, *e[5:])
+            return False
+        self._writes[(ino, pid)] = len(self.events)
+        self._append("write", path(), pid, None, nbytes)
+        return True
+
     def drain(self) -> tuple[list[tuple[int, int, str, str]], list[tuple[object, ...]]]:
         out = self.new_processes, self.events
         self.new_processes, self.events = [], []
+        self._writes.clear()
         return out
 
     def forget_participants(self) -> None:

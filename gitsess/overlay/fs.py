@@ -31,7 +31,6 @@ from pyfuse3 import (
 )
 
 from gitsess.overlay import passthrough as pt
-from gitsess.overlay.audit import Participant
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.tree import GIT, Node, Tree
 
@@ -48,18 +47,17 @@ GIT_TIMEOUT = 1.0
 class Handle:
     node: Node
     fd: int | None = None  # a real file descriptor, for files below `.git`
-    pid: int = 0  # who opened it: the process its writes are recorded for
-    written: int = 0
-    # The run of the opener, taken at the first write: the release that records the writes
-    # can come after that run has left.
-    owner: Participant | None = None
+    pid: int = 0  # who opened it: the writer, where a WRITE does not say
 
 
 # pyfuse3 as built by scripts/setup.sh (patches/pyfuse3-3.5.0.patch) hands the inode number to
-# handlers as `fh` when the kernel sends none. Then `opendir` can answer ENOSYS: the kernel stops
-# sending OPENDIR and RELEASEDIR and keeps every directory listing in its page cache until the
-# directory changes, so a warm `find` or `git status` sends no readdir at all.
+# handlers as `fh` when the kernel sends none. Then `open` and `opendir` answer ENOSYS: the
+# kernel stops sending OPEN, OPENDIR, RELEASE and RELEASEDIR, and keeps every file's pages and
+# every directory listing in its page cache until told they changed, so a warm read of a file
+# or a warm `find` sends no request at all. Only files made by CREATE get handles (and their
+# RELEASE), numbered from HANDLES_FROM up, apart from the inode numbers.
 INODE_FH: bool = getattr(pyfuse3, "FH_DEFAULTS_TO_INODE", False)
+HANDLES_FROM = 1 << 62
 
 # pyfuse3 as built by scripts/setup.sh also lists an entry by name, inode and type alone, for
 # inodes the kernel holds already (a `git status` looks up every file before it lists the
@@ -126,6 +124,10 @@ class Filesystem(pyfuse3.Operations):
     # `create` of 2,000 files took a third longer and 500 MiB + fsync longer too; only runs of
     # small writes to one file are cheaper with it (docs/PERFORMANCE.md).
     enable_writeback_cache = False
+    # Without OPEN requests an O_TRUNC arrives as a SETATTR of the size (patch item 2).
+    atomic_o_trunc = not INODE_FH
+    # The writer of each WRITE (patch item 12): nothing else names it without OPEN requests.
+    write_context = True
 
     def __init__(self, tree: Tree, ahead: ListAhead | None = None) -> None:
         super().__init__()
@@ -133,12 +135,18 @@ class Filesystem(pyfuse3.Operations):
         self.ahead = ahead
         self.handles: dict[int, Handle] = {}
         self.listings: dict[int, tuple[list[int], list[bytes]]] = {}
-        self._next_fh = 1
+        self.git_reads = pt.ReadFds()
+        self._next_fh = HANDLES_FROM
 
     # ---------------------------------------------------------------- helpers
 
     def _entry(self, n: Node) -> EntryAttributes:
         timeout = GIT_TIMEOUT if n.passthrough or not self.tree.watched else TIMEOUT
+        if n.passthrough and INODE_FH and stat.S_ISREG(n.mode):
+            # git changes these from both sides of the view, and with no OPEN the kernel keeps
+            # their pages until their attributes change: each open(2) of one is a LOOKUP,
+            # whose changed mtime or size drops them (FUSE_AUTO_INVAL_DATA).
+            timeout = 0.0
         if ENTRY_FROM_STAT is not None:
             lower = self.tree.lower_stat(n)
             if lower is not None:
@@ -237,6 +245,8 @@ class Filesystem(pyfuse3.Operations):
     async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:
         for ino, count in inode_list:
             self.tree.forget(ino, count)
+            if ino not in self.tree.nodes:
+                self.git_reads.forget(ino)
 
     async def getattr(self, inode: InodeT, ctx: RequestContext) -> EntryAttributes:
         return self._entry(self.tree.node(inode))
@@ -471,6 +481,8 @@ class Filesystem(pyfuse3.Operations):
     # ---------------------------------------------------------------- file data
 
     async def open(self, inode: InodeT, flags: FlagT, ctx: RequestContext) -> FileInfo:
+        if INODE_FH:
+            raise FUSEError(errno.ENOSYS)
         return await self._open_node(self.tree.node(inode), flags, ctx.pid)
 
     async def _open_node(self, n: Node, flags: int, pid: int) -> FileInfo:
@@ -481,12 +493,7 @@ class Filesystem(pyfuse3.Operations):
             self.tree.truncate(n, 0)
             self.tree.audit.record("truncate", self.tree.path_of(n), pid)
             self.tree.journal.note(self.tree.path_of(n))
-        info = self._open_handle(n, None, pid)
-        if n.unread:
-            n.unread = False
-            if flags & os.O_ACCMODE == os.O_RDONLY:
-                self.tree.prefetch(n)
-        return info
+        return self._open_handle(n, None, pid)
 
     def _open_handle(
         self, n: Node, fd: int | None, pid: int, *, keep_cache: bool = True
@@ -510,24 +517,42 @@ class Filesystem(pyfuse3.Operations):
         return unchanged
 
     async def read(self, fh: FileHandleT, off: int, size: int) -> bytes:
-        h = self.handles[fh]
-        if FILE_SLICE is not None and size >= SPLICE_MIN:
-            fd = h.fd if h.fd is not None else self.tree.worktree_fd(h.node)
-            if fd is not None:
-                return FILE_SLICE(fd, off, size)
-        if h.fd is not None:
+        h = self.handles.get(fh)
+        if h is not None and h.fd is not None:
+            if FILE_SLICE is not None and size >= SPLICE_MIN:
+                return FILE_SLICE(h.fd, off, size)
             return pt.call(os.pread, h.fd, size, off)
-        return self.tree.read(h.node, off, size)
+        n = h.node if h is not None else self.tree.node(fh)
+        if n.passthrough:
+            return self.git_reads.read(n.ino, self._real(n), off, size)
+        fd = self.tree.worktree_fd(n)
+        if fd is not None:
+            if off == 0 and self.ahead is not None:
+                self._read_ahead(self.ahead, n)
+            # (while the worktree is not watched the read closes its descriptor at once)
+            if FILE_SLICE is not None and size >= SPLICE_MIN and self.tree.watched:
+                return FILE_SLICE(fd, off, size)
+        return self.tree.read(n, off, size)
 
-    async def write(self, fh: FileHandleT, off: int, buf: bytes) -> int:
-        h = self.handles[fh]
-        if h.fd is not None:
+    def _read_ahead(self, ahead: ListAhead, n: Node) -> None:
+        parent = self.tree.nodes.get(n.parent)
+        rel = parent.worktree_rel if parent is not None else None
+        if rel is not None and parent is not None and ahead.read_due(parent.ino):
+            ahead.read_below(self.tree.root + b"/" + rel if rel else self.tree.root)
+
+    async def write(
+        self, fh: FileHandleT, off: int, buf: bytes, ctx: RequestContext | None = None
+    ) -> int:
+        h = self.handles.get(fh)
+        n = h.node if h is not None else self.tree.node(fh)
+        if h is not None and h.fd is not None:
             return pt.call(os.pwrite, h.fd, buf, off)
-        written = self.tree.write(h.node, off, buf)
-        if not h.written:
-            self.tree.journal.note(self.tree.path_of(h.node))
-            h.owner = self.tree.audit.owner(h.pid)
-        h.written += written
+        if n.passthrough:
+            return pt.write(self._real(n), buf, off)
+        written = self.tree.write(n, off, buf)
+        pid = ctx.pid if ctx is not None else h.pid if h is not None else 0
+        if self.tree.audit.wrote(n.ino, pid, written, lambda: self.tree.path_of(n)):
+            self.tree.journal.note(self.tree.path_of(n))
         return written
 
     async def flush(self, fh: FileHandleT) -> None:
@@ -539,17 +564,17 @@ class Filesystem(pyfuse3.Operations):
         h = self.handles.pop(fh)
         if h.fd is not None:
             os.close(h.fd)
-        if h.written:
-            path = self.tree.path_of(h.node)
-            self.tree.audit.record_as(h.owner, "write", path, h.pid, nbytes=h.written)
         self.tree.released(h.node)
 
     async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
-        h = self.handles[fh]
-        if h.fd is not None:
+        h = self.handles.get(fh)
+        n = h.node if h is not None else self.tree.node(fh)
+        if h is not None and h.fd is not None:
             pt.call(os.fsync, h.fd)
-            return
-        self.tree.commit(durable=True, settle=False)
+        elif n.passthrough:
+            pt.fsync(self._real(n))
+        else:
+            self.tree.commit(durable=True, settle=False)
 
     # ---------------------------------------------------------------- directories
 

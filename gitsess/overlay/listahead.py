@@ -27,6 +27,13 @@ so its directory and the lstat of every entry in it are read in a thread while t
 still at its parent, and the daemon's own listing and lstats of it find the worktree's caches
 warm instead of waiting for the disk one directory at a time.
 
+The threads also start the disk on a worktree directory's files (`read_below`) once a second
+of them is read from its start with no page of it in the kernel: a client that reads one file
+of a directory after another (`grep -r`, a test run's imports, a build) then finds the next
+ones in the worktree's page cache. The daemon answers its READs one at a time and a READ
+waits for the disk, so without that a cold read of many small files took the disk's latency
+once per file on top of the request's round trip.
+
 A listing in flight holds its directory's lock in the kernel until the daemon answers. So
 before the daemon stops serving, it stops the listings and lets those in flight finish
 (`stop`, `idle`): otherwise its worktree watch, invalidating that directory, would wait for the
@@ -50,8 +57,8 @@ AGAIN = 1.0
 KEPT = 4096
 
 # The gitsess build of pyfuse3 lists in threads of C; on a stock build (or one of a patch from
-# before `stat_ahead`) nothing is listed ahead.
-AVAILABLE: bool = hasattr(pyfuse3, "list_ahead") and hasattr(pyfuse3, "stat_ahead")
+# before `read_ahead`) nothing is listed ahead.
+AVAILABLE: bool = hasattr(pyfuse3, "read_ahead")
 
 
 class ListAhead:
@@ -61,6 +68,9 @@ class ListAhead:
     def __init__(self, mountpoint: str) -> None:
         self._root = os.fsencode(mountpoint)
         self._listed: dict[int, float] = {}
+        # Directories with a file read from its start: how many (up to 2), and when the
+        # directory's files were last read ahead.
+        self._reads: dict[int, tuple[int, float]] = {}
 
     def due(self, ino: int) -> bool:
         """Whether directory `ino` is to be listed now; if so, it counts as listed."""
@@ -81,6 +91,28 @@ class ListAhead:
         """Read the worktree's directory at `path` (absolute) and lstat its entries soon, in
         the same threads, for the worktree filesystem's caches."""
         pyfuse3.stat_ahead(path, THREADS)
+
+    def read_due(self, ino: int) -> bool:
+        """A file of directory `ino` is read from its start, none of it in the kernel: whether
+        to read the directory's files ahead now (at the second such file, then at most every
+        AGAIN seconds)."""
+        now = time.monotonic()
+        reads, at = self._reads.get(ino, (0, -math.inf))
+        if reads and now - at < AGAIN:
+            return False
+        if len(self._reads) >= KEPT:
+            self._reads.clear()
+        if not reads:
+            self._reads[ino] = (1, -math.inf)
+            return False
+        self._reads[ino] = (2, now)
+        return True
+
+    @staticmethod
+    def read_below(path: bytes) -> None:
+        """Start the disk on the files of the worktree's directory at `path` (absolute) soon,
+        in the same threads, for the worktree filesystem's page cache."""
+        pyfuse3.read_ahead(path, THREADS)
 
     @staticmethod
     def stop() -> None:

@@ -33,3 +33,68 @@ def renameat2(old: bytes, new: bytes, flags: int) -> None:
 
 def chown(path: bytes, uid: int, gid: int) -> None:
     call(os.chown, path, uid, gid, follow_symlinks=False)
+
+
+# Files below `.git` kept open for reads that come without a handle (fs.INODE_FH).
+READ_FDS_OPEN = 64
+
+
+class ReadFds:
+    """Descriptors of real files below `.git`, one per inode of the view, for the READs the
+    kernel sends without an OPEN. git replaces most of these files by renaming a new one over
+    them, from either side of the view: a read from a file's start (a reader's first, or one
+    after the kernel dropped the pages) opens the path anew if it names another file now;
+    reads further on keep the file that read began with, as a descriptor would."""
+
+    def __init__(self) -> None:
+        self._fds: dict[int, int] = {}  # ino -> fd, least recently used first
+
+    def read(self, ino: int, path: bytes, off: int, size: int) -> bytes:
+        fd = self._fds.pop(ino, None)
+        if fd is not None and off == 0 and _replaced(path, fd):
+            os.close(fd)
+            fd = None
+        if fd is None:
+            fd = call(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
+            if len(self._fds) >= READ_FDS_OPEN:
+                os.close(self._fds.pop(next(iter(self._fds))))
+        self._fds[ino] = fd
+        return call(os.pread, fd, size, off)
+
+    def forget(self, ino: int) -> None:
+        fd = self._fds.pop(ino, None)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+def _replaced(path: bytes, fd: int) -> bool:
+    """Whether `path` names another file than the one open as `fd` (not when it names none:
+    the file went, and its reader reads what it had)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino)
+
+
+def write(path: bytes, buf: bytes, off: int) -> int:
+    """A WRITE that came without a handle: the file the path names now."""
+    fd = call(os.open, path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        return call(os.pwrite, fd, buf, off)
+    finally:
+        os.close(fd)
+
+
+def fsync(path: bytes) -> None:
+    fd = call(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        call(os.fsync, fd)
+    finally:
+        os.close(fd)

@@ -14,12 +14,11 @@ file contents are written straight into data files beside it.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import apsw
@@ -46,8 +45,9 @@ DATA_FDS_OPEN = 64
 # Files up to this size keep their bytes in delta.db (see store.INLINE), committed with their
 # metadata; a file that grows past it moves to a data file for good.
 INLINE_MAX = 16 * 1024
-# What an open of a file the kernel holds no page of starts reading: its first readahead.
-PREFETCH = 128 * 1024
+# Worktree files kept open between reads. Without OPEN requests (fs.INODE_FH) nothing says
+# when a reader is done with a file, so its descriptor stays until it is among the oldest.
+LOWER_FDS_OPEN = 256
 
 
 class Node:
@@ -56,7 +56,6 @@ class Node:
         "ctime_ns",
         "data",
         "entries",
-        "fd",
         "gid",
         "ino",
         "lookups",
@@ -78,7 +77,6 @@ class Node:
         "subdirs",
         "target",
         "uid",
-        "unread",
         "upper",
         "xattrs",
     )
@@ -108,15 +106,12 @@ class Node:
         self.entries: dict[bytes, int] | None = None
         self.lookups = 0
         self.opens = 0
-        self.fd: int | None = None
         self.xattrs: dict[bytes, bytes] | None = None
         self.quiet_since = 0
         # The lstat taken by the lookup that found a lower node, for the getattr that follows.
         self.st: os.stat_result | None = None
         # Subdirectories of an upper directory, counted when first needed (st_nlink).
         self.subdirs: int | None = None
-        # Looked up by a kernel that did not know it: its page cache holds nothing of the file.
-        self.unread = False
 
     @property
     def is_dir(self) -> bool:
@@ -191,6 +186,7 @@ class Tree:
         self.readonly = not writer
         self._pending = _Pending()
         self._data_fds: dict[int, int] = {}  # ino -> fd, least recently used first
+        self._lower_fds: dict[int, int] = {}  # ino -> worktree fd, least recently used first
         self._unsynced: set[int] = set()  # data files written since the last durable commit
         self._write_behind = WriteBehind()
         self.audit = Audit(next_process_id=store.next_process_id())
@@ -266,10 +262,7 @@ class Tree:
         for fd in self._data_fds.values():
             os.close(fd)
         self._data_fds.clear()
-        for n in self.nodes.values():
-            if n.fd is not None:
-                os.close(n.fd)
-                n.fd = None
+        self.close_lower(list(self._lower_fds))
 
     def _create_root(self) -> None:
         st = os.lstat(self.root)
@@ -471,8 +464,7 @@ class Tree:
 
     @staticmethod
     def count_lookup(n: Node) -> None:
-        """The kernel was handed `n` by a lookup or a listing; one it did not hold has no page."""
-        n.unread = not n.lookups
+        """The kernel was handed `n` by a lookup or a listing."""
         n.lookups += 1
 
     def forget(self, ino: int, count: int) -> None:
@@ -487,6 +479,7 @@ class Tree:
             return
         if not n.upper:
             del self.nodes[n.ino]
+            self.close_lower([n.ino])
             if n.lower is not None and self.lower_index.get(n.lower) == n.ino:
                 del self.lower_index[n.lower]
         elif n.nlink == 0:
@@ -504,9 +497,7 @@ class Tree:
         data_fd = self._data_fds.pop(n.ino, None)
         if data_fd is not None:
             os.close(data_fd)
-        if n.fd is not None:
-            os.close(n.fd)
-            n.fd = None
+        self.close_lower([n.ino])
 
     def stale_caches(self, rels: set[bytes]) -> tuple[list[tuple[int, bytes]], list[int]]:
         """Kernel cache entries (dir ino, name) and inodes that changes to these lower paths
@@ -542,6 +533,8 @@ class Tree:
             if ino is not None:
                 inodes.append(ino)
             inodes.extend(follow.get(rel, ()))
+        # A descriptor of the old file would go on reading it.
+        self.close_lower(inodes)
         return entries, inodes
 
     def catch_up(self) -> tuple[list[tuple[int, bytes]], list[int]]:
@@ -557,6 +550,7 @@ class Tree:
         last a second anyway). What the kernel learnt before, it caches for a second only
         (`watched`)."""
         self.watched = True
+        self.close_lower(list(self._lower_fds))
         now = time.time_ns()
         entries: list[tuple[int, bytes]] = []
         inodes: list[int] = []
@@ -1139,7 +1133,12 @@ class Tree:
     def read(self, n: Node, off: int, size: int) -> bytes:
         fd = self.worktree_fd(n)
         if fd is not None:
-            return os.pread(fd, size, off)
+            try:
+                return os.pread(fd, size, off)
+            finally:
+                if not self.watched:
+                    # Nothing would close it if the file were replaced.
+                    self.close_lower([n.ino])
         if off >= n.size:
             return b""
         size = min(size, n.size - off)
@@ -1202,30 +1201,28 @@ class Tree:
         self._pending.nodes.add(n.ino)
 
     def _lower_fd(self, n: Node) -> int:
-        if n.fd is None:
+        fd = self._lower_fds.pop(n.ino, None)
+        if fd is None:
             rel = n.worktree_rel
             assert rel is not None
-            n.fd = os.open(self._lower_path(rel), os.O_RDONLY | os.O_CLOEXEC)
-        return n.fd
+            fd = os.open(self._lower_path(rel), os.O_RDONLY | os.O_CLOEXEC)
+            if len(self._lower_fds) >= LOWER_FDS_OPEN:
+                os.close(self._lower_fds.pop(next(iter(self._lower_fds))))
+        self._lower_fds[n.ino] = fd
+        return fd
+
+    def close_lower(self, inodes: Iterable[int]) -> None:
+        """Close the worktree descriptors of these nodes: their next read opens the file anew."""
+        for ino in inodes:
+            fd = self._lower_fds.pop(ino, None)
+            if fd is not None:
+                os.close(fd)
 
     def opened(self, n: Node) -> None:
         n.opens += 1
 
-    def prefetch(self, n: Node) -> None:
-        """Start reading the start of a worktree file the kernel is about to ask for, so that
-        the disk works while the open's reply and the first READ travel. An open node only:
-        its descriptor is closed with the last release."""
-        # only a hint: a file gone meanwhile is for the READ to report
-        with contextlib.suppress(OSError):
-            fd = self.worktree_fd(n)
-            if fd is not None:
-                os.posix_fadvise(fd, 0, PREFETCH, os.POSIX_FADV_WILLNEED)
-
     def released(self, n: Node) -> None:
         n.opens -= 1
-        if n.opens == 0 and n.fd is not None:
-            os.close(n.fd)
-            n.fd = None
         self._maybe_drop(n)
 
     def readlink(self, n: Node) -> bytes:

@@ -14,6 +14,7 @@ import pytest
 
 from gitsess import mount
 from gitsess.overlay import control
+from tests.live_util import eventually
 
 pytestmark = pytest.mark.fuse
 
@@ -72,6 +73,13 @@ class Mounted:
 
     def sync(self) -> None:
         assert mount.sync(self.spec.session_id)
+
+    def wait_watched(self) -> None:
+        """Wait until the worktree watch is in place: it then has the kernel forget what it
+        learnt before (and until then, the kernel keeps what it learns for a second only)."""
+        assert eventually(
+            lambda: (control.request(self.spec.session_id, {"op": "status"}) or {})["watched"]
+        )
 
 
 def _teardown(m: Mounted) -> None:

@@ -1,4 +1,4 @@
-"""Who did what: a file's writes, recorded when it is released, keep the run that wrote them."""
+"""Who did what: a run of writes is one record, made at the first, with the run of that time."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ from pathlib import Path
 import trio
 
 from gitsess.overlay import fs
-from gitsess.overlay.audit import Participant
+from gitsess.overlay.audit import Audit, Participant
 from gitsess.overlay.store import DeltaStore
 from gitsess.overlay.tree import Tree
 
 
-def test_writes_released_after_their_run_left_keep_that_run(tmp_path: Path) -> None:
+def test_writes_keep_the_run_of_their_first_write(tmp_path: Path) -> None:
     lower = tmp_path / "lower"
     lower.mkdir()
     (lower / "file").write_text("old\n")
@@ -30,18 +30,38 @@ def test_writes_released_after_their_run_left_keep_that_run(tmp_path: Path) -> N
         assert node is not None
         fh = filesystem._open_handle(node, None, os.getpid()).fh
 
-        async def write_then_leave_then_release() -> None:
+        async def write_leave_write() -> None:
             await filesystem.write(fh, 0, b"new\n")
-            # The run's command exited and its `gitsess run` left before the kernel's
-            # asynchronous RELEASE was served (the daemon serves control requests first).
+            # The run's command exited and its `gitsess run` left while the file was still
+            # being written (its last writes in flight, or the same process handed on).
             del audit.participants[os.getpid()]
             audit.forget_participants()
+            await filesystem.write(fh, 4, b"more\n")
             await filesystem.release(fh)
 
-        trio.run(write_then_leave_then_release)
+        trio.run(write_leave_write)
         (write,) = [e for e in audit.events if e[1] == "write"]
         assert write[-1] == 7 and write[-2] == "agent"
-        assert write[4] == len(b"new\n")
+        assert write[4] == len(b"new\nmore\n")
         tree.close()
     finally:
         store.close()
+
+
+def test_another_event_ends_a_run_of_writes() -> None:
+    audit = Audit()
+    for _ in range(3):
+        assert audit.wrote(5, 100, 10, lambda: b"a") is (_ == 0)
+    assert audit.wrote(6, 100, 1, lambda: b"b")  # another file: a record of its own
+    assert audit.wrote(5, 101, 2, lambda: b"a")  # another writer too
+    audit.record("rename", b"a", 100, target=b"c")
+    assert audit.wrote(5, 100, 4, lambda: b"c")
+    _, events = audit.drain()
+    assert [(e[1], e[2], e[4], e[5]) for e in events] == [
+        ("write", "a", 30, 100),
+        ("write", "b", 1, 100),
+        ("write", "a", 2, 101),
+        ("rename", "a", None, 100),
+        ("write", "c", 4, 100),
+    ]
+    assert audit.wrote(5, 100, 1, lambda: b"c")  # a commit ends a run too

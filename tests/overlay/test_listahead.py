@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 
 from gitsess import mount
-from gitsess.overlay import control, listahead
+from gitsess.overlay import listahead
 from gitsess.overlay.fs import LIST_AHEAD_MAX_BYTES
 from gitsess.overlay.listahead import ListAhead
-from tests.live_util import eventually
 from tests.overlay.conftest import Mounted, make_worktree
 
 pytestmark = pytest.mark.fuse
@@ -41,14 +40,6 @@ def worktree(tmp_path: Path) -> Path:
         for _ in range(50):
             (big / f"{uuid.uuid4().hex}{uuid.uuid4().hex}").touch()
     return wt
-
-
-def _watched(m: Mounted) -> None:
-    """Wait until the worktree watch is in place: it then has the kernel forget what it learnt
-    before (and until then, the kernel keeps what it learns for a second only)."""
-    assert eventually(
-        lambda: (control.request(m.spec.session_id, {"op": "status"}) or {})["watched"]
-    )
 
 
 def _answered_while_stopped(m: Mounted, paths: list[Path], wait: float) -> bool:
@@ -82,7 +73,7 @@ def _answered_while_stopped(m: Mounted, paths: list[Path], wait: float) -> bool:
 
 
 def test_the_other_entries_are_answered_by_the_kernel(mounted: Mounted) -> None:
-    _watched(mounted)
+    mounted.wait_watched()
     os.lstat(mounted.mnt / "small" / "f0")
     time.sleep(1)  # the listing is a few requests; this leaves a loaded machine ample time
     others = [mounted.mnt / "small" / f"f{i}" for i in range(1, SMALL)]
@@ -93,7 +84,7 @@ def test_the_other_entries_are_answered_by_the_kernel(mounted: Mounted) -> None:
 def test_a_listed_directory_is_stated_and_opened_by_the_kernel(mounted: Mounted) -> None:
     # The kernel marks a directory's atime stale when it lists it, and glibc's opendir stats
     # the directory it opens: the lister stats it again after listing it.
-    _watched(mounted)
+    mounted.wait_watched()
     small = mounted.mnt / "small"
     os.lstat(small / "f0")
     time.sleep(1)
@@ -122,7 +113,7 @@ def test_a_listed_directory_is_stated_and_opened_by_the_kernel(mounted: Mounted)
 
 
 def test_a_huge_directory_is_not_listed_ahead(mounted: Mounted) -> None:
-    _watched(mounted)
+    mounted.wait_watched()
     os.lstat(mounted.mnt / "big" / "f0")
     time.sleep(1)
     assert not _answered_while_stopped(mounted, [mounted.mnt / "big" / "f1"], wait=1)

@@ -1,0 +1,188 @@
+"""Files are served without OPEN requests (open answers ENOSYS): the kernel keeps their pages,
+WRITEs name their writer, and the daemon keeps worktree files open on its own terms."""
+
+from __future__ import annotations
+
+import ctypes
+import mmap
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import apsw
+import pytest
+
+from gitsess.overlay import tree as tree_module
+from gitsess.overlay.fs import INODE_FH
+from tests.live_util import eventually
+from tests.overlay.conftest import Mounted, make_worktree
+
+pytestmark = [
+    pytest.mark.fuse,
+    pytest.mark.skipif(not INODE_FH, reason="needs gitsess's build of pyfuse3"),
+]
+
+FILES = 40
+LIBC = ctypes.CDLL(None, use_errno=True)
+LIBC.mmap.restype = ctypes.c_void_p
+LIBC.mmap.argtypes = [
+    ctypes.c_void_p,
+    ctypes.c_size_t,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_int,
+    ctypes.c_long,
+]
+
+
+@pytest.fixture
+def worktree(tmp_path: Path) -> Path:
+    wt = make_worktree(tmp_path / "wt")
+    (wt / "many").mkdir()
+    for i in range(FILES):
+        (wt / "many" / f"f{i:02d}").write_bytes(bytes([i]) * 5000)
+    return wt
+
+
+def _read_while_stopped(m: Mounted, path: Path) -> bytes | None:
+    """What a process read from `path` while the daemon was stopped (only the kernel's caches
+    could answer), None if it could not. The daemon is always continued."""
+    os.stat(path.parent)  # the walk checks each directory's permissions: have them held
+    os.stat(m.mnt)
+    pid = m.daemon_pid()
+    os.kill(pid, signal.SIGSTOP)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            # os.open and os.read: open() would stat the file (its atime is stale once read,
+            # as on any FUSE filesystem) and ask whether it is a tty.
+            "import os, sys; os.write(1, os.read(os.open(sys.argv[1], os.O_RDONLY), 1 << 20))",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        cwd="/",
+    )
+    try:
+        out, _ = child.communicate(timeout=5)
+        return out if child.returncode == 0 else None
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        child.communicate(timeout=30)
+
+
+def test_a_file_read_before_is_read_again_with_no_request(mounted: Mounted) -> None:
+    mounted.wait_watched()  # which has the kernel drop what it held before
+    path = mounted.mnt / "many" / "f03"
+    assert path.read_bytes() == bytes([3]) * 5000
+    assert _read_while_stopped(mounted, path) == bytes([3]) * 5000
+
+
+def test_a_file_changed_in_the_worktree_reads_anew(mounted: Mounted) -> None:
+    # The daemon keeps worktree files open between reads: a replaced one must not be read
+    # through the old descriptor, nor from the kernel's old pages.
+    seen, real = mounted.mnt / "many" / "f04", mounted.lower / "many" / "f04"
+    assert seen.read_bytes() == bytes([4]) * 5000
+    (real.parent / "new").write_bytes(b"replaced\n")
+    os.rename(real.parent / "new", real)
+    assert eventually(lambda: seen.read_bytes() == b"replaced\n")
+
+
+def _events(m: Mounted, op: str) -> list[tuple[str, int, int]]:
+    m.sync()
+    db = apsw.Connection(str(m.spec.session_dir / "delta.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        rows = db.execute("SELECT path, bytes, pid FROM events WHERE op = ? ORDER BY id", (op,))
+        return [(p, b, pid) for p, b, pid in rows]
+    finally:
+        db.close()
+
+
+def test_writes_to_an_existing_file_name_their_writer(mounted: Mounted) -> None:
+    # No CREATE and no OPEN: the WRITEs alone say who wrote.
+    code = (
+        "import os, sys\n"
+        "fd = os.open(sys.argv[1], os.O_WRONLY)\n"
+        "for _ in range(3): os.write(fd, b'xy')\n"
+        "print(os.getpid())"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(mounted.mnt / "README")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert _events(mounted, "write") == [("README", 6, int(done.stdout))]
+    assert (mounted.mnt / "README").read_bytes() == b"xyxyxy\n"
+    assert (mounted.lower / "README").read_text() == "readme\n"
+
+
+def test_o_trunc_of_an_existing_file_truncates(mounted: Mounted) -> None:
+    with open(mounted.mnt / "src" / "main.py", "w") as f:
+        f.write("x")
+    assert (mounted.mnt / "src" / "main.py").read_text() == "x"
+    assert [p for p, _, _ in _events(mounted, "truncate")] == ["src/main.py"]
+
+
+def test_a_git_file_written_in_place_changes_the_real_file(mounted: Mounted) -> None:
+    seen, real = mounted.mnt / ".git" / "description", mounted.lower / ".git" / "description"
+    with open(seen, "r+b") as f:
+        f.write(b"HELLO")
+    assert real.read_bytes()[:5] == b"HELLO"
+    assert seen.read_bytes() == real.read_bytes()
+
+
+def test_worktree_files_held_open_stay_few(mounted: Mounted, tmp_path: Path) -> None:
+    many = mounted.lower / "wide"
+    many.mkdir()
+    for i in range(tree_module.LOWER_FDS_OPEN + 100):
+        (many / f"w{i}").write_text(f"{i}\n")
+    for i in range(tree_module.LOWER_FDS_OPEN + 100):
+        assert (mounted.mnt / "wide" / f"w{i}").read_text() == f"{i}\n"
+    held = [
+        os.readlink(f"/proc/{mounted.daemon_pid()}/fd/{fd}")
+        for fd in os.listdir(f"/proc/{mounted.daemon_pid()}/fd")
+    ]
+    assert 0 < sum(str(many) in link for link in held) <= tree_module.LOWER_FDS_OPEN
+
+
+def _resident(path: Path) -> bool:
+    """Whether the first page of `path` is in the page cache (mincore(2))."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = LIBC.mmap(None, mmap.PAGESIZE, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        try:
+            vec = ctypes.create_string_buffer(1)
+            assert LIBC.mincore(ctypes.c_void_p(addr), mmap.PAGESIZE, vec) == 0
+            return bool(vec.raw[0] & 1)
+        finally:
+            LIBC.munmap(ctypes.c_void_p(addr), mmap.PAGESIZE)
+    finally:
+        os.close(fd)
+
+
+def _evict(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
+def test_the_files_of_a_directory_read_one_after_another_are_read_ahead(
+    mounted: Mounted,
+) -> None:
+    real = [mounted.lower / "many" / f"f{i:02d}" for i in range(FILES)]
+    for p in real:
+        _evict(p)
+    assert not any(_resident(p) for p in real[2:])
+    (mounted.mnt / "many" / "f00").read_bytes()
+    assert not _resident(real[FILES - 1])  # one file read says nothing of the others
+    (mounted.mnt / "many" / "f01").read_bytes()
+    assert eventually(lambda: all(_resident(p) for p in real[2:]))
