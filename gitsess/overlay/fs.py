@@ -142,11 +142,15 @@ class Filesystem(pyfuse3.Operations):
 
     def _entry(self, n: Node) -> EntryAttributes:
         timeout = GIT_TIMEOUT if n.passthrough or not self.tree.watched else TIMEOUT
-        if n.passthrough and INODE_FH and stat.S_ISREG(n.mode):
+        e = self._attributes(n, timeout)
+        if n.passthrough and INODE_FH and stat.S_ISREG(n.mode) and not _lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
-            # their pages until their attributes change: each open(2) of one is a LOOKUP,
-            # whose changed mtime or size drops them (FUSE_AUTO_INVAL_DATA).
-            timeout = 0.0
+            # their pages until their attributes change: each open(2) or stat(2) of one by
+            # name is a LOOKUP, whose changed mtime or size drops them (FUSE_AUTO_INVAL_DATA).
+            e.entry_timeout = 0.0
+        return e
+
+    def _attributes(self, n: Node, timeout: float) -> EntryAttributes:
         if ENTRY_FROM_STAT is not None:
             lower = self.tree.lower_stat(n)
             if lower is not None:
@@ -171,11 +175,12 @@ class Filesystem(pyfuse3.Operations):
         e.st_ctime_ns = a.ctime_ns
         return e
 
-    def _negative(self) -> EntryAttributes:
-        # A zero inode is a cacheable "does not exist": the kernel stops asking until told.
+    def _negative(self, in_git: bool) -> EntryAttributes:
+        # A zero inode is a cacheable "does not exist": the kernel stops asking until told
+        # (nothing tells it of what git makes below `.git` from outside the view).
         e = EntryAttributes()
         e.st_ino = InodeT(0)
-        e.entry_timeout = TIMEOUT if self.tree.watched else GIT_TIMEOUT
+        e.entry_timeout = TIMEOUT if self.tree.watched and not in_git else GIT_TIMEOUT
         return e
 
     def _real(self, n: Node) -> bytes:
@@ -217,7 +222,7 @@ class Filesystem(pyfuse3.Operations):
             self._list_ahead(self.ahead, self.tree.node(parent_inode))
         n = self.tree.find(parent_inode, name)
         if n is None:
-            return self._negative()
+            return self._negative(self.tree.node(parent_inode).passthrough)
         entry = self._entry(n)
         self.tree.count_lookup(n)
         return entry
@@ -648,6 +653,15 @@ class Filesystem(pyfuse3.Operations):
             return
         self.tree.removexattr(n, name)
         self.tree.audit.record("removexattr", self.tree.path_of(n), ctx.pid)
+
+
+def _lasting(rel: bytes | None) -> bool:
+    """Whether a file below `.git` never changes while it has that name: a loose object or a
+    pack's file, named for their content (git writes them aside and renames them in)."""
+    if rel is None or not rel.startswith(b".git/objects/"):
+        return False
+    below = rel[len(b".git/objects/") :]
+    return below.startswith(b"pack/pack-") or (below[2:3] == b"/" and below[:2].isalnum())
 
 
 def _real_flags(flags: int) -> int:

@@ -203,6 +203,15 @@ def test_a_git_file_changed_outside_reads_anew(mounted: Mounted, how: str) -> No
     assert seen.read_bytes() == changed
 
 
+def test_a_git_file_made_outside_shows(mounted: Mounted) -> None:
+    # Nothing watches `.git`: the kernel may hold "no such file" there for a second only.
+    seen = mounted.mnt / ".git" / "refs" / "heads" / "outside"
+    assert not seen.exists()
+    real = mounted.lower / ".git" / "refs" / "heads" / "outside"
+    real.write_bytes((mounted.lower / ".git" / "refs" / "heads" / "main").read_bytes())
+    assert eventually(seen.exists, timeout=5)
+
+
 def test_hard_links_count(mounted: Mounted) -> None:
     os.link(mounted.mnt / "README", mounted.mnt / "README2")
     assert os.stat(mounted.mnt / "README").st_nlink == 2
