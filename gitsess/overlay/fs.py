@@ -31,7 +31,7 @@ from pyfuse3 import (
 )
 
 from gitsess.overlay import passthrough as pt
-from gitsess.overlay.listahead import ListAhead
+from gitsess.overlay.listahead import SUBDIRS, ListAhead
 from gitsess.overlay.tree import GIT, Node, Tree
 
 log = logging.getLogger("gitsess.fs")
@@ -219,7 +219,7 @@ class Filesystem(pyfuse3.Operations):
         self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
         if self.ahead is not None and self.ahead.due(parent_inode):
-            self._list_ahead(self.ahead, self.tree.node(parent_inode))
+            self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
         n = self.tree.find(parent_inode, name)
         if n is None:
             return self._negative(self.tree.node(parent_inode).passthrough)
@@ -227,14 +227,14 @@ class Filesystem(pyfuse3.Operations):
         self.tree.count_lookup(n)
         return entry
 
-    def _list_ahead(self, ahead: ListAhead, d: Node) -> None:
+    def _list_ahead(self, ahead: ListAhead, d: Node, *, for_lookup: bool = False) -> None:
         # Not below .git (git writes there from both sides, so its entries are kept for a
         # second only), nor a huge directory, of which one name says little.
         if d.passthrough or not d.is_dir or len(d.entries or ()) > LIST_AHEAD_MAX:
             return
         size = self.tree.lower_size(d)
         if size is None or size <= LIST_AHEAD_MAX_BYTES:
-            ahead.note(self.tree.path_of(d))
+            ahead.note(self.tree.path_of(d), d.ino if for_lookup else None)
 
     def _stat_ahead(self, ahead: ListAhead, n: Node) -> None:
         # A worktree directory listed to the kernel is mostly read next (`find`, `ls -R` and
@@ -597,6 +597,8 @@ class Filesystem(pyfuse3.Operations):
                 self.listings.clear()
             listing = self.listings[fh] = self._listing(d)
         cookies, names = listing
+        ahead = self.ahead
+        subdirs = SUBDIRS if ahead is not None and ahead.subdirs_due(d.ino) else 0
         for index in range(bisect.bisect_right(cookies, start_id), len(names)):
             name = names[index]
             if NAME_ONLY is not None:
@@ -611,8 +613,11 @@ class Filesystem(pyfuse3.Operations):
                 continue
             if n is None:
                 continue
-            if self.ahead is not None:
-                self._stat_ahead(self.ahead, n)
+            if ahead is not None:
+                self._stat_ahead(ahead, n)
+                if subdirs and n.is_dir and ahead.due(n.ino):
+                    subdirs -= 1
+                    self._list_ahead(ahead, n)
             if not pyfuse3.readdir_reply(token, FileNameT(name), self._entry(n), cookies[index]):
                 return
             self.tree.count_lookup(n)

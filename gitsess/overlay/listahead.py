@@ -21,6 +21,13 @@ directory after listing it: the client's next stat of it (glibc's `opendir` make
 then answered by the kernel, not by a GETATTR it waits for. On a stock pyfuse3 nothing is
 listed ahead.
 
+A listing asked for by a lookup also lists the directory's subdirectories ahead (up to
+SUBDIRS of them), once, when the daemon serves it: a client that looks up names one by one
+mostly goes on into the subdirectories (`git status` lstats the index's paths in order, a cold
+`lstat` of a tree walks it), and without it the first name it looked up in each subdirectory
+cost a LOOKUP and a listing queued behind it. Only one level: the subdirectories' own
+listings list nothing further.
+
 The same threads also read ahead in the worktree itself (`stat_below`): each worktree directory
 the daemon lists to the kernel is mostly read next (`find`, `ls -R` and `git status` descend),
 so its directory and the lstat of every entry in it are read in a thread while the client is
@@ -55,6 +62,8 @@ THREADS = 8
 AGAIN = 1.0
 # Directories remembered with the time of their last listing, at most (then all forgotten).
 KEPT = 4096
+# Subdirectories listed ahead with a directory a lookup had listed, at most.
+SUBDIRS = 64
 
 # The gitsess build of pyfuse3 lists in threads of C; on a stock build (or one of a patch from
 # before `read_ahead`) nothing is listed ahead.
@@ -68,6 +77,8 @@ class ListAhead:
     def __init__(self, mountpoint: str) -> None:
         self._root = os.fsencode(mountpoint)
         self._listed: dict[int, float] = {}
+        # Directories listed for a lookup, whose subdirectories their listing is to list too.
+        self._parents: set[int] = set()
         # Directories with a file read from its start: how many (up to 2), and when the
         # directory's files were last read ahead.
         self._reads: dict[int, tuple[int, float]] = {}
@@ -82,9 +93,22 @@ class ListAhead:
         self._listed[ino] = now
         return True
 
-    def note(self, path: bytes) -> None:
-        """List the directory at `path` in the view (b"" for its root) soon."""
+    def note(self, path: bytes, ino: int | None = None) -> None:
+        """List the directory at `path` in the view (b"" for its root) soon; with its `ino`,
+        for a lookup: its listing lists its subdirectories ahead too (`subdirs_due`)."""
+        if ino is not None:
+            if len(self._parents) >= KEPT:
+                self._parents.clear()
+            self._parents.add(ino)
         pyfuse3.list_ahead(self._root + b"/" + path if path else self._root, THREADS)
+
+    def subdirs_due(self, ino: int) -> bool:
+        """Whether the listing of directory `ino` being served is to list its subdirectories
+        ahead (once: it was noted for a lookup)."""
+        if ino not in self._parents:
+            return False
+        self._parents.discard(ino)
+        return True
 
     @staticmethod
     def stat_below(path: bytes) -> None:

@@ -32,6 +32,10 @@ def worktree(tmp_path: Path) -> Path:
     (wt / "small").mkdir()
     for i in range(SMALL):
         (wt / "small" / f"f{i}").write_text(f"{i}\n")
+    for sub in range(3):
+        (wt / "tree" / f"sub{sub}").mkdir(parents=True)
+        for i in range(5):
+            (wt / "tree" / f"sub{sub}" / f"f{i}").write_text(f"{sub}.{i}\n")
     big = wt / "big"
     big.mkdir()
     for i in range(2):
@@ -79,6 +83,17 @@ def test_the_other_entries_are_answered_by_the_kernel(mounted: Mounted) -> None:
     others = [mounted.mnt / "small" / f"f{i}" for i in range(1, SMALL)]
     assert _answered_while_stopped(mounted, others, wait=10)
     assert [p.read_text() for p in others[:3]] == ["1\n", "2\n", "3\n"]
+
+
+def test_the_subdirectories_of_a_directory_a_lookup_listed_are_listed_too(
+    mounted: Mounted,
+) -> None:
+    mounted.wait_watched()
+    os.lstat(mounted.mnt / "tree" / "sub0")
+    time.sleep(1)
+    inside = [mounted.mnt / "tree" / f"sub{sub}" / f"f{i}" for sub in (1, 2) for i in range(5)]
+    assert _answered_while_stopped(mounted, inside, wait=10)
+    assert (mounted.mnt / "tree" / "sub2" / "f4").read_text() == "2.4\n"
 
 
 def test_a_listed_directory_is_stated_and_opened_by_the_kernel(mounted: Mounted) -> None:
