@@ -541,8 +541,8 @@ class Filesystem(pyfuse3.Operations):
 
     def _read_ahead(self, ahead: ListAhead, n: Node) -> None:
         parent = self.tree.nodes.get(n.parent)
-        rel = parent.worktree_rel if parent is not None else None
-        if rel is not None and parent is not None and ahead.read_due(parent.ino):
+        rel = None if parent is None else parent.worktree_rel
+        if parent is not None and rel is not None and ahead.read_due(parent.ino):
             ahead.read_below(self.tree.root + b"/" + rel if rel else self.tree.root)
 
     async def write(
