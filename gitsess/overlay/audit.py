@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -62,22 +61,25 @@ class Audit:
             )
         )
 
-    def wrote(self, ino: int, pid: int, nbytes: int, path: Callable[[], bytes]) -> bool:
-        """Count a write of `nbytes` to file `ino` by process `pid`: one record for a run of
-        writes to a file by one process with no other event between them (in one commit),
-        made at the first (with the writer's run and the file's path then) and adding up the
-        rest. WRITE requests are all there is to go by: without OPEN requests nothing says
-        when a writer is done. Whether this write began a record."""
+    def add_write(self, ino: int, pid: int, nbytes: int) -> bool:
+        """Add a write of `nbytes` to file `ino` by process `pid` to the record of the run of
+        writes it continues (by the same process, with no other event since, in this commit):
+        False when there is none, and `record_write` is to begin one. WRITE requests are all
+        there is to go by: without OPEN requests nothing says when a writer is done."""
         index = self._writes.get((ino, pid))
-        if index is not None:
-            e = self.events[index]
-            total = e[4]
-            assert isinstance(total, int)
-            self.events[index] = (*e[:4], total + nbytes, *e[5:])
+        if index is None:
             return False
-        self._writes[(ino, pid)] = len(self.events)
-        self._append("write", path(), pid, None, nbytes)
+        e = self.events[index]
+        total = e[4]
+        assert isinstance(total, int)
+        self.events[index] = (*e[:4], total + nbytes, *e[5:])
         return True
+
+    def record_write(self, ino: int, path: bytes, pid: int, nbytes: int) -> None:
+        """Begin the record of a run of writes (with the writer's run and the file's path now),
+        which `add_write` adds the rest to."""
+        self._writes[(ino, pid)] = len(self.events)
+        self._append("write", path, pid, None, nbytes)
 
     def drain(self) -> tuple[list[tuple[int, int, str, str]], list[tuple[object, ...]]]:
         out = self.new_processes, self.events

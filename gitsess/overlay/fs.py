@@ -556,8 +556,10 @@ class Filesystem(pyfuse3.Operations):
             return pt.write(self._real(n), buf, off)
         written = self.tree.write(n, off, buf)
         pid = ctx.pid if ctx is not None else h.pid if h is not None else 0
-        if self.tree.audit.wrote(n.ino, pid, written, lambda: self.tree.path_of(n)):
-            self.tree.journal.note(self.tree.path_of(n))
+        if not self.tree.audit.add_write(n.ino, pid, written):
+            path = self.tree.path_of(n)
+            self.tree.audit.record_write(n.ino, path, pid, written)
+            self.tree.journal.note(path)
         return written
 
     async def flush(self, fh: FileHandleT) -> None:

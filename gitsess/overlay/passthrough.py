@@ -11,6 +11,7 @@ from typing import TypeVar
 from pyfuse3 import FUSEError
 
 from gitsess.libc import LIBC
+from gitsess.overlay.fdcache import FdCache
 
 T = TypeVar("T")
 
@@ -47,29 +48,17 @@ class ReadFds:
     reads further on keep the file that read began with, as a descriptor would."""
 
     def __init__(self) -> None:
-        self._fds: dict[int, int] = {}  # ino -> fd, least recently used first
+        self._fds = FdCache(READ_FDS_OPEN)
 
     def read(self, ino: int, path: bytes, off: int, size: int) -> bytes:
-        fd = self._fds.pop(ino, None)
-        if fd is not None and off == 0 and _replaced(path, fd):
-            os.close(fd)
-            fd = None
-        if fd is None:
+        fd = self._fds.get(ino)
+        if fd is None or (off == 0 and _replaced(path, fd)):
             fd = call(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
-            if len(self._fds) >= READ_FDS_OPEN:
-                os.close(self._fds.pop(next(iter(self._fds))))
-        self._fds[ino] = fd
+            self._fds.put(ino, fd)
         return call(os.pread, fd, size, off)
 
     def forget(self, ino: int) -> None:
-        fd = self._fds.pop(ino, None)
-        if fd is not None:
-            os.close(fd)
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
+        self._fds.close([ino])
 
 
 def _replaced(path: bytes, fd: int) -> bool:

@@ -25,6 +25,7 @@ import apsw
 
 from gitsess.durable import fsync_dir
 from gitsess.overlay.audit import Audit
+from gitsess.overlay.fdcache import FdCache
 from gitsess.overlay.journal import Journal
 from gitsess.overlay.store import FIRST_ALLOCATED_INO, INLINE, Batch, DeltaStore, NodeRow
 from gitsess.overlay.writebehind import WriteBehind
@@ -185,8 +186,8 @@ class Tree:
         self.writer = writer
         self.readonly = not writer
         self._pending = _Pending()
-        self._data_fds: dict[int, int] = {}  # ino -> fd, least recently used first
-        self._lower_fds: dict[int, int] = {}  # ino -> worktree fd, least recently used first
+        self._data_fds = FdCache(DATA_FDS_OPEN)
+        self._lower_fds = FdCache(LOWER_FDS_OPEN)
         self._unsynced: set[int] = set()  # data files written since the last durable commit
         self._write_behind = WriteBehind()
         self.audit = Audit(next_process_id=store.next_process_id())
@@ -259,10 +260,8 @@ class Tree:
 
     def close(self) -> None:
         self._write_behind.close()
-        for fd in self._data_fds.values():
-            os.close(fd)
-        self._data_fds.clear()
-        self.close_lower(list(self._lower_fds))
+        self._data_fds.close_all()
+        self._lower_fds.close_all()
 
     def _create_root(self) -> None:
         st = os.lstat(self.root)
@@ -494,9 +493,7 @@ class Tree:
         self._pending.inline.pop(n.ino, None)
         self._unsynced.discard(n.ino)
         self._write_behind.forget(n.ino)
-        data_fd = self._data_fds.pop(n.ino, None)
-        if data_fd is not None:
-            os.close(data_fd)
+        self._data_fds.close([n.ino])
         self.close_lower([n.ino])
 
     def stale_caches(self, rels: set[bytes]) -> tuple[list[tuple[int, bytes]], list[int]]:
@@ -550,7 +547,7 @@ class Tree:
         last a second anyway). What the kernel learnt before, it caches for a second only
         (`watched`)."""
         self.watched = True
-        self.close_lower(list(self._lower_fds))
+        self._lower_fds.close_all()
         now = time.time_ns()
         entries: list[tuple[int, bytes]] = []
         inodes: list[int] = []
@@ -767,7 +764,7 @@ class Tree:
 
     def _open_data(self, n: Node, *, create: bool) -> int | None:
         """The open data file of `n`: None when it has none (it reads as zeros)."""
-        fd = self._data_fds.pop(n.ino, None)
+        fd = self._data_fds.get(n.ino)
         if fd is None:
             path = self.store.data_path(n.ino)
             flags = (os.O_RDWR if self.writer else os.O_RDONLY) | os.O_CLOEXEC
@@ -780,10 +777,7 @@ class Tree:
                     return None
                 os.makedirs(self.store.data_dir, mode=0o700, exist_ok=True)
                 fd = os.open(path, flags, 0o600)
-            if len(self._data_fds) >= DATA_FDS_OPEN:
-                oldest = next(iter(self._data_fds))
-                os.close(self._data_fds.pop(oldest))
-        self._data_fds[n.ino] = fd
+            self._data_fds.put(n.ino, fd)
         return fd
 
     # ---------------------------------------------------------------- entry bookkeeping
@@ -1201,22 +1195,17 @@ class Tree:
         self._pending.nodes.add(n.ino)
 
     def _lower_fd(self, n: Node) -> int:
-        fd = self._lower_fds.pop(n.ino, None)
+        fd = self._lower_fds.get(n.ino)
         if fd is None:
             rel = n.worktree_rel
             assert rel is not None
             fd = os.open(self._lower_path(rel), os.O_RDONLY | os.O_CLOEXEC)
-            if len(self._lower_fds) >= LOWER_FDS_OPEN:
-                os.close(self._lower_fds.pop(next(iter(self._lower_fds))))
-        self._lower_fds[n.ino] = fd
+            self._lower_fds.put(n.ino, fd)
         return fd
 
     def close_lower(self, inodes: Iterable[int]) -> None:
         """Close the worktree descriptors of these nodes: their next read opens the file anew."""
-        for ino in inodes:
-            fd = self._lower_fds.pop(ino, None)
-            if fd is not None:
-                os.close(fd)
+        self._lower_fds.close(inodes)
 
     def opened(self, n: Node) -> None:
         n.opens += 1

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -73,6 +75,24 @@ class Mounted:
 
     def sync(self) -> None:
         assert mount.sync(self.spec.session_id)
+
+    def run_while_stopped(self, code: str, *args: str, wait: float) -> bytes | None:
+        """The output of `python -c code args...`, run while the daemon is stopped, so that
+        only the kernel's caches can answer it; None if it failed or did not end within
+        `wait` seconds (a request reached the daemon). The daemon is always continued."""
+        pid = self.daemon_pid()
+        os.kill(pid, signal.SIGSTOP)
+        child = subprocess.Popen(
+            [sys.executable, "-c", code, *args], stdout=subprocess.PIPE, cwd="/"
+        )
+        try:
+            out, _ = child.communicate(timeout=wait)
+            return out if child.returncode == 0 else None
+        except subprocess.TimeoutExpired:
+            return None
+        finally:
+            os.kill(pid, signal.SIGCONT)
+            child.communicate(timeout=30)
 
     def wait_watched(self) -> None:
         """Wait until the worktree watch is in place: it then has the kernel forget what it

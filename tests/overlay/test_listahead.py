@@ -4,7 +4,6 @@ other entries before they are asked for."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -48,32 +47,15 @@ def worktree(tmp_path: Path) -> Path:
 
 def _answered_while_stopped(m: Mounted, paths: list[Path], wait: float) -> bool:
     """Whether a process could lstat every path while the daemon was stopped: only the
-    kernel's caches can answer then. The daemon is always continued."""
-    pid = m.daemon_pid()
+    kernel's caches can answer then."""
     for directory in {p.parent for p in paths}:
         # A walk to them checks the permissions of every directory on the way: have the
         # kernel hold their attributes (the root's may date from before the watch).
         os.stat(directory)
         for parent in directory.relative_to(m.mnt).parents:
             os.stat(m.mnt / parent)
-    os.kill(pid, signal.SIGSTOP)
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import os, sys\nfor p in sys.argv[1:]: os.lstat(p)",
-            *map(str, paths),
-        ],
-        cwd="/",
-    )
-    try:
-        child.wait(timeout=wait)
-        return child.returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        child.wait(timeout=30)
+    code = "import os, sys\nfor p in sys.argv[1:]: os.lstat(p)"
+    return m.run_while_stopped(code, *map(str, paths), wait=wait) is not None
 
 
 def test_the_other_entries_are_answered_by_the_kernel(mounted: Mounted) -> None:
@@ -104,27 +86,10 @@ def test_a_listed_directory_is_stated_and_opened_by_the_kernel(mounted: Mounted)
     os.lstat(small / "f0")
     time.sleep(1)
     os.stat(mounted.mnt)  # the walk to `small` checks the root's permissions
-    pid = mounted.daemon_pid()
-    os.kill(pid, signal.SIGSTOP)
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import os, sys\nos.stat(sys.argv[1])\nprint(len(os.listdir(sys.argv[1])))",
-            str(small),
-        ],
-        cwd="/",
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        out, _ = child.communicate(timeout=10)
-    except subprocess.TimeoutExpired:
-        out = "a request reached the stopped daemon"
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        child.wait(timeout=30)
-    assert out.strip() == str(SMALL)
+    code = "import os, sys\nos.stat(sys.argv[1])\nprint(len(os.listdir(sys.argv[1])))"
+    out = mounted.run_while_stopped(code, str(small), wait=10)
+    assert out is not None, "a request reached the stopped daemon"
+    assert out.decode().strip() == str(SMALL)
 
 
 def test_a_huge_directory_is_not_listed_ahead(mounted: Mounted) -> None:

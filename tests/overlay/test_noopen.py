@@ -7,7 +7,6 @@ import contextlib
 import ctypes
 import mmap
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -49,31 +48,13 @@ def worktree(tmp_path: Path) -> Path:
 
 def _read_while_stopped(m: Mounted, path: Path) -> bytes | None:
     """What a process read from `path` while the daemon was stopped (only the kernel's caches
-    could answer), None if it could not. The daemon is always continued."""
+    could answer), None if it could not."""
     os.stat(path.parent)  # the walk checks each directory's permissions: have them held
     os.stat(m.mnt)
-    pid = m.daemon_pid()
-    os.kill(pid, signal.SIGSTOP)
-    child = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            # os.open and os.read: open() would stat the file (its atime is stale once read,
-            # as on any FUSE filesystem) and ask whether it is a tty.
-            "import os, sys; os.write(1, os.read(os.open(sys.argv[1], os.O_RDONLY), 1 << 20))",
-            str(path),
-        ],
-        stdout=subprocess.PIPE,
-        cwd="/",
-    )
-    try:
-        out, _ = child.communicate(timeout=5)
-        return out if child.returncode == 0 else None
-    except subprocess.TimeoutExpired:
-        return None
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        child.communicate(timeout=30)
+    # os.open and os.read: open() would stat the file (its atime is stale once read, as on
+    # any FUSE filesystem) and ask whether it is a tty.
+    code = "import os, sys; os.write(1, os.read(os.open(sys.argv[1], os.O_RDONLY), 1 << 20))"
+    return m.run_while_stopped(code, str(path), wait=5)
 
 
 def test_a_file_read_before_is_read_again_with_no_request(mounted: Mounted) -> None:
