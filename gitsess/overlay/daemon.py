@@ -41,9 +41,11 @@ FIRST_JOIN_TIMEOUT = 15.0
 # How long the daemon lingers after the last participant leaves (a quick re-run rejoins).
 LINGER = 0.3
 # The kernel reads ahead 128 KiB on a FUSE mount, and INIT can only lower that: a sequential read
-# of a big file then costs one READ per 128 KiB. 2 MiB keeps two READs of the largest size
-# (1 MiB) in flight: a cold read of 500 MiB took half the daemon's CPU (docs/PERFORMANCE.md).
-READ_AHEAD_KB = 2048
+# of a big file then costs one READ per 128 KiB. Two READs of the largest size (about 1 MiB)
+# keep two in flight: a cold read of 500 MiB took half the daemon's CPU (docs/PERFORMANCE.md).
+# Exactly two: the kernel cuts each window of read-ahead into READs of that size, and the rest
+# of a window that is no multiple of it became a READ of its own (a third of them, of 32 KiB).
+READ_AHEAD_KB = 2 * getattr(pyfuse3, "read_size", lambda: 1 << 20)() // 1024
 # How long a stopping daemon serves its own directory listings in flight, at most.
 LISTINGS_DRAIN = 2.0
 

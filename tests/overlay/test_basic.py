@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import apsw
+import pyfuse3
 import pytest
 
 from gitsess.overlay import control, daemon, fs
@@ -449,6 +450,13 @@ def test_the_view_reads_ahead_more_than_the_kernels_default(mounted: Mounted) ->
     st = os.stat(mounted.mnt)
     setting = Path(f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb")
     assert eventually(lambda: setting.read_text() == f"{daemon.READ_AHEAD_KB}\n", timeout=5)
+    # Two whole READs: the kernel sends the rest of a window that is no multiple of the READ
+    # size as a READ of its own.
+    window = daemon.READ_AHEAD_KB * 1024
+    assert window == 2 * pyfuse3.read_size()
+    # and each READ's reply fits the pipe it is spliced through (patch item 8)
+    pipe_max = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+    assert pyfuse3.read_size() <= pipe_max - 4 * os.sysconf("SC_PAGESIZE")
     big = mounted.lower / "big"
     big.write_bytes(os.urandom(3 << 20))
     assert (mounted.mnt / "big").read_bytes() == big.read_bytes()
