@@ -24,7 +24,7 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, hostloop, listahead
+from gitsess.overlay import control, guard, hostloop, listahead
 from gitsess.overlay.audit import Participant
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
@@ -106,6 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         _ready(args.ready_fd, f"mount failed: {e}")
         return 1
+    # Forked before any thread starts: see overlay/guard.py.
+    if guard.start(args.mountpoint) is None:
+        log.warning("no guard: %s is not in the mount table", args.mountpoint)
     state = State(tree, args.mountpoint, args.persistent, args.read_only, ahead)
     watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
     try:

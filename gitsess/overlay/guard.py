@@ -1,0 +1,107 @@
+"""A process that waits for the daemon to die, then ends the FUSE connection of its view.
+
+The daemon's own threads make requests of its view: the listing threads list directories
+through it (`overlay/listahead.py`), and a thread `stat`s it to raise the read-ahead. When the
+daemon dies (kill -9, a crash) after it read such a request and before it answered, the thread
+that asked waits for the answer in a wait that no signal ends (`request_wait_answer`: a request
+the server has read is only ever ended by its reply or by the connection's end). The process
+cannot finish exiting while one of its threads waits, so it keeps /dev/fuse open, so the kernel
+never ends the connection: the daemon stays, a zombie with one thread, holding its control
+socket, and everything that touches the view waits with it for good (the next `gitsess run`'s
+check of the stale mount too). It happened in the test suite: a `kill -9` of a daemon during
+writes in the root of the view, whose lookups list it ahead.
+
+So the daemon forks a guard as soon as the view is mounted. It closes every descriptor it
+inherited (it must not keep /dev/fuse open either), takes the parent's death signal
+(PR_SET_PDEATHSIG, sent when the thread that forked it, the daemon's main thread, exits) and
+waits for it. Then, if the connection is still there, it aborts it (through the fusectl file
+system, or as root by a forced unmount, which aborts a FUSE connection first): the kernel ends
+every request in flight, the waiting thread returns, and the daemon finishes exiting. A daemon
+that ended on its own has unmounted its view already, and the guard finds nothing to do. What
+is left of an aborted view answers ENOTCONN, and the next command unmounts it
+(`mount.clean_stale`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import signal
+from typing import NoReturn
+
+from gitsess.libc import LIBC
+
+PR_SET_NAME = 15
+PR_SET_PDEATHSIG = 1
+MNT_FORCE = 1
+CONNECTIONS = "/sys/fs/fuse/connections"
+# What the parent's death sends: blocked until the guard waits for it, so none is lost.
+DEATH = signal.SIGUSR1
+
+
+def start(mountpoint: str) -> int | None:
+    """Fork the guard of the view mounted at `mountpoint` by this process; its pid, or None
+    when the mount is not found."""
+    device = mounted_device(mountpoint)
+    if device is None:
+        return None
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        _guard(parent, device, mountpoint)
+    return pid
+
+
+def mounted_device(mountpoint: str) -> str | None:
+    """The device ("major:minor") of the topmost mount at `mountpoint`, from the mount table
+    (asking the mount itself would be a request of the view)."""
+    found = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            if _unescape(fields[4]) == mountpoint:
+                found = fields[2]
+    return found
+
+
+def _unescape(field: str) -> str:
+    # The mount table writes space, tab, newline and backslash as octal escapes.
+    for octal, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(octal, char)
+    return field
+
+
+def _guard(parent: int, device: str, mountpoint: str) -> NoReturn:
+    code = 1
+    try:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {DEATH})
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            # A group's Ctrl-C or hangup ends the daemon: the guard is needed then most.
+            signal.signal(signum, signal.SIG_IGN)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        LIBC.prctl(PR_SET_NAME, b"gitsess-guard", 0, 0, 0)
+        LIBC.prctl(PR_SET_PDEATHSIG, DEATH, 0, 0, 0)
+        if os.getppid() == parent:
+            signal.sigwait({DEATH})
+        abort(device, mountpoint)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def abort(device: str, mountpoint: str) -> bool:
+    """End the FUSE connection of device `device` if it is still there; whether it did."""
+    control = f"{CONNECTIONS}/{device.partition(':')[2]}"
+    if os.path.isdir(control):
+        with contextlib.suppress(OSError), open(f"{control}/abort", "w") as f:
+            f.write("1")
+            return True
+    if mounted_device(mountpoint) != device:
+        return False
+    # Fuse's umount_begin aborts the connection; the unmount itself may then fail (busy).
+    done = LIBC.umount2(os.fsencode(mountpoint), MNT_FORCE) == 0
+    return done or ctypes.get_errno() == errno.EBUSY
