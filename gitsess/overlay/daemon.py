@@ -107,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         _ready(args.ready_fd, f"mount failed: {e}")
         return 1
     # Forked before any thread starts: see overlay/guard.py.
-    if guard.start(args.mountpoint) is None:
+    guarded = guard.start(args.mountpoint)
+    if guarded is None:
         log.warning("no guard: %s is not in the mount table", args.mountpoint)
     state = State(tree, args.mountpoint, args.persistent, args.read_only, ahead)
     watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
@@ -117,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             trio.run(_serve, state, listener, watcher, args.ready_fd, None)
     finally:
+        if guarded is not None:
+            guard.stand_down(guarded)
         watcher.stop()
         tree.commit(durable=True, settle=False)
         pyfuse3.close(unmount=True)

@@ -12,14 +12,17 @@ check of the stale mount too). It happened in the test suite: a `kill -9` of a d
 writes in the root of the view, whose lookups list it ahead.
 
 So the daemon forks a guard as soon as the view is mounted. It closes every descriptor it
-inherited (it must not keep /dev/fuse open either), takes the parent's death signal
-(PR_SET_PDEATHSIG, sent when the thread that forked it, the daemon's main thread, exits) and
-waits for it. Then, if the connection is still there, it aborts it (through the fusectl file
-system, or as root by a forced unmount, which aborts a FUSE connection first): the kernel ends
-every request in flight, the waiting thread returns, and the daemon finishes exiting. A daemon
-that ended on its own has unmounted its view already, and the guard finds nothing to do. What
-is left of an aborted view answers ENOTCONN, and the next command unmounts it
-(`mount.clean_stale`).
+inherited (it must not keep /dev/fuse open either) but a pipe from the daemon, takes the
+parent's death signal (PR_SET_PDEATHSIG, sent when the thread that forked it, the daemon's main
+thread, exits) and waits for it. A daemon that ends on its own says so through the pipe before
+it unmounts (`stand_down`), and the guard does nothing. A killed one that finishes exiting
+within EXIT_S closed /dev/fuse, and the kernel ended the connection itself: nothing to do
+either, and nothing may be done by its number, which the next view may have by then. One that
+does not is stuck, and holds its connection, so the number is still its own: the guard aborts
+it (through the fusectl file system, or as root by a forced unmount, which aborts a FUSE
+connection first), the kernel ends every request in flight, the waiting thread returns, and the
+daemon finishes exiting. What is left of the view answers ENOTCONN, and the next command
+unmounts it (`mount.clean_stale`), as after any daemon killed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import ctypes
 import errno
 import os
 import signal
+import time
 from typing import NoReturn
 
 from gitsess.libc import LIBC
@@ -39,19 +43,30 @@ MNT_FORCE = 1
 CONNECTIONS = "/sys/fs/fuse/connections"
 # What the parent's death sends: blocked until the guard waits for it, so none is lost.
 DEATH = signal.SIGUSR1
+# How long a killed daemon may take to finish exiting before the guard takes it for stuck.
+EXIT_S = 2.0
 
 
 def start(mountpoint: str) -> int | None:
-    """Fork the guard of the view mounted at `mountpoint` by this process; its pid, or None
-    when the mount is not found."""
+    """Fork the guard of the view mounted at `mountpoint` by this process; what to hand
+    `stand_down` once the daemon ends on its own, or None when the mount is not found."""
     device = mounted_device(mountpoint)
     if device is None:
         return None
     parent = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        _guard(parent, device, mountpoint)
-    return pid
+    since = _start_time(parent)
+    told, tell = os.pipe2(os.O_CLOEXEC)
+    if os.fork() == 0:
+        _guard(parent, since, told, device, mountpoint)
+    os.close(told)
+    return tell
+
+
+def stand_down(tell: int) -> None:
+    """The daemon ends on its own: its guard has nothing to do (the connection's number may
+    be another view's by the time the daemon has exited)."""
+    with contextlib.suppress(OSError):
+        os.write(tell, b".")
 
 
 def mounted_device(mountpoint: str) -> str | None:
@@ -73,7 +88,7 @@ def _unescape(field: str) -> str:
     return field
 
 
-def _guard(parent: int, device: str, mountpoint: str) -> NoReturn:
+def _guard(parent: int, since: int, told: int, device: str, mountpoint: str) -> NoReturn:
     code = 1
     try:
         signal.pthread_sigmask(signal.SIG_BLOCK, {DEATH})
@@ -82,15 +97,54 @@ def _guard(parent: int, device: str, mountpoint: str) -> NoReturn:
             signal.signal(signum, signal.SIG_IGN)
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        os.closerange(3, told)
+        os.closerange(told + 1, os.sysconf("SC_OPEN_MAX"))
         LIBC.prctl(PR_SET_NAME, b"gitsess-guard", 0, 0, 0)
         LIBC.prctl(PR_SET_PDEATHSIG, DEATH, 0, 0, 0)
         if os.getppid() == parent:
             signal.sigwait({DEATH})
-        abort(device, mountpoint)
+        if not _stood_down(told) and not _exits(parent, since):
+            abort(device, mountpoint)
         code = 0
     finally:
         os._exit(code)
+
+
+def _stood_down(told: int) -> bool:
+    os.set_blocking(told, False)
+    try:
+        return os.read(told, 1) == b"."
+    except BlockingIOError:
+        return False
+
+
+def _exits(pid: int, since: int) -> bool:
+    """Whether the dead daemon finishes exiting within EXIT_S: then it closed /dev/fuse, and
+    the kernel ended the connection itself. One that does not is held by a thread's wait,
+    and holds the connection, whose number is then its own still."""
+    deadline = time.monotonic() + EXIT_S
+    while not _exited(pid, since):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def _exited(pid: int, since: int) -> bool:
+    """Gone, or a zombie of one thread (a zombie leader with threads left is the stuck
+    case), or its pid another process's."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        threads = len(os.listdir(f"/proc/{pid}/task"))
+    except FileNotFoundError:
+        return True
+    return (fields[0] == "Z" and threads == 1) or int(fields[19]) != since
+
+
+def _start_time(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[19])
 
 
 def abort(device: str, mountpoint: str) -> bool:

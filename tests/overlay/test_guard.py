@@ -62,8 +62,9 @@ def _kill_while_listing(mounted: Mounted) -> None:
     finally:
         if not _ended(daemon):
             guard.abort(device, str(mounted.mnt))  # nothing else would end it
-    # What is left answers ENOTCONN: the next mount clears it without waiting.
-    assert mount.clean_stale(mounted.mnt)
+    # What is left (unless the guard's forced unmount took it) answers ENOTCONN: the next
+    # mount clears it without waiting.
+    mount.clean_stale(mounted.mnt)
     assert not mount.is_mounted(mounted.mnt)
 
 
