@@ -134,8 +134,7 @@ def _exited(pid: int, since: int) -> bool:
     """Gone, or a zombie of one thread (a zombie leader with threads left is the stuck
     case), or its pid another process's."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rpartition(")")[2].split()
+        fields = _stat(pid)
         threads = len(os.listdir(f"/proc/{pid}/task"))
     except FileNotFoundError:
         return True
@@ -143,8 +142,14 @@ def _exited(pid: int, since: int) -> bool:
 
 
 def _start_time(pid: int) -> int:
+    return int(_stat(pid)[19])
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/`pid`/stat after the command's name: its state first, its start
+    time at index 19."""
     with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rpartition(")")[2].split()[19])
+        return f.read().rpartition(")")[2].split()
 
 
 def abort(device: str, mountpoint: str) -> bool:
