@@ -27,7 +27,7 @@ from typing import Protocol
 
 import pygit2
 
-from gitsess import live, mount, promote, sessions
+from gitsess import live, mount, mounttable, promote, sessions
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
 from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
@@ -197,7 +197,7 @@ def sweep_stale_mounts(ctx: RepoContext, *, dry_run: bool = False) -> list[Actio
     actions = []
     for s in _sessions(ctx):
         mountpoint = ctx.session_dir(s.id) / "mnt"
-        if mount.status(s.id) is None and mount.is_mounted(mountpoint):
+        if mount.status(s.id) is None and mounttable.is_mount_point(mountpoint):
             action = Action(
                 "stale-mount", "mount", str(mountpoint), "unmount", "its daemon is gone"
             )
@@ -417,7 +417,7 @@ def _is_id(name: str) -> bool:
 def _delete_orphan(ctx: RepoContext, directory: Path) -> None:
     status = mount.status(directory.name)
     mount.stop(directory.name, Path(status.mountpoint) if status else directory / "mnt")
-    if mount.is_mounted(directory / "mnt"):
+    if mounttable.is_mount_point(directory / "mnt"):
         # deleting through a live view would delete the view's files, not the directory
         raise GitsessError(f"{directory / 'mnt'} is still mounted")
     with _registry(ctx) as registry:

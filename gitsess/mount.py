@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gitsess import mounttable
 from gitsess.errors import GitsessError
 from gitsess.overlay import control
 
@@ -384,7 +385,7 @@ def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:
         control.request(session_id, {"op": "stop"})
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not control.serving(session_id) and not is_mounted(mountpoint):
+        if not control.serving(session_id) and not mounttable.is_mount_point(mountpoint):
             return True
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
@@ -393,15 +394,9 @@ def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:
     return True
 
 
-def is_mounted(mountpoint: Path) -> bool:
-    target = str(mountpoint)
-    with open("/proc/self/mounts") as f:
-        return any(line.split()[1] == target for line in f if line.strip())
-
-
 def clean_stale(mountpoint: Path) -> bool:
     """Unmount a view whose daemon is gone (the mount answers ENOTCONN); True if it did."""
-    if not is_mounted(mountpoint):
+    if not mounttable.is_mount_point(mountpoint):
         return False
     try:
         os.stat(mountpoint)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pygit2
 
-from gitsess import live, mount
+from gitsess import live, mount, mounttable
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, ChangeSet, Pathspec, compute_changes, touched_roots
@@ -69,7 +69,7 @@ def real_root(session: Session) -> Path:
     worktree = session.worktree
     if not worktree.is_dir():
         raise GitsessError(f"session {session.name} is bound to {worktree}, which no longer exists")
-    if not mount.is_mounted(worktree):
+    if not mounttable.is_mount_point(worktree):
         return worktree
     inside = os.environ.get("GITSESS_SESSION_ID")
     status = mount.status(inside) if inside else None

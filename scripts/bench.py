@@ -57,7 +57,7 @@ from rich.console import Console
 from rich.table import Table
 
 import gitsess
-from gitsess import mount
+from gitsess import mount, mounttable
 
 console = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 150)
@@ -318,7 +318,7 @@ def _kill_if(pid: int, *markers: str) -> None:
 
 
 def _force_unmount(path: Path) -> None:
-    if mount.is_mounted(path):
+    if mounttable.is_mount_point(path):
         subprocess.run(["fusermount3", "-uz", str(path)], check=False, capture_output=True)
 
 
@@ -342,7 +342,7 @@ def overlayfs_view(lower: Path, scratch: Path) -> Iterator[View]:
     )
     try:
         deadline = time.monotonic() + 10
-        while not mount.is_mounted(mnt):
+        while not mounttable.is_mount_point(mnt):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"fuse-overlayfs did not mount {mnt}")
             time.sleep(0.01)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from gitsess import mounttable
+
 MARKER = "GITSESS_TEST_RUN"
 # Daemons linger a moment after their last participant leaves (gitsess.overlay.daemon.LINGER),
 # and a teardown's stop may still be under way in another worker.
@@ -61,13 +63,11 @@ def _describe(pid: int) -> str:
 
 
 def _fuse_mounts_below(top: Path) -> list[str]:
-    found = []
-    for line in Path("/proc/self/mounts").read_text().splitlines():
-        fields = line.split()
-        point = fields[1].replace("\\040", " ")
-        if fields[2].startswith("fuse") and point.startswith(f"{top}/"):
-            found.append(point)
-    return found
+    return [
+        m.point
+        for m in mounttable.mounts()
+        if m.fstype.startswith("fuse") and m.point.startswith(f"{top}/")
+    ]
 
 
 @pytest.hookimpl(trylast=True)

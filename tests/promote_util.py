@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import live, mount, promote
+from gitsess import live, mount, mounttable, promote
 from gitsess.cli import main
 from gitsess.git.repo import RepoContext
 from gitsess.store.registry import Session
@@ -55,7 +55,7 @@ def stop(ctx: RepoContext, session: Session, daemon_pid: int) -> None:
             time.sleep(0.2)
             os.kill(daemon_pid, 9)
         target = ctx.session_dir(session.id) / "mnt"
-        if mount.is_mounted(target):
+        if mounttable.is_mount_point(target):
             mount.unmount(target)
 
 

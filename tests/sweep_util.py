@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitsess import mount
+from gitsess import mount, mounttable
 from gitsess.git.repo import discover
 from gitsess.store.registry import Registry, Session
 
@@ -75,8 +75,7 @@ def _daemons(state_dir: Path) -> list[int]:
 
 
 def _mounts(state_dir: Path) -> list[str]:
-    with open("/proc/self/mounts") as f:
-        return [line.split()[1] for line in f if str(state_dir) in line.split()[1]]
+    return [m.point for m in mounttable.mounts() if str(state_dir) in m.point]
 
 
 def assert_clean(repo: Path) -> None:

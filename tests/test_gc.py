@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import mount
+from gitsess import mount, mounttable
 from gitsess.errors import GitsessError
 from gitsess.gc import parse_age
 from gitsess.git.repo import discover
@@ -81,7 +81,7 @@ def test_gc_finds_what_no_hook_saw(repo: Path, tmp_path: Path) -> None:
         ("orphan-dir", "delete", str(orphan), False),
     }
     assert set(sessions_of(repo)) == {"gone", "deleted", "merged", "det", "stale"}
-    assert mount.is_mounted(stale_mount) and orphan.exists()
+    assert mounttable.is_mount_point(stale_mount) and orphan.exists()
 
     done = gitsess(repo, "gc")
     assert done.returncode == 0, done.stderr
@@ -90,7 +90,7 @@ def test_gc_finds_what_no_hook_saw(repo: Path, tmp_path: Path) -> None:
     assert set(sessions_of(repo)) == {"det", "stale"}
     assert session(repo, "det").state == "detached"
     assert archived(repo, "gone", "g.txt") == "G"
-    assert not mount.is_mounted(stale_mount) and not orphan.exists()
+    assert not mounttable.is_mount_point(stale_mount) and not orphan.exists()
     assert foreign.exists()  # not named like a session: not gitsess's to delete
     foreign.rmdir()
     assert_clean(repo)

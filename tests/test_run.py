@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import live, mount, sessions
+from gitsess import live, mount, mounttable, sessions
 from gitsess.git.repo import RepoContext, discover
 from gitsess.overlay import control
 
@@ -26,8 +26,7 @@ pytestmark = pytest.mark.fuse
 
 
 def mounted_here(repo: Path) -> list[str]:
-    with open("/proc/self/mounts") as f:
-        return [line.split()[1] for line in f if str(repo) in line.split()[1]]
+    return [m.point for m in mounttable.mounts() if str(repo) in m.point]
 
 
 def run(repo: Path, session: str, script: str, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -167,9 +166,9 @@ def test_mount_and_umount_keep_a_view_until_told(repo: Path, tmp_path: Path) -> 
     assert (target / "README.md").read_text() == "hello\n"
     assert not (repo / "made-here").exists()
     time.sleep(1.0)
-    assert mount.is_mounted(target)
+    assert mounttable.is_mount_point(target)
     assert gitsess(repo, "umount", "kept").returncode == 0
-    assert not mount.is_mounted(target)
+    assert not mounttable.is_mount_point(target)
 
 
 def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: InProcess) -> None:
@@ -182,7 +181,7 @@ def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: In
     # delta.db or start another daemon until it is gone.
     assert mount.status(made["id"]) is None
     assert control.connect(made["id"]) is None
-    assert not mount.is_mounted(Path(first.mountpoint))
+    assert not mounttable.is_mount_point(Path(first.mountpoint))
 
 
 def test_joining_a_daemon_as_it_stops_starts_another(repo: Path, ctx: RepoContext) -> None:
@@ -287,7 +286,7 @@ def test_new_mount_creates_and_mounts_in_one_command(repo: Path) -> None:
     assert "Created session plain" in text.stdout
     assert f"Session plain is mounted at {discover(repo).sessions_dir}" in text.stdout
     assert gitsess(repo, "umount", "quick").returncode == 0
-    assert not mount.is_mounted(target)
+    assert not mounttable.is_mount_point(target)
 
 
 def test_new_read_only_mount_refuses_writes(repo: Path) -> None:

@@ -35,6 +35,7 @@ import signal
 import time
 from typing import NoReturn
 
+from gitsess import mounttable
 from gitsess.libc import LIBC
 
 PR_SET_NAME = 15
@@ -50,7 +51,7 @@ EXIT_S = 2.0
 def start(mountpoint: str) -> int | None:
     """Fork the guard of the view mounted at `mountpoint` by this process; what to hand
     `stand_down` once the daemon ends on its own, or None when the mount is not found."""
-    device = mounted_device(mountpoint)
+    device = mounttable.device_at(mountpoint)
     if device is None:
         return None
     parent = os.getpid()
@@ -67,25 +68,6 @@ def stand_down(tell: int) -> None:
     be another view's by the time the daemon has exited)."""
     with contextlib.suppress(OSError):
         os.write(tell, b".")
-
-
-def mounted_device(mountpoint: str) -> str | None:
-    """The device ("major:minor") of the topmost mount at `mountpoint`, from the mount table
-    (asking the mount itself would be a request of the view)."""
-    found = None
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            fields = line.split()
-            if _unescape(fields[4]) == mountpoint:
-                found = fields[2]
-    return found
-
-
-def _unescape(field: str) -> str:
-    # The mount table writes space, tab, newline and backslash as octal escapes.
-    for octal, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        field = field.replace(octal, char)
-    return field
 
 
 def _guard(parent: int, since: int, told: int, device: str, mountpoint: str) -> NoReturn:
@@ -159,7 +141,7 @@ def abort(device: str, mountpoint: str) -> bool:
         with contextlib.suppress(OSError), open(f"{control}/abort", "w") as f:
             f.write("1")
             return True
-    if mounted_device(mountpoint) != device:
+    if mounttable.device_at(mountpoint) != device:
         return False
     # Fuse's umount_begin aborts the connection; the unmount itself may then fail (busy).
     done = LIBC.umount2(os.fsencode(mountpoint), MNT_FORCE) == 0

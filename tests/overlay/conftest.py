@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import mount
+from gitsess import mount, mounttable
 from gitsess.overlay import control
 from tests.live_util import eventually
 
@@ -110,7 +110,7 @@ def _teardown(m: Mounted) -> None:
         if st is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(st.daemon_pid, 9)
-        if mount.is_mounted(m.mnt):
+        if mounttable.is_mount_point(m.mnt):
             mount.unmount(m.mnt)
 
 

@@ -7,7 +7,7 @@ import signal
 import time
 from pathlib import Path
 
-from gitsess import mount
+from gitsess import mount, mounttable
 from gitsess.overlay import control, guard
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
@@ -49,7 +49,7 @@ def test_a_daemon_killed_while_it_lists_its_own_view_ends(mounted: Mounted) -> N
 
 def _kill_while_listing(mounted: Mounted) -> None:
     daemon = mounted.daemon_pid()
-    device = guard.mounted_device(str(mounted.mnt))
+    device = mounttable.device_at(str(mounted.mnt))
     assert device is not None
     try:
         # The lookup lists the root and its 64 subdirectories through the view, from threads
@@ -65,7 +65,7 @@ def _kill_while_listing(mounted: Mounted) -> None:
     # What is left (unless the guard's forced unmount took it) answers ENOTCONN: the next
     # mount clears it without waiting.
     mount.clean_stale(mounted.mnt)
-    assert not mount.is_mounted(mounted.mnt)
+    assert not mounttable.is_mount_point(mounted.mnt)
 
 
 def test_the_guard_ends_with_a_daemon_that_stops(mounted: Mounted) -> None:
@@ -78,10 +78,5 @@ def test_the_guard_ends_with_a_daemon_that_stops(mounted: Mounted) -> None:
 
 
 def test_abort_does_nothing_without_the_connection(tmp_path: Path) -> None:
-    assert guard.mounted_device(str(tmp_path)) is None
+    assert mounttable.device_at(str(tmp_path)) is None
     assert not guard.abort("0:999999", str(tmp_path))
-
-
-def test_mount_points_are_read_unescaped(tmp_path: Path) -> None:
-    assert guard.mounted_device("/proc") is not None
-    assert guard._unescape("/a\\040b\\011c\\134d") == "/a b\tc\\d"

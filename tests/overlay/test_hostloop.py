@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from gitsess import mount
+from gitsess import mount, mounttable
 from gitsess.overlay import control, hostloop
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
@@ -55,7 +55,7 @@ def test_a_signal_stops_the_daemon_cleanly(mounted: Mounted) -> None:
     pid = mounted.daemon_pid()
     (mounted.mnt / "new.txt").write_text("kept\n")
     os.kill(pid, signal.SIGTERM)
-    assert eventually(lambda: not mount.is_mounted(mounted.mnt), timeout=10)
+    assert eventually(lambda: not mounttable.is_mount_point(mounted.mnt), timeout=10)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and mount.status(mounted.spec.session_id) is not None:
         time.sleep(0.05)
