@@ -534,8 +534,7 @@ class Filesystem(pyfuse3.Operations):
         if fd is not None:
             if off == 0 and self.ahead is not None:
                 self._read_ahead(self.ahead, n)
-            # (while the worktree is not watched the read closes its descriptor at once)
-            if FILE_SLICE is not None and size >= SPLICE_MIN and self.tree.watched:
+            if FILE_SLICE is not None and size >= SPLICE_MIN:
                 return FILE_SLICE(fd, off, size)
         return self.tree.read(n, off, size)
 

@@ -1127,12 +1127,7 @@ class Tree:
     def read(self, n: Node, off: int, size: int) -> bytes:
         fd = self.worktree_fd(n)
         if fd is not None:
-            try:
-                return os.pread(fd, size, off)
-            finally:
-                if not self.watched:
-                    # Nothing would close it if the file were replaced.
-                    self.close_lower([n.ino])
+            return os.pread(fd, size, off)
         if off >= n.size:
             return b""
         size = min(size, n.size - off)
@@ -1196,11 +1191,17 @@ class Tree:
 
     def _lower_fd(self, n: Node) -> int:
         fd = self._lower_fds.get(n.ino)
-        if fd is None:
-            rel = n.worktree_rel
-            assert rel is not None
-            fd = os.open(self._lower_path(rel), os.O_RDONLY | os.O_CLOEXEC)
-            self._lower_fds.put(n.ino, fd)
+        if fd is not None and self.watched:
+            return fd
+        rel = n.worktree_rel
+        assert rel is not None
+        path = self._lower_path(rel)
+        # Unwatched, nothing closes the descriptor of a file replaced or removed: each read
+        # checks that the path still names it, as an open of the path would.
+        if fd is not None and _names(path, fd):
+            return fd
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        self._lower_fds.put(n.ino, fd)
         return fd
 
     def close_lower(self, inodes: Iterable[int]) -> None:
@@ -1289,6 +1290,16 @@ class _Pending:
             or self.undrift
             or self.inline
         )
+
+
+def _names(path: bytes, fd: int) -> bool:
+    """Whether `path` names the file open as `fd`."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (st.st_ino, st.st_dev) == (held.st_ino, held.st_dev)
 
 
 def _stamp(st: os.stat_result | None) -> tuple[int, int, int] | None:
