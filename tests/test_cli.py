@@ -187,6 +187,41 @@ def test_console_script_is_declared() -> None:
     assert script.value == "gitsess.cli:main"
 
 
+EXIT_SCRIPT = """
+import atexit, sys, tempfile, threading
+from gitsess.cli import main
+held = tempfile.TemporaryDirectory(prefix="gitsess-exit-")
+print(held.name, flush=True)
+atexit.register(lambda: print("atexit ran"))
+if sys.argv[1] == "thread":
+    threading.Thread(target=lambda: (threading.Event().wait(0.3), print("thread done"))).start()
+sys.argv = ["gitsess", *sys.argv[2:]]
+main()
+"""
+
+
+@pytest.mark.parametrize("thread", ["", "thread"])
+def test_the_console_script_exits_as_python_would(repo: Path, thread: str) -> None:
+    """It skips the interpreter's teardown, not what an exit must do: flush its output, run
+    atexit handlers and finalizers, wait for a thread that still runs, keep the exit code."""
+    for args, code in ((["ls", "--json"], 0), (["show", "nosuch"], 1)):
+        done = subprocess.run(
+            [sys.executable, "-c", EXIT_SCRIPT, thread, *args],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == code, done.stderr
+        lines = done.stdout.splitlines()
+        assert not Path(lines[0]).exists()  # the TemporaryDirectory's finalizer ran
+        assert lines[-1] == "atexit ran"
+        assert ("thread done" in lines) == bool(thread)
+        if code == 0:
+            assert json.loads("\n".join(lines[1 : -1 - bool(thread)])) == []
+        else:
+            assert done.stderr.count("\n") == 1
+
+
 def test_ls_everywhere_works_outside_any_repository(
     three: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
