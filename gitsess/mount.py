@@ -1,18 +1,11 @@
-"""Mounting a session: start its daemon or join the live one, stop it, recover stale mounts.
-
-A command that will most likely mount starts the daemon's process first (`prestarted`): most of
-a daemon's start-up is importing the overlay (pyfuse3, trio), which then runs on the other
-core while the command loads its own modules and finds its session. `ensure_mounted` hands the
-prestarted process its arguments through a pipe; unused, it exits when the pipe closes.
-"""
+"""Mounting a session: start its daemon (or hand the prestarted one its arguments, see
+`headstart`) or join the live one, stop it, recover stale mounts."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import fcntl
-import importlib
-import json
 import os
 import select
 import shutil
@@ -25,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitsess import mounttable
+from gitsess import headstart, mounttable
 from gitsess.errors import GitsessError
 from gitsess.overlay import control
 
@@ -33,9 +26,6 @@ READY_TIMEOUT = 30.0
 # Each attempt that finds the daemon stopping waits for it to exit and starts a new one.
 JOIN_ATTEMPTS = 3
 FSTYPE = "fuse.gitsess"
-DAEMON_MODULE = "gitsess.overlay.daemon"
-# How a prestarted process shows in `ps`: `python -m gitsess.mount --daemon-args-fd N`.
-ARGS_FD_OPTION = "--daemon-args-fd"
 
 
 @dataclass(frozen=True)
@@ -142,97 +132,6 @@ def copy_delta(session_id: str, dest_dir: Path) -> bool:
     return True
 
 
-@dataclass(frozen=True)
-class _Prestarted:
-    args: int  # write end of the pipe the process reads its arguments from
-    ready: int  # read end of its readiness pipe
-    ready_fd: int  # the process's end of that pipe (pass_fds keeps the number)
-
-
-_prestarted: _Prestarted | None = None
-
-
-@contextlib.contextmanager
-def prestarted() -> Iterator[None]:
-    """A daemon process started now, for the block's `ensure_mounted` to give a session to;
-    when none did, it is let go at the end of the block."""
-    _prestart()
-    try:
-        yield
-    finally:
-        _discard_prestarted()
-
-
-def _prestart() -> None:
-    global _prestarted
-    _discard_prestarted()
-    args_read, args_write = os.pipe()
-    ready_read, ready_write = os.pipe()
-    try:
-        subprocess.Popen(
-            [sys.executable, "-m", __name__, ARGS_FD_OPTION, str(args_read)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            pass_fds=(args_read, ready_write),
-            start_new_session=True,
-        )
-    except OSError:
-        # Only a head start: `ensure_mounted` starts the daemon as usual.
-        os.close(args_write)
-        os.close(ready_read)
-        return
-    finally:
-        os.close(args_read)
-        os.close(ready_write)
-    _prestarted = _Prestarted(args_write, ready_read, ready_write)
-
-
-def _discard_prestarted() -> None:
-    """Let an unused prestarted process go: it exits at the end of its arguments pipe."""
-    global _prestarted
-    if _prestarted is not None:
-        os.close(_prestarted.args)
-        os.close(_prestarted.ready)
-        _prestarted = None
-
-
-def _hand_over(args: list[str], log: Path) -> int | None:
-    """Give the prestarted process its arguments; the read end of its readiness pipe, or None
-    when there is no such process (or it died: started with no log, it could not say why)."""
-    global _prestarted
-    taken, _prestarted = _prestarted, None
-    if taken is None:
-        return None
-    told = json.dumps({"argv": [*args, "--ready-fd", str(taken.ready_fd)], "log": str(log)})
-    try:
-        with open(taken.args, "wb") as pipe:
-            pipe.write(told.encode())
-    except BrokenPipeError:
-        os.close(taken.ready)
-        return None
-    return taken.ready
-
-
-def _serve_when_told(args_fd: int) -> int:
-    """The prestarted process: import the daemon, wait for its arguments, then run it."""
-    with contextlib.suppress(Exception):
-        # Only warming up: a daemon that cannot be imported fails again below, into its log.
-        importlib.import_module(DAEMON_MODULE)
-    with open(args_fd, "rb") as pipe:
-        told = pipe.read()
-    if not told:
-        return 0
-    request = json.loads(told)
-    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    os.dup2(log, sys.stdout.fileno())
-    os.dup2(log, sys.stderr.fileno())
-    os.close(log)
-    from gitsess.overlay import daemon
-
-    return daemon.main(request["argv"])
-
-
 @contextlib.contextmanager
 def locked(session_dir: Path) -> Iterator[None]:
     """Serialises mounting with offline changes to delta.db (no daemon starts meanwhile)."""
@@ -251,7 +150,7 @@ def ensure_mounted(spec: MountSpec) -> Status:
         if live is not None and spec.persistent and not live.persistent:
             live = live if _persist(spec.session_id) else None
         if live is not None:
-            _discard_prestarted()
+            headstart.discard()
             return live
         clean_stale(spec.target)
         _start_daemon(spec)
@@ -295,12 +194,19 @@ def _start_daemon(spec: MountSpec) -> None:
     ):
         if on:
             args.append(flag)
-    read_end = _hand_over(args, spec.log)
+    read_end = headstart.hand_over(args, spec.log)
     if read_end is None:
         read_end, write_end = os.pipe()
         with open(spec.log, "ab") as log:
             subprocess.Popen(
-                [sys.executable, "-m", DAEMON_MODULE, *args, "--ready-fd", str(write_end)],
+                [
+                    sys.executable,
+                    "-m",
+                    headstart.DAEMON_MODULE,
+                    *args,
+                    "--ready-fd",
+                    str(write_end),
+                ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=log,
@@ -412,9 +318,3 @@ def unmount(mountpoint: Path) -> None:
     if tool is None:
         raise GitsessError("fusermount3 is missing: install the fuse3 package")
     subprocess.run([tool, "-uz", str(mountpoint)], check=False, capture_output=True)
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] != [ARGS_FD_OPTION] or len(sys.argv) != 3:
-        sys.exit(f"usage: python -m {__spec__.name} {ARGS_FD_OPTION} FD (started by gitsess)")
-    sys.exit(_serve_when_told(int(sys.argv[2])))

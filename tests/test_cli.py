@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 import gitsess.cli
-from gitsess.cli import COMMANDS, _library_error, cli
+from gitsess.cli.group import COMMANDS, _library_error, cli
 
 from .util import GITSESS, git, make_repo
 
@@ -261,7 +261,7 @@ def test_command_table_names_every_command_and_its_module() -> None:
 def test_help_lists_every_command_without_importing_any(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     script = (
-        "import sys; from click.testing import CliRunner; from gitsess.cli import cli;"
+        "import sys; from click.testing import CliRunner; from gitsess.cli.group import cli;"
         "out = CliRunner().invoke(cli, ['--help']).output;"
         "print(sorted(m for m in sys.modules"
         " if m.startswith(('gitsess.cli.', 'gitsess.sessions', 'pygit2', 'rich'))));"
@@ -271,7 +271,7 @@ def test_help_lists_every_command_without_importing_any(monkeypatch: pytest.Monk
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
     imported, lazy = done.stdout.split("\n", 1)
-    assert imported == "[]"
+    assert imported == "['gitsess.cli.group']"
     for module in _all_command_modules():
         importlib.import_module(f"gitsess.cli.{module}")
     assert CliRunner().invoke(cli, ["--help"]).output == lazy
@@ -280,14 +280,29 @@ def test_help_lists_every_command_without_importing_any(monkeypatch: pytest.Monk
 
 def test_a_command_imports_its_module_only() -> None:
     script = (
-        "import sys; from click.testing import CliRunner; from gitsess.cli import cli;"
+        "import sys; from click.testing import CliRunner; from gitsess.cli.group import cli;"
         "CliRunner().invoke(cli, ['mount', '--help']);"
         "print(sorted(m for m in sys.modules if m.startswith('gitsess.cli.')))"
     )
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )
-    assert done.stdout.split() == ["['gitsess.cli.base',", "'gitsess.cli.live_cmds']"]
+    assert done.stdout.split() == [
+        "['gitsess.cli.base',",
+        "'gitsess.cli.group',",
+        "'gitsess.cli.live_cmds']",
+    ]
+
+
+def test_the_entry_loads_nothing_before_the_head_start() -> None:
+    """`main` starts a mounting command's daemon process before click and the commands load:
+    the daemon's imports are what session start waits for."""
+    script = "import sys, gitsess.cli, gitsess.headstart; print(sorted(sys.modules))"
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True
+    )
+    loaded = set(json.loads(done.stdout.replace("'", '"')))
+    assert not loaded & {"click", "gitsess.cli.group", "json", "subprocess"}
 
 
 def test_unknown_command_is_a_usage_error(run: CliRunner) -> None:

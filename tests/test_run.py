@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import live, mount, mounttable, sessions
+from gitsess import headstart, live, mount, mounttable, sessions
 from gitsess.git.repo import RepoContext, discover
 from gitsess.overlay import control
 
@@ -338,7 +338,7 @@ def _prestarted_children() -> set[int]:
             continue
         # A zombie (one that exited, not reaped yet) has no argv.
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and mount.ARGS_FD_OPTION.encode() in argv:
+        if ppid == os.getpid() and headstart.ARGS_FD_OPTION.encode() in argv:
             found.add(int(entry.name))
     return found
 
@@ -363,11 +363,11 @@ def test_a_prestarted_daemon_serves_the_mount(repo: Path, gs: InProcess) -> None
 def test_an_unused_prestarted_daemon_exits(repo: Path, gs: InProcess) -> None:
     gs.ok("new", "live", "--mount")
     before = _prestarted_children()
-    with mount.prestarted():
+    with headstart.prestarted():
         [waiting] = _new_prestarted(before)
     assert eventually(lambda: _prestarted_children() == before)
     # A mount of a session that is already live lets its prestarted process go at once.
-    with mount.prestarted():
+    with headstart.prestarted():
         [waiting] = _new_prestarted(before)
         assert "is mounted at" in gs.ok("mount", "live")
         assert eventually(lambda: waiting not in _prestarted_children())
@@ -378,7 +378,7 @@ def test_an_unused_prestarted_daemon_exits(repo: Path, gs: InProcess) -> None:
 def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> None:
     session = sessions.create(ctx, "cold")
     before = _prestarted_children()
-    with mount.prestarted():
+    with headstart.prestarted():
         [waiting] = _new_prestarted(before)
         os.kill(waiting, signal.SIGKILL)
         os.waitpid(waiting, 0)
@@ -386,7 +386,7 @@ def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> N
             ctx, session, mountpoint=None, allow_other=False, read_only=False
         )
     argv = Path(f"/proc/{status.daemon_pid}/cmdline").read_bytes().split(b"\0")
-    assert mount.DAEMON_MODULE.encode() in argv
+    assert headstart.DAEMON_MODULE.encode() in argv
     assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
 
 

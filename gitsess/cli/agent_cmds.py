@@ -10,7 +10,6 @@ import click
 from rich.table import Table
 
 from gitsess import agents, sessions
-from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -20,6 +19,7 @@ from gitsess.cli.base import (
     session_ref,
     takes_session,
 )
+from gitsess.cli.group import cli
 from gitsess.sessions import discover
 
 

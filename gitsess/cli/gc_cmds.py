@@ -11,8 +11,8 @@ import click
 
 from gitsess import agents
 from gitsess import gc as sweeps
-from gitsess.cli import cli
 from gitsess.cli.base import console, escape, print_json
+from gitsess.cli.group import cli
 from gitsess.cli.hook_cmds import action_line
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import discover

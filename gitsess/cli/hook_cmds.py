@@ -11,8 +11,8 @@ from pathlib import Path
 import click
 
 from gitsess import gc, hooks
-from gitsess.cli import cli
 from gitsess.cli.base import console, escape, print_json
+from gitsess.cli.group import cli
 from gitsess.sessions import discover
 
 _DONE = {

@@ -17,7 +17,6 @@ from rich.table import Table
 from rich.text import Text
 
 from gitsess import inspect, kv, sessions, timeline
-from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -27,6 +26,7 @@ from gitsess.cli.base import (
     session_ref,
     takes_session,
 )
+from gitsess.cli.group import cli
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import Session, discover
 from gitsess.timeline import Drift, Event

@@ -14,7 +14,6 @@ from pathlib import Path
 import click
 
 from gitsess import live, sessions
-from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
     console,
@@ -26,6 +25,7 @@ from gitsess.cli.base import (
     takes_worktree,
     worktree_spec,
 )
+from gitsess.cli.group import cli
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import discover
 from gitsess.store.registry import Session

@@ -8,8 +8,8 @@ import click
 from rich.table import Table
 
 from gitsess import doctor, tour
-from gitsess.cli import cli
 from gitsess.cli.base import console, escape, print_json
+from gitsess.cli.group import cli
 
 
 @cli.command("doctor")

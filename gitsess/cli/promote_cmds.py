@@ -14,7 +14,6 @@ import click
 import pygit2
 
 from gitsess import live, promote, sessions
-from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -26,6 +25,7 @@ from gitsess.cli.base import (
     takes_session,
     value_options,
 )
+from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change
 from gitsess.git.repo import RepoContext

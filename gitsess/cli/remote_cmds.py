@@ -14,7 +14,6 @@ from rich.progress import Progress as Bars
 from rich.table import Table
 
 from gitsess import remote, sessions
-from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -25,6 +24,7 @@ from gitsess.cli.base import (
     short,
     takes_session,
 )
+from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
 from gitsess.git import transport
 from gitsess.git.repo import RepoContext

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import click
 
 from gitsess import live, sessions
-from gitsess.cli import cli
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -30,6 +29,7 @@ from gitsess.cli.base import (
     takes_worktree,
     worktree_spec,
 )
+from gitsess.cli.group import cli
 from gitsess.sessions import Session, SessionInfo, discover
 
 if TYPE_CHECKING:

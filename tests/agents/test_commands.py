@@ -11,7 +11,7 @@ from click.testing import CliRunner, Result
 
 from gitsess import agents, sessions
 from gitsess.agents.roots import homes_dir
-from gitsess.cli import cli
+from gitsess.cli.group import cli
 from gitsess.git.repo import RepoContext
 
 from ..util import gitsess
