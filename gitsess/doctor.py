@@ -96,7 +96,7 @@ def check_libfuse() -> Check:
 
 
 # The items of patches/pyfuse3-3.5.0.patch, which its build reports as GITSESS_PATCH_ITEMS.
-PATCH_ITEMS = 14
+PATCH_ITEMS = 15
 
 
 def check_pyfuse3() -> Check:
