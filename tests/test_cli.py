@@ -189,7 +189,13 @@ def test_console_script_is_declared() -> None:
 
 EXIT_SCRIPT = """
 import atexit, sys, tempfile, threading
+import click
 from gitsess.cli import main
+from gitsess.cli.group import cli
+@cli.command("exits")
+@click.argument("code")
+def exits(code):
+    sys.exit(int(code) if code.isdigit() else code)
 held = tempfile.TemporaryDirectory(prefix="gitsess-exit-")
 print(held.name, flush=True)
 atexit.register(lambda: print("atexit ran"))
@@ -204,7 +210,8 @@ main()
 def test_the_console_script_exits_as_python_would(repo: Path, thread: str) -> None:
     """It skips the interpreter's teardown, not what an exit must do: flush its output, run
     atexit handlers and finalizers, wait for a thread that still runs, keep the exit code."""
-    for args, code in ((["ls", "--json"], 0), (["show", "nosuch"], 1)):
+    cases = [(["ls", "--json"], 0), (["show", "nosuch"], 1), (["exits", "3"], 3)]
+    for args, code in [*cases, (["exits", "why it stopped"], 1)]:
         done = subprocess.run(
             [sys.executable, "-c", EXIT_SCRIPT, thread, *args],
             cwd=repo,
@@ -216,10 +223,12 @@ def test_the_console_script_exits_as_python_would(repo: Path, thread: str) -> No
         assert not Path(lines[0]).exists()  # the TemporaryDirectory's finalizer ran
         assert lines[-1] == "atexit ran"
         assert ("thread done" in lines) == bool(thread)
-        if code == 0:
+        if args[0] == "ls":
             assert json.loads("\n".join(lines[1 : -1 - bool(thread)])) == []
-        else:
+        elif code == 1:
             assert done.stderr.count("\n") == 1
+        if args[-1] == "why it stopped":
+            assert done.stderr == "why it stopped\n"
 
 
 def test_ls_everywhere_works_outside_any_repository(

@@ -168,6 +168,10 @@ def run(args: list[str]) -> int:
     try:
         result = cli.main(args=args, prog_name="gitsess", standalone_mode=False)
         return result if isinstance(result, int) else 0
+    except SystemExit as e:
+        # A command that ends with sys.exit(code), as `run` does with its command's code: the
+        # code is returned like any other, so that `main` ends the process its own way.
+        return _exit_code(e.code)
     except click.ClickException as e:
         e.show()
         return e.exit_code
@@ -189,3 +193,14 @@ def run(args: list[str]) -> int:
         if message is None:
             raise
         return _fail(message)
+
+
+def _exit_code(code: object) -> int:
+    """What Python makes of `sys.exit(code)`: None is 0, a number itself, anything else is
+    printed to stderr and exits 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    click.echo(code, err=True)
+    return 1
