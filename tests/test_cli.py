@@ -231,6 +231,18 @@ def test_the_console_script_exits_as_python_would(repo: Path, thread: str) -> No
             assert done.stderr == "why it stopped\n"
 
 
+def test_a_profiled_command_still_writes_its_profile(repo: Path, tmp_path: Path) -> None:
+    stats = tmp_path / "ls.prof"
+    done = subprocess.run(
+        [sys.executable, "-m", "cProfile", "-o", str(stats), "-m", "gitsess", "ls"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert stats.stat().st_size > 0
+
+
 def test_ls_everywhere_works_outside_any_repository(
     three: CliRunner, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,9 +34,15 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         from gitsess.cli.group import run
 
         code = run(args)
-    if argv is None and threading.active_count() == 1:
+    if argv is None and threading.active_count() == 1 and not _observed():
         _exit_now(code)
     sys.exit(code)
+
+
+def _observed() -> bool:
+    """Whether a profiler or tracer runs this process (`python -m cProfile -m gitsess`):
+    it writes its results after the program returns, so the process must return too."""
+    return sys.getprofile() is not None or sys.gettrace() is not None
 
 
 def _exit_now(code: int) -> NoReturn:
