@@ -49,19 +49,22 @@ def prestarted() -> Iterator[None]:
 def start() -> None:
     global _started
     discard()
+    # subprocess, not os.posix_spawn, which would hand the process every descriptor this
+    # command inherited: inside `gitsess run`, the connection that makes the command a
+    # participant of its session, which a daemon started from there then held for good.
+    import subprocess
+
     args_read, args_write = os.pipe()
     ready_read, ready_write = os.pipe()
     try:
-        for fd in (args_read, ready_write):
-            os.set_inheritable(fd, True)
-        with open(os.devnull, "rb") as null:
-            os.posix_spawn(
-                sys.executable,
-                [sys.executable, "-m", __name__, ARGS_FD_OPTION, str(args_read)],
-                os.environ,
-                file_actions=[(os.POSIX_SPAWN_DUP2, null.fileno(), fd) for fd in (0, 1, 2)],
-                setsid=True,
-            )
+        subprocess.Popen(
+            [sys.executable, "-m", __name__, ARGS_FD_OPTION, str(args_read)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(args_read, ready_write),
+            start_new_session=True,
+        )
     except OSError:
         # Only a head start: `ensure_mounted` starts the daemon as usual.
         os.close(args_write)

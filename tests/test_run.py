@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -358,6 +359,22 @@ def test_a_prestarted_daemon_serves_the_mount(repo: Path, gs: InProcess) -> None
     assert status is not None
     assert _prestarted_children() - before == {status.daemon_pid}
     assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
+
+
+def test_a_daemon_started_inside_a_session_holds_nothing_of_it(repo: Path) -> None:
+    """A command inside session `outer` mounts session `inner`: the prestarted daemon must not
+    inherit the command's connection to `outer`'s daemon, which would keep `outer` mounted as
+    long as `inner` is."""
+    assert gitsess(repo, "new", "inner").returncode == 0
+    cli = " ".join(shlex.quote(a) for a in GITSESS)
+    done = run(repo, "outer", f"{cli} mount inner")
+    assert done.returncode == 0, done.stderr
+    try:
+        inner = mount.status(_id(repo, "inner"))
+        assert inner is not None
+        assert eventually(lambda: mount.status(_id(repo, "outer")) is None)
+    finally:
+        gitsess(repo, "umount", "inner")
 
 
 def test_an_unused_prestarted_daemon_exits(repo: Path, gs: InProcess) -> None:
