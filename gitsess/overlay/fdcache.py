@@ -34,3 +34,10 @@ class FdCache:
 
     def close_all(self) -> None:
         self.close(list(self._fds))
+
+
+def same_file(path: bytes, fd: int) -> bool:
+    """Whether `path` names the file open as `fd` (OSError when it names nothing)."""
+    st = os.stat(path)
+    held = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)

@@ -536,6 +536,8 @@ class Filesystem(pyfuse3.Operations):
                 self._read_ahead(self.ahead, n)
             if FILE_SLICE is not None and size >= SPLICE_MIN:
                 return FILE_SLICE(fd, off, size)
+            # (not `tree.read`, which would look the descriptor up, and check it, again)
+            return os.pread(fd, size, off)
         return self.tree.read(n, off, size)
 
     def _read_ahead(self, ahead: ListAhead, n: Node) -> None:

@@ -11,7 +11,7 @@ from typing import TypeVar
 from pyfuse3 import FUSEError
 
 from gitsess.libc import LIBC
-from gitsess.overlay.fdcache import FdCache
+from gitsess.overlay.fdcache import FdCache, same_file
 
 T = TypeVar("T")
 
@@ -65,11 +65,9 @@ def _replaced(path: bytes, fd: int) -> bool:
     """Whether `path` names another file than the one open as `fd` (not when it names none:
     the file went, and its reader reads what it had)."""
     try:
-        st = os.stat(path)
+        return not same_file(path, fd)
     except OSError:
         return False
-    held = os.fstat(fd)
-    return (st.st_dev, st.st_ino) != (held.st_dev, held.st_ino)
 
 
 def write(path: bytes, buf: bytes, off: int) -> int:

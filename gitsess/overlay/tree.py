@@ -25,7 +25,7 @@ import apsw
 
 from gitsess.durable import fsync_dir
 from gitsess.overlay.audit import Audit
-from gitsess.overlay.fdcache import FdCache
+from gitsess.overlay.fdcache import FdCache, same_file
 from gitsess.overlay.journal import Journal
 from gitsess.overlay.store import FIRST_ALLOCATED_INO, INLINE, Batch, DeltaStore, NodeRow
 from gitsess.overlay.writebehind import WriteBehind
@@ -1293,13 +1293,11 @@ class _Pending:
 
 
 def _names(path: bytes, fd: int) -> bool:
-    """Whether `path` names the file open as `fd`."""
+    """Whether `path` still names the file open as `fd` (not when it names none)."""
     try:
-        st = os.stat(path)
+        return same_file(path, fd)
     except OSError:
         return False
-    held = os.fstat(fd)
-    return (st.st_ino, st.st_dev) == (held.st_ino, held.st_dev)
 
 
 def _stamp(st: os.stat_result | None) -> tuple[int, int, int] | None:
