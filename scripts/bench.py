@@ -11,7 +11,7 @@ then `gitsess mount`, and the one command `gitsess new --mount`) against `git wo
 (once the CLI has them), the FUSE daemons' CPU time per run and their peak memory (VmHWM).
 With --extra, also what tools do to a lower directory of 2,000 files: unpack it from a
 tarball, `cp -a`, `mv`, `chmod -R`, and `sed -i` of every file (a write aside and a rename
-over each).
+over each); and a package install, `python -m venv` (ensurepip installs pip, offline).
 
     sudo .venv/bin/python scripts/bench.py                  # the full run (10-20 minutes)
     sudo .venv/bin/python scripts/bench.py --extra          # also the --extra workloads
@@ -621,6 +621,16 @@ def prep_sed_i(env: Env) -> Prepared:
     return Prepared(lambda: _run(edit), cleanup)
 
 
+def prep_venv(env: Env) -> Prepared:
+    dest = env.view.root / "bench-venv"
+    # ensurepip installs pip from the wheel CPython ships: a package install (some 1,600 files
+    # unpacked and byte-compiled, a RECORD written) that needs no network.
+    return Prepared(
+        lambda: _run([sys.executable, "-m", "venv", str(dest)]),
+        lambda: shutil.rmtree(dest, ignore_errors=True),
+    )
+
+
 def prep_git_status(env: Env) -> Prepared:
     return Prepared(lambda: _run(["git", "status", "--porcelain"], cwd=env.view.root))
 
@@ -707,6 +717,7 @@ def workloads() -> list[Workload]:
                 ("mv-dir", "mv of a lower directory (2,000 files)", prep_mv_dir),
                 ("chmod-r", "chmod -R of a lower directory (2,000 files)", prep_chmod_r),
                 ("sed-i", "sed -i of 2,000 lower files", prep_sed_i),
+                ("venv", "python -m venv (pip installed by ensurepip)", prep_venv),
             )
         ),
     ]
@@ -1523,7 +1534,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument(
         "--extra",
         action="store_true",
-        help="also untar, cp -a, mv, chmod -R, sed -i of a lower directory (a few minutes more)",
+        help="also untar, cp -a, mv, chmod -R, sed -i of a lower directory, and python -m venv"
+        " (a few minutes more)",
     )
     return p.parse_args(argv)
 

@@ -110,6 +110,7 @@ def test_quick_selection_and_cold_skipping() -> None:
         "mv-dir",
         "chmod-r",
         "sed-i",
+        "venv",
     }
     assert [w.key for w in bench.select(full, ["mv-dir"], True)] == ["mv-dir"]
 
