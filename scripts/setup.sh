@@ -48,12 +48,17 @@ if [[ "$(cat "$pyfuse3_stamp" 2>/dev/null)" != "$(sha256sum <"$pyfuse3_patch")" 
     sha256sum <"$pyfuse3_patch" >"$pyfuse3_stamp"
 fi
 
-# Install again when the declared dependencies changed since the last install, or when an
-# import shows the environment incomplete.
+# Install again when the declared dependencies or the install's mode changed since the last
+# install, or when an import shows the environment incomplete. The editable install is
+# setuptools' "compat" one, a .pth naming the checkout: its default for this layout is an import
+# finder, which every Python process loaded at startup (16 ms of imports here, pathlib and
+# urllib.parse among them), before a command could prestart its daemon and in the daemon's
+# process as well: `gitsess mount` 227-244 ms with it, 213-232 ms without (docs/PERFORMANCE.md).
 stamp=.venv/.gitsess-installed
-if [[ ! -f $stamp || pyproject.toml -nt $stamp ]] ||
+install_mode=compat
+if [[ ! -f $stamp || pyproject.toml -nt $stamp || $(<"$stamp") != "$install_mode" ]] ||
     ! .venv/bin/python -c 'import gitsess.cli, pyfuse3, pytest, xdist, mypy' 2>/dev/null; then
     echo "setup: installing gitsess with its test and dev extras into .venv"
-    .venv/bin/python -m pip install -q -e '.[test,dev]'
-    touch "$stamp"
+    .venv/bin/python -m pip install -q -e '.[test,dev]' --config-settings "editable_mode=$install_mode"
+    echo "$install_mode" >"$stamp"
 fi
