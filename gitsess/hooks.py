@@ -321,6 +321,10 @@ def run_hook(
 ) -> HookRun:
     """Do what hook `name` calls for. Never raises: a git command must not fail because of
     gitsess. Actions and errors are logged to `<state>/hooks.log`."""
+    if env.get("GITSESS_SESSION_ID"):
+        # git inside a session changes the session's own `.git` only: the real branches and
+        # worktrees the sweeps look at did not move (and `.git` here is the session's).
+        return HookRun([], None)
     try:
         ctx = discover(cwd, env)
     except Exception as e:  # no state dir to log to: the message is all there is

@@ -1,8 +1,10 @@
 """Run a command with the session's view in place of the real worktree.
 
 In a private mount namespace the view is bind-mounted over the worktree's real path, so the
-command's cwd and every absolute path are the ones it knows; the real `.git` is bound back over
-the view's `.git` (git runs at native speed and the gitsess state stays reachable). Where
+command's cwd and every absolute path are the ones it knows. The view's `.git` is the session's
+own (copy-on-write, objects shared), so git inside changes only the session; the real gitsess
+state dir, when it lies in the worktree, is bound back over the view's stand-in for it (found by
+name, never listed), so gitsess commands inside reach their registry at its usual path. Where
 namespaces are not available the command runs in the mount point instead.
 """
 
@@ -47,20 +49,22 @@ class Placement:
     worktree: Path
     mountpoint: Path
     read_only: bool
+    # The state dir when it lies inside the worktree (the view hides it), else None.
+    state_dir: Path | None = None
 
 
 def _enter_view(p: Placement, cwd: Path) -> None:
     """Runs in the child between fork and exec."""
     _unshare()
     _mount(None, "/", MS_REC | MS_SLAVE)
-    git = p.worktree / ".git"
-    git_fd = os.open(git, os.O_PATH | os.O_CLOEXEC) if git.is_dir() else None
+    state = p.state_dir
+    state_fd = os.open(state, os.O_PATH | os.O_CLOEXEC) if state is not None else None
     _mount(str(p.mountpoint), str(p.worktree), MS_BIND)
     if p.read_only:
         _mount(None, str(p.worktree), MS_REMOUNT | MS_BIND | MS_RDONLY)
-    if git_fd is not None:
-        _mount(f"/proc/self/fd/{git_fd}", str(git), MS_BIND)
-        os.close(git_fd)
+    if state is not None and state_fd is not None:
+        _mount(f"/proc/self/fd/{state_fd}", str(state), MS_BIND)
+        os.close(state_fd)
     os.chdir(cwd)
 
 

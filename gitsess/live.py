@@ -143,7 +143,9 @@ def run(
             "run_id": run_id,
         },
     )
-    placement = inplace.Placement(session.worktree, Path(live.mountpoint), read_only)
+    hidden = hidden_paths(ctx, session)
+    state = session.worktree / hidden[0] if hidden else None
+    placement = inplace.Placement(session.worktree, Path(live.mountpoint), read_only, state)
     child_env = {**env, **session_env(ctx, session, live.mountpoint, env)}
     with conn:
         os.set_inheritable(conn.fileno(), True)

@@ -318,11 +318,13 @@ def test_hook_errors_are_logged_and_git_goes_on(repo: Path) -> None:
 
 @pytest.mark.fuse
 def test_a_commit_inside_a_session_keeps_its_changes(repo: Path) -> None:
-    """git inside the session commits the view's files; the real worktree is still behind the
-    branch there, so the session's changes still differ from it and must stay in the delta."""
+    """git inside the session commits to the session's own `.git`: the real branch does not
+    move, no hook sweeps anything, and the session's changes stay in the delta."""
     script = "echo I > i.txt; echo J > j.txt; git add i.txt && git commit -q -m inside"
+    head = git(repo, "rev-parse", "HEAD")
     run_in(repo, "in", script)
-    assert git(repo, "show", "HEAD:i.txt") == "I"
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert run_in(repo, "in", "git show HEAD:i.txt").stdout == "I\n"
     assert not (repo / "i.txt").exists()
     seen = run_in(repo, "in", "cat i.txt j.txt")
     assert seen.stdout == "I\nJ\n"

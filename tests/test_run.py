@@ -215,12 +215,14 @@ def test_real_tools_inside_a_session(repo: Path, tmp_path: Path) -> None:
     """
     done = run(repo, "tools", script)
     assert done.returncode == 0, done.stderr
-    inside = run(repo, "tools", "cat status.txt README.md; ls")
+    inside = run(repo, "tools", "cat status.txt README.md; ls; git log -1 --format=%s")
     assert " M README.md" in inside.stdout
     assert " D src/app.py" in inside.stdout
     assert "saved" in inside.stdout
     assert "src" not in inside.stdout.split()
-    assert git(repo, "log", "-1", "--format=%s") == "inside the session"
+    # The commit is the session's: the real branch stays where it was.
+    assert inside.stdout.endswith("inside the session\n")
+    assert git(repo, "log", "-1", "--format=%s") == "initial"
     assert (repo / "src" / "app.py").exists()
 
 

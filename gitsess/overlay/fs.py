@@ -32,7 +32,7 @@ from pyfuse3 import (
 
 from gitsess.overlay import passthrough as pt
 from gitsess.overlay.listahead import SUBDIRS, ListAhead
-from gitsess.overlay.tree import GIT, Node, Tree
+from gitsess.overlay.tree import Node, Tree, in_git
 
 log = logging.getLogger("gitsess.fs")
 T = TypeVar("T")
@@ -141,9 +141,10 @@ class Filesystem(pyfuse3.Operations):
     # ---------------------------------------------------------------- helpers
 
     def _entry(self, n: Node) -> EntryAttributes:
-        timeout = GIT_TIMEOUT if n.passthrough or not self.tree.watched else TIMEOUT
+        follows = _follows_git(n)
+        timeout = GIT_TIMEOUT if follows or not self.tree.watched else TIMEOUT
         e = self._attributes(n, timeout)
-        if n.passthrough and INODE_FH and stat.S_ISREG(n.mode) and not _lasting(n.lower):
+        if follows and INODE_FH and stat.S_ISREG(n.mode) and not _lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
             # their pages until their attributes change: each open(2) or stat(2) of one by
             # name is a LOOKUP, whose changed mtime or size drops them (FUSE_AUTO_INVAL_DATA).
@@ -190,9 +191,6 @@ class Filesystem(pyfuse3.Operations):
     def _real_child(self, parent: Node, name: bytes) -> bytes:
         return self._real(parent) + b"/" + name
 
-    def _is_git(self, parent: int, name: bytes) -> bool:
-        return parent == pyfuse3.ROOT_INODE and name == GIT
-
     def _path(self, parent: int, name: bytes) -> bytes:
         p = self.tree.path_of(self.tree.node(parent))
         return p + b"/" + name if p else name
@@ -222,7 +220,7 @@ class Filesystem(pyfuse3.Operations):
             self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
         n = self.tree.find(parent_inode, name)
         if n is None:
-            return self._negative(self.tree.node(parent_inode).passthrough)
+            return self._negative(_follows_git(self.tree.node(parent_inode)))
         entry = self._entry(n)
         self.tree.count_lookup(n)
         return entry
@@ -230,7 +228,7 @@ class Filesystem(pyfuse3.Operations):
     def _list_ahead(self, ahead: ListAhead, d: Node, *, for_lookup: bool = False) -> None:
         # Not below .git (git writes there from both sides, so its entries are kept for a
         # second only), nor a huge directory, of which one name says little.
-        if d.passthrough or not d.is_dir or len(d.entries or ()) > LIST_AHEAD_MAX:
+        if _follows_git(d) or not d.is_dir or len(d.entries or ()) > LIST_AHEAD_MAX:
             return
         size = self.tree.lower_size(d)
         if size is None or size <= LIST_AHEAD_MAX_BYTES:
@@ -242,7 +240,7 @@ class Filesystem(pyfuse3.Operations):
         # thread of C now, so that the daemon's own listing and lstats of it find them cached
         # instead of waiting for the disk one directory at a time.
         st = n.st
-        if n.upper or n.passthrough or n.lower is None or st is None:
+        if n.upper or _follows_git(n) or n.lower is None or st is None:
             return
         if stat.S_ISDIR(st.st_mode) and st.st_size <= LIST_AHEAD_MAX_BYTES:
             ahead.stat_below(self._real(n))
@@ -266,6 +264,8 @@ class Filesystem(pyfuse3.Operations):
     ) -> EntryAttributes:
         n = self.tree.node(inode)
         if n.passthrough:
+            if fields.update_size:
+                _refuse_object_change(n)
             h = self.handles.get(fh) if fh is not None else None
             self._setattr_real(n, attr, fields, h.fd if h else None)
             return self._entry(n)
@@ -334,7 +334,6 @@ class Filesystem(pyfuse3.Operations):
             pt.call(os.mknod, self._real_child(p, name), mode, rdev)
             pt.chown(self._real_child(p, name), ctx.uid, ctx.gid)
             return self._lookup_real(p, name)
-        self._refuse_git(parent_inode, name)
         n = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev)
         self._record("mknod", parent_inode, name, ctx)
         return self._entry(n)
@@ -347,7 +346,6 @@ class Filesystem(pyfuse3.Operations):
             pt.call(os.mkdir, self._real_child(p, name), mode & ~ctx.umask)
             pt.chown(self._real_child(p, name), ctx.uid, ctx.gid)
             return self._lookup_real(p, name)
-        self._refuse_git(parent_inode, name)
         n = self.tree.mkdir(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
         self._record("mkdir", parent_inode, name, ctx)
         return self._entry(n)
@@ -360,7 +358,6 @@ class Filesystem(pyfuse3.Operations):
             pt.call(os.symlink, target, self._real_child(p, name))
             pt.chown(self._real_child(p, name), ctx.uid, ctx.gid)
             return self._lookup_real(p, name)
-        self._refuse_git(parent_inode, name)
         n = self.tree.symlink(parent_inode, name, target, ctx.uid, ctx.gid)
         path = self._path(parent_inode, name)
         self.tree.audit.record("symlink", path, ctx.pid, target=target)
@@ -377,7 +374,6 @@ class Filesystem(pyfuse3.Operations):
         if p.passthrough:
             pt.call(os.link, self._real(n), self._real_child(p, new_name), follow_symlinks=False)
             return self._lookup_real(p, new_name)
-        self._refuse_git(new_parent_inode, new_name)
         source = self.tree.path_of(n)
         linked = self.tree.link(inode, new_parent_inode, new_name)
         new = self._path(new_parent_inode, new_name)
@@ -406,7 +402,6 @@ class Filesystem(pyfuse3.Operations):
                 raise FUSEError(errno.ENOENT)
             info = self._open_handle(n, fd, ctx.pid, keep_cache=self._keeps_pages(n, fd))
             return info, self._entry(n)
-        self._refuse_git(parent_inode, name)
         existing = self.tree.find(parent_inode, name)
         if existing is not None:
             # The kernel asked to create a name it believed absent (the worktree grew it
@@ -419,29 +414,27 @@ class Filesystem(pyfuse3.Operations):
         self._record("create", parent_inode, name, ctx)
         return self._open_handle(n, None, ctx.pid), self._entry(n)
 
-    def _refuse_git(self, parent: int, name: bytes) -> None:
-        if self._is_git(parent, name):
-            raise FUSEError(errno.EPERM)
-
     # ---------------------------------------------------------------- removing and renaming
 
     async def unlink(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
         p = self.tree.node(parent_inode)
         if p.passthrough:
+            if not _scratch(name):
+                raise FUSEError(errno.EPERM)
             self._forget_real(p, name)
             pt.call(os.unlink, self._real_child(p, name))
             return
-        self._refuse_git(parent_inode, name)
         self.tree.unlink(parent_inode, name)
         self._record("unlink", parent_inode, name, ctx)
 
     async def rmdir(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
         p = self.tree.node(parent_inode)
         if p.passthrough:
+            if not _scratch(name):
+                raise FUSEError(errno.EPERM)
             self._forget_real(p, name)
             pt.call(os.rmdir, self._real_child(p, name))
             return
-        self._refuse_git(parent_inode, name)
         self.tree.rmdir(parent_inode, name)
         self._record("rmdir", parent_inode, name, ctx)
 
@@ -463,6 +456,8 @@ class Filesystem(pyfuse3.Operations):
         if op.passthrough != np.passthrough:
             raise FUSEError(errno.EXDEV)
         if op.passthrough:
+            if not _scratch(name_old):
+                raise FUSEError(errno.EPERM)
             moved = self.tree.find(parent_inode_old, name_old)
             self._forget_real(op, name_old)
             self._forget_real(np, name_new)
@@ -472,8 +467,6 @@ class Filesystem(pyfuse3.Operations):
                 moved.lower = np.lower + b"/" + name_new
                 self.tree.lower_index[moved.lower] = moved.ino
             return
-        self._refuse_git(parent_inode_old, name_old)
-        self._refuse_git(parent_inode_new, name_new)
         old = self._path(parent_inode_old, name_old)
         self.tree.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
         new = self._path(parent_inode_new, name_new)
@@ -528,7 +521,7 @@ class Filesystem(pyfuse3.Operations):
                 return FILE_SLICE(h.fd, off, size)
             return pt.call(os.pread, h.fd, size, off)
         n = h.node if h is not None else self.tree.node(fh)
-        if n.passthrough:
+        if n.passthrough or (not n.upper and in_git(n.lower)):
             return self.git_reads.read(n.ino, self._real(n), off, size)
         fd = self.tree.worktree_fd(n)
         if fd is not None:
@@ -543,7 +536,9 @@ class Filesystem(pyfuse3.Operations):
     def _read_ahead(self, ahead: ListAhead, n: Node) -> None:
         parent = self.tree.nodes.get(n.parent)
         rel = None if parent is None else parent.worktree_rel
-        if parent is not None and rel is not None and ahead.read_due(parent.ino):
+        if parent is None or rel is None or in_git(rel):
+            return
+        if ahead.read_due(parent.ino):
             ahead.read_below(self.tree.root + b"/" + rel if rel else self.tree.root)
 
     async def write(
@@ -554,6 +549,7 @@ class Filesystem(pyfuse3.Operations):
         if h is not None and h.fd is not None:
             return pt.call(os.pwrite, h.fd, buf, off)
         if n.passthrough:
+            _refuse_object_change(n)
             return pt.write(self._real(n), buf, off)
         written = self.tree.write(n, off, buf)
         pid = ctx.pid if ctx is not None else h.pid if h is not None else 0
@@ -661,6 +657,24 @@ class Filesystem(pyfuse3.Operations):
             return
         self.tree.removexattr(n, name)
         self.tree.audit.record("removexattr", self.tree.path_of(n), ctx.pid)
+
+
+def _follows_git(n: Node) -> bool:
+    """Whether `n` shows a real object below `.git` (the session's own files excepted): git
+    changes those from outside the session, where no worktree watch sees it."""
+    return n.passthrough or (in_git(n.worktree_rel) and not (n.upper and n.entries is None))
+
+
+def _scratch(name: bytes) -> bool:
+    """Whether a name in the shared object store is one of git's temporary or lock files,
+    which git removes or renames; every other file there may be the real repository's only
+    copy of an object, so the session can add objects but never take or change one."""
+    return name.startswith(b"tmp_") or name.endswith((b".lock", b".tmp"))
+
+
+def _refuse_object_change(n: Node) -> None:
+    if not _scratch(n.name):
+        raise FUSEError(errno.EPERM)
 
 
 def _lasting(rel: bytes | None) -> bool:

@@ -34,8 +34,10 @@ ROOT_INODE = 1  # what FUSE calls the root
 # renameat2(2) flags
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
-# The worktree's own `.git` is the real repository: everything below it passes straight through.
+# The worktree's own `.git` is the session's own copy-on-write, like every other path; only its
+# object store (append-only, named by content) is the real one, shared (see `passthrough`).
 GIT = b".git"
+GIT_OBJECTS = b".git/objects"
 # A whiteout for a lower name is written only once its directory has been quiet this long, so
 # `rm -rf` of a lower tree ends as one whiteout for the top directory, not one row per file.
 WHITEOUT_SETTLE_NS = 1_000_000_000
@@ -73,6 +75,7 @@ class Node:
         "passthrough",
         "quiet_since",
         "rdev",
+        "sealed",
         "size",
         "st",
         "subdirs",
@@ -87,6 +90,9 @@ class Node:
         self.upper = False
         self.lower: bytes | None = None  # lower path (relative) of a lower node
         self.passthrough = False
+        # A hidden path (the state dir): found by name, so that `gitsess run` can bind the real
+        # one over it, but never listed, never changed, and empty in the view.
+        self.sealed = False
         self.parent = parent
         self.name = name
         self.mode = 0
@@ -165,6 +171,12 @@ class Attr:
 
 def _err(code: int) -> OSError:
     return OSError(code, os.strerror(code))
+
+
+def in_git(rel: bytes | None) -> bool:
+    """Whether a worktree path is the worktree's `.git` or below it: git changes those from
+    outside the session with no worktree watch to say so."""
+    return rel is not None and (rel == GIT or rel.startswith(GIT + b"/"))
 
 
 def _join(base: bytes, name: bytes) -> bytes:
@@ -379,8 +391,6 @@ class Tree:
         return self.root + b"/" + rel if rel else self.root
 
     def _lower_stat(self, rel: bytes) -> os.stat_result | None:
-        if rel in self.hidden:
-            return None
         try:
             return os.lstat(self._lower_path(rel))
         except FileNotFoundError:
@@ -403,7 +413,7 @@ class Tree:
             ino = p.entries[name]
             return self.nodes[ino] if ino else None
         rel = self._child_lower_rel(p, name)
-        if rel is None:
+        if rel is None or p.sealed:
             return None
         st = self._lower_stat(rel)
         if st is None:
@@ -440,7 +450,8 @@ class Tree:
             ino = self._allocate()
         n = Node(ino, p.ino, name)
         n.lower = rel
-        n.passthrough = p.passthrough or (p.ino == ROOT_INODE and name == GIT)
+        n.passthrough = p.passthrough or rel == GIT_OBJECTS
+        n.sealed = rel in self.hidden
         n.mode = st.st_mode
         n.st = st
         self.nodes[ino] = n
@@ -648,7 +659,7 @@ class Tree:
             raise _err(errno.ENOTDIR)
         entries = n.entries or {}
         rel = n.worktree_rel
-        if rel is not None:
+        if rel is not None and not n.sealed:
             for name, is_dir in self._lower_listing(rel):
                 if name not in entries:
                     yield name, is_dir
@@ -688,6 +699,8 @@ class Tree:
             return
         if n.passthrough:
             raise AssertionError("passthrough nodes are never copied up")
+        if n.sealed:
+            raise _err(errno.EACCES)
         parent = self.node(n.parent)
         self.make_upper(parent)
         assert n.lower is not None
@@ -972,9 +985,18 @@ class Tree:
             raise _err(errno.ENOENT)
         if not n.is_dir:
             raise _err(errno.ENOTDIR)
-        if next(self.children(n), None) is not None:
+        if n.sealed:
+            raise _err(errno.EBUSY)
+        if not self._empty(n):
             raise _err(errno.ENOTEMPTY)
         self._rmdir_node(p, name, n)
+
+    def _empty(self, n: Node) -> bool:
+        """Whether directory `n` holds nothing, not even a hidden path (which is not listed)."""
+        if next(self.children(n), None) is not None:
+            return False
+        rel = n.worktree_rel
+        return rel is None or not any(h.rpartition(b"/")[0] == rel for h in self.hidden)
 
     def _rmdir_node(self, p: Node, name: bytes, n: Node) -> None:
         p.subdirs = None
@@ -1024,6 +1046,8 @@ class Tree:
         if src is None:
             raise _err(errno.ENOENT)
         dst = self.find(new_parent, new_name)
+        if src.sealed or (dst is not None and dst.sealed):
+            raise _err(errno.EBUSY)
         if flags & RENAME_NOREPLACE and dst is not None:
             raise _err(errno.EEXIST)
         if flags & RENAME_EXCHANGE:
@@ -1046,7 +1070,7 @@ class Tree:
                 raise _err(errno.ENOTDIR)
             if dst.is_dir and not src.is_dir:
                 raise _err(errno.EISDIR)
-            if dst.is_dir and next(self.children(dst), None) is not None:
+            if dst.is_dir and not self._empty(dst):
                 raise _err(errno.ENOTEMPTY)
         self._detach_from_lower(src)
         if src.is_dir or (dst is not None and dst.is_dir):
@@ -1191,13 +1215,13 @@ class Tree:
 
     def _lower_fd(self, n: Node) -> int:
         fd = self._lower_fds.get(n.ino)
-        if fd is not None and self.watched:
-            return fd
         rel = n.worktree_rel
         assert rel is not None
+        if fd is not None and self.watched and not in_git(rel):
+            return fd
         path = self._lower_path(rel)
-        # Unwatched, nothing closes the descriptor of a file replaced or removed: each read
-        # checks that the path still names it, as an open of the path would.
+        # Unwatched (`.git` never is), nothing closes the descriptor of a file replaced or
+        # removed: each read checks that the path still names it, as an open of the path would.
         if fd is not None and _names(path, fd):
             return fd
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import signal
 import stat
@@ -176,14 +177,41 @@ def test_worktree_removals_and_renames_leave_listings(mounted: Mounted) -> None:
     assert sorted(os.listdir(src / "lib")) == ["mod.py"]
 
 
-def test_git_passes_through_to_the_real_repository(mounted: Mounted) -> None:
+def _real_git_state(repo: Path) -> str:
+    """HEAD, every ref, and the bytes of the index, config and HEAD files."""
+    files = [repo / ".git" / f for f in ("index", "config", "HEAD")]
+    digests = [hashlib.sha256(f.read_bytes()).hexdigest() for f in files]
+    return git(repo, "rev-parse", "HEAD") + git(repo, "for-each-ref") + " ".join(digests)
+
+
+def test_git_inside_the_view_changes_only_the_session(mounted: Mounted) -> None:
+    before = _real_git_state(mounted.lower)
     (mounted.mnt / "README").write_text("session change\n")
     out = git(mounted.mnt, "status", "--porcelain")
     assert out == " M README\n"
     git(mounted.mnt, "add", "README")
     git(mounted.mnt, "commit", "-qm", "from the session")
-    assert git(mounted.lower, "log", "-1", "--format=%s").strip() == "from the session"
+    git(mounted.mnt, "checkout", "-qb", "topic")
+    assert git(mounted.mnt, "log", "-1", "--format=%s").strip() == "from the session"
+    assert git(mounted.mnt, "status", "--porcelain") == ""
+    assert _real_git_state(mounted.lower) == before
     assert (mounted.lower / "README").read_text() == "readme\n"
+    # The commit is an object of the shared store: the real repository has it already.
+    commit = git(mounted.mnt, "rev-parse", "HEAD").strip()
+    assert git(mounted.lower, "cat-file", "-t", commit).strip() == "commit"
+    assert subprocess.run(["git", "fsck"], cwd=mounted.lower).returncode == 0
+
+
+def test_removing_the_views_git_leaves_the_real_one(mounted: Mounted) -> None:
+    before = _real_git_state(mounted.lower)
+    objects = sorted(p for p in (mounted.lower / ".git" / "objects").rglob("*"))
+    done = subprocess.run(["rm", "-rf", str(mounted.mnt / ".git")], capture_output=True)
+    assert done.returncode != 0  # the shared objects refuse
+    assert b"Operation not permitted" in done.stderr
+    assert sorted(os.listdir(mounted.mnt / ".git")) == ["objects"]
+    assert _real_git_state(mounted.lower) == before
+    assert sorted(p for p in (mounted.lower / ".git" / "objects").rglob("*")) == objects
+    assert subprocess.run(["git", "fsck"], cwd=mounted.lower).returncode == 0
 
 
 @pytest.mark.parametrize("how", ["in place", "renamed over"])

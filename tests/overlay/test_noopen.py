@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import mmap
 import os
 import subprocess
@@ -17,7 +18,7 @@ import pytest
 from gitsess.overlay import tree as tree_module
 from gitsess.overlay.fs import INODE_FH
 from tests.live_util import eventually
-from tests.overlay.conftest import Mounted, make_worktree
+from tests.overlay.conftest import Mounted, git, make_worktree
 
 pytestmark = [
     pytest.mark.fuse,
@@ -110,12 +111,32 @@ def test_o_trunc_of_an_existing_file_truncates(mounted: Mounted) -> None:
     assert [p for p, _, _ in _events(mounted, "truncate")] == ["src/main.py"]
 
 
-def test_a_git_file_written_in_place_changes_the_real_file(mounted: Mounted) -> None:
+def test_a_git_file_written_in_place_changes_the_sessions_copy(mounted: Mounted) -> None:
     seen, real = mounted.mnt / ".git" / "description", mounted.lower / ".git" / "description"
+    before = real.read_bytes()
     with open(seen, "r+b") as f:
         f.write(b"HELLO")
-    assert real.read_bytes()[:5] == b"HELLO"
-    assert seen.read_bytes() == real.read_bytes()
+    assert real.read_bytes() == before
+    assert seen.read_bytes() == b"HELLO" + before[5:]
+
+
+def test_the_shared_objects_take_new_objects_and_keep_old_ones(mounted: Mounted) -> None:
+    objects = mounted.mnt / ".git" / "objects"
+    (mounted.mnt / "new.txt").write_text("new object\n")
+    blob = git(mounted.mnt, "hash-object", "-w", "new.txt").strip()
+    assert (mounted.lower / ".git" / "objects" / blob[:2] / blob[2:]).is_file()
+    head = git(mounted.mnt, "rev-parse", "HEAD^{tree}").strip()
+    loose = next(p for p in objects.glob("??/*") if p.parent.name + p.name != blob)
+    for attempt in (
+        lambda: loose.unlink(),
+        lambda: os.truncate(loose, 0),
+        lambda: loose.rename(loose.with_name("elsewhere")),
+        lambda: loose.parent.rmdir(),
+    ):
+        with pytest.raises(OSError) as e:
+            attempt()
+        assert e.value.errno in (errno.EPERM, errno.ENOTEMPTY)
+    assert git(mounted.lower, "cat-file", "-t", head).strip() == "tree"
 
 
 def test_worktree_files_held_open_stay_few(mounted: Mounted, tmp_path: Path) -> None:

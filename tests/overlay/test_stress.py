@@ -149,7 +149,17 @@ def test_state_dir_is_hidden_from_a_mounted_view(mounted: Mounted, tmp_path: Pat
     try:
         m.mount()
         assert "gitsess-test" not in os.listdir(m.mnt / ".git")
-        assert not (m.mnt / ".git" / "gitsess-test").exists()
+        # Found by name (`gitsess run` binds the real one over it), but empty and fixed.
+        stand_in = m.mnt / ".git" / "gitsess-test"
+        assert stand_in.is_dir() and os.listdir(stand_in) == []
+        for attempt in (
+            lambda: (stand_in / "x").write_text("x"),
+            lambda: stand_in.rmdir(),
+            lambda: stand_in.rename(m.mnt / "elsewhere"),
+            lambda: os.chmod(stand_in, 0o777),
+        ):
+            with pytest.raises(OSError):
+                attempt()
         assert "HEAD" in os.listdir(m.mnt / ".git")
         found = subprocess.run(
             ["find", str(m.mnt)], capture_output=True, text=True, timeout=60, check=True
@@ -157,5 +167,8 @@ def test_state_dir_is_hidden_from_a_mounted_view(mounted: Mounted, tmp_path: Pat
         inside = [line[len(str(m.mnt)) :] for line in found.stdout.splitlines()]
         assert "/.git/HEAD" in inside
         assert not [p for p in inside if "gitsess-test" in p]
+        subprocess.run(["rm", "-rf", str(m.mnt / ".git")], capture_output=True)
+        assert sorted(os.listdir(m.mnt / ".git")) == ["objects"]
+        assert (mounted.lower / ".git" / "gitsess-test" / "delta.db").is_file()
     finally:
         m.unmount()
