@@ -385,6 +385,7 @@ class Applied:
     patch: PatchResult | None = None
     base: str | None = None  # the session's base after the apply
     notes: tuple[str, ...] = ()
+    promoted: tuple[str, ...] = ()  # the session's own commits this apply took
 
     @property
     def ok(self) -> bool:
@@ -404,6 +405,7 @@ class Applied:
             "kept": list(self.kept),
             "base": self.base,
             "notes": list(self.notes),
+            "promoted": list(self.promoted),
         }
         if self.commit is not None:
             c = self.commit
@@ -444,14 +446,20 @@ def apply_to_commit(
     include_ignored: bool = False,
     force: bool = False,
     dry_run: bool = False,
+    squash: bool = False,
 ) -> Applied:
     """Commit the session's changes on its branch (or `branch`); see `apply_commit`.
 
-    When the commit lands on the branch checked out in the bound worktree, the applied paths
-    leave the delta. The session's base becomes the new commit when the commit is on the
+    Commits made inside the session come first: a fast-forward of the branch to them when it
+    has not moved, else each re-applied three-way (authors and messages kept), or with `squash`
+    one commit of them all with `message`; then the uncommitted changes on top. On any conflict
+    nothing changes. When the commit lands on the branch checked out in the bound worktree, the
+    applied paths leave the delta, and so does the session's HEAD and index (the real ones now
+    hold its commits). The session's base becomes the new commit when the commit is on the
     session's own branch or on the one its worktree has checked out.
     """
-    from gitsess.git.apply import apply_commit
+    from gitsess import session_git
+    from gitsess.git.apply import Conflict, apply_commit
 
     with _prepare(ctx, session) as p:
         target = branch or p.session.branch
@@ -464,6 +472,28 @@ def apply_to_commit(
                 view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
             )
             own = target.removeprefix("refs/heads/") == p.session.branch
+            git = session_git.state(view, p.repo, p.session)
+            commits = git if git is not None and git.commits else None
+            stale_git: list[str] = []
+            onto = undo = None
+            base = p.session.base_commit
+            if commits is not None:
+                promoted = session_git.promote(
+                    p.repo, commits, _tip(p.repo, target) or base,
+                    squash_message=message if squash else None,
+                )  # fmt: skip
+                if promoted.conflicts:
+                    return Applied(
+                        "commit", dry_run, (), (), tuple(
+                            Conflict(path, "merge", "changed on the branch and in a session commit")
+                            for path in promoted.conflicts
+                        ), base=base, notes=tuple(p.notes),
+                    )  # fmt: skip
+                onto, base = promoted.tip, commits.head.commit
+                undo = session_git.reverted_in_view(
+                    scratch, view, commits, set(changes.paths), Pathspec(pathspecs)
+                )
+                stale_git = commits.stale_after_apply()
 
             def journal(result: CommitResult) -> None:
                 move = own or result.worktree_updated
@@ -473,16 +503,20 @@ def apply_to_commit(
                     "commit", changes, applied, keep, result=result,
                     base=result.commit or result.parent, move_base=move,
                 )  # fmt: skip
+                if result.worktree_updated and stale_git:
+                    data["drop"] += stale_git
+                    data["expect"].update(dict.fromkeys(stale_git))
                 _write_journal(ctx, p.session, data)
 
             result = apply_commit(
-                p.repo, view, changes, branch=target, base=p.session.base_commit,
+                p.repo, view, changes, branch=target, base=base,
                 message=message, author=author, force=force, dry_run=dry_run,
-                on_prepared=journal, scratch=scratch,
+                on_prepared=journal, scratch=scratch, onto=onto, undo=undo,
             )  # fmt: skip
         outcome = Applied(
             "commit", dry_run, result.applied, result.skipped, result.conflicts,
             commit=result, base=p.session.base_commit, notes=tuple(p.notes),
+            promoted=commits.commits if commits is not None else (),
         )  # fmt: skip
         if not result.ok or dry_run or not _journal_path(ctx, p.session).exists():
             return outcome
@@ -490,6 +524,14 @@ def apply_to_commit(
         dropped, kept = _settle(ctx, p.session, p.root, journal_data, result.changed_dirs)
         base = journal_data["base"] if journal_data["move_base"] else p.session.base_commit
         return replace(outcome, dropped=tuple(dropped), kept=tuple(kept), base=base)
+
+
+def _tip(repo: pygit2.Repository, branch: str) -> str | None:
+    ref = branch if branch.startswith("refs/") else "refs/heads/" + branch
+    try:
+        return str(repo.references[ref].resolve().target)
+    except (KeyError, pygit2.InvalidSpecError):
+        return None
 
 
 def apply_to_patch(

@@ -19,7 +19,7 @@ import email.utils
 import errno
 import os
 import stat
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -117,6 +117,13 @@ class CommitResult:
     dry_run: bool
     changed_dirs: tuple[str, ...] = ()  # as in WorktreeResult
     new_branch: bool = False  # the branch did not exist: `parent` is where it starts
+    # The branch tip the ref moves from, when the commit was built on another commit (the
+    # session's own commits, promoted onto the tip): None means `parent`.
+    moves_from: str | None = None
+
+    @property
+    def expected_tip(self) -> str | None:
+        return self.parent if self.moves_from is None else self.moves_from
 
     @property
     def ok(self) -> bool:
@@ -306,6 +313,8 @@ def apply_commit(
     dry_run: bool = False,
     on_prepared: Callable[[CommitResult], None] | None = None,
     scratch: ScratchRepository | None = None,
+    onto: str | None = None,
+    undo: Mapping[str, tuple[str, int] | None] | None = None,
 ) -> CommitResult:
     """Commit the changes on `branch` (a name or a full ref) on top of its tip; a branch that
     does not exist is created at `base`.
@@ -318,6 +327,12 @@ def apply_commit(
     final result once the commit object exists and before anything visible changes: the place
     to journal the apply so a crash can be completed with `finish_commit`. `scratch` is the
     scratch repository `changes` was computed with (its `store`), if any; else one is made.
+
+    `onto` is where the session's own commits now end on this branch (`promote_commits`): the
+    changes are committed on top of it, with `base` the session's HEAD, and the ref moves from
+    its tip to the result (to `onto` itself when there is nothing more). `undo` gives base
+    entries for paths the session's commits changed that the view shows as the worktree has
+    them: no change of the delta's, yet the commit must not keep the session commit's version.
     """
     if not message.strip():
         raise GitsessError("a commit needs a message")
@@ -332,17 +347,21 @@ def apply_commit(
     base = base or tip
     mode = _worktree_mode(repo, ref)
     bound = mode == "bound"
+    moves_from = tip if onto is not None and onto != tip and not new_branch else None
+    start = onto if onto is not None else tip
     result = CommitResult(
-        ref, tip, base, None, None, False, (), (), (), bound, (), dry_run, new_branch=new_branch
-    )
+        ref, start, base, None, None, False, (), (), (), bound, (), dry_run,
+        new_branch=new_branch, moves_from=moves_from,
+    )  # fmt: skip
     if mode == "elsewhere":
         holder = checked_out_at(_common_repo(repo), ref.removeprefix("refs/heads/"))
         conflict = Conflict(ref, "checked-out-elsewhere", f"the branch is checked out at {holder}")
         return replace(result, conflicts=(conflict,))
-    if not changes.git_changes():
+    promoted = onto is not None and (onto != tip or new_branch)
+    if not changes.git_changes() and not undo and not promoted:
         return replace(result, skipped=tuple(changes.paths))
     with scratch_repo(repo) if scratch is None else nullcontext(scratch) as scratch:
-        build = _build_commit_tree(scratch, view, changes, tip, base)
+        build = _build_commit_tree(scratch, view, changes, start, base, undo or {})
         result = replace(result, merged=build.merged, conflicts=build.conflicts)
         if build.tree is None:
             return result
@@ -353,9 +372,11 @@ def apply_commit(
         if result.conflicts or dry_run:
             return result
         copy_objects(scratch, repo, build.tree)
-        if build.tree != build.tip_tree or tip is None:  # else the tip already has every change
-            commit = _create_commit(repo, build.tree, tip, message, author, committer)
+        if build.tree != build.tip_tree or start is None:  # else the tip has every change
+            commit = _create_commit(repo, build.tree, start, message, author, committer)
             result = replace(result, commit=commit)
+        elif promoted:
+            result = replace(result, commit=start)
         if on_prepared is not None:
             on_prepared(result)
         return replace(result, changed_dirs=finish_commit(repo, result, scratch, view))
@@ -440,6 +461,7 @@ class _Build:
     merged: bool
     conflicts: tuple[Conflict, ...]
     session_entries: dict[str, tuple[str, int] | None]  # git state of each session path
+    undone: frozenset[str] = frozenset()  # `undo` paths: the worktree already has them
 
 
 def _build_commit_tree(
@@ -448,15 +470,17 @@ def _build_commit_tree(
     changes: ChangeSet,
     tip: str | None,
     base: str | None,
+    undo: Mapping[str, tuple[str, int] | None],
 ) -> _Build:
     """Base tree + the session's git-visible changes, merged onto the tip when it moved."""
     git_changes = changes.git_changes()
     entries = {c.path: store_view_blob(scratch, view, c) for c in git_changes}
     base_tree = commit_tree(scratch, base)
     tip_tree = commit_tree(scratch, tip)
-    theirs = edit_tree(scratch, base_tree, entries)
+    theirs = edit_tree(scratch, base_tree, {**undo, **entries})
+    undone = frozenset(undo) - set(entries)
     if tip == base:
-        return _Build(theirs, tip_tree, False, (), entries)
+        return _Build(theirs, tip_tree, False, (), entries, undone)
     tip_obj = _tree(scratch, tip_tree)
     own_base = {
         c.path: c.git_old
@@ -465,15 +489,15 @@ def _build_commit_tree(
     }
     ancestor = edit_tree(scratch, base_tree, own_base)
     if ancestor == tip_tree:
-        return _Build(theirs, tip_tree, False, (), entries)
+        return _Build(theirs, tip_tree, False, (), entries, undone)
     merged = scratch.merge_trees(ancestor, tip_tree, theirs)
     if merged.conflicts is not None:
         paths = sorted({_conflict_path(entry) for entry in merged.conflicts})
         conflicts = tuple(
             Conflict(p, "merge", "changed on the branch and in the session") for p in paths
         )
-        return _Build(None, tip_tree, True, conflicts, entries)
-    return _Build(str(merged.write_tree(scratch)), tip_tree, True, (), entries)
+        return _Build(None, tip_tree, True, conflicts, entries, undone)
+    return _Build(str(merged.write_tree(scratch)), tip_tree, True, (), entries, undone)
 
 
 def _conflict_path(
@@ -638,7 +662,7 @@ def _ref_target(repo: pygit2.Repository, ref: str) -> str | None:
 
 def _check_ref(repo: pygit2.Repository, result: CommitResult) -> None:
     now = _ref_target(repo, result.branch)
-    before = None if result.new_branch else result.parent
+    before = None if result.new_branch else result.expected_tip
     if now not in (before, result.commit):
         raise GitsessError(f"{result.branch} moved to {now} during the apply; run it again")
 
@@ -655,7 +679,7 @@ def _move_ref(repo: pygit2.Repository, result: CommitResult) -> None:
     current = repo.references[result.branch]
     if str(current.target) == result.commit:
         return
-    if str(current.target) != result.parent:
+    if str(current.target) != result.expected_tip:
         raise GitsessError(f"{result.branch} moved during the apply; run it again")
     try:
         current.set_target(new, log)  # compare-and-swap against the value just read
@@ -728,6 +752,7 @@ def _plan_commit_worktree(
         else:
             targets.append(_tree_target(tree, change.path))  # the merge changed it
     merged_paths = _tree_diff_paths(scratch, build.tip_tree, build.tree) - set(session)
+    merged_paths -= build.undone
     targets.extend(_tree_target(tree, path) for path in sorted(merged_paths))
     plan = _plan_writes(root, targets)
     conflicts = list(plan.conflicts)

@@ -124,6 +124,26 @@ class OverlayView:
         mode, size, mtime_ns = n.origin_stamp
         return Entry(kind_of(mode), mode, size, mtime_ns)
 
+    def touched_git(self) -> bool:
+        """Whether the session changed anything below its `.git` (else it is the real one)."""
+        root = self.tree.node(ROOT_INODE)
+        return root.entries is not None and GIT in root.entries
+
+    def read_git(self, rel: str) -> bytes | None:
+        """The bytes of `.git/<rel>` as the session sees it; None when it is not a file."""
+        n = self.tree.resolve(GIT + b"/" + os.fsencode(rel))
+        if n is None or n.is_dir:
+            return None
+        try:
+            size = self.tree.getattr(n).size
+            self.tree.opened(n)
+        except OSError:
+            return None
+        try:
+            return self.tree.read(n, 0, size) if size else b""
+        finally:
+            self.tree.released(n)
+
     def _need(self, path: str) -> Node:
         n = self._resolve(path)
         if n is None:

@@ -1,0 +1,110 @@
+"""A session's own git state: where its HEAD is, and the commits it made that its branch lacks.
+
+The view's `.git` is copy-on-write (see docs/ARCHITECTURE.md, "git inside a session"), so git
+run inside a session commits to the session's refs, into the shared object store. These are
+the services that read that state back for `show`, `ls` and `apply`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pygit2
+
+from gitsess.git.apply import signature
+from gitsess.git.changes import Pathspec
+from gitsess.git.promote_commits import Promoted, promote_commits
+from gitsess.git.session_refs import SessionHead, ahead_commits, read_head
+from gitsess.git.view import SessionView
+from gitsess.overlay.view import OverlayView
+from gitsess.store.registry import Session
+
+# What a promotion makes stale in the session's `.git`: with the branch and the real index at
+# the promoted commits, the session follows the real ones again.
+_FOLLOWED_AFTER_APPLY = ("HEAD", "index", "ORIG_HEAD", "COMMIT_EDITMSG", "logs/HEAD")
+
+
+@dataclass(frozen=True)
+class SessionGit:
+    head: SessionHead
+    commits: tuple[str, ...]  # the session's commits its branch lacks, oldest first
+
+    def stale_after_apply(self) -> list[str]:
+        """Paths of the session's `.git` that an apply of its commits hands back to the real
+        repository (as view paths)."""
+        rels = list(_FOLLOWED_AFTER_APPLY)
+        if self.head.branch is not None:
+            rels += [self.head.branch, "logs/" + self.head.branch]
+        return [".git/" + r for r in rels]
+
+
+def state(view: OverlayView, repo: pygit2.Repository, session: Session) -> SessionGit | None:
+    """The session's git state; None while it never changed its `.git` (then it is the real
+    repository's, and has no commits of its own)."""
+    if not view.touched_git():
+        return None
+    head = read_head(view.read_git)
+    return SessionGit(head, tuple(ahead_commits(repo, head.commit, upstream(repo, session))))
+
+
+def upstream(repo: pygit2.Repository, session: Session) -> str | None:
+    """What the session's commits are counted against: its branch's real tip, else its base."""
+    if session.branch is not None:
+        try:
+            return str(repo.references["refs/heads/" + session.branch].resolve().target)
+        except KeyError:
+            pass
+    return session.base_commit
+
+
+def promote(
+    repo: pygit2.Repository, git: SessionGit, onto: str | None, *, squash_message: str | None
+) -> Promoted:
+    """The session's commits rebuilt on `onto` (or a fast-forward to them); no ref moves."""
+    return promote_commits(
+        repo,
+        git.commits,
+        onto,
+        squash_message=squash_message,
+        committer=signature(repo, "COMMITTER"),
+    )
+
+
+def reverted_in_view(
+    scratch: pygit2.Repository,
+    view: SessionView,
+    git: SessionGit,
+    changed: set[str],
+    pathspecs: Pathspec,
+) -> dict[str, tuple[str, int] | None]:
+    """Paths the session's commits changed where the view now shows what the worktree has
+    (no change of the delta's): their view state, for the commit on top of the promoted ones."""
+    first = scratch[git.commits[0]].peel(pygit2.Commit)
+    last = scratch[git.commits[-1]].peel(pygit2.Commit)
+    diff = (
+        first.parents[0].tree.diff_to_tree(last.tree) if first.parents else last.tree.diff_to_tree()
+    )
+    out: dict[str, tuple[str, int] | None] = {}
+    for delta in diff.deltas:
+        for path in {delta.old_file.path, delta.new_file.path}:
+            if path in changed or not pathspecs.matches(path):
+                continue
+            out[path] = _view_state(scratch, view, path)
+    return out
+
+
+def _view_state(scratch: pygit2.Repository, view: SessionView, path: str) -> tuple[str, int] | None:
+    entry = view.entry(path)
+    if entry is None or entry.kind not in ("file", "symlink"):
+        return None
+    if entry.kind == "symlink":
+        data = view.readlink(path).encode()
+        mode = pygit2.enums.FileMode.LINK
+    else:
+        data = view.read(path)
+        mode = (
+            pygit2.enums.FileMode.BLOB_EXECUTABLE
+            if entry.mode & 0o100
+            else pygit2.enums.FileMode.BLOB
+        )
+    return str(scratch.create_blob(data)), int(mode)
