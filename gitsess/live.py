@@ -261,12 +261,25 @@ def drop_paths(
             store.close()
 
 
-def changed_files(ctx: RepoContext, session: Session) -> int | None:
-    """How many paths the session has touched (None when it has no delta yet)."""
+@dataclass(frozen=True)
+class Counts:
+    changed_files: int | None  # paths the session touched; None when it has no delta yet
+    commits: int | None  # commits of the session's own that its branch lacks
+
+
+def counts(ctx: RepoContext, session: Session) -> Counts:
+    """What `ls` and `show` count of a session: its touched paths and its own commits."""
+    from gitsess import session_git
+
     if not (ctx.session_dir(session.id) / "delta.db").exists():
-        return None
+        return Counts(None, None)
     try:
         with open_view(ctx, session) as view:
-            return sum(1 for _ in view.touched_paths())
+            changed = sum(1 for _ in view.touched_paths())
+            try:
+                git = session_git.state(view, ctx.open(), session)
+            except (GitsessError, pygit2.GitError, KeyError, ValueError):
+                return Counts(changed, None)
+            return Counts(changed, 0 if git is None else len(git.commits))
     except (OSError, GitsessError):
-        return None
+        return Counts(None, None)

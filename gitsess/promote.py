@@ -386,6 +386,7 @@ class Applied:
     base: str | None = None  # the session's base after the apply
     notes: tuple[str, ...] = ()
     promoted: tuple[str, ...] = ()  # the session's own commits this apply took
+    squashed: bool = False  # ... as part of one commit
 
     @property
     def ok(self) -> bool:
@@ -478,10 +479,11 @@ def apply_to_commit(
             onto = undo = None
             base = p.session.base_commit
             if commits is not None:
-                promoted = session_git.promote(
-                    p.repo, commits, _tip(p.repo, target) or base,
-                    squash_message=message if squash else None,
-                )  # fmt: skip
+                stale_git = commits.stale_after_apply()
+            if commits is not None and not squash:
+                # (squashed, they are part of the view's changes against the real worktree,
+                # which is still at the session's base: one commit takes them all)
+                promoted = session_git.promote(p.repo, commits, _tip(p.repo, target) or base)
                 if promoted.conflicts:
                     return Applied(
                         "commit", dry_run, (), (), tuple(
@@ -493,7 +495,6 @@ def apply_to_commit(
                 undo = session_git.reverted_in_view(
                     scratch, view, commits, set(changes.paths), Pathspec(pathspecs)
                 )
-                stale_git = commits.stale_after_apply()
 
             def journal(result: CommitResult) -> None:
                 move = own or result.worktree_updated
@@ -516,7 +517,7 @@ def apply_to_commit(
         outcome = Applied(
             "commit", dry_run, result.applied, result.skipped, result.conflicts,
             commit=result, base=p.session.base_commit, notes=tuple(p.notes),
-            promoted=commits.commits if commits is not None else (),
+            promoted=commits.commits if commits is not None else (), squashed=squash,
         )  # fmt: skip
         if not result.ok or dry_run or not _journal_path(ctx, p.session).exists():
             return outcome

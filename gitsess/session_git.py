@@ -8,16 +8,18 @@ the services that read that state back for `show`, `ls` and `apply`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pygit2
 
-from gitsess.git.apply import signature
-from gitsess.git.changes import Pathspec
-from gitsess.git.promote_commits import Promoted, promote_commits
 from gitsess.git.session_refs import SessionHead, ahead_commits, read_head
-from gitsess.git.view import SessionView
-from gitsess.overlay.view import OverlayView
 from gitsess.store.registry import Session
+
+if TYPE_CHECKING:  # `ls` counts commits without loading apply's machinery
+    from gitsess.git.changes import Pathspec
+    from gitsess.git.promote_commits import Promoted
+    from gitsess.git.view import SessionView
+    from gitsess.overlay.view import OverlayView
 
 # What a promotion makes stale in the session's `.git`: with the branch and the real index at
 # the promoted commits, the session follows the real ones again.
@@ -57,15 +59,15 @@ def upstream(repo: pygit2.Repository, session: Session) -> str | None:
     return session.base_commit
 
 
-def promote(
-    repo: pygit2.Repository, git: SessionGit, onto: str | None, *, squash_message: str | None
-) -> Promoted:
+def promote(repo: pygit2.Repository, git: SessionGit, onto: str | None) -> Promoted:
     """The session's commits rebuilt on `onto` (or a fast-forward to them); no ref moves."""
+    from gitsess.git.apply import signature
+    from gitsess.git.promote_commits import promote_commits
+
     return promote_commits(
         repo,
         git.commits,
         onto,
-        squash_message=squash_message,
         committer=signature(repo, "COMMITTER"),
     )
 

@@ -91,6 +91,7 @@ class SessionInfo:
     session_dir: Path
     worktree_exists: bool
     changed_files: int | None  # None until the overlay reports it
+    commits: int | None = None  # commits of the session's own that its branch lacks
 
 
 @dataclass(frozen=True)
@@ -326,17 +327,21 @@ def _infos(
         if current is not None:
             here = current.worktree
     sessions = registry.all()
-    return [
-        SessionInfo(
-            session=s,
-            offset=i - len(sessions),
-            here=s.worktree == here,
-            session_dir=ctx.session_dir(s.id),
-            worktree_exists=s.worktree.is_dir(),
-            changed_files=live.changed_files(ctx, s) if s.worktree.is_dir() else None,
+    infos = []
+    for i, s in enumerate(sessions):
+        counts = live.counts(ctx, s) if s.worktree.is_dir() else live.Counts(None, None)
+        infos.append(
+            SessionInfo(
+                session=s,
+                offset=i - len(sessions),
+                here=s.worktree == here,
+                session_dir=ctx.session_dir(s.id),
+                worktree_exists=s.worktree.is_dir(),
+                changed_files=counts.changed_files,
+                commits=counts.commits,
+            )
         )
-        for i, s in enumerate(sessions)
-    ]
+    return infos
 
 
 def list_sessions(ctx: RepoContext, env: Mapping[str, str] | None = None) -> list[SessionInfo]:

@@ -127,7 +127,7 @@ def test_apply_commit_while_live_then_real_edits_show_through(
     assert not (m.mnt / "src" / "app.py").exists()
     (repo / "README.md").write_text("edited outside\n")
     assert eventually(lambda: (m.mnt / "README.md").read_text() == "edited outside\n")
-    assert live.changed_files(ctx, m.session) == 0
+    assert live.counts(ctx, m.session) == live.Counts(0, 0)
 
 
 def test_apply_worktree_while_live_and_dry_run(

@@ -272,6 +272,7 @@ def parse_author(text: str) -> pygit2.Signature:
 )
 @click.option("--author", metavar='"NAME <EMAIL>"', help="Commit (or --mbox) author.")
 @click.option("--branch", metavar="BRANCH", help="Commit on BRANCH (made at the base if new).")
+@click.option("--squash", is_flag=True, help="--commit: the session's own commits as one, with -m.")
 @click.option("-o", "--output", metavar="FILE", help="--patch: write the patch to FILE.")
 @click.option("--mbox", is_flag=True, help="--patch: a mail `git am` takes.")
 @click.option("--force", is_flag=True, help="Overwrite real files changed outside the session.")
@@ -288,6 +289,7 @@ def apply(
     message: str | None,
     author: str | None,
     branch: str | None,
+    squash: bool,
     output: str | None,
     mbox: bool,
     force: bool,
@@ -297,10 +299,14 @@ def apply(
 ) -> None:
     """Promote a session's changes: to a commit, a patch, or the real worktree.
 
-    --commit and --worktree take the applied paths out of the session, which goes on (live
-    mounts included); --patch leaves it as it is. On a conflict nothing changes: every
-    conflicting path is listed on stderr and the exit status is 1.
+    --commit first brings the commits made inside the session onto the branch (a fast-forward,
+    or each re-applied onto a branch that moved; one commit with --squash), then commits the
+    uncommitted changes on top. --commit and --worktree take the applied paths out of the
+    session, which goes on (live mounts included); --patch leaves it as it is. On a conflict
+    nothing changes: every conflicting path is listed on stderr and the exit status is 1.
     """
+    if squash and not to_commit:
+        raise click.UsageError("--squash does not apply to this target")
     if sum((to_commit, to_patch, to_worktree)) != 1:
         raise click.UsageError("give one of --commit, --patch, --worktree")
     _check_options(
@@ -314,6 +320,7 @@ def apply(
         outcome = promote.apply_to_commit(
             ctx, session, specs, message=message or _default_message(session), branch=branch,
             author=signature, include_ignored=ignored, force=force, dry_run=dry_run,
+            squash=squash,
         )  # fmt: skip
     elif to_patch:
         outcome = promote.apply_to_patch(
@@ -389,13 +396,17 @@ def _report(session: Session, outcome: promote.Applied, output: str | None) -> N
     if not outcome.ok:
         return
     count = f"{len(outcome.applied)} path(s)"
-    if not outcome.applied:
+    if not outcome.applied and not outcome.promoted:
         click.echo("Nothing to apply.", err=True)
     elif outcome.commit is not None:
         c = outcome.commit
         branch = c.branch.removeprefix("refs/heads/")
         merged = " (merged three-way: the branch moved since the session's base)"
         merged = merged if c.merged else ""
+        if outcome.promoted:
+            took = "Would take" if outcome.dry_run else "Took"
+            how = " as one" if outcome.squashed else ""
+            click.echo(f"{took} the session's {len(outcome.promoted)} commit(s) onto {branch}{how}")
         if outcome.dry_run:
             click.echo(f"Would commit {count} on {branch}{merged}")
         elif c.commit is None:

@@ -191,6 +191,7 @@ def _table(infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_workt
             s.id[:8],
             escape(branch_label(s)),
             ("-" if info.changed_files is None else str(info.changed_files))
+            + (f" +{info.commits} commit(s)" if info.commits else "")
             + (f" [yellow]! {drifted} drifted[/]" if drifted else ""),
             ago(s.last_used_at),
         ]
@@ -245,6 +246,7 @@ def show(
         ("created", f"{s.created_at:%Y-%m-%d %H:%M:%S} UTC ({ago(s.created_at)})"),
         ("last used", f"{s.last_used_at:%Y-%m-%d %H:%M:%S} UTC ({ago(s.last_used_at)})"),
         ("changes", "-" if info.changed_files is None else str(info.changed_files)),
+        ("commits", _commits(info.commits)),
         ("delta size", _size(usage.delta_bytes)),
         ("runs", _runs(usage)),
         ("last activity", _when(usage.last_activity)),
@@ -283,6 +285,14 @@ def _runs(usage: inspect.Usage) -> str:
 
 def _when(moment: datetime | None) -> str:
     return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S} UTC ({ago(moment)})"
+
+
+def _commits(count: int | None) -> str:
+    if count is None:
+        return "-"
+    if not count:
+        return "0"
+    return f"{count} of the session's own, ahead of the branch (apply --commit promotes them)"
 
 
 def _made(session: Session) -> str:
