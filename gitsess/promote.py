@@ -47,6 +47,7 @@ from gitsess.viewwrite import view_writer
 # frequent command here, needs neither, and loading them is about 12 ms of its start.
 if TYPE_CHECKING:
     from gitsess.git.apply import CommitResult, Conflict, PatchResult
+    from gitsess.session_git import SessionGit
 
 JOURNAL = "apply-journal.json"
 _LOCK = "apply.lock"
@@ -428,11 +429,20 @@ class _Prepared:
 
 
 @contextmanager
-def _prepare(ctx: RepoContext, session: Session) -> Iterator[_Prepared]:
+def _prepare(
+    ctx: RepoContext, session: Session, *, writes_real: bool = False
+) -> Iterator[_Prepared]:
     with _locked(ctx, session):
         notes = _reconcile_locked(ctx, session) if _journal_path(ctx, session).exists() else []
         session = _current(ctx, session)
         root = real_root(session)
+        if writes_real and root != session.worktree:
+            # Inside the session, `.git` at the worktree's path is the session's own: libgit2
+            # resolves every path to it, so the real branch and index are out of reach here
+            # (the real files are not: `--worktree` writes them through the daemon's root).
+            raise GitsessError(
+                "inside a session, git is the session's own: run this apply outside it"
+            )
         yield _Prepared(session, root, open_real(session, root), notes)
 
 
@@ -462,7 +472,7 @@ def apply_to_commit(
     from gitsess import session_git
     from gitsess.git.apply import Conflict, apply_commit
 
-    with _prepare(ctx, session) as p:
+    with _prepare(ctx, session, writes_real=True) as p:
         target = branch or p.session.branch
         if target is None:
             raise GitsessError(
@@ -546,21 +556,58 @@ def apply_to_patch(
     include_ignored: bool = False,
     dry_run: bool = False,
 ) -> Applied:
-    """A patch of the session's changes against its real worktree; the session stays as is."""
-    from gitsess.git.apply import make_patch
+    """A patch of the session's changes against its real worktree; the session stays as is.
 
-    with _prepare(ctx, session) as p, _open(ctx, p.session, p.root) as view:
+    With `mbox` and commits made inside the session: a mail per commit, then one for the
+    changes made since (what `git am` applies on the session's base)."""
+    from gitsess import session_git
+    from gitsess.git.apply import make_patch, signature
+
+    with (
+        _prepare(ctx, session) as p,
+        _open(ctx, p.session, p.root) as view,
+        scratch_repo(p.repo) as scratch,
+    ):
         changes = compute_changes(
-            view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored
+            view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
         )
         result = make_patch(
             p.repo, view, changes, mbox=mbox, message=message, author=author, dry_run=dry_run
         )
+        git = session_git.state(view, p.repo, p.session) if mbox else None
+        if git is not None and git.commits and git.head.commit is not None:
+            author = author or signature(p.repo, "AUTHOR")
+            mails = _commit_mails(
+                scratch, view, changes, git, pathspecs, message=message, author=author
+            )
+            result = replace(result, text=mails)
     applied = tuple(c.path for c in changes.changes if c.path not in set(result.skipped))
     return Applied(
         "patch", dry_run, applied, result.skipped, (), patch=result,
         base=p.session.base_commit, notes=tuple(p.notes),
     )  # fmt: skip
+
+
+def _commit_mails(
+    scratch: pygit2.Repository,
+    view: OverlayView,
+    changes: ChangeSet,
+    git: SessionGit,
+    pathspecs: Sequence[str],
+    *,
+    message: str,
+    author: pygit2.Signature,
+) -> bytes:
+    from gitsess import session_git
+    from gitsess.git.commit_mails import changes_mail, commit_mail
+
+    assert git.head.commit is not None
+    undo = session_git.reverted_in_view(scratch, view, git, set(changes.paths), Pathspec(pathspecs))
+    mails = [commit_mail(scratch, c) for c in git.commits]
+    last = changes_mail(
+        scratch, view, changes, git.head.commit, undo, message=message, author=author
+    )
+    return b"".join([*mails, last])
 
 
 def apply_to_worktree(
@@ -669,6 +716,21 @@ def discard(ctx: RepoContext, session: Session, plan: DiscardPlan) -> Discarded:
         if revert:
             _revert(ctx, p.session, p.root, revert)
     return Discarded(tuple(drop), tuple(c.path for c in revert), tuple(moved), tuple(p.notes))
+
+
+def discard_commits(ctx: RepoContext, session: Session) -> tuple[str, ...]:
+    """Forget the commits made inside the session: its HEAD, branch and index follow the real
+    ones again, and what the commits changed stays in the view's files, uncommitted. Returns
+    the commits dropped."""
+    from gitsess import session_git
+
+    with _prepare(ctx, session) as p:
+        with _open(ctx, p.session, p.root) as view:
+            git = session_git.state(view, p.repo, p.session)
+        if git is None or not git.commits:
+            return ()
+        live.drop_paths(ctx, replace(p.session, worktree=p.root), git.stale_after_apply())
+        return git.commits
 
 
 def _revert(ctx: RepoContext, session: Session, root: Path, changes: Sequence[Change]) -> None:

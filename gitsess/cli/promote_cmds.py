@@ -458,12 +458,33 @@ def status_letter(change: Change) -> str:
 @click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]")
 @takes_session
 @click.option("-y", "--yes", is_flag=True, help="Do not ask first.")
+@click.option(
+    "--commits",
+    is_flag=True,
+    help="Drop the commits made inside the session instead; their changes stay as files.",
+)
 def discard(
-    args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None, yes: bool
+    args: tuple[str, ...],
+    offsets: tuple[str, ...],
+    session_option: str | None,
+    yes: bool,
+    commits: bool,
 ) -> None:
     """Drop a session's changes (all, or those PATHSPECs select; ignored paths included)."""
     ctx = discover()
     session, specs = _target(ctx, args, offsets, session_option)
+    if commits:
+        if specs:
+            raise click.UsageError("--commits takes no pathspecs")
+        dropped = promote.discard_commits(ctx, session)
+        if not dropped:
+            click.echo("No commits of the session's own.", err=True)
+            return
+        click.echo(
+            f"Dropped {len(dropped)} commit(s) from session {session.name}; "
+            "their changes stay in its files"
+        )
+        return
     plan, notes = promote.plan_discard(ctx, session, specs)
     _notes(notes)
     if not plan.drop and not plan.revert:

@@ -231,7 +231,7 @@ def make_patch(
     body = result.patch()
     if mbox and body:
         sig = author or signature(repo, "AUTHOR")
-        body = _mbox(message, sig, result.stat, body)
+        body = mbox_mail(message, sig, result.stat, body)
     return PatchResult(body, tuple(paths), skipped, dry_run)
 
 
@@ -257,7 +257,7 @@ def _parents(path: str) -> Iterable[str]:
         parent = parent.rpartition("/")[0]
 
 
-def _mbox(message: str, author: pygit2.Signature, stat_text: str, patch: bytes) -> bytes:
+def mbox_mail(message: str, author: pygit2.Signature, stat_text: str, patch: bytes) -> bytes:
     subject, body = _split_message(message)
     zone = timezone(timedelta(minutes=author.offset))
     when = datetime.fromtimestamp(author.time, UTC).astimezone(zone)

@@ -72,6 +72,9 @@ def discover(cwd: Path | None = None, env: Mapping[str, str] | None = None) -> R
             common_dir = _common_dir(owner)
         elif found is not None:
             common_dir = _common_dir(found)
+        elif (state_dir / "sessions.db").is_file():
+            # inside a session whose own `.git` was removed: the state dir still says where
+            common_dir = state_dir.parent
         else:
             raise GitsessError(
                 f"{STATE_DIR_ENV}={override} is not inside a git directory and "
