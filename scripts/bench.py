@@ -870,7 +870,9 @@ def rotation(run: int) -> list[str]:
 
 def run_shared(b: Bench, items: Sequence[Workload], corpus: Corpus) -> list[Result]:
     """Workloads that leave the tree as they found it: one view per target for all runs."""
-    results = []
+    results: list[Result] = []
+    if not items:
+        return results
     with contextlib.ExitStack() as stack:
         views = {t: stack.enter_context(b.view(t, corpus.repo)) for t in TARGETS}
         for w in items:
@@ -1176,7 +1178,7 @@ def run_apply(b: Bench, corpus: Corpus) -> list[Result]:
     return [diff, commit]
 
 
-# ---------------------------------------------------------------------------------- git in a session
+# ---------------------------------------------------------------------- git in a session
 
 # Times git commands from inside one long-lived process, so that neither the process's nor
 # (inside `gitsess run`) the mount's start is counted. One JSON request a line on stdin: `edit`
@@ -1311,7 +1313,9 @@ def _git_op_once(
     """One timed run of `op` (its untimed preparation first), and the daemon's CPU time."""
     if op.key == "git-session-commit":
         rel = rels[-1]
-        timer.ask(edit=[rel], line=f"# committed by the benchmark: {tag}\n", prep=[["git", "add", rel]])
+        timer.ask(
+            edit=[rel], line=f"# committed by the benchmark: {tag}\n", prep=[["git", "add", rel]]
+        )
     before = daemon_cpu_seconds(pid) if pid is not None else None
     seconds = timer.ask(cmd=list(op.cmd))
     after = daemon_cpu_seconds(pid) if pid is not None else None
@@ -1391,7 +1395,10 @@ def _git_cold(
             try:
                 live = mount.status(session.id) if t == GITSESS else None
                 drop_caches()
-                res.add(t, *_git_op_once(timer, op, f"{t} {run}", rels, live and live.daemon_pid))
+                res.add(
+                    t,
+                    *_git_op_once(timer, op, f"{t} {run}", rels, live.daemon_pid if live else None),
+                )
             finally:
                 timer.close()
                 _wait_unmounted(session.id)
@@ -1746,7 +1753,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY",
-        help="only this workload (repeatable; also `session-start`, `apply`)",
+        help="only this workload (repeatable; also `session-start`, `apply`, `git-session`)",
     )
     p.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
@@ -1814,7 +1821,7 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             results += run_apply(b, corpus)
         else:
             b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
-    if not b.cfg.quick and git_session_selected(only):
+    if git_session_selected(only) and (only or not b.cfg.quick):
         results += run_git_session(b, only, cold_ok)
     order = [w.key for w in workloads()] + ["diff", "apply-commit"] + [g.key for g in git_ops()]
     results.sort(key=lambda r: order.index(r.key))

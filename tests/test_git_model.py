@@ -61,8 +61,8 @@ ops = st.one_of(
 )
 
 FINAL = """
-echo '--- log'; git log --format='%H %s' --all
-echo '--- branches'; git for-each-ref --format='%(refname) %(objectname)'
+echo '--- log'; git log --format='%H %s' --branches
+echo '--- branches'; git for-each-ref --format='%(refname) %(objectname)' refs/heads refs/stash
 echo '--- status'; git status --porcelain=v2 --branch --untracked-files=all
 echo '--- tree'; git ls-tree -r HEAD
 echo '--- stash'; git stash list
