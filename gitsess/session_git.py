@@ -30,14 +30,16 @@ _FOLLOWED_AFTER_APPLY = ("HEAD", "index", "ORIG_HEAD", "COMMIT_EDITMSG", "logs/H
 class SessionGit:
     head: SessionHead
     commits: tuple[str, ...]  # the session's commits its branch lacks, oldest first
+    common: str  # where the view's shared git state is, below `.git/` ("common/" when linked)
 
     def stale_after_apply(self) -> list[str]:
         """Paths of the session's `.git` that an apply of its commits hands back to the real
         repository (as view paths)."""
-        rels = list(_FOLLOWED_AFTER_APPLY)
+        paths = [".git/" + r for r in _FOLLOWED_AFTER_APPLY]
         if self.head.branch is not None:
-            rels += [self.head.branch, "logs/" + self.head.branch]
-        return [".git/" + r for r in rels]
+            shared = (self.head.branch, "logs/" + self.head.branch)
+            paths += [".git/" + self.common + r for r in shared]
+        return paths
 
 
 def state(view: OverlayView, repo: pygit2.Repository, session: Session) -> SessionGit | None:
@@ -45,8 +47,16 @@ def state(view: OverlayView, repo: pygit2.Repository, session: Session) -> Sessi
     repository's, and has no commits of its own)."""
     if not view.touched_git():
         return None
-    head = read_head(view.read_git)
-    return SessionGit(head, tuple(ahead_commits(repo, head.commit, upstream(repo, session))))
+    # A linked worktree's view keeps the common dir at `.git/common` (overlay/tree.py): HEAD
+    # is the worktree's own, branches and packed-refs are shared.
+    common = "common/" if view.read_git("commondir") is not None else ""
+
+    def read(rel: str) -> bytes | None:
+        return view.read_git(rel if rel == "HEAD" else common + rel)
+
+    head = read_head(read)
+    commits = ahead_commits(repo, head.commit, upstream(repo, session))
+    return SessionGit(head, tuple(commits), common)
 
 
 def upstream(repo: pygit2.Repository, session: Session) -> str | None:

@@ -152,3 +152,11 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert data["peak_memory_kib"]
     # Nothing is left mounted.
     assert "gitsess-bench-" not in Path("/proc/self/mounts").read_text()
+
+
+def test_git_session_rows_are_selected_by_group_or_key() -> None:
+    keys = [op.key for op in bench.git_ops()]
+    assert bench.git_session_selected([]) and bench.git_session_selected(["git-session"])
+    assert bench.git_session_selected([keys[0]])
+    assert not bench.git_session_selected(["find-warm"])
+    assert bench.HISTORY_COMMITS >= 100  # git log -100

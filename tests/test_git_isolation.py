@@ -4,6 +4,7 @@ shared, nothing reaches the real repository until `apply`, and apply promotes it
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -201,3 +202,38 @@ def test_apply_commit_from_inside_a_session_is_refused(worked: Path) -> None:
     assert done.returncode == 1
     assert "run this apply outside it" in done.stderr
     assert git(worked, "log", "-1", "--format=%s") == "second"
+
+
+def linked_state(repo: Path) -> str:
+    """The real state a linked worktree's session must not change: the main repository's,
+    and every worktree admin dir's HEAD and index."""
+    admin = sorted((repo / ".git" / "worktrees").rglob("*"))
+    digests = [
+        f"{p.relative_to(repo)}:{hashlib.sha256(p.read_bytes()).hexdigest()}"
+        for p in admin
+        if p.is_file()
+    ]
+    return "\n".join([real_state(repo), *digests])
+
+
+def test_a_linked_worktree_session_isolates_git_too(worked: Path) -> None:
+    made = gitsess(worked, "new", "lw", "--worktree", "--json")
+    assert made.returncode == 0, made.stderr
+    tree = Path(json.loads(made.stdout)["worktree"])
+    before = linked_state(worked)
+    script = (
+        "test -d .git && test -f .git/commondir && "
+        "echo n > n.txt && git add n.txt && git commit -q -m in-linked && "
+        "git checkout -q -b side && git stash list && git config user.name Other"
+    )
+    done = gitsess(tree, "run", "-s", "lw", "--", "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert linked_state(worked) == before
+    assert fsck_clean(worked)
+    assert (tree / ".git").is_file()  # the real one stays a gitdir file
+    assert '"commits": 1' in gitsess(tree, "show", "lw", "--json").stdout
+    applied = gitsess(tree, "apply", "lw", "--commit", "-m", "rest")
+    assert applied.returncode == 0, applied.stderr
+    assert git(tree, "log", "-1", "--format=%s") == "in-linked"
+    assert git(worked, "log", "-1", "--format=%s") == "second"  # main did not move
+    assert git(tree, "status", "--porcelain") == ""

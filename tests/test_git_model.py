@@ -48,8 +48,10 @@ ops = st.one_of(
         st.sampled_from(["one", "two", "three"]),
     ),
     st.builds(
-        lambda b: f"if git rev-parse -q --verify refs/heads/{b} >/dev/null; then :; "
-        f"else git checkout -qb {b}; fi",
+        lambda b: (
+            f"if git rev-parse -q --verify refs/heads/{b} >/dev/null; then :; "
+            f"else git checkout -qb {b}; fi"
+        ),
         st.sampled_from(BRANCHES),
     ),
     st.just("git checkout -q main"),
@@ -74,7 +76,7 @@ def render(steps: list[str]) -> str:
     """One script: every step's stdout and exit code, then the state to compare."""
     lines = [
         f"export GIT_AUTHOR_DATE={DATE} GIT_COMMITTER_DATE={DATE}",
-        *(f"{{ {step}; }} 2>/dev/null; echo \"step {i} rc=$?\"" for i, step in enumerate(steps)),
+        *(f'{{ {step}; }} 2>/dev/null; echo "step {i} rc=$?"' for i, step in enumerate(steps)),
     ]
     return "\n".join(lines) + "\n" + FINAL
 
@@ -142,9 +144,7 @@ scripts = st.lists(ops, min_size=3, max_size=8)
 @pytest.mark.timeout(300)
 @settings(max_examples=8, **COMMON)  # type: ignore[arg-type]
 @given(steps=scripts)
-def test_git_in_a_session_matches_a_plain_copy(
-    repos: tuple[Path, Path], steps: list[str]
-) -> None:
+def test_git_in_a_session_matches_a_plain_copy(repos: tuple[Path, Path], steps: list[str]) -> None:
     check(repos, steps)
 
 

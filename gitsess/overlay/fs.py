@@ -32,7 +32,7 @@ from pyfuse3 import (
 
 from gitsess.overlay import passthrough as pt
 from gitsess.overlay.listahead import SUBDIRS, ListAhead
-from gitsess.overlay.tree import Node, Tree, in_git
+from gitsess.overlay.tree import SHARED_OBJECTS, Node, Tree, in_git
 
 log = logging.getLogger("gitsess.fs")
 T = TypeVar("T")
@@ -186,7 +186,7 @@ class Filesystem(pyfuse3.Operations):
 
     def _real(self, n: Node) -> bytes:
         assert n.lower is not None
-        return self.tree.root + b"/" + n.lower
+        return self.tree.lower_path(n.lower)
 
     def _real_child(self, parent: Node, name: bytes) -> bytes:
         return self._real(parent) + b"/" + name
@@ -539,7 +539,7 @@ class Filesystem(pyfuse3.Operations):
         if parent is None or rel is None or in_git(rel):
             return
         if ahead.read_due(parent.ino):
-            ahead.read_below(self.tree.root + b"/" + rel if rel else self.tree.root)
+            ahead.read_below(self.tree.lower_path(rel))
 
     async def write(
         self, fh: FileHandleT, off: int, buf: bytes, ctx: RequestContext | None = None
@@ -680,9 +680,10 @@ def _refuse_object_change(n: Node) -> None:
 def _lasting(rel: bytes | None) -> bool:
     """Whether a file below `.git` never changes while it has that name: a loose object or a
     pack's file, named for their content (git writes them aside and renames them in)."""
-    if rel is None or not rel.startswith(b".git/objects/"):
+    top = next((t + b"/" for t in SHARED_OBJECTS if rel and rel.startswith(t + b"/")), None)
+    if rel is None or top is None:
         return False
-    below = rel[len(b".git/objects/") :]
+    below = rel[len(top) :]
     return below.startswith(b"pack/pack-") or (below[2:3] == b"/" and below[:2].isalnum())
 
 

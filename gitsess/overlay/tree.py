@@ -38,6 +38,11 @@ RENAME_EXCHANGE = 2
 # object store (append-only, named by content) is the real one, shared (see `passthrough`).
 GIT = b".git"
 GIT_OBJECTS = b".git/objects"
+# A linked worktree's `.git` is a file naming its admin dir in the common dir. The view shows a
+# directory there instead: the admin dir, with the common dir below it as `common` (what the
+# view's `commondir` names), so that git's whole state is in the view and copy-on-write.
+GIT_COMMON = b".git/common"
+SHARED_OBJECTS = (GIT_OBJECTS, GIT_COMMON + b"/objects")
 # A whiteout for a lower name is written only once its directory has been quiet this long, so
 # `rm -rf` of a lower tree ends as one whiteout for the top directory, not one row per file.
 WHITEOUT_SETTLE_NS = 1_000_000_000
@@ -173,6 +178,33 @@ def _err(code: int) -> OSError:
     return OSError(code, os.strerror(code))
 
 
+def _linked_git(root: bytes, session_dir: str) -> dict[bytes, bytes]:
+    """For a linked worktree (`root/.git` a `gitdir:` file): the view's `.git` is its admin
+    dir, `.git/common` the common dir, and `.git/commondir` a file of the session's saying
+    so. Empty for a main worktree, or when `.git` is anything else."""
+    try:
+        with open(root + b"/.git", "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return {}
+    if not head.startswith(b"gitdir: "):
+        return {}
+    admin = os.path.join(root, head[len(b"gitdir: ") :].strip())
+    try:
+        with open(os.path.join(admin, b"commondir"), "rb") as f:
+            common = os.path.normpath(os.path.join(admin, f.read().strip()))
+    except OSError:
+        return {}
+    pointer = os.path.join(os.fsencode(session_dir), b"commondir")
+    if not os.path.exists(pointer):
+        try:
+            with open(pointer, "wb") as f:
+                f.write(b"common\n")
+        except OSError:
+            return {}
+    return {GIT: os.path.normpath(admin), GIT_COMMON: common, b".git/commondir": pointer}
+
+
 def in_git(rel: bytes | None) -> bool:
     """Whether a worktree path is the worktree's `.git` or below it: git changes those from
     outside the session with no worktree watch to say so."""
@@ -190,7 +222,11 @@ class Tree:
         """`writer` is False for readers beside a live daemon: they never change delta.db."""
         self.store = store
         self.root = os.fsencode(lower_root).rstrip(b"/") or b"/"
-        self.hidden = hidden
+        self.hidden = set(hidden)
+        # View paths served from elsewhere than below `root` (a linked worktree's git dirs).
+        self.redirects = _linked_git(self.root, os.path.dirname(store.data_dir))
+        if self.redirects:
+            self.hidden.add(GIT_COMMON + b"/gitsess")
         self.nodes: dict[int, Node] = {}
         self.lower_index: dict[bytes, int] = {}  # lower path -> ino of its lower node
         self._listings: dict[bytes, tuple[int, list[tuple[bytes, bool]]]] = {}
@@ -387,12 +423,17 @@ class Tree:
         except KeyError:
             raise _err(errno.ESTALE) from None
 
-    def _lower_path(self, rel: bytes) -> bytes:
+    def lower_path(self, rel: bytes) -> bytes:
+        """Where the lower object of view path `rel` is on disk."""
+        if self.redirects and in_git(rel):
+            for top in (GIT_COMMON, b".git/commondir", GIT):
+                if rel == top or rel.startswith(top + b"/"):
+                    return self.redirects[top] + rel[len(top) :]
         return self.root + b"/" + rel if rel else self.root
 
     def _lower_stat(self, rel: bytes) -> os.stat_result | None:
         try:
-            return os.lstat(self._lower_path(rel))
+            return os.lstat(self.lower_path(rel))
         except FileNotFoundError:
             return None
         except NotADirectoryError:
@@ -450,7 +491,7 @@ class Tree:
             ino = self._allocate()
         n = Node(ino, p.ino, name)
         n.lower = rel
-        n.passthrough = p.passthrough or rel == GIT_OBJECTS
+        n.passthrough = p.passthrough or rel in SHARED_OBJECTS
         n.sealed = rel in self.hidden
         n.mode = st.st_mode
         n.st = st
@@ -672,7 +713,7 @@ class Tree:
         """A lower directory's names, sorted, with their kinds; rescanned only when the
         directory's mtime moved (the worktree watch drops it too, for changes within one
         clock tick)."""
-        path = self._lower_path(rel)
+        path = self.lower_path(rel)
         try:
             mtime = os.lstat(path).st_mtime_ns
             cached = self._listings.get(rel)
@@ -684,6 +725,10 @@ class Tree:
                     for de in it
                     if _join(rel, de.name) not in self.hidden
                 )
+            if self.redirects and rel in (b"", GIT):
+                # the view's `.git` is a directory, and has the common dir in it
+                extra = (b".git", True) if rel == b"" else (b"common", True)
+                listing = sorted({*(e for e in listing if e[0] != extra[0]), extra})
         except (FileNotFoundError, NotADirectoryError):
             return []
         if len(self._listings) >= LISTINGS_KEPT:
@@ -718,11 +763,11 @@ class Tree:
         elif stat.S_ISREG(st.st_mode):
             n.data = 0
         elif stat.S_ISLNK(st.st_mode):
-            n.target = os.readlink(self._lower_path(n.lower))
+            n.target = os.readlink(self.lower_path(n.lower))
         if self.lower_index.get(n.lower) == n.ino:
             del self.lower_index[n.lower]
         n.lower = None
-        xattrs = _lower_xattrs(self._lower_path(n.origin))
+        xattrs = _lower_xattrs(self.lower_path(n.origin))
         if xattrs:
             n.xattrs = xattrs
             for key, value in xattrs.items():
@@ -744,7 +789,7 @@ class Tree:
         if want <= INLINE_MAX:
             content = b""
             if want:
-                with open(self._lower_path(n.origin), "rb", buffering=0) as f:
+                with open(self.lower_path(n.origin), "rb", buffering=0) as f:
                     content = f.read(want)
             self._pending.inline[n.ino] = content
             n.data = INLINE
@@ -755,7 +800,7 @@ class Tree:
         os.ftruncate(fd, 0)
         copied = 0
         if want:
-            src = os.open(self._lower_path(n.origin), os.O_RDONLY | os.O_CLOEXEC)
+            src = os.open(self.lower_path(n.origin), os.O_RDONLY | os.O_CLOEXEC)
             try:
                 while copied < want:
                     sent = os.sendfile(fd, src, copied, want - copied)
@@ -1219,7 +1264,7 @@ class Tree:
         assert rel is not None
         if fd is not None and self.watched and not in_git(rel):
             return fd
-        path = self._lower_path(rel)
+        path = self.lower_path(rel)
         # Unwatched (`.git` never is), nothing closes the descriptor of a file replaced or
         # removed: each read checks that the path still names it, as an open of the path would.
         if fd is not None and _names(path, fd):
@@ -1246,7 +1291,7 @@ class Tree:
             return n.target
         assert n.lower is not None
         try:
-            return os.readlink(self._lower_path(n.lower))
+            return os.readlink(self.lower_path(n.lower))
         except OSError as e:
             raise _err(e.errno or errno.EIO) from None
 
@@ -1286,7 +1331,7 @@ class Tree:
         if n.upper:
             return n.xattrs or {}
         assert n.lower is not None
-        return _lower_xattrs(self._lower_path(n.lower))
+        return _lower_xattrs(self.lower_path(n.lower))
 
 
 class _Pending:
