@@ -352,10 +352,14 @@ def diff(
     find_renames: bool = False,
     stat_width: int = 80,
 ) -> tuple[DiffResult, list[str]]:
-    """What the session changed against its real worktree; and notes from `reconcile`."""
+    """What the session changed against its real worktree; and notes: from `reconcile`, and
+    how many commits of its own the session has (their changes are in the diff)."""
+    from gitsess import session_git
+
     done = reconcile(ctx, session)
     root = real_root(session)
     repo = open_real(session, root)
+    notes = list(done.notes)
     with _open(ctx, session, root) as view, scratch_repo(repo) as scratch:
         changes = compute_changes(
             view, repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
@@ -364,7 +368,13 @@ def diff(
             repo, view, changes, binary=binary, find_renames=find_renames, stat_width=stat_width,
             scratch=scratch,
         )  # fmt: skip
-    return result, done.notes
+        git = session_git.state(view, repo, session)
+    if git is not None and git.commits:
+        notes.append(
+            f"the session is {len(git.commits)} commit(s) of its own ahead of its branch; "
+            "their changes are in this diff (apply --commit keeps them as commits)"
+        )
+    return result, notes
 
 
 # ---------------------------------------------------------------------------------------------

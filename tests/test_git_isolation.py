@@ -59,6 +59,10 @@ def worked(repo: Path) -> Path:
         "git branch -D main 2>/dev/null; git checkout -q --detach && git branch -D main",
         "git gc -q --prune=now; git prune-packed; true",
         "rm -rf .git; test ! -e .git/HEAD",
+        "git commit -q --allow-empty -m e && "
+        "GIT_SEQUENCE_EDITOR='sed -i 1d' git rebase -q -i HEAD~2 && test ! -e second.txt",
+        'git worktree list | grep -q "^$PWD "',
+        "git tag -a v1 -m v1 && git branch other && git pack-refs --all",
     ],
 )
 def test_git_inside_a_session_leaves_the_real_repository_alone(worked: Path, script: str) -> None:
@@ -70,6 +74,18 @@ def test_git_inside_a_session_leaves_the_real_repository_alone(worked: Path, scr
     assert fsck_clean(worked)
     assert git(worked, "status", "--porcelain") == ""
     assert git(worked, "rev-parse", "HEAD") == head
+
+
+def test_the_real_hooks_run_inside_and_change_only_the_session(worked: Path) -> None:
+    hook = worked / ".git" / "hooks" / "post-commit"
+    hook.write_text("#!/bin/sh\necho hooked > hooked.txt\n")
+    hook.chmod(0o755)
+    before = real_state(worked)
+    done = run(worked, "exp", "git commit -q --allow-empty -m e && cat hooked.txt")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hooked\n"
+    assert not (worked / "hooked.txt").exists()
+    assert real_state(worked) == before
 
 
 def test_rm_rf_of_git_through_a_mounted_view(worked: Path, tmp_path: Path) -> None:
@@ -117,6 +133,9 @@ def test_ls_and_show_count_the_sessions_commits(worked: Path) -> None:
     shown = gitsess(worked, "show", "exp", "--json")
     assert '"commits": 3' in shown.stdout
     assert "+3 commit(s)" in gitsess(worked, "ls").stdout
+    diff = gitsess(worked, "diff", "exp", "--name-only")
+    assert diff.stdout.split() == ["README.md", "c1.txt", "c2.txt", "c3.txt"]
+    assert "3 commit(s) of its own" in diff.stderr
 
 
 @pytest.mark.parametrize("moved", [False, True], ids=["fast-forward", "branch moved"])
