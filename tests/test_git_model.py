@@ -62,6 +62,8 @@ ops = st.one_of(
     st.builds(lambda p: f"git rm -q {_q(p)}", paths),
 )
 
+# Branches and the stash only: `gitsess rm` archives each example's session under refs of the
+# real repository, which every later session's copy of the refs then holds (and a model lacks).
 FINAL = """
 echo '--- log'; git log --format='%H %s' --branches
 echo '--- branches'; git for-each-ref --format='%(refname) %(objectname)' refs/heads refs/stash
