@@ -785,11 +785,15 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
     if not session.worktree.is_dir():
         return Archived(None, (f"{session.worktree} is gone: the session's changes could not "
                                "be compared with it and were not archived",))  # fmt: skip
+    from gitsess import session_git
+
     with _prepare(ctx, session) as p, _open(ctx, p.session, p.root) as view:
         changes = compute_changes(view, p.repo)
         if not changes.git_changes():
             return Archived(None, tuple(p.notes))
         s = p.session
+        git = session_git.state(view, p.repo, s)
+        keep = [git.head.commit] if git and git.commits and git.head.commit else []
         ref = create_archive(
             p.repo, view, changes, base=s.base_commit, name=s.name,
             fields={
@@ -797,6 +801,7 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
                 "worktree": str(s.worktree), "branch": s.branch,
                 "created_at": s.created_at.isoformat(),
             },
+            keep=keep,
         )  # fmt: skip
     return Archived(ref, tuple(p.notes))
 

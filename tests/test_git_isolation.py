@@ -256,3 +256,24 @@ def test_a_linked_worktree_session_isolates_git_too(worked: Path) -> None:
     assert git(tree, "log", "-1", "--format=%s") == "in-linked"
     assert git(worked, "log", "-1", "--format=%s") == "second"  # main did not move
     assert git(tree, "status", "--porcelain") == ""
+
+
+def test_rm_archives_the_sessions_commits_too(worked: Path) -> None:
+    three_commits_and_an_edit(worked, "exp")
+    head = run(worked, "exp", "git rev-parse HEAD").stdout.strip()
+    done = gitsess(worked, "rm", "exp")
+    assert done.returncode == 0, done.stderr
+    archive = git(worked, "for-each-ref", "--format=%(refname)", "refs/gitsess/archive/")
+    parents = git(worked, "log", "-1", "--format=%P", archive).split()
+    assert parents == [git(worked, "rev-parse", "HEAD"), head]
+    assert git(worked, "log", "--format=%s", "-3", head).splitlines() == ["c3", "c2", "c1"]
+    restored = gitsess(worked, "restore", "exp")
+    assert restored.returncode == 0, restored.stderr
+    assert run(worked, "exp", "cat c3.txt README.md").stdout == "3\nhello\nedited\n"
+
+
+def test_fork_carries_the_sessions_commits(worked: Path) -> None:
+    three_commits_and_an_edit(worked, "exp")
+    assert gitsess(worked, "fork", "exp", "copy").returncode == 0
+    assert run(worked, "copy", "git log --format=%s -1").stdout == "c3\n"
+    assert '"commits": 3' in gitsess(worked, "show", "copy", "--json").stdout

@@ -10,7 +10,7 @@ it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -72,10 +72,13 @@ def create_archive(
     base: str | None,
     name: str,
     fields: Mapping[str, str | None],
+    keep: Sequence[str] = (),
 ) -> str:
     """Commit base + the git-visible `changes` and point a new archive ref at it.
 
-    `fields` are the session's metadata (keys of `ArchiveInfo`). The ref is `<prefix><name>`,
+    `fields` are the session's metadata (keys of `ArchiveInfo`). `keep` are more parents: the
+    head of the commits made inside the session, which the archive keeps reachable (their
+    changes are in its tree too). The ref is `<prefix><name>`,
     or `<name>-2`, `-3`, ... when an earlier archive of that name is still there. Returns the
     full ref name.
     """
@@ -84,7 +87,7 @@ def create_archive(
         copy_objects(scratch, repo, tree)
     author = _signature(repo, "AUTHOR")
     committer = _signature(repo, "COMMITTER")
-    parents = [pygit2.Oid(hex=base)] if base else []
+    parents = [pygit2.Oid(hex=c) for c in ([base] if base else []) + list(keep)]
     oid = repo.create_commit(
         None, author, committer, _message(name, fields), pygit2.Oid(hex=tree), parents
     )
