@@ -244,9 +244,15 @@ def drop_paths(
 
     session_dir = ctx.session_dir(session.id)
     with mount.locked(session_dir):
-        reply = control.request(
-            session.id, {"op": "drop", "paths": list(paths), "restamp": list(restamp)}
-        )
+        request = {"op": "drop", "paths": list(paths), "restamp": list(restamp)}
+        try:
+            reply = control.request(session.id, request)
+        except ConnectionError:
+            # It was stopping and closed with our request unread: once it is gone (after its
+            # last commit) delta.db is ours to write; a daemon started meanwhile is asked.
+            reply = (
+                None if mount.status(session.id) is None else control.request(session.id, request)
+            )
         if reply is not None:
             if not reply.get("ok"):
                 raise GitsessError(f"the session daemon refused: {reply.get('error')}")

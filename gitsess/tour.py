@@ -69,9 +69,14 @@ STEPS: tuple[Step, ...] = (
     Step("", ("kv", "demo", "ls")),
     Step("What the session changed, content compared:", ("diff", "demo")),
     Step(
-        "Promote it to a commit on the branch (the real worktree gets the files too); the "
-        "session goes on, now empty:",
-        ("apply", "demo", "--commit", "-m", "Parse lines; notes"),
+        "git inside a session is the session's own too: this commit moves no real branch",
+        ("run", "-s", "demo", "--", "git", "commit", "-q", "-am", "Parse lines"),
+    ),
+    Step("The session is a commit ahead of its branch:", ("ls",)),
+    Step(
+        "Promote it to the branch (its commit, then the rest as a commit; the real worktree "
+        "gets the files too); the session goes on, now empty:",
+        ("apply", "demo", "--commit", "-m", "Notes"),
     ),
 )
 

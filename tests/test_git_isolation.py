@@ -277,3 +277,20 @@ def test_fork_carries_the_sessions_commits(worked: Path) -> None:
     assert gitsess(worked, "fork", "exp", "copy").returncode == 0
     assert run(worked, "copy", "git log --format=%s -1").stdout == "c3\n"
     assert '"commits": 3' in gitsess(worked, "show", "copy", "--json").stdout
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["fast-forward", "branch moved"])
+def test_a_committed_file_replaced_by_a_rename_applies(worked: Path, moved: bool) -> None:
+    """`sed -i` renames a new file over the old one: the real file is still the branch's,
+    and the worktree check must compare it with the branch, not with the promoted commits."""
+    done = run(
+        worked, "exp", "sed -i s/hello/bye/ README.md && git commit -q -am bye && echo n > n"
+    )
+    assert done.returncode == 0, done.stderr
+    if moved:
+        commit(worked, "outside.txt", "outside\n", "outside")
+    applied = gitsess(worked, "apply", "exp", "--commit", "-m", "n")
+    assert applied.returncode == 0, applied.stderr
+    assert (worked / "README.md").read_text() == "bye\n"
+    assert git(worked, "log", "--format=%s", "-2").splitlines() == ["n", "bye"]
+    assert git(worked, "status", "--porcelain") == ""

@@ -365,8 +365,13 @@ def apply_commit(
         result = replace(result, merged=build.merged, conflicts=build.conflicts)
         if build.tree is None:
             return result
+        # The bound worktree is at the branch's tip, which is not where the commit starts when
+        # the session's own commits were promoted first: compare it with what it has.
+        checked_out = commit_tree(scratch, tip) if start != tip else build.tip_tree
         update = (
-            _plan_commit_worktree(repo, scratch, view, changes, build, force) if bound else None
+            _plan_commit_worktree(repo, scratch, view, changes, build, force, checked_out)
+            if bound
+            else None
         )
         result = replace(result, tree=build.tree, **_outcome(changes, update))
         if result.conflicts or dry_run:
@@ -736,10 +741,11 @@ def _plan_commit_worktree(
     changes: ChangeSet,
     build: _Build,
     force: bool,
+    checked_out: str,
 ) -> _CommitWorktree:
-    """The real-tree writes that bring the bound worktree to the commit, and their conflicts:
-    every session path gets its view state (the merged content where the merge changed it), and
-    every path the merge changed on top of the tip gets the merge result."""
+    """The real-tree writes that bring the bound worktree (at tree `checked_out`) to the
+    commit, and their conflicts: every session path gets its view state (the merged content
+    where the merge changed it), and every other path the commit changes gets its content."""
     assert build.tree is not None
     root = _workdir(repo)
     tree = _tree(scratch, build.tree)
@@ -751,14 +757,14 @@ def _plan_commit_worktree(
             targets.append(_session_target(view, change))
         else:
             targets.append(_tree_target(tree, change.path))  # the merge changed it
-    merged_paths = _tree_diff_paths(scratch, build.tip_tree, build.tree) - set(session)
+    merged_paths = _tree_diff_paths(scratch, checked_out, build.tree) - set(session)
     merged_paths -= build.undone
     targets.extend(_tree_target(tree, path) for path in sorted(merged_paths))
     plan = _plan_writes(root, targets)
     conflicts = list(plan.conflicts)
     if not force:
         kept = {t.path for t in plan.targets}
-        tip_tree = _tree(scratch, build.tip_tree)
+        tip_tree = _tree(scratch, checked_out)
         for change in changes.changes:
             if change.path not in kept:
                 continue
