@@ -9,7 +9,7 @@ import os
 import shutil
 import stat
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -199,6 +199,13 @@ def lay_paths(
                 writer.put_symlink(item.path, data)
             else:
                 writer.put_file(item.path, data, _perm(root / item.path, mode == GIT_EXEC))
+
+
+def lay_git_files(ctx: RepoContext, session: Session, files: Mapping[str, bytes]) -> None:
+    """Write these files (paths below `.git`) into the session's own `.git`."""
+    with view_writer(ctx, session, promote.real_root(session)) as writer:
+        for rel, data in files.items():
+            writer.put_git_file(rel, data)
 
 
 def _perm(real: Path, executable: bool) -> int:

@@ -812,11 +812,13 @@ class Snapshot:
     tree: str  # the base's tree with the session's git-visible changes (what `archive` commits)
     changes: int  # how many git-visible changes
     notes: tuple[str, ...] = ()
+    head: str | None = None  # the last commit made inside the session, when it made any
 
 
 def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
     """The session's work as a git tree, built like an archive's; with `keep` its objects are
     written to the repository, else only its id is computed (to compare it with another)."""
+    from gitsess import session_git
     from gitsess.git.apply import commit_tree, copy_objects
     from gitsess.git.archive import snapshot_tree
 
@@ -829,7 +831,9 @@ def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
             tree = snapshot_tree(scratch, view, changes, base)
             if keep:
                 copy_objects(scratch, p.repo, tree)
-    return Snapshot(p.session, tree, len(changes.git_changes()), tuple(p.notes))
+            git = session_git.state(view, p.repo, p.session)
+    head = git.head.commit if git is not None and git.commits else None
+    return Snapshot(p.session, tree, len(changes.git_changes()), tuple(p.notes), head)
 
 
 # ---------------------------------------------------------------------------------------------

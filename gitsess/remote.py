@@ -112,7 +112,7 @@ def push(
         tree = published.tree_with_kv(repo, tree, {i.key: i.value for i in kv.items(ctx, session)})
     ops, session_runs = _audit(ctx, session)
     title = _shared_title(session, session_runs[0] if session_runs else None)
-    if theirs is not None and _same(repo, theirs, tree, session, title):
+    if theirs is not None and _same(repo, theirs, tree, session, title, snap.head):
         _record(ctx, session, target.label, theirs, snap)
         return Pushed(session, target.label, name, theirs, False, snap.changes, with_kv,
                       False, snap.notes)  # fmt: skip
@@ -121,6 +121,7 @@ def push(
         previous = synced.commit  # the line goes on, on this remote too
     commit = published.make_commit(
         repo, tree, base=base, previous=previous, ops=ops, runs=len(session_runs), kv=with_kv,
+        head=snap.head,
         fields={
             "session_id": session.id, "name": session.name, "title": title,
             "branch": session.branch, "created_at": session.created_at.isoformat(),
@@ -143,7 +144,14 @@ def _base(session: Session) -> str:
     return session.base_commit
 
 
-def _same(repo: pygit2.Repository, theirs: str, tree: str, session: Session, title: str) -> bool:
+def _same(
+    repo: pygit2.Repository,
+    theirs: str,
+    tree: str,
+    session: Session,
+    title: str,
+    head: str | None,
+) -> bool:
     """Whether the remote's commit already holds this state of the session."""
     try:
         there = published.read(repo, theirs)
@@ -152,7 +160,7 @@ def _same(repo: pygit2.Repository, theirs: str, tree: str, session: Session, tit
     return (
         published.commit_tree_id(repo, theirs) == tree
         and there.base == session.base_commit
-        and (there.title, there.branch) == (title, session.branch)
+        and (there.title, there.branch, there.head) == (title, session.branch, head)
     )
 
 
@@ -350,8 +358,14 @@ def _lay(
     ctx: RepoContext, repo: pygit2.Repository, session: Session, there: Published
 ) -> tuple[int, int]:
     """Write the commit's changes into the session's view, and its key-value store."""
+    from gitsess import session_git
+
     paths = published.content_paths(repo, there)
     derive.lay_paths(ctx, session, repo, paths)
+    if there.head is not None and session.branch is not None:
+        # the commits made inside the session come along: its branch ends at them again
+        files = session_git.files_for_head(repo, session, there.head)
+        derive.lay_git_files(ctx, session, files)
     return len(paths), _take_kv(ctx, repo, session, there)
 
 

@@ -7,6 +7,8 @@ the services that read that state back for `show`, `ls` and `apply`.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -57,6 +59,23 @@ def state(view: OverlayView, repo: pygit2.Repository, session: Session) -> Sessi
     head = read_head(read)
     commits = ahead_commits(repo, head.commit, upstream(repo, session))
     return SessionGit(head, tuple(commits), common)
+
+
+def files_for_head(repo: pygit2.Repository, session: Session, head: str) -> dict[str, bytes]:
+    """The files of a session's `.git` (paths below it) that make its branch end at `head`
+    (commits made inside it, brought by `pull`): the branch's loose ref, and an index of
+    `head`'s tree (with no stat data: git checks each file's content once, then records it)."""
+    assert session.branch is not None
+    linked = (session.worktree / ".git").is_file()
+    ref = ("common/" if linked else "") + "refs/heads/" + session.branch
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "index")
+        index = pygit2.Index(path)
+        index.read_tree(repo[head].peel(pygit2.Commit).tree)
+        index.write()
+        with open(path, "rb") as f:
+            data = f.read()
+    return {ref: head.encode() + b"\n", "index": data}
 
 
 def upstream(repo: pygit2.Repository, session: Session) -> str | None:

@@ -452,3 +452,19 @@ def test_a_relative_remote_path_is_read_from_the_top_of_the_worktree(
     out, _ = a.cli("push", "exp", "rel")
     assert "Pushed session exp to rel" in out
     assert remote_git(origin, "rev-parse", REF)
+
+
+@pytest.mark.fuse
+def test_push_and_pull_carry_the_commits_made_inside(a: Machine, b: Machine, origin: Path) -> None:
+    a("new", "exp")
+    a.run("echo one > one.txt && git add one.txt && git commit -q -m one && echo two > two.txt")
+    head = a.run("git rev-parse HEAD").strip()
+    a("push", "exp")
+    parents = remote_git(origin, "log", "-1", "--format=%P", REF).split()
+    assert parents == [git_ok(a.path, "rev-parse", "HEAD"), head]  # the base, then the commits
+    assert f"Gitsess-Head: {head}" in remote_git(origin, "log", "-1", "--format=%B", REF)
+    b("pull", "exp")
+    assert b.json("show", "exp")["commits"] == 1
+    inside = b.run("git log -1 --format=%s; git status --porcelain; cat one.txt two.txt")
+    assert inside.splitlines() == ["one", "?? two.txt", "one", "two"]
+    assert b.json("show", "exp")["changed_files"] == 2

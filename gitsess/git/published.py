@@ -53,6 +53,7 @@ class Published:
     kv: bool  # the tree carries the key-value store at KV_PATH
     pushed_at: datetime
     author: str
+    head: str | None = None  # the commits made inside the session end here (its last parent)
 
 
 def ref_for(name: str) -> str:
@@ -84,13 +85,16 @@ def make_commit(
     ops: Mapping[str, int],
     runs: int,
     kv: bool,
+    head: str | None = None,
 ) -> str:
     """Write a session commit (no ref) of `tree` (from `tree_with_kv` when `kv`). `fields`:
-    session_id, name, title, branch, created_at."""
-    parents = [pygit2.Oid(hex=base)] + ([pygit2.Oid(hex=previous)] if previous else [])
+    session_id, name, title, branch, created_at. `head`: the last of the commits made inside
+    the session, a last parent (so a push carries them) named by a trailer."""
+    ids = [base] + ([previous] if previous else []) + ([head] if head else [])
+    parents = [pygit2.Oid(hex=i) for i in ids]
     author = signature(repo, "AUTHOR")
     committer = signature(repo, "COMMITTER")
-    message = _message(fields, ops, runs, kv)
+    message = _message(fields, ops, runs, kv, head)
     oid = repo.create_commit(None, author, committer, message, pygit2.Oid(hex=tree), parents)
     return str(oid)
 
@@ -115,7 +119,13 @@ _FIELDS = {
 }
 
 
-def _message(fields: Mapping[str, str | None], ops: Mapping[str, int], runs: int, kv: bool) -> str:
+def _message(
+    fields: Mapping[str, str | None],
+    ops: Mapping[str, int],
+    runs: int,
+    kv: bool,
+    head: str | None = None,
+) -> str:
     name = fields.get("name") or ""
     title = fields.get("title") or ""
     events = sum(ops.values())
@@ -136,6 +146,8 @@ def _message(fields: Mapping[str, str | None], ops: Mapping[str, int], runs: int
     lines.append(f"{_TRAILER}Runs: {runs}")
     if kv:
         lines.append(f"{_TRAILER}Kv: {KV_PATH}")
+    if head:
+        lines.append(f"{_TRAILER}Head: {head}")
     return "\n".join(lines) + "\n"
 
 
@@ -155,10 +167,15 @@ def read(repo: pygit2.Repository, oid: str) -> Published:
         if n.isdigit():
             ops[op] = int(n)
     runs = values.get("Runs", "0")
+    parents = [str(p) for p in obj.parent_ids]
+    # a trailer alone is no head: only the last parent it names is (a message may say anything)
+    head = values.get("Head") if len(parents) > 1 and parents[-1] == values.get("Head") else None
+    if head is not None:
+        parents.pop()
     return Published(
         commit=str(obj.id),
-        base=str(obj.parent_ids[0]),
-        previous=str(obj.parent_ids[1]) if len(obj.parent_ids) > 1 else None,
+        base=parents[0],
+        previous=parents[1] if len(parents) > 1 else None,
         session_id=values["Session"],
         name=values["Name"],
         title=values.get("Title", ""),
@@ -169,6 +186,7 @@ def read(repo: pygit2.Repository, oid: str) -> Published:
         kv=values.get("Kv") == KV_PATH,
         pushed_at=datetime.fromtimestamp(obj.committer.time, UTC),
         author=obj.author.name,
+        head=head,
     )
 
 
