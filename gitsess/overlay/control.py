@@ -4,12 +4,18 @@ An abstract socket has no file to go stale and no path-length limit; it vanishes
 daemon, so "can I connect" is also "is the daemon alive". A participant is a connection held
 open: when every process holding it has exited (even by kill -9) the kernel closes it, and the
 daemon sees the participant leave.
+
+An abstract socket has no permissions either: any local user can connect to one, or bind a
+name first. So both ends check who is at the other (`SO_PEERCRED`): the daemon serves only its
+own user and root, and a client talks only to a daemon of its own user or of root.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import socket
+import struct
 from typing import Any
 
 TIMEOUT = 30.0
@@ -28,7 +34,23 @@ def connect(session_id: str, timeout: float = TIMEOUT) -> socket.socket | None:
     except (ConnectionRefusedError, FileNotFoundError):
         sock.close()
         return None
+    if not trusted(peer_uid(sock)):
+        # Someone else holds the name: not our daemon, whatever it would answer.
+        sock.close()
+        return None
     return sock
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The user of the process at the other end of a unix socket, as the kernel saw it."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return int(uid)
+
+
+def trusted(uid: int) -> bool:
+    """Whether a peer of this user may be served, or believed: this process's user, or root."""
+    return uid in (os.geteuid(), 0)
 
 
 # Listening sockets carry this in their flags in /proc/net/unix (the kernel's __SO_ACCEPTCON).

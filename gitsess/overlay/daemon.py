@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -281,6 +282,12 @@ async def _control_loop(state: State, listener: trio.socket.SocketType) -> None:
     async with trio.open_nursery() as nursery:
         while True:
             conn, _ = await listener.accept()
+            uid = control.peer_uid(conn)  # type: ignore[arg-type]
+            if not control.trusted(uid):
+                # Another local user: no status, no drop, no stop, no copy (see control.py).
+                log.warning("refused a control connection from uid %d", uid)
+                conn.close()
+                continue
             nursery.start_soon(_client, state, trio.SocketStream(conn))
 
 
@@ -356,8 +363,8 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
         return {"ok": True}, None
     if op == "copy":
         dest = msg.get("dest")
-        if not isinstance(dest, str):
-            return {"ok": False, "error": "copy needs a destination"}, None
+        if not isinstance(dest, str) or not _copy_target(state, dest):
+            return {"ok": False, "error": "copy goes to delta.db of a new session's dir"}, None
         # On the event loop: no request is served until the copy is whole (see derive.fork).
         state.tree.commit(durable=True, settle=False)
         try:
@@ -397,6 +404,22 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
         _stop(state, "asked to")
         return {"ok": True}, None
     return {"ok": False, "error": f"unknown op {op!r}"}, None
+
+
+def _copy_target(state: State, dest: str) -> bool:
+    """Whether `dest` is where a fork's delta goes: `delta.db` in a directory of this daemon's
+    user beside this session's own dir, with nothing there yet (no link to follow)."""
+    own_dir = os.path.dirname(os.path.abspath(state.tree.store.path))
+    new_dir = os.path.dirname(dest)
+    if os.path.basename(dest) != "delta.db" or os.path.dirname(new_dir) != os.path.dirname(own_dir):
+        return False
+    try:
+        st = os.lstat(new_dir)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or new_dir == own_dir:
+        return False
+    return not any(os.path.lexists(dest + suffix) for suffix in ("", "-wal", "-shm"))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@ at checkpoint; a data file is removed only after the commit that deleted its nod
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -114,10 +116,14 @@ def copy_data(src: str, dest: str) -> None:
     except FileNotFoundError:
         return
     os.makedirs(dest_dir, mode=0o700, exist_ok=True)
+    st = os.lstat(dest_dir)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+        raise OSError(errno.EPERM, f"{dest_dir} is not a directory of this user's")
     for name in names:
         fd_in = os.open(os.path.join(src_dir, name), os.O_RDONLY | os.O_CLOEXEC)
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC
+            # never through a link planted where a data file goes
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
             fd_out = os.open(os.path.join(dest_dir, name), flags, 0o600)
             try:
                 _copy_extents(fd_in, fd_out)

@@ -1,0 +1,139 @@
+"""What another local user can do to a session: nothing (issue 29).
+
+A second uid made with `useradd` acts from a forked child that dropped to it, so it needs no
+access to this checkout or this Python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import socket
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from gitsess.overlay import control
+
+from .util import gitsess
+
+pytestmark = pytest.mark.fuse
+
+OTHER = "gitsess-other"
+
+
+@pytest.fixture(scope="session")
+def other_uid() -> tuple[int, int]:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a second user")
+    try:
+        entry = pwd.getpwnam(OTHER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", OTHER], check=True)
+        entry = pwd.getpwnam(OTHER)
+    return entry.pw_uid, entry.pw_gid
+
+
+def as_user(user: tuple[int, int], action: Callable[[], bytes]) -> bytes:
+    """Run `action` in a forked child that became `user`; what it returned (or its error)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        os.close(read)
+        try:
+            os.setgroups([])
+            os.setgid(user[1])
+            os.setuid(user[0])
+            out = action()
+        except BaseException as e:
+            out = f"error: {e!r}".encode()
+        os.write(write, out)
+        os._exit(0)
+    os.close(write)
+    chunks = []
+    while chunk := os.read(read, 65536):
+        chunks.append(chunk)
+    os.close(read)
+    os.waitpid(pid, 0)
+    return b"".join(chunks)
+
+
+def ask(session_id: str, message: dict[str, object]) -> Callable[[], bytes]:
+    def action() -> bytes:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(control.address(session_id))
+            sock.sendall(json.dumps(message).encode() + b"\n")
+            return b"reply: " + sock.recv(65536)
+
+    return action
+
+
+@pytest.fixture
+def mounted(repo: Path, tmp_path: Path) -> Iterator[str]:
+    """A session kept mounted by root; its id."""
+    assert gitsess(repo, "new", "exp").returncode == 0
+    view = tmp_path / "view"
+    view.mkdir()
+    done = gitsess(repo, "mount", "exp", str(view))
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(gitsess(repo, "show", "exp", "--json").stdout)
+    try:
+        yield str(shown["id"])
+    finally:
+        gitsess(repo, "umount", "exp")
+
+
+@pytest.mark.parametrize("op", ["status", "fsmonitor", "drop", "stop", "sync"])
+def test_another_user_gets_nothing_from_the_control_socket(
+    repo: Path, mounted: str, other_uid: tuple[int, int], op: str
+) -> None:
+    out = as_user(other_uid, ask(mounted, {"op": op, "paths": ["README.md"]}))
+    # closed unanswered: an empty reply, or the write or read failing on the closed socket
+    assert out == b"reply: " or b"BrokenPipe" in out or b"ConnectionReset" in out, out
+    status = control.request(mounted, {"op": "status"})
+    assert status is not None and status["ok"]  # still serving its owner
+    assert str(repo) not in out.decode(errors="replace")
+
+
+def test_copy_goes_only_to_a_new_session_dir(repo: Path, mounted: str, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere"
+    target.mkdir()
+    for dest in (target / "delta.db", tmp_path / "x" / "delta.db", Path("/etc/gitsess-owned")):
+        reply = control.request(mounted, {"op": "copy", "dest": str(dest)})
+        assert reply is not None and not reply["ok"]
+        assert not dest.exists()
+
+
+def test_a_name_bound_by_another_user_is_not_believed(other_uid: tuple[int, int]) -> None:
+    fake = str(uuid.uuid4())
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(ready_r)
+        os.setgroups([])
+        os.setgid(other_uid[1])
+        os.setuid(other_uid[0])
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        server.bind(control.address(fake))
+        server.listen(1)
+        os.write(ready_w, b"x")
+        server.settimeout(10)
+        try:
+            conn, _ = server.accept()
+            conn.recv(100)
+            conn.sendall(b'{"ok": true, "daemon_pid": 1, "mountpoint": "/"}\n')
+        except OSError:
+            pass
+        os._exit(0)
+    os.close(ready_w)
+    os.read(ready_r, 1)
+    try:
+        assert control.request(fake, {"op": "status"}) is None
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
