@@ -58,7 +58,9 @@ def start() -> None:
     ready_read, ready_write = os.pipe()
     try:
         subprocess.Popen(
-            [sys.executable, "-m", __name__, ARGS_FD_OPTION, str(args_read)],
+            # -P: the current directory (a repository, whose types.py or signal.py would be
+            # imported, and run, before our own) is not put on sys.path
+            [sys.executable, "-P", "-m", __name__, ARGS_FD_OPTION, str(args_read)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

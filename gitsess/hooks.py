@@ -180,7 +180,7 @@ def render(name: str, command: Sequence[str]) -> str:
 def default_command() -> list[str]:
     """This very gitsess: the interpreter running it, by absolute path, so hooks find it
     whatever PATH git runs them with (an IDE, a virtualenv that is not activated)."""
-    return [sys.executable, "-m", "gitsess"]
+    return [sys.executable, "-P", "-m", "gitsess"]
 
 
 # ---------------------------------------------------------------------------------------------

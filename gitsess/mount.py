@@ -201,6 +201,7 @@ def _start_daemon(spec: MountSpec) -> None:
             subprocess.Popen(
                 [
                     sys.executable,
+                    "-P",  # no current directory on sys.path: the repository's types.py is not ours
                     "-m",
                     headstart.DAEMON_MODULE,
                     *args,

@@ -11,6 +11,7 @@ import os
 import pwd
 import socket
 import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -137,3 +138,24 @@ def test_a_name_bound_by_another_user_is_not_believed(other_uid: tuple[int, int]
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
+
+
+@pytest.mark.parametrize("name", ["types.py", "enum.py", "signal.py", "select.py"])
+def test_the_repositorys_own_modules_are_never_imported(repo: Path, name: str) -> None:
+    """The daemon, its watch and the hooks start with no current directory on sys.path: a
+    repository's `types.py` (click's own source has one) must neither break gitsess nor run."""
+    marker = repo.parent / f"ran-{name}"
+    (repo / name).write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    # the console script, as a user runs it (`python -m gitsess` would import from here itself)
+    script = str(Path(sys.executable).with_name("gitsess"))
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([script, *args], cwd=repo, capture_output=True, text=True)
+
+    done = run("run", "-s", "exp", "--", "sh", "-c", "echo x > new.txt")
+    assert done.returncode == 0, done.stderr
+    installed = run("hooks", "install")
+    assert installed.returncode == 0, installed.stderr
+    subprocess.run(["git", "branch", "-q", "gone"], cwd=repo, check=True)
+    subprocess.run(["git", "branch", "-q", "-D", "gone"], cwd=repo, check=True)
+    assert not marker.exists()

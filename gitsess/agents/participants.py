@@ -190,6 +190,7 @@ def _start_watcher(
         return subprocess.Popen(
             [
                 sys.executable,
+                "-P",
                 "-m",
                 "gitsess.agents.watch",
                 str(ctx.common_dir),

@@ -36,7 +36,7 @@ class LowerWatcher:
 
     def _spawn(self) -> None:
         proc = self._proc = subprocess.Popen(
-            [sys.executable, "-m", "gitsess.overlay.watch_process", self.root],
+            [sys.executable, "-P", "-m", "gitsess.overlay.watch_process", self.root],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
