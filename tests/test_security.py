@@ -159,3 +159,24 @@ def test_the_repositorys_own_modules_are_never_imported(repo: Path, name: str) -
     subprocess.run(["git", "branch", "-q", "gone"], cwd=repo, check=True)
     subprocess.run(["git", "branch", "-q", "-D", "gone"], cwd=repo, check=True)
     assert not marker.exists()
+
+
+@pytest.mark.parametrize("target", ["--worktree", "--commit"])
+def test_apply_never_writes_setuid_or_setgid(repo: Path, target: str) -> None:
+    script = "printf '#!/bin/sh\\n' > tool && chmod 6755 tool && mkdir d && chmod 3775 d"
+    script += " && echo x > d/f && stat -c %a tool"
+    done = gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() in ("6755", "755")  # the view may refuse the bits already
+    args = ("--commit", "-m", "tool") if target == "--commit" else ("--worktree",)
+    applied = gitsess(repo, "apply", "exp", *args)
+    assert applied.returncode == 0, applied.stderr
+    assert oct((repo / "tool").stat().st_mode & 0o7777) == oct(0o755)
+    assert (repo / "d").stat().st_mode & 0o7000 == 0
+
+
+def test_views_are_mounted_nosuid_nodev(repo: Path) -> None:
+    done = gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", f"grep ' {repo} ' /proc/self/mounts")
+    assert done.returncode == 0, done.stderr
+    options = done.stdout.split()[3].split(",")
+    assert "nosuid" in options and "nodev" in options

@@ -1001,12 +1001,15 @@ def _session_target(view: SessionView, change: Change) -> Target:
         new.kind,
         new.oid,
     )
+    # Never setuid, setgid or sticky: git carries none of them, and with `--allow-other`
+    # another user may have set them on a file of the view for the apply to write.
+    perm = new.perm & 0o777
     if new.kind == "dir":
-        return Target(change.path, "dir", new.perm, None)
+        return Target(change.path, "dir", perm, None)
     return Target(
         change.path,
         new.kind,
-        new.perm,
+        perm,
         lambda: read_view(view, change.path, new),
         rewrite=not same_content,
     )
