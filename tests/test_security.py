@@ -180,3 +180,13 @@ def test_views_are_mounted_nosuid_nodev(repo: Path) -> None:
     assert done.returncode == 0, done.stderr
     options = done.stdout.split()[3].split(",")
     assert "nosuid" in options and "nodev" in options
+
+
+def test_titles_never_reach_the_terminal_raw(repo: Path) -> None:
+    title = "fine\x1b]0;owned\x07 \x9b2J\nsecond line"
+    assert gitsess(repo, "new", "exp", "-t", title).returncode == 0
+    for args in (("ls",), ("show", "exp")):
+        out = gitsess(repo, *args, env={"COLUMNS": "200"}).stdout
+        assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
+        assert "fine\\x1b]0;owned\\x07" in out
+        assert "second line" not in out

@@ -41,11 +41,23 @@ def echo_mounted(session: Session, mountpoint: str) -> None:
     click.echo(f"Session {click.style(session.name, bold=True)} is mounted at {mountpoint}")
 
 
+# C0 and C1 controls and DEL: a terminal acts on them (an escape sequence can retitle the window,
+# rewrite what is shown, or worse), and titles, paths and authors come from commands and remotes.
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def escape(text: str) -> str:
-    """rich's markup escape, loaded with rich (see `console`)."""
+    """Text made safe to print with rich: its markup escaped (rich is loaded with it, see
+    `console`), control characters shown as `\\xNN` instead of sent to the terminal."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(text)
+    return rich_escape(_CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
+
+
+def first_line(text: str) -> str:
+    """A title as one line: its first, marked when more followed."""
+    lines = text.splitlines() or [""]
+    return lines[0] + (" …" if len(lines) > 1 else "")
 
 
 class SessionCommand(click.Command):

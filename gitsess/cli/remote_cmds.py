@@ -19,6 +19,7 @@ from gitsess.cli.base import (
     ago,
     console,
     escape,
+    first_line,
     print_json,
     session_ref,
     short,
@@ -241,6 +242,6 @@ def list_remote_sessions(target: str | None, as_json: bool) -> None:
             short(p.base),
             short(p.commit),
             r.here,
-            escape(p.title),
+            escape(first_line(p.title)),
         )
     console().print(table)

@@ -21,6 +21,7 @@ from gitsess.cli.base import (
     console,
     echo_mounted,
     escape,
+    first_line,
     info_json,
     print_json,
     session_ref,
@@ -198,7 +199,7 @@ def _table(infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_workt
         if with_worktree:
             gone = "" if info.worktree_exists else " [red](missing)[/]"
             row.append(escape(str(s.worktree)) + gone)
-        row.append(escape(s.title))
+        row.append(escape(first_line(s.title)))
         table.add_row(*row)
     return table
 
@@ -236,7 +237,7 @@ def show(
     rows = [
         ("name", s.name),
         ("id", s.id),
-        ("title", s.title or "-"),
+        ("title", first_line(s.title) or "-"),
         ("offset", str(info.offset)),
         ("state", s.state + (", read-only" if s.read_only else "")),
         ("worktree", str(s.worktree) + ("" if info.worktree_exists else " (missing)")),
