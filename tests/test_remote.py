@@ -7,6 +7,7 @@ import io
 import json
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -468,3 +469,25 @@ def test_push_and_pull_carry_the_commits_made_inside(a: Machine, b: Machine, ori
     inside = b.run("git log -1 --format=%s; git status --porcelain; cat one.txt two.txt")
     assert inside.splitlines() == ["one", "?? two.txt", "one", "two"]
     assert b.json("show", "exp")["changed_files"] == 2
+
+
+@pytest.mark.parametrize("branch", ["refs/heads/main", "../main", "ma in"])
+def test_a_session_commit_naming_no_valid_branch_is_refused(
+    a: Machine, b: Machine, origin: Path, branch: str
+) -> None:
+    a("new", "exp")
+    a("push", "exp")
+    message = remote_git(origin, "log", "-1", "--format=%B", REF).replace(
+        "Gitsess-Branch: main", f"Gitsess-Branch: {branch}"
+    )
+    tree = remote_git(origin, "rev-parse", f"{REF}^{{tree}}")
+    base = remote_git(origin, "rev-parse", f"{REF}^1")
+    forged = subprocess.run(
+        ["git", "commit-tree", tree, "-p", base, "-F", "-"],
+        cwd=origin, input=message, capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    remote_git(origin, "update-ref", REF, forged)
+    _, err = b("pull", "exp", code=1)
+    assert "names no valid branch" in err
+    refs = git_ok(b.path, "for-each-ref", "--format=%(refname)")
+    assert "refs/heads/refs/" not in refs and "refs/heads/.." not in refs

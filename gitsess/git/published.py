@@ -166,6 +166,9 @@ def read(repo: pygit2.Repository, oid: str) -> Published:
         op, _, n = item.partition("=")
         if n.isdigit():
             ops[op] = int(n)
+    branch = values.get("Branch")
+    if branch is not None and not _valid_branch(branch):
+        raise GitsessError(f"{oid[:10]} names no valid branch ({branch!r}); not taken")
     runs = values.get("Runs", "0")
     parents = [str(p) for p in obj.parent_ids]
     # a trailer alone is no head: only the last parent it names is (a message may say anything)
@@ -179,7 +182,7 @@ def read(repo: pygit2.Repository, oid: str) -> Published:
         session_id=values["Session"],
         name=values["Name"],
         title=values.get("Title", ""),
-        branch=values.get("Branch"),
+        branch=branch,
         created_at=values.get("Created", ""),
         ops=ops,
         runs=int(runs) if runs.isdigit() else 0,
@@ -188,6 +191,12 @@ def read(repo: pygit2.Repository, oid: str) -> Published:
         author=obj.author.name,
         head=head,
     )
+
+
+def _valid_branch(name: str) -> bool:
+    """A short branch name, as `refs/heads/<name>` takes it (`refs/heads/main` would become
+    `refs/heads/refs/heads/main`)."""
+    return not name.startswith("refs/") and pygit2.reference_is_valid_name("refs/heads/" + name)
 
 
 def content_paths(repo: pygit2.Repository, published: Published) -> list[ArchivedPath]:
