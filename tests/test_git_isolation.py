@@ -294,3 +294,16 @@ def test_a_committed_file_replaced_by_a_rename_applies(worked: Path, moved: bool
     assert (worked / "README.md").read_text() == "bye\n"
     assert git(worked, "log", "--format=%s", "-2").splitlines() == ["n", "bye"]
     assert git(worked, "status", "--porcelain") == ""
+
+
+def test_rm_after_apply_commit_keeps_a_branch_holding_the_only_copy(worked: Path) -> None:
+    made = gitsess(worked, "new", "lw", "--worktree", "--json")
+    tree = Path(json.loads(made.stdout)["worktree"])
+    done = gitsess(tree, "run", "-s", "lw", "--", "sh", "-c", "echo n > n.txt")
+    assert done.returncode == 0, done.stderr
+    assert gitsess(tree, "apply", "lw", "--commit", "-m", "only here").returncode == 0
+    commit_id = git(tree, "rev-parse", "HEAD")
+    removed = gitsess(worked, "rm", "lw")
+    assert removed.returncode == 0, removed.stderr
+    assert git(worked, "rev-parse", "gitsess/lw") == commit_id  # the branch stays
+    assert "on no other branch" in removed.stdout + removed.stderr

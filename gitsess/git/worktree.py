@@ -129,20 +129,19 @@ def keep_reasons(ctx: RepoContext, binding: Binding) -> list[str]:
         reasons.append("the worktree has uncommitted changes")
     if binding.created_branch and binding.branch is not None:
         repo = ctx.open()
-        unmerged = unmerged_commits(repo, binding.branch, binding.base_commit)
+        unmerged = unmerged_commits(repo, binding.branch)
         if unmerged:
             reasons.append(f"branch {binding.branch} has {unmerged} commit(s) on no other branch")
     return reasons
 
 
-def unmerged_commits(repo: pygit2.Repository, branch: str, base_commit: str | None) -> int:
-    """Commits of `branch` that no other ref (nor the session's base commit) reaches."""
+def unmerged_commits(repo: pygit2.Repository, branch: str) -> int:
+    """Commits of `branch` that no other ref reaches. (Not the session's base: `apply --commit`
+    moves it to the commit it made, which may be on this branch alone.)"""
     ref = repo.branches.local.get(branch)
     if ref is None:
         return 0
     walker = repo.walk(ref.target)
-    if base_commit is not None and base_commit in repo:
-        walker.hide(base_commit)
     for other in repo.references.iterator():
         if other.name == ref.name:
             continue
