@@ -318,6 +318,8 @@ def _finish_worktree(
     paths: list[str] = journal["paths"]
     expect: dict[str, Any] = journal["expect"]
     changed: tuple[str, ...] = ()
+    from gitsess.git.apply import merge_onto_head
+
     with _open(ctx, session, root) as view:
         still = [
             p for p in paths if p not in expect or _stamp(view.entry(p)) == _as_stamp(expect[p])
@@ -325,10 +327,18 @@ def _finish_worktree(
         if still:  # (no pathspec at all would select every change)
             repo = open_real(session, root)
             specs = [f":(literal){p}" for p in still]
-            changes = compute_changes(view, repo, pathspecs=specs, include_ignored=True)
-            # these paths passed the conflict check before the crash; since then only this
-            # apply wrote to them
-            result = apply_worktree(repo, view, _only(changes, set(still)), force=True)
+            with scratch_repo(repo) as scratch:
+                changes = compute_changes(
+                    view, repo, pathspecs=specs, include_ignored=True, store=scratch
+                )
+                changes = _only(changes, set(still))
+                # the same merge as before the crash: its writes come out the same again
+                merged = merge_onto_head(repo, scratch, view, changes, session.base_commit)
+                # these paths passed the conflict check before the crash; since then only
+                # this apply wrote to them
+                result = apply_worktree(
+                    repo, view, changes, force=True, merged=merged, scratch=scratch
+                )
             changed = result.changed_dirs
     _settle(ctx, session, root, journal, [*changed, *(_parent(p) for p in paths)])
     return [f"completed an interrupted apply --worktree ({len(paths)} path(s))"]
@@ -355,6 +365,7 @@ def diff(
     """What the session changed against its real worktree; and notes: from `reconcile`, and
     how many commits of its own the session has (their changes are in the diff)."""
     from gitsess import session_git
+    from gitsess.git.apply import merge_onto_head
 
     done = reconcile(ctx, session)
     root = real_root(session)
@@ -364,9 +375,16 @@ def diff(
         changes = compute_changes(
             view, repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
         )
+        merged = merge_onto_head(repo, scratch, view, changes, session.base_commit)
+        if merged.conflicts:
+            paths = ", ".join(c.path for c in merged.conflicts)
+            notes.append(
+                f"changed on the branch since the session began, and in the session: {paths}"
+                " (shown as the session has them; applying them conflicts)"
+            )
         result = diff_changes(
             repo, view, changes, binary=binary, find_renames=find_renames, stat_width=stat_width,
-            scratch=scratch,
+            scratch=scratch, merged=merged.entries,
         )  # fmt: skip
         git = session_git.state(view, repo, session)
     if git is not None and git.commits:
@@ -571,7 +589,7 @@ def apply_to_patch(
     With `mbox` and commits made inside the session: a mail per commit, then one for the
     changes made since (what `git am` applies on the session's base)."""
     from gitsess import session_git
-    from gitsess.git.apply import make_patch, signature
+    from gitsess.git.apply import make_patch, merge_onto_head, signature
 
     with (
         _prepare(ctx, session) as p,
@@ -581,9 +599,16 @@ def apply_to_patch(
         changes = compute_changes(
             view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
         )
+        merged = merge_onto_head(p.repo, scratch, view, changes, p.session.base_commit)
+        if merged.conflicts:
+            return Applied(
+                "patch", dry_run, (), (), merged.conflicts, base=p.session.base_commit,
+                notes=tuple(p.notes),
+            )  # fmt: skip
         result = make_patch(
-            p.repo, view, changes, mbox=mbox, message=message, author=author, dry_run=dry_run
-        )
+            p.repo, view, changes, mbox=mbox, message=message, author=author, dry_run=dry_run,
+            merged=merged, scratch=scratch,
+        )  # fmt: skip
         git = session_git.state(view, p.repo, p.session) if mbox else None
         if git is not None and git.commits and git.head.commit is not None:
             author = author or signature(p.repo, "AUTHOR")
@@ -629,15 +654,20 @@ def apply_to_worktree(
     force: bool = False,
     dry_run: bool = False,
 ) -> Applied:
-    """Write the session's changes into its real worktree; the written paths leave the delta."""
-    from gitsess.git.apply import apply_worktree
+    """Write the session's changes into its real worktree; the written paths leave the delta.
+    When the worktree's HEAD moved since the session's base, they are merged onto it first
+    (`merge_onto_head`): a conflict changes nothing."""
+    from gitsess.git.apply import apply_worktree, merge_onto_head
 
     with _prepare(ctx, session) as p:
-        with _open(ctx, p.session, p.root) as view:
+        with _open(ctx, p.session, p.root) as view, scratch_repo(p.repo) as scratch:
             changes = compute_changes(
-                view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored
+                view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
             )
-            plan = apply_worktree(p.repo, view, changes, force=force, dry_run=True)
+            merged = merge_onto_head(p.repo, scratch, view, changes, p.session.base_commit)
+            plan = apply_worktree(
+                p.repo, view, changes, force=force, dry_run=True, merged=merged, scratch=scratch
+            )
             outcome = Applied(
                 "worktree", dry_run, plan.applied, plan.skipped, plan.conflicts,
                 base=p.session.base_commit, notes=tuple(p.notes),
@@ -647,7 +677,9 @@ def apply_to_worktree(
             keep = [*plan.skipped, *changes.excluded]
             data = _journal("worktree", changes, plan.applied, keep)
             _write_journal(ctx, p.session, data)
-            result = apply_worktree(p.repo, view, changes, force=force)
+            result = apply_worktree(
+                p.repo, view, changes, force=force, merged=merged, scratch=scratch
+            )
         if not result.ok:  # the real tree changed between the plan and the writes
             _remove_journal(ctx, p.session)
             return replace(outcome, applied=(), conflicts=result.conflicts)

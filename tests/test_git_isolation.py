@@ -307,3 +307,40 @@ def test_rm_after_apply_commit_keeps_a_branch_holding_the_only_copy(worked: Path
     assert removed.returncode == 0, removed.stderr
     assert git(worked, "rev-parse", "gitsess/lw") == commit_id  # the branch stays
     assert "on no other branch" in removed.stdout + removed.stderr
+
+
+@pytest.fixture
+def moved_under(worked: Path) -> Path:
+    """A session edits line 1 of f.txt; then the branch changes line 3 (a commit outside)."""
+    commit(worked, "f.txt", "a\nb\nc\n", "f")
+    assert run(worked, "exp", "printf 'A\\nb\\nc\\n' > f.txt").returncode == 0
+    commit(worked, "f.txt", "a\nb\nC\n", "outside")
+    return worked
+
+
+def test_diff_and_patch_keep_what_the_branch_got_since(moved_under: Path, tmp_path: Path) -> None:
+    diff = gitsess(moved_under, "diff", "exp")
+    assert diff.returncode == 0, diff.stderr
+    assert "-a\n+A\n b\n C\n" in diff.stdout  # C stays: no "-C", no "+c"
+    assert "-C" not in diff.stdout and "+c" not in diff.stdout
+    patch = tmp_path / "p.patch"
+    assert gitsess(moved_under, "apply", "exp", "--patch", "-o", str(patch)).returncode == 0
+    git(moved_under, "apply", str(patch))
+    assert (moved_under / "f.txt").read_text() == "A\nb\nC\n"
+
+
+def test_apply_worktree_merges_onto_what_the_branch_got_since(moved_under: Path) -> None:
+    done = gitsess(moved_under, "apply", "exp", "--worktree")
+    assert done.returncode == 0, done.stderr
+    assert (moved_under / "f.txt").read_text() == "A\nb\nC\n"
+
+
+def test_apply_worktree_conflicting_with_the_branch_changes_nothing(worked: Path) -> None:
+    commit(worked, "f.txt", "a\nb\nc\n", "f")
+    assert run(worked, "exp", "printf 'A\\nb\\nc\\n' > f.txt").returncode == 0
+    commit(worked, "f.txt", "Z\nb\nc\n", "outside")
+    for args in (("--worktree",), ("--patch",)):
+        done = gitsess(worked, "apply", "exp", *args)
+        assert done.returncode == 1
+        assert "conflict: f.txt" in done.stderr
+    assert (worked / "f.txt").read_text() == "Z\nb\nc\n"

@@ -156,6 +156,48 @@ class CommitResult:
 # --worktree
 
 
+@dataclass(frozen=True)
+class Merged:
+    """The session's changes merged onto the worktree's HEAD when it moved since the base."""
+
+    entries: dict[str, tuple[str, int] | None]  # paths whose merged state is not the view's
+    conflicts: tuple[Conflict, ...]
+    head_tree: str | None = None  # the tree merged onto (None: no merge was needed)
+
+
+def merge_onto_head(
+    repo: pygit2.Repository,
+    scratch: pygit2.Repository,
+    view: SessionView,
+    changes: ChangeSet,
+    base: str | None,
+) -> Merged:
+    """The session's git-visible changes merged three-way onto the commit the bound worktree
+    has checked out, when that is not the session's base (a `git pull`, or another session's
+    apply, since): without it a real file the branch changed meanwhile would be written, or
+    diffed, back to the base's content. Merged blobs are in `scratch`."""
+    head = _head_commit(repo)
+    if head is None or base is None or head == base or not changes.git_changes():
+        return Merged({}, ())
+    build = _build_commit_tree(scratch, view, changes, head, base, {})
+    if build.tree is None:
+        return Merged({}, build.conflicts)
+    tree = _tree(scratch, build.tree)
+    entries = {}
+    for change in changes.git_changes():
+        entry = _tree_entry(tree, change.path)
+        if entry != build.session_entries[change.path]:
+            entries[change.path] = entry
+    return Merged(entries, (), build.tip_tree)
+
+
+def _head_commit(repo: pygit2.Repository) -> str | None:
+    try:
+        return None if repo.head_is_unborn else str(repo.head.peel(pygit2.Commit).id)
+    except pygit2.GitError:
+        return None
+
+
 def apply_worktree(
     repo: pygit2.Repository,
     view: SessionView,
@@ -163,6 +205,8 @@ def apply_worktree(
     *,
     force: bool = False,
     dry_run: bool = False,
+    merged: Merged | None = None,
+    scratch: pygit2.Repository | None = None,
 ) -> WorktreeResult:
     """Write the changes into the real worktree of `repo` (creates, edits, deletes, modes,
     symlinks, type changes, directories).
@@ -170,20 +214,49 @@ def apply_worktree(
     Refuses the whole apply, naming every path, when a real-tree path changed since the session
     copied it (or since `changes` was computed), or a path the session created exists in the
     real tree now (unless that real file is exactly what the index has: nothing is lost);
-    `force` writes anyway.
+    `force` writes anyway. `merged` (`merge_onto_head`, blobs in `scratch`): the content of
+    paths where the merge onto the worktree's HEAD is not the view's, and its conflicts.
     """
     root = _workdir(repo)
     selected = list(changes.changes)
-    targets = [_session_target(view, c) for c in selected]
+    if merged is not None and merged.conflicts:
+        return WorktreeResult((), (), merged.conflicts, dry_run)
+    over = merged.entries if merged is not None else {}
+    targets = [
+        _merged_target(scratch or repo, c.path, over[c.path])
+        if c.path in over
+        else _session_target(view, c)
+        for c in selected
+    ]
     plan = _plan_writes(root, targets)
     conflicts = list(plan.conflicts)
     if not force:
-        conflicts += worktree_conflicts(view, root, selected, lambda p: _staged(repo, root, p))
+        found = worktree_conflicts(view, root, selected, lambda p: _staged(repo, root, p))
+        if merged is not None and merged.head_tree is not None:
+            # A real file that is exactly the HEAD's was changed by the commits merged onto,
+            # not by hand: the merge holds that change, and overwriting it loses nothing.
+            head = _tree(scratch or repo, merged.head_tree)
+            by_path = {c.path: c for c in selected}
+            found = [
+                c
+                for c in found
+                if c.path not in by_path or not _clean_for_merge(head, root, by_path[c.path])
+            ]
+        conflicts += found
     if conflicts:
         return WorktreeResult((), (), _unique(conflicts), dry_run)
     applied = tuple(t.path for t in plan.targets)
     changed_dirs = () if dry_run else write_targets(root, _read_first(root, plan.targets))
     return WorktreeResult(applied, plan.skipped, (), dry_run, changed_dirs)
+
+
+def _merged_target(repo: pygit2.Repository, path: str, entry: tuple[str, int] | None) -> Target:
+    if entry is None:
+        return Target(path, None, 0, None)
+    oid, mode = entry
+    kind: StateKind = "symlink" if mode == GIT_LINK else "file"
+    perm = (0o777 if mode == GIT_EXEC else 0o666) & ~_umask()
+    return Target(path, kind, perm, partial(_blob_data, repo, pygit2.Oid(hex=oid)))
 
 
 def _constant(data: bytes) -> Callable[[], bytes]:
@@ -218,11 +291,16 @@ def make_patch(
     author: pygit2.Signature | None = None,
     find_renames: bool = True,
     dry_run: bool = False,
+    merged: Merged | None = None,
+    scratch: pygit2.Repository | None = None,
 ) -> PatchResult:
     """A patch of the changes against the real worktree, binary files included (git's
     `--binary` form), which `git apply` takes in that worktree. With `mbox`, a `git am` mail
     (From line, From:, Date:, Subject: from `message`'s first paragraph, `author`'s time)."""
-    result = diff_changes(repo, view, changes, binary=True, find_renames=find_renames)
+    result = diff_changes(
+        repo, view, changes, binary=True, find_renames=find_renames, scratch=scratch,
+        merged=merged.entries if merged is not None else None,
+    )  # fmt: skip
     paths: list[str] = []
     for f in result.files:
         paths.extend(p for p in (f.old_path, f.new_path) if p is not None and p not in paths)

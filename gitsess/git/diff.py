@@ -9,7 +9,7 @@ detection, binary patches) is git's own format, which `git apply` accepts.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -138,12 +138,15 @@ def diff_changes(
     context_lines: int = 3,
     stat_width: int = 80,
     scratch: pygit2.Repository | None = None,
+    merged: Mapping[str, tuple[str, int] | None] | None = None,
 ) -> DiffResult:
     """Diff the real worktree (old side) against the view (new side) for `changes`.
 
     `binary` gives git's `--binary` form (binary files as base85 literal/delta patches with full
     index lines) instead of "Binary files ... differ". `scratch` is the scratch repository
-    `changes` was computed with (its `store`), if any; else one is made.
+    `changes` was computed with (its `store`), if any; else one is made. `merged` gives the
+    new side of paths where the session's change, merged onto commits the worktree got since
+    the session's base, is not the view's (blobs in `scratch`; see `apply.merge_onto_head`).
     """
     selected = changes.changes if isinstance(changes, ChangeSet) else tuple(changes)
     git_changes = [c for c in selected if c.git_visible]
@@ -152,7 +155,12 @@ def diff_changes(
     root = Path(repo.workdir or ".")
     with scratch_repo(repo) if scratch is None else nullcontext(scratch) as scratch:
         old_tree = _side_tree(scratch, git_changes, lambda c: _real_blob(scratch, root, c))
-        new_tree = _side_tree(scratch, git_changes, lambda c: _view_blob(scratch, view, c))
+        over = merged or {}
+
+        def new_blob(c: Change) -> tuple[str, int] | None:
+            return over[c.path] if c.path in over else _view_blob(scratch, view, c)
+
+        new_tree = _side_tree(scratch, git_changes, new_blob)
         flags = DiffOption.SHOW_BINARY if binary else DiffOption.NORMAL
         diff = old_tree.diff_to_tree(new_tree, flags=flags, context_lines=context_lines)
         if find_renames:
