@@ -271,11 +271,13 @@ def drop_paths(
 class Counts:
     changed_files: int | None  # paths the session touched; None when it has no delta yet
     commits: int | None  # commits of the session's own that its branch lacks
+    damaged: bool = False  # its delta.db cannot be read
 
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
     """What `ls` and `show` count of a session: its touched paths and its own commits."""
     from gitsess import session_git
+    from gitsess.overlay.view import DamagedDelta
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return Counts(None, None)
@@ -287,5 +289,7 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
             except (GitsessError, pygit2.GitError, KeyError, ValueError):
                 return Counts(changed, None)
             return Counts(changed, 0 if git is None else len(git.commits))
+    except DamagedDelta:
+        return Counts(None, None, damaged=True)
     except (OSError, GitsessError):
         return Counts(None, None)

@@ -92,6 +92,7 @@ class SessionInfo:
     worktree_exists: bool
     changed_files: int | None  # None until the overlay reports it
     commits: int | None = None  # commits of the session's own that its branch lacks
+    damaged: bool = False  # its delta.db cannot be read (see `remove`'s force)
 
 
 @dataclass(frozen=True)
@@ -339,6 +340,7 @@ def _infos(
                 worktree_exists=s.worktree.is_dir(),
                 changed_files=counts.changed_files,
                 commits=counts.commits,
+                damaged=counts.damaged,
             )
         )
     return infos
@@ -463,13 +465,19 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     """
     from gitsess import agents, promote
     from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
+    from gitsess.overlay.view import DamagedDelta
 
     with _existing_registry(ctx) as registry:
         session = _find(ctx, registry, _ref(ref, None))
         session_dir = ctx.session_dir(session.id)
         _unmount_for_removal(ctx, session)
         # Nothing is lost: unapplied changes are kept as a commit under an archive ref first.
-        archived = promote.archive(ctx, session)
+        try:
+            archived = promote.archive(ctx, session)
+        except DamagedDelta:
+            if not force:
+                raise
+            archived = promote.Archived(None, ("its delta.db was damaged: nothing archived",))
         binding = Binding(
             session.worktree,
             session.branch,

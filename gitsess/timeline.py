@@ -21,6 +21,7 @@ from gitsess import mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import schema
+from gitsess.overlay.view import DamagedDelta
 from gitsess.store.registry import Registry, Run, Session
 
 # What the overlay records (gitsess/overlay/fs.py); `--op` accepts only these.
@@ -197,7 +198,7 @@ class DeltaReader:
         try:
             return conn.execute(sql, args).fetchall()
         except apsw.Error as e:
-            raise GitsessError(f"cannot read {self.path}: {e}") from e
+            raise DamagedDelta(self.path, e) from e
 
     def _connection(self) -> apsw.Connection | None:
         if self._conn is None:
@@ -207,7 +208,7 @@ class DeltaReader:
                 conn = schema.connect(str(self.path), readonly=True)
                 version = conn.execute("PRAGMA user_version").fetchall()[0][0]
             except apsw.Error as e:
-                raise GitsessError(f"cannot read {self.path}: {e}") from e
+                raise DamagedDelta(self.path, e) from e
             # A delta from before the audit log has no events yet: the daemon migrates it when
             # it next mounts the session, and a reader must not write.
             if not isinstance(version, int) or version < 2:

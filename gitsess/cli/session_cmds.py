@@ -162,6 +162,8 @@ _DRIFT_NOTE = (
 def _drifted(info: SessionInfo) -> list[str]:
     from gitsess import inspect
 
+    if info.damaged:
+        return []
     return [d.path for d in inspect.drift(info.session, info.session_dir)]
 
 
@@ -191,7 +193,13 @@ def _table(infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_workt
             name,
             s.id[:8],
             escape(branch_label(s)),
-            ("-" if info.changed_files is None else str(info.changed_files))
+            (
+                "[red]damaged[/]"
+                if info.damaged
+                else "-"
+                if info.changed_files is None
+                else str(info.changed_files)
+            )
             + (f" +{info.commits} commit(s)" if info.commits else "")
             + (f" [yellow]! {drifted} drifted[/]" if drifted else ""),
             ago(s.last_used_at),

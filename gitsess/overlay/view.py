@@ -11,15 +11,37 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
+
+from gitsess.errors import GitsessError
 from gitsess.git.view import Entry, kind_of
 from gitsess.overlay.store import DeltaStore
 from gitsess.overlay.tree import GIT, ROOT_INODE, Node, Tree
 
 
+class DamagedDelta(GitsessError):
+    """A session's delta.db that SQLite cannot read: that session's error, not the repository's
+    (`ls` marks it, `rm --force` removes it)."""
+
+    def __init__(self, delta: Path, error: Exception) -> None:
+        super().__init__(
+            f"{delta} is damaged ({error}): the session's changes cannot be read; "
+            "`gitsess rm --force` removes the session without archiving them"
+        )
+
+
 class OverlayView:
     def __init__(self, delta: Path, lower: Path, hidden: tuple[str, ...] = ()) -> None:
-        self.store = DeltaStore(str(delta))
-        self.tree = Tree(self.store, str(lower), {os.fsencode(h) for h in hidden}, writer=False)
+        try:
+            self.store = DeltaStore(str(delta))
+        except apsw.Error as e:
+            raise DamagedDelta(delta, e) from e
+        try:
+            hide = {os.fsencode(h) for h in hidden}
+            self.tree = Tree(self.store, str(lower), hide, writer=False)
+        except apsw.Error as e:
+            self.store.close()
+            raise DamagedDelta(delta, e) from e
         # Directories resolved so far, by path: diff and apply ask about every changed path
         # two or three times, and a walk from the root took a lookup per level each time. The
         # tree is read once and never written through here, so a directory stays what it was.
