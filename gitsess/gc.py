@@ -27,7 +27,7 @@ from typing import Protocol
 
 import pygit2
 
-from gitsess import live, mount, mounttable, promote, sessions
+from gitsess import live, mount, mounttable, promote, repair, sessions
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
 from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
@@ -398,6 +398,12 @@ def sweep_orphan_dirs(ctx: RepoContext, *, dry_run: bool = False) -> list[Action
         if directory.name in known or not _is_id(directory.name) or not directory.is_dir():
             continue
         action = Action("orphan-dir", "session dir", str(directory), "delete", "no session owns it")
+        if repair.holds_changes(directory):
+            # No row says whose changes these are (a lost or damaged registry): never deleted.
+            actions.append(
+                replace(action, error="it holds changes; `gitsess doctor --repair` recovers it")
+            )
+            continue
         status = mount.status(directory.name)
         if status is not None and status.participants:
             pids = ", ".join(str(p.get("pid")) for p in status.participants)

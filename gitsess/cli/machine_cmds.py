@@ -14,9 +14,26 @@ from gitsess.cli.group import cli
 
 @cli.command("doctor")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Rebuild the registry from the session dirs (an unreadable one is set aside).",
+)
 @click.pass_context
-def doctor_command(ctx: click.Context, as_json: bool) -> None:
+def doctor_command(ctx: click.Context, as_json: bool, repair: bool) -> None:
     """Check what this machine and directory offer gitsess."""
+    if repair:
+        from gitsess import repair as repairing
+        from gitsess.git.repo import discover
+
+        done = repairing.repair(discover())
+        if done.moved_aside is not None:
+            click.echo(f"The unreadable registry is kept as {done.moved_aside}")
+        for name in done.recovered:
+            click.echo(f"Recovered session {name} (`gitsess show {name}`)")
+        if done.moved_aside is None and not done.recovered:
+            click.echo("Nothing to repair.")
+        return
     checks = doctor.run_checks()
     if as_json:
         print_json([asdict(c) for c in checks])

@@ -180,6 +180,13 @@ class DeltaStore:
         for row in self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes"):
             yield NodeRow(*row)
 
+    def holds_changes(self) -> bool:
+        """Whether the session changed any name, or keeps any key-value."""
+        found = self.conn.execute(
+            "SELECT EXISTS(SELECT 1 FROM dentries) OR EXISTS(SELECT 1 FROM kv)"
+        ).fetchall()
+        return bool(found[0][0])
+
     def dentries(self) -> Iterator[tuple[int, bytes, int]]:
         for parent, name, ino in self.conn.execute("SELECT parent, name, ino FROM dentries"):
             assert isinstance(parent, int) and isinstance(name, bytes) and isinstance(ino, int)

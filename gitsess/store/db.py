@@ -79,7 +79,10 @@ def write_txn(conn: apsw.Connection) -> Iterator[apsw.Connection]:
 def db_error(path: Path, e: apsw.Error) -> GitsessError:
     """A message for an SQLite failure that says which file and what to do about it."""
     if isinstance(e, apsw.NotADBError | apsw.CorruptError):
-        return GitsessError(f"{path} is corrupt ({e}); move it away to start a fresh registry")
+        return GitsessError(
+            f"{path} is corrupt ({e}); `gitsess doctor --repair` sets it aside and rebuilds "
+            "the registry from the session dirs"
+        )
     if _on_read_only_fs(path.parent):
         # SQLite needs its -wal and -shm files beside the database even to read it.
         return GitsessError(f"cannot use {path}: {path.parent} is on a read-only file system")
