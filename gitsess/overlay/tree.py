@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import apsw
 
 from gitsess.durable import fsync_dir
+from gitsess.overlay import acl
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.fdcache import FdCache, same_file
 from gitsess.overlay.journal import Journal
@@ -1308,6 +1309,13 @@ class Tree:
 
     def setxattr(self, n: Node, name: bytes, value: bytes) -> None:
         self._check_writable()
+        if name == acl.ACCESS:
+            bits, minimal = acl.mode_bits(value)
+            self.setattr(n, mode=(n.mode & 0o7000) | bits)
+            if minimal:  # the mode says it all: nothing kept, as on a local filesystem
+                if name in self._xattr_table(n):
+                    self.removexattr(n, name)
+                return
         self.make_upper(n)
         if n.xattrs is None:
             n.xattrs = {}
