@@ -500,7 +500,7 @@ def test_a_copy_the_daemon_cannot_make_is_an_error_reply(mounted: Mounted, tmp_p
     session = mounted.spec.session_id
     assert control.request(session, {"op": "copy"}) == {
         "ok": False,
-        "error": "copy needs a destination",
+        "error": "copy goes to delta.db of a new session's dir",
     }
     reply = control.request(session, {"op": "copy", "dest": str(tmp_path / "no" / "delta.db")})
     assert reply is not None and reply["ok"] is False and "delta.db" in reply["error"]
