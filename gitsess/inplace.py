@@ -11,6 +11,7 @@ namespaces are not available the command runs in the mount point instead.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from gitsess.libc import LIBC, check
 
+PR_SET_PDEATHSIG = 1
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 MS_RDONLY = 1
@@ -53,8 +55,17 @@ class Placement:
     state_dir: Path | None = None
 
 
-def _enter_view(p: Placement, cwd: Path) -> None:
+def _die_with(parent: int) -> None:
+    """In the child: SIGTERM when `gitsess run` dies (even by SIGKILL), so that the command
+    does not run on in a session nobody waits for."""
+    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _enter_view(p: Placement, cwd: Path, parent: int) -> None:
     """Runs in the child between fork and exec."""
+    _die_with(parent)
     _unshare()
     _mount(None, "/", MS_REC | MS_SLAVE)
     state = p.state_dir
@@ -88,13 +99,14 @@ def spawn(
     """Start `argv` in the view; the flag says whether it runs in place (namespaces worked)."""
     start = view_cwd(p, cwd)
     env = {**env, "PWD": str(start)}
+    parent = os.getpid()
     try:
         return (
             subprocess.Popen(
                 list(argv),
                 env=env,
                 pass_fds=pass_fds,
-                preexec_fn=lambda: _enter_view(p, start),
+                preexec_fn=lambda: _enter_view(p, start, parent),
             ),
             True,
         )
@@ -102,4 +114,7 @@ def spawn(
         pass
     fallback = p.mountpoint / start.relative_to(p.worktree)
     env["PWD"] = str(fallback)
-    return subprocess.Popen(list(argv), env=env, cwd=fallback, pass_fds=pass_fds), False
+    proc = subprocess.Popen(
+        list(argv), env=env, cwd=fallback, pass_fds=pass_fds, preexec_fn=lambda: _die_with(parent)
+    )
+    return proc, False

@@ -157,8 +157,13 @@ def run(
             raise GitsessError(f"command not found: {argv[0]}") from None
         except PermissionError:
             raise GitsessError(f"permission denied: {argv[0]}") from None
-        # Like a shell: the terminal's ^C and ^\ go to the command, which decides.
+        # Like a shell: the terminal's ^C and ^\ go to the command, which decides. A SIGTERM
+        # or SIGHUP sent to gitsess itself is passed on: the command ends, and so the run.
         previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)}
+        for forwarded in (signal.SIGTERM, signal.SIGHUP):
+            previous[forwarded] = signal.signal(
+                forwarded, lambda signum, _frame: proc.send_signal(signum)
+            )
         try:
             code = proc.wait()
         finally:

@@ -6,6 +6,7 @@ daemon keeps committing while we read; `mount.sync` first makes its last ~100 ms
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -273,8 +274,30 @@ def delta_path(ctx: RepoContext, session: Session) -> Path:
 
 
 def runs(ctx: RepoContext, session: Session) -> list[Run]:
+    """The session's runs; one whose `gitsess run` is gone without ending it (killed) is ended
+    now, so that it stops counting as running."""
     with Registry.opened(ctx.registry_path, create=False) as registry:
-        return [] if registry is None else registry.runs(session.id)
+        if registry is None:
+            return []
+        found = registry.runs(session.id)
+        lost = [r for r in found if r.ended_at is None and not _runner_alive(r)]
+        for r in lost:
+            registry.end_lost_run(r.id)
+        return registry.runs(session.id) if lost else found
+
+
+def _runner_alive(run: Run) -> bool:
+    """Whether the process that started `run` still runs: its pid is taken by a process that
+    started no later than the run did (a pid is reused once its process is gone)."""
+    try:
+        with open(f"/proc/{run.pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        with open("/proc/stat", "rb") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
+    except (OSError, StopIteration, ValueError):
+        return False
+    started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return started <= run.started_at.timestamp() + 2
 
 
 def _check_run(session: Session, flt: Filter, known: list[Run]) -> None:

@@ -354,6 +354,14 @@ class Registry:
                 (now().isoformat(), exit_code, run_id),
             )
 
+    def end_lost_run(self, run_id: int) -> None:
+        """A run whose `gitsess run` died without ending it: ended now, with no exit code."""
+        with self.write():
+            self.conn.execute(
+                "UPDATE runs SET ended_at = ? WHERE id = ? AND ended_at IS NULL",
+                (now().isoformat(), run_id),
+            )
+
     def runs(self, session_id: str) -> list[Run]:
         """The session's runs, oldest first."""
         with self.guard():
