@@ -238,18 +238,28 @@ def open_view(ctx: RepoContext, session: Session) -> OverlayView:
 
 
 def drop_paths(
-    ctx: RepoContext, session: Session, paths: Sequence[str], restamp: Sequence[str] = ()
-) -> None:
+    ctx: RepoContext,
+    session: Session,
+    paths: Sequence[str],
+    restamp: Sequence[str] = (),
+    expect: Mapping[str, tuple[int, int, int] | None] | None = None,
+) -> list[str]:
     """Take applied paths out of the delta, through the live daemon when there is one, and
-    record the worktree's state anew for `restamp` paths (directories apply wrote into)."""
+    record the worktree's state anew for `restamp` paths (directories apply wrote into).
+    `expect` gives paths' (mode, size, mtime) as the apply read them: one the session wrote to
+    since (checked where no write can come in between) stays, with the directories above it.
+    Returns the paths kept so."""
     if not paths and not restamp:
-        return
+        return []
     from gitsess.overlay.store import DeltaStore
     from gitsess.overlay.tree import Tree
 
     session_dir = ctx.session_dir(session.id)
     with mount.locked(session_dir):
-        request = {"op": "drop", "paths": list(paths), "restamp": list(restamp)}
+        request = {
+            "op": "drop", "paths": list(paths), "restamp": list(restamp),
+            "expect": dict(expect or {}),
+        }  # fmt: skip
         try:
             reply = control.request(session.id, request)
         except ConnectionError:
@@ -261,15 +271,17 @@ def drop_paths(
         if reply is not None:
             if not reply.get("ok"):
                 raise GitsessError(f"the session daemon refused: {reply.get('error')}")
-            return
+            return [str(p) for p in reply.get("kept", [])]
         store = DeltaStore(str(session_dir / "delta.db"))
         try:
             tree = Tree(store, str(session.worktree), set())
-            tree.drop([os.fsencode(p) for p in paths])
+            kept = tree.written_since({os.fsencode(p): s for p, s in (expect or {}).items()})
+            tree.drop([p for p in (os.fsencode(p) for p in paths) if p not in kept])
             tree.restamp([os.fsencode(p) for p in restamp])
             tree.commit(durable=True, settle=False)
         finally:
             store.close()
+        return [os.fsdecode(p) for p in kept]
 
 
 @dataclass(frozen=True)

@@ -384,11 +384,19 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
             "participants": list(state.participants.values()),
         }, None
     if op == "drop":
-        dropped = state.tree.drop([os.fsencode(p) for p in msg.get("paths", [])])
+        # Checked here, between two requests, not by the asker: a write that came in since
+        # it looked must not be dropped (see `Tree.written_since`).
+        expect: dict[bytes, tuple[int, int, int] | None] = {
+            os.fsencode(p): None if s is None else (int(s[0]), int(s[1]), int(s[2]))
+            for p, s in (msg.get("expect") or {}).items()
+        }
+        kept = state.tree.written_since(expect)
+        drop = [p for p in (os.fsencode(p) for p in msg.get("paths", [])) if p not in kept]
+        dropped = state.tree.drop(drop)
         state.tree.restamp([os.fsencode(p) for p in msg.get("restamp", [])])
         state.tree.commit(durable=True, settle=False)
         state.stale_entries.extend(dropped)
-        return {"ok": True, "dropped": len(dropped)}, None
+        return {"ok": True, "dropped": len(dropped), "kept": [os.fsdecode(p) for p in kept]}, None
     if op == "fsmonitor":
         journal = state.tree.journal
         paths = journal.since(str(msg.get("token", "")))

@@ -865,6 +865,32 @@ class Tree:
             node = found
         return node
 
+    def written_since(self, expect: dict[bytes, tuple[int, int, int] | None]) -> set[bytes]:
+        """Paths the session holds whose (mode, size, mtime) is not what `expect` says (None:
+        absent): written to since an apply read them, so they must stay. Their parent
+        directories too: dropping one drops what is below it."""
+        moved = set()
+        for path, want in expect.items():
+            parent_path, _, name = path.rpartition(b"/")
+            parent = self.resolve(parent_path)
+            if parent is None or parent.entries is None or name not in parent.entries:
+                continue
+            ino = parent.entries[name]
+            n = self.nodes.get(ino) if ino else None
+            if n is not None and not n.upper:
+                continue
+            now = None
+            if n is not None:
+                a = self.getattr(n)
+                now = (a.mode, a.size, a.mtime_ns)
+            if now != want:
+                moved.add(path)
+        for path in list(moved):
+            while path:
+                path = path.rpartition(b"/")[0]
+                moved.add(path)
+        return moved
+
     def drop(self, paths: list[bytes]) -> list[tuple[int, bytes]]:
         """Forget the session's changes at these paths, now that the worktree has them.
 
@@ -1205,6 +1231,15 @@ class Tree:
             buf = self._inline(n)[off : off + size]
         else:
             data_fd = self._open_data(n, create=False)
+            if data_fd is None and not self.writer:
+                # A file of some size always has its data file (a truncate that grows one
+                # makes it): the daemon removed it after a commit this reader's snapshot
+                # predates. Zeros here were once committed by an apply as the file's content.
+                raise OSError(
+                    errno.ESTALE,
+                    f"{self.path_of(n).decode(errors='replace')} changed in the "
+                    "session while it was read; try again",
+                )
             buf = b"" if data_fd is None else os.pread(data_fd, size, off)
         # Past the end of a sparse data file (a file extended by truncate): zeros.
         return buf if len(buf) == size else buf + bytes(size - len(buf))

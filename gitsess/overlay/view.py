@@ -37,6 +37,9 @@ class OverlayView:
         except apsw.Error as e:
             raise DamagedDelta(delta, e) from e
         try:
+            # One read transaction for the view's life: every row it reads (nodes, names,
+            # inline bytes) is of one commit of the daemon's, however it goes on writing.
+            self.store.conn.execute("BEGIN")
             hide = {os.fsencode(h) for h in hidden}
             self.tree = Tree(self.store, str(lower), hide, writer=False)
         except apsw.Error as e:
@@ -49,6 +52,8 @@ class OverlayView:
 
     def close(self) -> None:
         self.tree.close()
+        if not self.store.conn.getautocommit():
+            self.store.conn.execute("ROLLBACK")  # it only read
         self.store.close()
 
     def __enter__(self) -> OverlayView:
