@@ -395,7 +395,14 @@ def sweep_orphan_dirs(ctx: RepoContext, *, dry_run: bool = False) -> list[Action
     known = {s.id for s in _sessions(ctx)}
     actions = []
     for directory in sorted(ctx.sessions_dir.iterdir()):
-        if directory.name in known or not _is_id(directory.name) or not directory.is_dir():
+        if directory.name in known or not _is_id(directory.name):
+            continue
+        if directory.is_symlink():
+            # Not a session dir, whatever it points to: the link goes, never what it names.
+            link = Action("orphan-dir", "link", str(directory), "delete", "no session owns it")
+            actions.append(_attempt(link, dry_run, partial(os.unlink, directory)))
+            continue
+        if not directory.is_dir():
             continue
         action = Action("orphan-dir", "session dir", str(directory), "delete", "no session owns it")
         if repair.holds_changes(directory):

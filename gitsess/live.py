@@ -48,6 +48,12 @@ def spec_for(
         raise GitsessError(
             f"session {session.name} is bound to {session.worktree}, which no longer exists"
         )
+    session_dir = ctx.session_dir(session.id)
+    if not session_dir.is_dir() or session_dir.is_symlink():
+        raise GitsessError(
+            f"session {session.name}'s directory {session_dir} is gone, and its changes with "
+            f"it; `gitsess rm {session.name}` removes the session"
+        )
     return mount.MountSpec(
         session_id=session.id,
         lower=session.worktree,
@@ -154,9 +160,9 @@ def run(
                 argv, placement, cwd=cwd, env=child_env, pass_fds=(conn.fileno(),)
             )
         except FileNotFoundError:
-            raise GitsessError(f"command not found: {argv[0]}") from None
+            raise GitsessError(f"command not found: {argv[0]}", exit_code=127) from None
         except PermissionError:
-            raise GitsessError(f"permission denied: {argv[0]}") from None
+            raise GitsessError(f"permission denied: {argv[0]}", exit_code=126) from None
         # Like a shell: the terminal's ^C and ^\ go to the command, which decides. A SIGTERM
         # or SIGHUP sent to gitsess itself is passed on: the command ends, and so the run.
         previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)}

@@ -262,6 +262,12 @@ def resolve(
         return resolve(ctx, ref, env=env)
 
 
+def lookup(ctx: RepoContext, ref: str) -> Session | None:
+    """The session `ref` names, None when none (and never an error for an unknown one)."""
+    with _registry(ctx, create=False) as registry:
+        return _lookup(registry, ref)
+
+
 def _ref(ref: str | None, env: Mapping[str, str] | None) -> str:
     env = os.environ if env is None else env
     ref = ref or env.get(SESSION_ENV)

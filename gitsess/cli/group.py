@@ -180,7 +180,7 @@ def run(args: list[str]) -> int:
     except KeyboardInterrupt:
         return _fail("interrupted", 130)
     except GitsessError as e:
-        return _fail(str(e))
+        return _fail(str(e), e.exit_code)
     except BrokenPipeError:
         # The reader went away (`gitsess ls | head`): stop quietly, and keep Python's exit-time
         # flush from failing on the closed pipe again.

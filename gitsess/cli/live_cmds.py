@@ -26,6 +26,7 @@ from gitsess.cli.base import (
     worktree_spec,
 )
 from gitsess.cli.group import cli
+from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import discover
 from gitsess.store.registry import Session
@@ -76,9 +77,12 @@ def run(
     spec = worktree_spec(worktree_branch, from_rev)
     if ref is None and not os.environ.get(sessions.SESSION_ENV):
         session = sessions.create(ctx, worktree=spec)
-        click.echo(f"gitsess: new session {session.name} ({session.id[:8]})", err=True)
+        created = True
     else:
+        created = ref is not None and sessions.lookup(ctx, ref) is None
         session = sessions.resolve(ctx, ref, create_missing=True, worktree=spec)
+    if created:  # a typo of a name must not go unnoticed
+        click.echo(f"gitsess: new session {session.name} ({session.id[:8]})", err=True)
     session = sessions.touch(ctx, sessions.check_bound(ctx, session, rebind=rebind))
     session = _reconciled(ctx, session)
     argv = list(command)
@@ -114,8 +118,16 @@ def run(
                     f" mount point, not in place ({live.mountpoint_of(ctx, session)})",
                     err=True,
                 )
+        except GitsessError as e:
+            code = e.exit_code
+            if created and code in (126, 127):
+                # nothing ran: the session this run made would only be a leftover
+                sessions.remove(ctx, session.id, force=True)
+                click.echo(f"gitsess: removed the new session {session.name}", err=True)
+            raise
         finally:
-            sessions.end_run(ctx, run_id, code)
+            if sessions.lookup(ctx, session.id) is not None:
+                sessions.end_run(ctx, run_id, code)
     finally:
         if agent is not None:
             from gitsess import agents

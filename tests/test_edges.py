@@ -1,0 +1,55 @@
+"""Small things a user trips over (issue 29 item 18)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from .util import gitsess
+
+pytestmark = pytest.mark.fuse
+
+
+def test_run_names_a_session_it_creates(repo: Path) -> None:
+    first = gitsess(repo, "run", "-s", "tpyo", "--", "true")
+    assert first.returncode == 0
+    assert "new session tpyo" in first.stderr
+    again = gitsess(repo, "run", "-s", "tpyo", "--", "true")
+    assert "new session" not in again.stderr
+
+
+def test_a_command_not_found_is_127_and_leaves_no_session(repo: Path) -> None:
+    done = gitsess(repo, "run", "-s", "nothing", "--", "no-such-command-here")
+    assert done.returncode == 127
+    assert "command not found: no-such-command-here" in done.stderr
+    assert "nothing" not in gitsess(repo, "ls").stdout
+    assert gitsess(repo, "run", "-s", "kept", "--", "true").returncode == 0
+    assert gitsess(repo, "run", "-s", "kept", "--", "no-such-command-here").returncode == 127
+    assert "kept" in gitsess(repo, "ls").stdout  # one it did not make stays
+
+
+def test_a_link_in_the_sessions_dir_is_removed_not_followed(repo: Path, tmp_path: Path) -> None:
+    assert gitsess(repo, "run", "-s", "exp", "--", "true").returncode == 0
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "file").write_text("keep\n")
+    link = repo / ".git" / "gitsess" / "sessions" / "11111111-1111-1111-1111-111111111111"
+    link.symlink_to(target)
+    done = gitsess(repo, "gc")
+    assert done.returncode == 0, done.stderr
+    assert not link.exists() and (target / "file").read_text() == "keep\n"
+    assert gitsess(repo, "gc").returncode == 0
+
+
+def test_a_deleted_session_dir_is_one_clear_line(repo: Path) -> None:
+    assert gitsess(repo, "run", "-s", "exp", "--", "true").returncode == 0
+    session_id = json.loads(gitsess(repo, "show", "exp", "--json").stdout)["id"]
+    shutil.rmtree(repo / ".git" / "gitsess" / "sessions" / session_id)
+    done = gitsess(repo, "run", "-s", "exp", "--", "true")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "is gone" in done.stderr
+    assert "mount.lock" not in done.stderr
+    assert gitsess(repo, "rm", "exp").returncode == 0
