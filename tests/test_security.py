@@ -190,3 +190,31 @@ def test_titles_never_reach_the_terminal_raw(repo: Path) -> None:
         assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
         assert "fine\\x1b]0;owned\\x07" in out
         assert "second line" not in out
+
+
+_PRINTER = """
+[printer]
+description = "prints its environment"
+command = ["sh", "-c", "env | sort"]
+env = "PRINTER_HOME"
+source = "~/.printer"
+"""
+
+
+@pytest.mark.parametrize("allow", [None, ["PATH", "LANG", "LC_*"]])
+def test_an_agent_sees_only_the_environment_its_profile_allows(
+    repo: Path, allow: list[str] | None
+) -> None:
+    profile = _PRINTER + (f"env_allow = {json.dumps(allow)}\n" if allow else "")
+    (repo / ".git" / "gitsess").mkdir(exist_ok=True)
+    (repo / ".git" / "gitsess" / "agents.toml").write_text(profile)
+    env = {"GITSESS_TOKEN": "s3cret", "LANG": "C.UTF-8", "LC_ALL": "C"}
+    done = gitsess(repo, "run", "-s", "exp", "--agent", "printer", env=env)
+    assert done.returncode == 0, done.stderr
+    seen = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+    assert ("GITSESS_TOKEN" in seen) == (allow is None)
+    for always in ("PATH", "PRINTER_HOME", "GITSESS_SESSION", "GITSESS_DIR", "GIT_CONFIG_COUNT"):
+        assert always in seen, always
+    assert seen["LC_ALL"] == "C" and seen["LANG"] == "C.UTF-8"
+    if allow:
+        assert "HOME" not in seen

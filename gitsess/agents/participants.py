@@ -124,7 +124,9 @@ def prepare(
     if missing and (created or missing != was_missing):
         notes.append(f"{row.kind} role {role}: not linked (no such file): {', '.join(missing)}")
     lever = profiles.Lever.from_json(row.lever)
-    run_argv, run_env = lever.apply(list(argv) or list(profile.command), env, root)
+    run_argv, run_env = lever.apply(
+        list(argv) or list(profile.command), profile.visible_env(env), root
+    )
     run_env |= {ROLE_ENV: role, ROOT_ENV: str(root)}
     return Prepared(started, run_argv, run_env, notes, fd, watcher)
 

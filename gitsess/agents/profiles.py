@@ -12,6 +12,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from importlib import resources
 from pathlib import Path, PurePosixPath
 
@@ -19,7 +20,7 @@ from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 
 ROOT_MARK = "{root}"
-KEYS = ("description", "aliases", "command", "env", "args", "source", "seeds")
+KEYS = ("description", "aliases", "command", "env", "args", "source", "seeds", "env_allow")
 
 _KIND = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -67,6 +68,15 @@ class Profile:
     source: str  # where the shared originals live: `~/...` or absolute
     seeds: tuple[str, ...]  # paths relative to the source (globs allowed), linked into the root
     origin: str  # the file that defined it last, for messages
+    # Names (globs) of the caller's environment variables the agent sees; empty: all of them.
+    # gitsess's own (the session's, the lever's, the git config it adds) are always set.
+    env_allow: tuple[str, ...] = ()
+
+    def visible_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """What of the caller's environment the agent's command gets (see `env_allow`)."""
+        if not self.env_allow:
+            return dict(env)
+        return {k: v for k, v in env.items() if any(fnmatchcase(k, p) for p in self.env_allow)}
 
     def source_dir(self, env: Mapping[str, str]) -> Path:
         """Where the originals are: where the lever's variable points now, else `source`.
@@ -184,6 +194,7 @@ def _profile(kind: str, t: dict[str, object], origin: str) -> Profile:
         source=source,
         seeds=seeds,
         origin=origin,
+        env_allow=_strings(t, "env_allow", where),
     )
 
 
