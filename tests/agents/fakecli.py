@@ -4,8 +4,8 @@
 
 - `claude`: state in `$CLAUDE_CONFIG_DIR` (default `~/.claude`); conversations in
   `projects/<cwd, '/' -> '-'>/<id>.jsonl`; credential `.credentials.json`.
-- `cline`: state in `--data-dir DIR` (default `~/.cline`); conversations in
-  `data/workspaces/<hash of cwd>/<id>.json`; credential `data/secrets.json`.
+- `cline`: state in `--data-dir DIR` (default `~/.cline/data`); conversations in
+  `sessions/<hash of cwd>/<id>.json`; credential `secrets.json`.
 
 Resuming (`--continue`) takes the newest conversation of the cwd's store; a refresh writes the
 credential to a temp file and renames it over the old one. Prints one JSON object at the end.
@@ -52,9 +52,10 @@ def main(argv: list[str]) -> int:
         credential = state / ".credentials.json"
         suffix = ".jsonl"
     else:
-        state = Path(args.data_dir or Path.home() / ".cline")
-        store = state / "data" / "workspaces" / hashlib.sha1(cwd.encode()).hexdigest()[:16]
-        credential = state / "data" / "secrets.json"
+        # as the real one: `--data-dir DIR` is what ~/.cline/data is by default
+        state = Path(args.data_dir or Path.home() / ".cline" / "data")
+        store = state / "sessions" / hashlib.sha1(cwd.encode()).hexdigest()[:16]
+        credential = state / "secrets.json"
         suffix = ".json"
     store.mkdir(parents=True, exist_ok=True)
     existing = sorted(store.glob(f"*{suffix}"), key=lambda p: p.stat().st_mtime_ns)

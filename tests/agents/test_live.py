@@ -123,7 +123,7 @@ def test_four_agents_in_one_session_keep_their_own_conversations(
         assert r["messages"] == [f"hello {role}"]
     # Stored where the real CLIs store them: under the lever's directory, keyed by the cwd.
     assert (Path(first["c1"]["state"]) / "projects" / str(live.repo).replace("/", "-")).is_dir()
-    assert (Path(first["l1"]["state"]) / "data" / "workspaces").is_dir()
+    assert (Path(first["l1"]["state"]) / "sessions").is_dir()  # as cline --data-dir has them
 
     resumed = {role: live.start(role, "--continue", "--say", f"again {role}") for role in KINDS}
     for role, proc in resumed.items():
@@ -163,7 +163,7 @@ def test_a_refresh_by_one_agent_reaches_the_others(
     # A refresh just before the CLI exits is taken in before `gitsess run` returns.
     l2 = live.run("l2", "--refresh", "cline-token-2")
     assert (home / ".cline/data/secrets.json").read_text() == "cline-token-2"
-    assert (Path(l2["state"]) / "data" / "secrets.json").is_symlink()
+    assert (Path(l2["state"]) / "secrets.json").is_symlink()
     assert live.run("l1", "--continue")["token"] == "cline-token-2"
 
 

@@ -26,11 +26,18 @@ def test_shipped_profiles_and_their_levers(ctx: RepoContext) -> None:
         "claude": Lever(env="CLAUDE_CONFIG_DIR"),
         "cline": Lever(args=("--data-dir", "{root}")),
         "codex": Lever(env="CODEX_HOME"),
+        "agy": Lever(env="HOME"),
         "gemini": Lever(env="HOME"),
         "hermes": Lever(env="HOME"),
         "home": Lever(env="HOME"),
     }
-    assert profiles.get("agy") is profiles.get("gemini")
+    agy = profiles.get("agy")
+    assert agy.command == ("agy",) and profiles.get("gemini").command == ("gemini",)
+    assert ".gemini/antigravity-cli/antigravity-oauth-token" in agy.seeds
+    assert {".gemini/installation_id", ".gemini/state.json"} <= set(agy.seeds)
+    cline = profiles.get("cline")
+    assert cline.source_dir(ENV) == Path("/home/u/.cline/data")
+    assert cline.seeds == ("settings/*", "globalState.json", "secrets.json")
     claude = profiles.get("claude")
     assert claude.seeds == (".credentials.json", "settings.json", "plugins")
     assert claude.source_dir(ENV) == Path("/home/u/.claude")
