@@ -12,12 +12,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+import apsw
+
 from gitsess import live, mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Entry, Kind
-from gitsess.overlay.store import data_bytes
-from gitsess.overlay.view import OverlayView
+from gitsess.overlay.store import DeltaStore, data_bytes
+from gitsess.overlay.view import DamagedDelta, OverlayView
 from gitsess.sessions import SessionInfo
 from gitsess.store.registry import Session
 from gitsess.timeline import DeltaReader, Drift, delta_path, runs
@@ -52,6 +54,7 @@ class FsStat:
 @dataclass(frozen=True)
 class Usage:
     delta_bytes: int  # delta.db and its WAL on disk
+    live_bytes: int  # of delta.db, the pages in use (the rest is free, given back in time)
     changed_files: int | None
     runs: int
     running: int
@@ -161,6 +164,16 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
     delta = delta_path(ctx, session)
     size = sum(p.stat().st_size for p in (delta, Path(f"{delta}-wal")) if p.exists())
     size += data_bytes(str(delta))
+    live = 0
+    if delta.exists():
+        try:
+            store = DeltaStore(str(delta), readonly=True)
+        except apsw.Error as e:
+            raise DamagedDelta(delta, e) from e
+        try:
+            live = store.live_bytes() + data_bytes(str(delta))
+        finally:
+            store.close()
     done = runs(ctx, session)
     now = datetime.now(UTC)
     seconds = sum(((r.ended_at or now) - r.started_at).total_seconds() for r in done)
@@ -171,6 +184,7 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
         moments.append(datetime.fromtimestamp(last_ns / 1e9, UTC))
     return Usage(
         delta_bytes=size,
+        live_bytes=live,
         changed_files=info.changed_files,
         runs=len(done),
         running=sum(1 for r in done if r.ended_at is None),

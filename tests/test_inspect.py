@@ -113,6 +113,7 @@ def test_show_gives_usage(repo: Path, ctx: RepoContext, gs: InProcess) -> None:
     data = [p.stat().st_blocks * 512 for p in (delta.parent / "data").iterdir()]
     assert len(data) == 1  # two.txt; one.txt is small enough to live in delta.db
     assert usage["delta_bytes"] == on_disk + sum(data) > on_disk > 0
+    assert sum(data) < usage["live_bytes"] <= usage["delta_bytes"]
     last = datetime.fromisoformat(usage["last_activity"])
     assert datetime.now(UTC) - timedelta(minutes=1) < last <= datetime.now(UTC)
     assert info["drift"] == []
@@ -126,6 +127,7 @@ def test_show_gives_usage(repo: Path, ctx: RepoContext, gs: InProcess) -> None:
     fresh = gs.json("show", "fresh")["usage"]
     assert fresh == {
         "delta_bytes": 0,
+        "live_bytes": 0,
         "changed_files": None,
         "runs": 0,
         "running": 0,

@@ -256,7 +256,7 @@ def show(
         ("last used", f"{s.last_used_at:%Y-%m-%d %H:%M:%S} UTC ({ago(s.last_used_at)})"),
         ("changes", "-" if info.changed_files is None else str(info.changed_files)),
         ("commits", _commits(info.commits)),
-        ("delta size", _size(usage.delta_bytes)),
+        ("delta size", f"{_size(usage.delta_bytes)} ({_size(usage.live_bytes)} in use)"),
         ("runs", _runs(usage)),
         ("last activity", _when(usage.last_activity)),
         ("session dir", str(info.session_dir)),

@@ -37,6 +37,8 @@ from gitsess.overlay.watcher import LowerWatcher
 log = logging.getLogger("gitsess.daemon")
 
 COMMIT_INTERVAL = 0.1
+# How often the daemon looks whether delta.db has free pages to give back (`DeltaStore.shrink`).
+SHRINK_INTERVAL = 5.0
 # How long a fresh daemon waits for its first participant before giving up.
 FIRST_JOIN_TIMEOUT = 15.0
 # How long the daemon lingers after the last participant leaves (a quick re-run rejoins).
@@ -239,6 +241,7 @@ def _invalidate_entries(entries: list[tuple[int, bytes]]) -> set[int]:
 
 
 async def _commit_loop(tree: Tree) -> None:
+    last_shrink = time.monotonic()
     while True:
         await trio.sleep(COMMIT_INTERVAL)
         if tree.has_pending:
@@ -246,6 +249,14 @@ async def _commit_loop(tree: Tree) -> None:
                 tree.commit()
             except OSError as e:
                 log.warning("commit failed (%s); kept in memory, retrying", e)
+                continue
+        if time.monotonic() - last_shrink >= SHRINK_INTERVAL:
+            last_shrink = time.monotonic()
+            try:
+                if tree.store.shrink():
+                    log.info("gave delta.db's free pages back to the disk")
+            except apsw.Error as e:  # a reader's snapshot, a full disk: next time
+                log.warning("could not shrink delta.db (%s)", e)
 
 
 def _stop(state: State, why: str) -> None:

@@ -149,6 +149,10 @@ def connect(path: str, *, readonly: bool = False) -> apsw.Connection:
         connect(path).close()
         return _open(path, apsw.SQLITE_OPEN_READONLY)
     conn = _open(path, apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
+    if _pragma(conn, "page_count") == 0:
+        # Only before the first table: pages freed by deletions can then be given back to the
+        # disk bit by bit (`DeltaStore.shrink`), not only by a VACUUM of the whole file.
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
     db.enable_wal(conn)
     # NORMAL: a kill -9 loses nothing committed; fsync(2) from a writer syncs the WAL itself.
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -161,6 +165,10 @@ def _open(path: str, flags: int) -> apsw.Connection:
     # Before any statement: a daemon committing or closing holds locks a reader must wait for.
     conn.set_busy_timeout(db.BUSY_TIMEOUT_MS)
     return conn
+
+
+def _pragma(conn: apsw.Connection, name: str) -> int:
+    return int(conn.execute(f"PRAGMA {name}").fetchall()[0][0])  # type: ignore[arg-type]
 
 
 def _version(conn: apsw.Connection) -> int:

@@ -151,6 +151,11 @@ def _copy_extents(fd_in: int, fd_out: int) -> None:
         pos = end
 
 
+# `shrink`: free pages worth giving back (4 MiB of 4 KiB pages), and SQLite's auto_vacuum mode.
+SHRINK_MIN_PAGES = 1024
+INCREMENTAL_VACUUM = 2
+
+
 class DeltaStore:
     def __init__(self, path: str, *, readonly: bool = False) -> None:
         self.path = path
@@ -179,6 +184,33 @@ class DeltaStore:
     def nodes(self) -> Iterator[NodeRow]:
         for row in self.conn.execute(f"SELECT {NODE_COLUMNS} FROM nodes"):
             yield NodeRow(*row)
+
+    def live_bytes(self) -> int:
+        """The bytes of delta.db in use (its size less its free pages)."""
+        pages, free, size = (
+            int(self.conn.execute(f"PRAGMA {p}").fetchall()[0][0])  # type: ignore[arg-type]
+            for p in ("page_count", "freelist_count", "page_size")
+        )
+        return (pages - free) * size
+
+    def shrink(self) -> bool:
+        """Give free pages back to the disk once they are over a quarter of delta.db (and over
+        SHRINK_MIN_PAGES): incrementally where the file allows it, else by one VACUUM, which
+        also makes it allow it from then on. Whether it shrank."""
+        pages, free, mode = (
+            int(self.conn.execute(f"PRAGMA {p}").fetchall()[0][0])  # type: ignore[arg-type]
+            for p in ("page_count", "freelist_count", "auto_vacuum")
+        )
+        if free < SHRINK_MIN_PAGES or free * 4 < pages:
+            return False
+        # (fetched: a pragma that returns rows does its work a row at a time)
+        if mode == INCREMENTAL_VACUUM:
+            self.conn.execute(f"PRAGMA incremental_vacuum({free})").fetchall()
+        else:  # a delta.db made before: converted once
+            self.conn.execute("PRAGMA auto_vacuum=INCREMENTAL").fetchall()
+            self.conn.execute("VACUUM").fetchall()
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return True
 
     def holds_changes(self) -> bool:
         """Whether the session changed any name, or keeps any key-value."""
