@@ -192,6 +192,17 @@ def unapplied(ctx: RepoContext, session: Session) -> int:
 # the sweeps
 
 
+def sweep_interrupted_applies(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
+    """Applies killed half-way: completed (with what they left written aside removed) before
+    any sweep looks at the session's files."""
+    actions = []
+    for s in _sessions(ctx):
+        if live.apply_interrupted(ctx, s):
+            action = Action("interrupted", "session", s.name, "complete", "an apply was killed")
+            actions.append(_attempt(action, dry_run, partial(promote.reconcile, ctx, s)))
+    return actions
+
+
 def sweep_stale_mounts(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
     """Mounts left behind by a daemon that died (kill -9, crash): unmounted."""
     actions = []
@@ -515,6 +526,7 @@ def sweep_old_archives(
 # In the order `gc` runs them: sessions whose worktree or branch is gone go before the sweeps
 # that look at the branch a worktree has checked out.
 SWEEPS: tuple[Sweep, ...] = (
+    sweep_interrupted_applies,
     sweep_stale_mounts,
     sweep_gone_worktrees,
     sweep_gone_branches,

@@ -24,6 +24,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -301,8 +302,50 @@ def _reconcile_locked(ctx: RepoContext, session: Session) -> list[str]:
         raise GitsessError(f"{path} is not a gitsess journal; move it away") from None
     root = real_root(session)
     if journal["target"] == "commit":
-        return _finish_commit(ctx, session, root, journal)
-    return _finish_worktree(ctx, session, root, journal)
+        notes = _finish_commit(ctx, session, root, journal)
+    else:
+        notes = _finish_worktree(ctx, session, root, journal)
+    written = [*journal["paths"], *(w["path"] for w in (journal.get("result") or {}).get(
+        "updated", []))]  # fmt: skip
+    gone = _remove_leftovers(root, written)
+    if gone:
+        notes.append(f"removed {len(gone)} file(s) the killed apply left half-written: "
+                     + ", ".join(gone[:3]) + (" ..." if len(gone) > 3 else ""))  # fmt: skip
+    return notes
+
+
+# What a real-tree write of an apply writes aside before renaming it in (`write_targets`).
+_LEFTOVER = re.compile(r"\..+\.gitsess-(\d+)\.tmp")
+
+
+def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
+    """The files an apply that was killed wrote aside and never renamed in, in the folders of
+    the paths it was writing: removed (only those of a process that is gone)."""
+    removed = []
+    for folder in sorted({_parent(p) for p in paths}):
+        try:
+            names = os.listdir(root / folder)
+        except OSError:
+            continue
+        for name in names:
+            found = _LEFTOVER.fullmatch(name)
+            if found is None or _running(int(found.group(1))):
+                continue
+            path = root / folder / name
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(str(Path(folder) / name))
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _finish_commit(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,30 @@ def test_a_deleted_session_dir_is_one_clear_line(repo: Path) -> None:
     assert done.stderr.count("\n") == 1 and "is gone" in done.stderr
     assert "mount.lock" not in done.stderr
     assert gitsess(repo, "rm", "exp").returncode == 0
+
+
+_KILLED_BEFORE_RENAME = """
+import os, sys
+real = os.replace
+def dying(src, dst, *a, **k):
+    if ".gitsess-" in str(src):
+        os.kill(os.getpid(), 9)  # written aside, never renamed in
+    return real(src, dst, *a, **k)
+os.replace = dying
+from gitsess.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_gc_completes_a_killed_apply_and_removes_what_it_left(repo: Path) -> None:
+    assert gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", "echo new > new.txt").returncode == 0
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_BEFORE_RENAME, "apply", "exp", "--worktree"],
+        cwd=repo, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    assert [p.name for p in repo.glob(".new.txt.gitsess-*.tmp")] != []
+    done = gitsess(repo, "gc")
+    assert done.returncode == 0, done.stderr
+    assert list(repo.glob(".*.gitsess-*.tmp")) == []
+    assert (repo / "new.txt").read_text() == "new\n"

@@ -25,6 +25,7 @@ _DONE = {
     "rebind": "rebound",
     "drop": "dropped committed changes from",
     "move-base": "moved the base of",
+    "complete": "completed the interrupted apply of",
 }
 _PLAN = {
     "remove": "would remove",
@@ -36,6 +37,7 @@ _PLAN = {
     "rebind": "would rebind",
     "drop": "would drop committed changes from",
     "move-base": "would move the base of",
+    "complete": "would complete the interrupted apply of",
 }
 
 
