@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pygit2
 
-from gitsess import live, mount, mounttable
+from gitsess import live, mount, mounttable, processes
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, ChangeSet, Pathspec, compute_changes, touched_roots
@@ -329,23 +329,13 @@ def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
             continue
         for name in names:
             found = _LEFTOVER.fullmatch(name)
-            if found is None or _running(int(found.group(1))):
+            if found is None or processes.alive(int(found.group(1))):
                 continue
             path = root / folder / name
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
                 removed.append(str(Path(folder) / name))
     return removed
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _finish_commit(

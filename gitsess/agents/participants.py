@@ -18,7 +18,7 @@ from uuid import uuid4
 
 import apsw
 
-from gitsess import mount
+from gitsess import mount, processes
 from gitsess.agents import profiles, roots
 from gitsess.agents.roots import Refresh
 from gitsess.errors import GitsessError
@@ -294,15 +294,7 @@ def list_participants(ctx: RepoContext, session: Session | None) -> list[AgentIn
 
 
 def _alive(pid: int | None) -> bool:
-    if pid is None:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid is not None and processes.alive(pid)
 
 
 def collect_orphans(ctx: RepoContext, dry_run: bool) -> list[Path]:
