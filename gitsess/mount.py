@@ -125,7 +125,12 @@ def copy_delta(session_id: str, dest_dir: Path) -> bool:
             return False
         with sock:
             reply = control.send(sock, {"op": "copy", "dest": str(dest_dir / "delta.db")})
-    except (OSError, ConnectionError) as e:
+    except ConnectionError:
+        # It was stopping (its last participant had just left) and closed with our request
+        # unread: once it is gone, after its last commit, the caller copies delta.db itself.
+        _wait_gone(session_id)
+        return False
+    except OSError as e:
         raise GitsessError(f"copying the live session's changes: {e}") from e
     if not reply.get("ok"):
         raise GitsessError(f"copying the live session's changes: {reply.get('error')}")
