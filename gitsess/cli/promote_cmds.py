@@ -395,7 +395,9 @@ def _report(session: Session, outcome: promote.Applied, output: str | None) -> N
     # plain lines with click: loading rich would add about a twentieth to an apply
     if not outcome.ok:
         return
-    count = f"{len(outcome.applied)} path(s)"
+    # A directory that appears or goes with the files in it is not one more path to the user.
+    held = {p.rpartition("/")[0] for p in outcome.applied}
+    count = f"{sum(1 for p in outcome.applied if p not in held)} path(s)"
     if not outcome.applied and not outcome.promoted:
         click.echo("Nothing to apply.", err=True)
     elif outcome.commit is not None:
