@@ -82,3 +82,12 @@ def test_gc_completes_a_killed_apply_and_removes_what_it_left(repo: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert list(repo.glob(".*.gitsess-*.tmp")) == []
     assert (repo / "new.txt").read_text() == "new\n"
+
+
+def test_show_pads_no_line(repo: Path) -> None:
+    assert gitsess(repo, "new", "exp", "-t", ("a title " * 12).strip()).returncode == 0
+    out = gitsess(repo, "show", "exp", env={"COLUMNS": "200"}).stdout
+    lines = out.splitlines()
+    assert len(lines) > 10
+    assert all(line == line.rstrip() for line in lines)
+    assert any(line.startswith("name ") and line.endswith("exp") for line in lines)

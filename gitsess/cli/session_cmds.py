@@ -220,7 +220,6 @@ def show(
     session: str | None, offsets: tuple[str, ...], session_option: str | None, as_json: bool
 ) -> None:
     """Show one session."""
-    from rich.table import Table
 
     from gitsess import inspect
 
@@ -239,9 +238,6 @@ def show(
         )
         return
     s = info.session
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(style="bold", no_wrap=True)
-    grid.add_column(overflow="fold")
     rows = [
         ("name", s.name),
         ("id", s.id),
@@ -261,9 +257,10 @@ def show(
         ("last activity", _when(usage.last_activity)),
         ("session dir", str(info.session_dir)),
     ]
+    # Key and value on a line, nothing after the value: a grid pads every line to its width.
+    width = max(len(key) for key, _ in rows)
     for key, value in rows:
-        grid.add_row(key, escape(value))
-    console().print(grid)
+        console().print(f"[bold]{key:<{width}}[/]  {escape(value)}", soft_wrap=True)
     if drift:
         console().print(
             f"[yellow]warning:[/] the real worktree changed {len(drift)} path(s) that this"
