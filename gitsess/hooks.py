@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import os
 import shlex
+import subprocess
 import sys
+import time
 import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -330,14 +332,51 @@ def run_hook(
     except Exception as e:  # no state dir to log to: the message is all there is
         return HookRun([], f"{type(e).__name__}: {e}")
     log = ctx.state_dir / LOG
+    if name == "reference-transaction" and args[:1] == (FOLLOW_RENAME,):
+        return _follow_rename(ctx, log)
     try:
         with gc.exclusive(ctx):
             actions = _dispatch(ctx, name, list(args), stdin, cwd)
+        if name == "reference-transaction" and tracking.rename_in_progress(ctx.common_dir):
+            _follow_rename_later(cwd, env)
     except Exception as e:
         _log(log, name, args, [], traceback.format_exc())
         return HookRun([], f"{type(e).__name__}: {e}", log)
     if actions:
         _log(log, name, args, actions, None)
+    return HookRun(actions, None, log)
+
+
+# `git branch -m` deletes the old ref (the transaction this hook sees), then writes the new one
+# with no hook at all: a process of its own waits for that and follows the rename at once.
+FOLLOW_RENAME = "--follow-rename"
+RENAME_WAIT = 10.0
+
+
+def _follow_rename_later(cwd: Path, env: Mapping[str, str]) -> None:
+    subprocess.Popen(
+        [*default_command(), "hook", "reference-transaction", FOLLOW_RENAME],
+        cwd=cwd,
+        env=dict(env),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # git must not wait for it
+    )
+
+
+def _follow_rename(ctx: RepoContext, log: Path) -> HookRun:
+    deadline = time.monotonic() + RENAME_WAIT
+    while tracking.rename_in_progress(ctx.common_dir) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        with gc.exclusive(ctx):
+            actions = gc.sweep_gone_branches(ctx)
+    except Exception as e:
+        _log(log, "reference-transaction", [FOLLOW_RENAME], [], traceback.format_exc())
+        return HookRun([], f"{type(e).__name__}: {e}", log)
+    if actions:
+        _log(log, "reference-transaction", [FOLLOW_RENAME], actions, None)
     return HookRun(actions, None, log)
 
 

@@ -329,3 +329,12 @@ def test_a_commit_inside_a_session_keeps_its_changes(repo: Path) -> None:
     seen = run_in(repo, "in", "cat i.txt j.txt")
     assert seen.stdout == "I\nJ\n"
     assert_clean(repo)
+
+
+def test_a_renamed_branch_is_followed_at_once(repo: Path) -> None:
+    """No later git command, no gc: the rename's own hook follows it (issue 29 item 19)."""
+    git(repo, "checkout", "-q", "-b", "topic")
+    assert gitsess(repo, "new", "t").returncode == 0
+    git(repo, "branch", "-m", "topic", "renamed")
+    assert eventually(lambda: session(repo, "t").branch == "renamed", timeout=15)
+    assert session(repo, "t").state == "active"
