@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -91,3 +93,16 @@ def test_show_pads_no_line(repo: Path) -> None:
     assert len(lines) > 10
     assert all(line == line.rstrip() for line in lines)
     assert any(line.startswith("name ") and line.endswith("exp") for line in lines)
+
+
+def test_a_patch_to_a_device_is_written_to_it_not_renamed_over(repo: Path, tmp_path: Path) -> None:
+    """`-o /dev/null` as root had replaced /dev/null with a regular file."""
+    assert gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", "echo x > x.txt").returncode == 0
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    done = gitsess(repo, "apply", "exp", "--patch", "-o", str(fifo))
+    assert done.returncode == 0, done.stderr
+    assert b"+x" in reader.communicate(timeout=30)[0]
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert list(tmp_path.glob(".fifo.gitsess-*")) == []

@@ -382,6 +382,15 @@ def _write_patch(text: bytes, output: str | None) -> None:
         _out(text)
         return
     target = Path(output)
+    if target.exists() and not target.is_file():
+        # A device or a pipe (`-o /dev/null`, `-o /dev/stderr`): written to, never renamed
+        # over (as root, a rename made /dev/null a regular file).
+        try:
+            with open(target, "wb") as f:
+                f.write(text)
+        except OSError as e:
+            raise GitsessError(f"cannot write {output}: {e.strerror}") from e
+        return
     tmp = target.with_name(f".{target.name}.gitsess-{os.getpid()}.tmp")
     try:
         tmp.write_bytes(text)
