@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from .live_util import eventually
 from .util import gitsess
 
 pytestmark = pytest.mark.fuse
@@ -51,7 +52,10 @@ def test_a_link_in_the_sessions_dir_is_removed_not_followed(repo: Path, tmp_path
 def test_a_deleted_session_dir_is_one_clear_line(repo: Path) -> None:
     assert gitsess(repo, "run", "-s", "exp", "--", "true").returncode == 0
     session_id = json.loads(gitsess(repo, "show", "exp", "--json").stdout)["id"]
-    shutil.rmtree(repo / ".git" / "gitsess" / "sessions" / session_id)
+    session_dir = repo / ".git" / "gitsess" / "sessions" / session_id
+    # the daemon lingers a moment after the run: never delete through its live view
+    assert eventually(lambda: not os.path.ismount(session_dir / "mnt"))
+    shutil.rmtree(session_dir)
     done = gitsess(repo, "run", "-s", "exp", "--", "true")
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "is gone" in done.stderr
