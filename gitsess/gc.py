@@ -16,7 +16,6 @@ import fcntl
 import os
 import re
 import shutil
-import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
@@ -406,7 +405,7 @@ def sweep_orphan_dirs(ctx: RepoContext, *, dry_run: bool = False) -> list[Action
     known = {s.id for s in _sessions(ctx)}
     actions = []
     for directory in sorted(ctx.sessions_dir.iterdir()):
-        if directory.name in known or not _is_id(directory.name):
+        if directory.name in known or not repair.is_session_id(directory.name):
             continue
         if directory.is_symlink():
             # Not a session dir, whatever it points to: the link goes, never what it names.
@@ -429,13 +428,6 @@ def sweep_orphan_dirs(ctx: RepoContext, *, dry_run: bool = False) -> list[Action
             continue
         actions.append(_attempt(action, dry_run, partial(_delete_orphan, ctx, directory)))
     return actions
-
-
-def _is_id(name: str) -> bool:
-    try:
-        return str(uuid.UUID(name)) == name
-    except ValueError:
-        return False
 
 
 def _delete_orphan(ctx: RepoContext, directory: Path) -> None:

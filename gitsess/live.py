@@ -307,6 +307,8 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
     try:
         with open_view(ctx, session) as view:
             changed = sum(1 for _ in view.touched_paths())
+            if not view.touched_git():  # its git is the real one: no commits, no repository read
+                return Counts(changed, 0)
             try:
                 git = session_git.state(view, ctx.open(), session)
             except (GitsessError, pygit2.GitError, KeyError, ValueError):

@@ -1,4 +1,5 @@
-"""Whether a process still runs, by pid: for what a process that is gone left behind."""
+"""Processes by pid: whether one still runs, what /proc says of it; for what a process that is
+gone left behind."""
 
 from __future__ import annotations
 
@@ -14,3 +15,17 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/`pid`/stat after the command's name: its state first, its start
+    time (clock ticks after boot) at index 19."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()
+
+
+def started_at(pid: int) -> float:
+    """When `pid`'s process started (seconds since the epoch). OSError when there is none."""
+    with open("/proc/stat") as f:
+        boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
+    return boot + int(stat_fields(pid)[19]) / os.sysconf("SC_CLK_TCK")

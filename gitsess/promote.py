@@ -435,8 +435,8 @@ def diff(
             repo, view, changes, binary=binary, find_renames=find_renames, stat_width=stat_width,
             scratch=scratch, merged=merged.entries,
         )  # fmt: skip
-        git = session_git.state(view, repo, session)
-    if git is not None and git.commits:
+        git = session_git.own_commits(view, repo, session)
+    if git is not None:
         notes.append(
             f"the session is {len(git.commits)} commit(s) of its own ahead of its branch; "
             "their changes are in this diff (apply --commit keeps them as commits)"
@@ -547,7 +547,7 @@ def apply_to_commit(
     session's own branch or on the one its worktree has checked out.
     """
     from gitsess import session_git
-    from gitsess.git.apply import Conflict, apply_commit
+    from gitsess.git.apply import Conflict, apply_commit, branch_tip
 
     with _prepare(ctx, session, writes_real=True) as p:
         target = branch or p.session.branch
@@ -560,17 +560,14 @@ def apply_to_commit(
                 view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
             )
             own = target.removeprefix("refs/heads/") == p.session.branch
-            git = session_git.state(view, p.repo, p.session)
-            commits = git if git is not None and git.commits else None
-            stale_git: list[str] = []
+            commits = session_git.own_commits(view, p.repo, p.session)
+            stale_git = commits.stale_after_apply() if commits is not None else []
             onto = undo = None
             base = p.session.base_commit
-            if commits is not None:
-                stale_git = commits.stale_after_apply()
             if commits is not None and not squash:
                 # (squashed, they are part of the view's changes against the real worktree,
                 # which is still at the session's base: one commit takes them all)
-                promoted = session_git.promote(p.repo, commits, _tip(p.repo, target) or base)
+                promoted = session_git.promote(p.repo, commits, branch_tip(p.repo, target) or base)
                 if promoted.conflicts:
                     return Applied(
                         "commit", dry_run, (), (), tuple(
@@ -578,7 +575,7 @@ def apply_to_commit(
                             for path in promoted.conflicts
                         ), base=base, notes=tuple(p.notes),
                     )  # fmt: skip
-                onto, base = promoted.tip, commits.head.commit
+                onto, base = promoted.tip, commits.commits[-1]
                 undo = session_git.reverted_in_view(
                     scratch, view, commits, set(changes.paths), Pathspec(pathspecs)
                 )
@@ -612,14 +609,6 @@ def apply_to_commit(
         dropped, kept = _settle(ctx, p.session, p.root, journal_data, result.changed_dirs)
         base = journal_data["base"] if journal_data["move_base"] else p.session.base_commit
         return replace(outcome, dropped=tuple(dropped), kept=tuple(kept), base=base)
-
-
-def _tip(repo: pygit2.Repository, branch: str) -> str | None:
-    ref = branch if branch.startswith("refs/") else "refs/heads/" + branch
-    try:
-        return str(repo.references[ref].resolve().target)
-    except (KeyError, pygit2.InvalidSpecError):
-        return None
 
 
 def apply_to_patch(
@@ -658,8 +647,8 @@ def apply_to_patch(
             p.repo, view, changes, mbox=mbox, message=message, author=author, dry_run=dry_run,
             merged=merged, scratch=scratch,
         )  # fmt: skip
-        git = session_git.state(view, p.repo, p.session) if mbox else None
-        if git is not None and git.commits and git.head.commit is not None:
+        git = session_git.own_commits(view, p.repo, p.session) if mbox else None
+        if git is not None:
             author = author or signature(p.repo, "AUTHOR")
             mails = _commit_mails(
                 scratch, view, changes, git, pathspecs, message=message, author=author
@@ -685,11 +674,10 @@ def _commit_mails(
     from gitsess import session_git
     from gitsess.git.commit_mails import changes_mail, commit_mail
 
-    assert git.head.commit is not None
     undo = session_git.reverted_in_view(scratch, view, git, set(changes.paths), Pathspec(pathspecs))
     mails = [commit_mail(scratch, c) for c in git.commits]
     last = changes_mail(
-        scratch, view, changes, git.head.commit, undo, message=message, author=author
+        scratch, view, changes, git.commits[-1], undo, message=message, author=author
     )
     return b"".join([*mails, last])
 
@@ -817,8 +805,8 @@ def discard_commits(ctx: RepoContext, session: Session) -> tuple[str, ...]:
 
     with _prepare(ctx, session) as p:
         with _open(ctx, p.session, p.root) as view:
-            git = session_git.state(view, p.repo, p.session)
-        if git is None or not git.commits:
+            git = session_git.own_commits(view, p.repo, p.session)
+        if git is None:
             return ()
         live.drop_paths(ctx, replace(p.session, worktree=p.root), git.stale_after_apply())
         return git.commits
@@ -873,8 +861,8 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
         if not changes.git_changes():
             return Archived(None, tuple(p.notes))
         s = p.session
-        git = session_git.state(view, p.repo, s)
-        keep = [git.head.commit] if git and git.commits and git.head.commit else []
+        git = session_git.own_commits(view, p.repo, s)
+        keep = [git.commits[-1]] if git is not None else []
         ref = create_archive(
             p.repo, view, changes, base=s.base_commit, name=s.name,
             fields={
@@ -912,8 +900,8 @@ def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
             tree = snapshot_tree(scratch, view, changes, base)
             if keep:
                 copy_objects(scratch, p.repo, tree)
-            git = session_git.state(view, p.repo, p.session)
-    head = git.head.commit if git is not None and git.commits else None
+            git = session_git.own_commits(view, p.repo, p.session)
+    head = git.commits[-1] if git is not None else None
     return Snapshot(p.session, tree, len(changes.git_changes()), tuple(p.notes), head)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,10 +85,13 @@ def _set_aside_if_unreadable(path: Path) -> Path | None:
     return aside
 
 
-def _is_session_dir(path: Path) -> bool:
-    import uuid
-
+def is_session_id(name: str) -> bool:
+    """Whether a name in `sessions/` is a session's id (its dir's name)."""
     try:
-        return path.is_dir() and not path.is_symlink() and str(uuid.UUID(path.name)) == path.name
+        return str(uuid.UUID(name)) == name
     except ValueError:
         return False
+
+
+def _is_session_dir(path: Path) -> bool:
+    return is_session_id(path.name) and path.is_dir() and not path.is_symlink()

@@ -61,6 +61,13 @@ def state(view: OverlayView, repo: pygit2.Repository, session: Session) -> Sessi
     return SessionGit(head, tuple(commits), common)
 
 
+def own_commits(view: OverlayView, repo: pygit2.Repository, session: Session) -> SessionGit | None:
+    """The session's git state when it has commits of its own (its HEAD is the last of
+    them), else None."""
+    git = state(view, repo, session)
+    return git if git is not None and git.commits else None
+
+
 def files_for_head(repo: pygit2.Repository, session: Session, head: str) -> dict[str, bytes]:
     """The files of a session's `.git` (paths below it) that make its branch end at `head`
     (commits made inside it, brought by `pull`): the branch's loose ref, and an index of
@@ -125,17 +132,13 @@ def reverted_in_view(
 
 
 def _view_state(scratch: pygit2.Repository, view: SessionView, path: str) -> tuple[str, int] | None:
+    from gitsess.git.changes import State
+    from gitsess.git.diff import read_view
+
     entry = view.entry(path)
     if entry is None or entry.kind not in ("file", "symlink"):
         return None
-    if entry.kind == "symlink":
-        data = view.readlink(path).encode()
-        mode = pygit2.enums.FileMode.LINK
-    else:
-        data = view.read(path)
-        mode = (
-            pygit2.enums.FileMode.BLOB_EXECUTABLE
-            if entry.mode & 0o100
-            else pygit2.enums.FileMode.BLOB
-        )
-    return str(scratch.create_blob(data)), int(mode)
+    state = State(entry.kind, entry.mode, entry.size, entry.mtime_ns, None)
+    mode = state.git_mode
+    assert mode is not None
+    return str(scratch.create_blob(read_view(view, path, state))), mode

@@ -248,24 +248,34 @@ def resolve(
     `create` would, with `worktree`), so a supervisor can pick ids ahead and reuse them.
     Offsets and id prefixes never create.
     """
+    if not create_missing:
+        ref = _ref(ref, env)
+        with _registry(ctx, create=False) as registry:
+            found = _lookup(registry, ref)
+        if found is None:
+            raise GitsessError(f"no session {ref!r} in {ctx.common_dir}")
+        return found
+    return resolve_or_create(ctx, ref, worktree=worktree, env=env)[0]
+
+
+def resolve_or_create(
+    ctx: RepoContext,
+    ref: str | None,
+    *,
+    worktree: WorktreeSpec | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Session, bool]:
+    """`resolve` with `create_missing`, and whether it created the session."""
     ref = _ref(ref, env)
     with _registry(ctx, create=False) as registry:
         found = _lookup(registry, ref)
     if found is not None:
-        return found
-    if not create_missing:
-        raise GitsessError(f"no session {ref!r} in {ctx.common_dir}")
+        return found, False
     try:
-        return create(ctx, ref, worktree=worktree)
+        return create(ctx, ref, worktree=worktree), True
     except NameTaken:
         # Another process created it between our lookup and our insert: use theirs.
-        return resolve(ctx, ref, env=env)
-
-
-def lookup(ctx: RepoContext, ref: str) -> Session | None:
-    """The session `ref` names, None when none (and never an error for an unknown one)."""
-    with _registry(ctx, create=False) as registry:
-        return _lookup(registry, ref)
+        return resolve(ctx, ref, env=env), False
 
 
 def _ref(ref: str | None, env: Mapping[str, str] | None) -> str:

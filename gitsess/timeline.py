@@ -6,7 +6,6 @@ daemon keeps committing while we read; `mount.sync` first makes its last ~100 ms
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 import time
@@ -18,7 +17,7 @@ from typing import Any
 
 import apsw
 
-from gitsess import mount
+from gitsess import mount, processes
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import schema
@@ -289,15 +288,12 @@ def runs(ctx: RepoContext, session: Session) -> list[Run]:
 def _runner_alive(run: Run) -> bool:
     """Whether the process that started `run` still runs: its pid is taken by a process that
     started no later than the run did (a pid is reused once its process is gone)."""
-    try:
-        with open(f"/proc/{run.pid}/stat", "rb") as f:
-            fields = f.read().rpartition(b")")[2].split()
-        with open("/proc/stat", "rb") as f:
-            boot = next(int(line.split()[1]) for line in f if line.startswith(b"btime "))
-    except (OSError, StopIteration, ValueError):
+    if run.pid is None:
         return False
-    started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
-    return started <= run.started_at.timestamp() + 2
+    try:
+        return processes.started_at(run.pid) <= run.started_at.timestamp() + 2
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
 
 
 def _check_run(session: Session, flt: Filter, known: list[Run]) -> None:

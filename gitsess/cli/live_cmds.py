@@ -79,8 +79,7 @@ def run(
         session = sessions.create(ctx, worktree=spec)
         created = True
     else:
-        created = ref is not None and sessions.lookup(ctx, ref) is None
-        session = sessions.resolve(ctx, ref, create_missing=True, worktree=spec)
+        session, created = sessions.resolve_or_create(ctx, ref, worktree=spec)
     if created:  # a typo of a name must not go unnoticed
         click.echo(f"gitsess: new session {session.name} ({session.id[:8]})", err=True)
     session = sessions.touch(ctx, sessions.check_bound(ctx, session, rebind=rebind))
@@ -98,6 +97,7 @@ def run(
     argv = argv or [os.environ.get("SHELL") or "/bin/sh"]
     cwd = Path.cwd()
     code = 1
+    removed = False
     try:
         run_id = sessions.start_run(ctx, session, argv, cwd, role)
         try:
@@ -123,10 +123,11 @@ def run(
             if created and code in (126, 127):
                 # nothing ran: the session this run made would only be a leftover
                 sessions.remove(ctx, session.id, force=True)
+                removed = True
                 click.echo(f"gitsess: removed the new session {session.name}", err=True)
             raise
         finally:
-            if sessions.lookup(ctx, session.id) is not None:
+            if not removed:
                 sessions.end_run(ctx, run_id, code)
     finally:
         if agent is not None:

@@ -735,6 +735,11 @@ def _branch_ref(branch: str) -> str:
     return ref
 
 
+def branch_tip(repo: pygit2.Repository, branch: str) -> str | None:
+    """The commit `branch` (a name or a full ref) is at; None when it does not exist."""
+    return _ref_target(repo, _branch_ref(branch))
+
+
 def _ref_target(repo: pygit2.Repository, ref: str) -> str | None:
     try:
         target = repo.references[ref].resolve().target

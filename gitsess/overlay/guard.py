@@ -35,7 +35,7 @@ import signal
 import time
 from typing import NoReturn
 
-from gitsess import mounttable
+from gitsess import mounttable, processes
 from gitsess.libc import LIBC
 
 PR_SET_NAME = 15
@@ -116,7 +116,7 @@ def _exited(pid: int, since: int) -> bool:
     """Gone, or a zombie of one thread (a zombie leader with threads left is the stuck
     case), or its pid another process's."""
     try:
-        fields = _stat(pid)
+        fields = processes.stat_fields(pid)
         threads = len(os.listdir(f"/proc/{pid}/task"))
     except FileNotFoundError:
         return True
@@ -124,14 +124,7 @@ def _exited(pid: int, since: int) -> bool:
 
 
 def _start_time(pid: int) -> int:
-    return int(_stat(pid)[19])
-
-
-def _stat(pid: int) -> list[str]:
-    """The fields of /proc/`pid`/stat after the command's name: its state first, its start
-    time at index 19."""
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rpartition(")")[2].split()
+    return int(processes.stat_fields(pid)[19])
 
 
 def abort(device: str, mountpoint: str) -> bool:

@@ -149,7 +149,7 @@ def connect(path: str, *, readonly: bool = False) -> apsw.Connection:
         connect(path).close()
         return _open(path, apsw.SQLITE_OPEN_READONLY)
     conn = _open(path, apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
-    if _pragma(conn, "page_count") == 0:
+    if pragma(conn, "page_count") == 0:
         # Only before the first table: pages freed by deletions can then be given back to the
         # disk bit by bit (`DeltaStore.shrink`), not only by a VACUUM of the whole file.
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")
@@ -167,7 +167,8 @@ def _open(path: str, flags: int) -> apsw.Connection:
     return conn
 
 
-def _pragma(conn: apsw.Connection, name: str) -> int:
+def pragma(conn: apsw.Connection, name: str) -> int:
+    """An integer PRAGMA's value."""
     return int(conn.execute(f"PRAGMA {name}").fetchall()[0][0])  # type: ignore[arg-type]
 
 

@@ -188,8 +188,7 @@ class DeltaStore:
     def live_bytes(self) -> int:
         """The bytes of delta.db in use (its size less its free pages)."""
         pages, free, size = (
-            int(self.conn.execute(f"PRAGMA {p}").fetchall()[0][0])  # type: ignore[arg-type]
-            for p in ("page_count", "freelist_count", "page_size")
+            schema.pragma(self.conn, p) for p in ("page_count", "freelist_count", "page_size")
         )
         return (pages - free) * size
 
@@ -198,8 +197,7 @@ class DeltaStore:
         SHRINK_MIN_PAGES): incrementally where the file allows it, else by one VACUUM, which
         also makes it allow it from then on. Whether it shrank."""
         pages, free, mode = (
-            int(self.conn.execute(f"PRAGMA {p}").fetchall()[0][0])  # type: ignore[arg-type]
-            for p in ("page_count", "freelist_count", "auto_vacuum")
+            schema.pragma(self.conn, p) for p in ("page_count", "freelist_count", "auto_vacuum")
         )
         if free < SHRINK_MIN_PAGES or free * 4 < pages:
             return False
