@@ -102,12 +102,17 @@ def create_archive(
 
 
 def snapshot_tree(
-    scratch: pygit2.Repository, view: SessionView, changes: ChangeSet, base: str | None
+    scratch: pygit2.Repository,
+    view: SessionView,
+    changes: ChangeSet,
+    base: str | None,
+    undo: Mapping[str, tuple[str, int] | None] | None = None,
 ) -> str:
     """In `scratch` (see `scratch_repo`): the tree of `base` with the git-visible `changes`
-    applied, i.e. the session's work as git holds it. `copy_objects` keeps it."""
+    applied, i.e. the session's work as git holds it (`undo`: entries set first, which the
+    changes override). `copy_objects` keeps it."""
     entries = {c.path: store_view_blob(scratch, view, c) for c in changes.git_changes()}
-    return edit_tree(scratch, commit_tree(scratch, base), entries)
+    return edit_tree(scratch, commit_tree(scratch, base), {**(undo or {}), **entries})
 
 
 def _signature(repo: pygit2.Repository, role: Literal["AUTHOR", "COMMITTER"]) -> pygit2.Signature:

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 import pygit2
 from pygit2.enums import DiffFind, DiffOption, DiffStatsFormat
 
-from gitsess.git.apply import commit_tree, edit_tree, mbox_mail, store_view_blob
+from gitsess.git.apply import commit_tree, mbox_mail
+from gitsess.git.archive import snapshot_tree
 from gitsess.git.changes import ChangeSet
 from gitsess.git.view import SessionView
 
@@ -32,9 +33,8 @@ def changes_mail(
     author: pygit2.Signature,
 ) -> bytes:
     """The mail of what the view changed on top of the session's HEAD commit."""
-    entries = {c.path: store_view_blob(scratch, view, c) for c in changes.git_changes()}
     old = commit_tree(scratch, head)
-    new = edit_tree(scratch, old, {**undo, **entries})
+    new = snapshot_tree(scratch, view, changes, head, undo)
     stat, patch = _tree_patch(scratch, old, new)
     if not patch:
         return b""
