@@ -293,8 +293,13 @@ def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:
     live = status(session_id)
     if live is None:
         return clean_stale(mountpoint)
-    with contextlib.suppress(OSError, ConnectionError):
-        control.request(session_id, {"op": "stop"})
+    try:
+        reply = control.request(session_id, {"op": "stop"})
+    except (OSError, ConnectionError):
+        reply = None
+    if reply is not None and not reply.get("ok"):
+        # It could not save the changes it holds (a full disk): it stays, and so do they.
+        raise GitsessError(str(reply.get("error")))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not control.serving(session_id) and not mounttable.is_mount_point(mountpoint):

@@ -51,6 +51,10 @@ LINGER = 0.3
 READ_AHEAD_KB = 2 * getattr(pyfuse3, "read_size", lambda: 1 << 20)() // 1024
 # How long a stopping daemon serves its own directory listings in flight, at most.
 LISTINGS_DRAIN = 2.0
+# While commits fail, how often the log says so again.
+FAILURE_LOG_INTERVAL = 60.0
+# How long the last commit, once the view is no longer served, waits between attempts.
+FINAL_RETRY = 1.0
 
 
 @dataclass
@@ -68,6 +72,12 @@ class State:
     stopping: bool = False
     stale_entries: list[tuple[int, bytes]] = field(default_factory=list)
     stop_asked: trio.Event = field(default_factory=trio.Event)
+    # Why the daemon is to stop as soon as it can save everything (a signal, the last
+    # participant gone) while the delta cannot be written: a full disk.
+    stop_wanted: str | None = None
+    # Since when commits fail (monotonic), and when that was last logged.
+    failing_since: float | None = None
+    failure_logged: float = 0.0
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -124,12 +134,27 @@ def main(argv: list[str] | None = None) -> int:
         if guarded is not None:
             guard.stand_down(guarded)
         watcher.stop()
-        tree.commit(durable=True, settle=False)
+        _commit_until_saved(tree)
         pyfuse3.close(unmount=True)
         tree.close()
         store.close()
         log.info("unmounted %s", args.mountpoint)
     return 0
+
+
+def _commit_until_saved(tree: Tree) -> None:
+    """The last commit, after the loop that served the view ended: acknowledged writes are
+    only in memory until it succeeds, so on a full disk it waits for space (SIGKILL ends it)."""
+    last_logged = 0.0
+    while True:
+        try:
+            tree.commit(durable=True, settle=False)
+            return
+        except OSError as e:
+            if time.monotonic() - last_logged >= FAILURE_LOG_INTERVAL:
+                last_logged = time.monotonic()
+                log.error("cannot save the session's last changes (%s); retrying", e)
+            time.sleep(FINAL_RETRY)
 
 
 def _ready(fd: int | None, message: str) -> None:
@@ -157,7 +182,7 @@ async def _serve(
     # the kernel learnt meanwhile is asked again, so no change of that window stays unseen.
     watcher.start()
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_commit_loop, state.tree)
+        nursery.start_soon(_commit_loop, state)
         nursery.start_soon(_stop_when_asked, state)
         nursery.start_soon(_signals, state)
         nursery.start_soon(_control_loop, state, trio.socket.from_stdlib_socket(listener))
@@ -240,7 +265,8 @@ def _invalidate_entries(entries: list[tuple[int, bytes]]) -> set[int]:
     return parents
 
 
-async def _commit_loop(tree: Tree) -> None:
+async def _commit_loop(state: State) -> None:
+    tree = state.tree
     last_shrink = time.monotonic()
     while True:
         await trio.sleep(COMMIT_INTERVAL)
@@ -248,8 +274,11 @@ async def _commit_loop(tree: Tree) -> None:
             try:
                 tree.commit()
             except OSError as e:
-                log.warning("commit failed (%s); kept in memory, retrying", e)
+                _saving_failed(state, e)
                 continue
+            _saved(state)
+        if state.stop_wanted is not None and not state.stopping:
+            _stop(state, state.stop_wanted)
         if time.monotonic() - last_shrink >= SHRINK_INTERVAL:
             last_shrink = time.monotonic()
             try:
@@ -259,10 +288,40 @@ async def _commit_loop(tree: Tree) -> None:
                 log.warning("could not shrink delta.db (%s)", e)
 
 
-def _stop(state: State, why: str) -> None:
+def _saving_failed(state: State, e: OSError) -> None:
+    now = time.monotonic()
+    if state.failing_since is None:
+        state.failing_since = now
+    if now - state.failure_logged >= FAILURE_LOG_INTERVAL:
+        state.failure_logged = now
+        log.warning("cannot save to the delta (%s); the changes stay in memory, retrying", e)
+
+
+def _saved(state: State) -> None:
+    if state.failing_since is not None:
+        log.info("saved again after %.0f s", time.monotonic() - state.failing_since)
+        state.failing_since = None
+        state.failure_logged = 0.0
+
+
+def _stop(state: State, why: str, *, until_saved: bool = True) -> OSError | None:
+    """Stop once everything acknowledged is in the delta. When it cannot be saved (a full
+    disk), the view stays mounted and served, and the error is returned; `until_saved`
+    leaves the stop to the commit loop, which makes it after its first commit that works."""
+    if state.stopping:
+        return None
+    try:
+        state.tree.commit(durable=True, settle=False)
+    except OSError as e:
+        _saving_failed(state, e)
+        if until_saved:
+            state.stop_wanted = why
+        return e
+    _saved(state)
     log.info("%s: stopping", why)
     state.stopping = True
     state.stop_asked.set()
+    return None
 
 
 async def _stop_when_asked(state: State) -> None:
@@ -278,9 +337,10 @@ async def _stop_when_asked(state: State) -> None:
 
 async def _signals(state: State) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
+        # Kept open: a stop that waits for disk space must not leave a second SIGTERM to the
+        # default action, which would end the daemon with the changes in memory.
         async for signum in signals:
             _stop(state, f"signal {signum}")
-            return
 
 
 async def _first_join_deadline(state: State) -> None:
@@ -420,7 +480,13 @@ def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | No
         state.persistent = True
         return {"ok": True}, None
     if op == "stop":
-        _stop(state, "asked to")
+        failed = _stop(state, "asked to", until_saved=False)
+        if failed is not None:
+            return {
+                "ok": False,
+                "error": f"cannot save the session's changes ({failed.strerror}), so it stays"
+                f" mounted at {state.mountpoint} and keeps them; free space and retry",
+            }, None
         return {"ok": True}, None
     return {"ok": False, "error": f"unknown op {op!r}"}, None
 

@@ -262,10 +262,13 @@ class DeltaStore:
         self.conn.execute("BEGIN IMMEDIATE")
         try:
             self._write(batch)
+            # In the try: a full disk fails the COMMIT too (the WAL grows there), and its
+            # transaction must not stay open for the next batch to trip over.
+            self.conn.execute("COMMIT")
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            if not self.conn.getautocommit():
+                self.conn.execute("ROLLBACK")
             raise
-        self.conn.execute("COMMIT")
         if durable:
             self._sync_wal()
 

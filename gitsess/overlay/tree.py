@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import apsw
 
-from gitsess.durable import fsync_dir
+from gitsess.durable import fsync_dir, nearly_full
 from gitsess.overlay import acl
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.fdcache import FdCache, same_file
@@ -177,6 +177,10 @@ class Attr:
 
 def _err(code: int) -> OSError:
     return OSError(code, os.strerror(code))
+
+
+def _no_space(e: apsw.Error, path: str) -> bool:
+    return isinstance(e, apsw.FullError) or nearly_full(os.path.dirname(path) or ".")
 
 
 def _linked_git(root: bytes, session_dir: str) -> dict[bytes, bytes]:
@@ -376,11 +380,13 @@ class Tree:
         )
         try:
             self.store.commit(batch, durable=durable)
-        except apsw.FullError:
-            # Nothing was written; everything stays pending and the writer hears ENOSPC.
+        except (apsw.FullError, apsw.IOError) as e:
+            # Nothing was written; everything stays pending and the writer hears ENOSPC (or
+            # EIO). A full disk shows as either: SQLite says "disk I/O error" when its WAL
+            # index cannot grow.
             self.audit.events[:0] = events
             self.audit.new_processes[:0] = processes
-            raise _err(errno.ENOSPC) from None
+            raise _err(errno.ENOSPC if _no_space(e, self.store.path) else errno.EIO) from None
         self.store.remove_data(p.data_files)
         self._pending = _Pending()
         self._pending.dentries = held

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import apsw
 
+from gitsess.durable import nearly_full
 from gitsess.errors import GitsessError
 
 BUSY_TIMEOUT_MS = 10_000
@@ -83,6 +84,8 @@ def db_error(path: Path, e: apsw.Error) -> GitsessError:
             f"{path} is corrupt ({e}); `gitsess doctor --repair` sets it aside and rebuilds "
             "the registry from the session dirs"
         )
+    if isinstance(e, apsw.FullError | apsw.IOError) and nearly_full(path.parent):
+        return GitsessError(f"cannot use {path}: no space left on its device; free some and retry")
     if _on_read_only_fs(path.parent):
         # SQLite needs its -wal and -shm files beside the database even to read it.
         return GitsessError(f"cannot use {path}: {path.parent} is on a read-only file system")
