@@ -15,16 +15,15 @@ from .util import git, gitsess
 
 pytestmark = pytest.mark.fuse
 
-APPLIES = 25
-
 
 def _content(i: int) -> bytes:
     line = f"version {i} ".encode() * 8 + b"\n"
     return line * (40_000 // len(line))  # past the inline limit: a data file
 
 
-@pytest.mark.timeout(300)
-def test_apply_commit_never_commits_a_torn_file(repo: Path, tmp_path: Path) -> None:
+@pytest.mark.timeout(1500)
+@pytest.mark.parametrize("applies", [25, pytest.param(300, marks=pytest.mark.slow)])
+def test_apply_commit_never_commits_a_torn_file(repo: Path, tmp_path: Path, applies: int) -> None:
     view = tmp_path / "view"
     view.mkdir()
     assert gitsess(repo, "new", "exp").returncode == 0
@@ -53,7 +52,7 @@ def test_apply_commit_never_commits_a_torn_file(repo: Path, tmp_path: Path) -> N
     thread.start()
     committed = 0
     try:
-        for n in range(APPLIES):
+        for n in range(applies):
             done = gitsess(repo, "apply", "exp", "--commit", "-m", f"apply {n}")
             assert done.returncode in (0, 1), done.stderr
             assert "Traceback" not in done.stderr
