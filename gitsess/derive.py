@@ -26,6 +26,7 @@ from gitsess.git.archive import (
     list_archives,
     read_archive,
 )
+from gitsess.git.blob_parts import blob_parts
 from gitsess.git.changes import GIT_EXEC, GIT_LINK
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
 from gitsess.overlay.store import copy_delta
@@ -194,11 +195,11 @@ def lay_paths(
                 writer.remove(item.path)
                 continue
             oid, mode = item.entry
-            data = blob_data(repo, oid)
             if mode == GIT_LINK:
-                writer.put_symlink(item.path, data)
+                writer.put_symlink(item.path, blob_data(repo, oid))
             else:
-                writer.put_file(item.path, data, _perm(root / item.path, mode == GIT_EXEC))
+                perm = _perm(root / item.path, mode == GIT_EXEC)
+                writer.put_file(item.path, blob_parts(repo, oid), perm)
 
 
 def lay_git_files(ctx: RepoContext, session: Session, files: Mapping[str, bytes]) -> None:

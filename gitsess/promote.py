@@ -627,7 +627,7 @@ def apply_to_patch(
     With `mbox` and commits made inside the session: a mail per commit, then one for the
     changes made since (what `git am` applies on the session's base)."""
     from gitsess import session_git
-    from gitsess.git.apply import make_patch, merge_onto_head, signature
+    from gitsess.git.apply import make_patch, merge_onto_head, signature, spooled
 
     with (
         _prepare(ctx, session) as p,
@@ -653,7 +653,7 @@ def apply_to_patch(
             mails = _commit_mails(
                 scratch, view, changes, git, pathspecs, message=message, author=author
             )
-            result = replace(result, text=mails)
+            result = replace(result, body=spooled(mails))
     applied = tuple(c.path for c in changes.changes if c.path not in set(result.skipped))
     return Applied(
         "patch", dry_run, applied, result.skipped, (), patch=result,
@@ -828,7 +828,7 @@ def _revert(ctx: RepoContext, session: Session, root: Path, changes: Sequence[Ch
             elif old.kind == "symlink":
                 writer.put_symlink(change.path, read_real(root, change.path, old))
             else:
-                writer.put_file(change.path, read_real(root, change.path, old), old.perm)
+                writer.put_file(change.path, (read_real(root, change.path, old),), old.perm)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
@@ -36,7 +36,7 @@ class _Ops(Protocol):
     def unlink(self, path: str) -> None: ...
     def rmdir(self, path: str) -> None: ...
     def mkdir(self, path: str, perm: int) -> None: ...
-    def write_file(self, path: str, data: bytes, perm: int) -> None: ...
+    def write_file(self, path: str, parts: Iterable[bytes], perm: int) -> None: ...
     def symlink(self, path: str, target: bytes) -> None: ...
     def chmod(self, path: str, perm: int) -> None: ...
 
@@ -69,12 +69,13 @@ class _MountOps:
         os.mkdir(self._at(path), perm)
         os.chmod(self._at(path), perm)  # mkdir's mode passes through the umask
 
-    def write_file(self, path: str, data: bytes, perm: int) -> None:
+    def write_file(self, path: str, parts: Iterable[bytes], perm: int) -> None:
         fd = os.open(self._at(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, perm)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            for data in parts:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
             os.fchmod(fd, perm)
         finally:
             os.close(fd)
@@ -125,7 +126,7 @@ class _TreeOps:
         parent, name = self._parent(path)
         self.tree.mkdir(parent.ino, name, perm, self.uid, self.gid)
 
-    def write_file(self, path: str, data: bytes, perm: int) -> None:
+    def write_file(self, path: str, parts: Iterable[bytes], perm: int) -> None:
         n = self._node(path)
         if n is None:
             parent, name = self._parent(path)
@@ -133,8 +134,11 @@ class _TreeOps:
         else:
             self.tree.truncate(n, 0)
             self.tree.setattr(n, mode=perm)
-        if data:
-            self.tree.write(n, 0, data)
+        offset = 0
+        for data in parts:
+            if data:
+                self.tree.write(n, offset, data)
+                offset += len(data)
 
     def symlink(self, path: str, target: bytes) -> None:
         parent, name = self._parent(path)
@@ -169,9 +173,10 @@ class ViewWriter:
         else:
             self.ops.unlink(path)
 
-    def put_file(self, path: str, data: bytes, perm: int) -> None:
+    def put_file(self, path: str, parts: Iterable[bytes], perm: int) -> None:
+        """Set a file to the content given in `parts` (a file of any size, a part at a time)."""
         self._prepare(path, "file")
-        self.ops.write_file(path, data, perm)
+        self.ops.write_file(path, parts, perm)
 
     def put_git_file(self, rel: str, data: bytes) -> None:
         """Set a file of the session's own `.git` (`rel` below it): the session's git state,
@@ -182,7 +187,7 @@ class ViewWriter:
         kind = self.ops.kind(path)
         if kind is not None and kind != "file":
             raise GitsessError(f"{path} in the session's view is not a file")
-        self.ops.write_file(path, data, 0o644)
+        self.ops.write_file(path, (data,), 0o644)
 
     def put_symlink(self, path: str, target: bytes) -> None:
         self._prepare(path, None)

@@ -66,7 +66,7 @@ class Machine:
         """Write into the session's view without mounting it."""
         s = self.session(session)
         with view_writer(self.ctx, s, s.worktree) as writer:
-            writer.put_file(rel, text.encode(), 0o644)
+            writer.put_file(rel, (text.encode(),), 0o644)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ them cost more than most commands do (pygit2, rich, the agent profiles, promote)
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -163,10 +164,21 @@ def _library_error(e: Exception) -> str | None:
     return None
 
 
+def _progress_bars() -> contextlib.AbstractContextManager[None]:
+    """Bars on stderr for long work, when it is a terminal (logs get none); their module
+    loads only then."""
+    if not sys.stderr.isatty():
+        return contextlib.nullcontext()
+    from gitsess.cli.progress_bars import bars
+
+    return bars()
+
+
 def run(args: list[str]) -> int:
     """The command `args` asks for, run; its exit code."""
     try:
-        result = cli.main(args=args, prog_name="gitsess", standalone_mode=False)
+        with _progress_bars():
+            result = cli.main(args=args, prog_name="gitsess", standalone_mode=False)
         return result if isinstance(result, int) else 0
     except SystemExit as e:
         # A command that ends with sys.exit(code), as `run` does with its command's code: the

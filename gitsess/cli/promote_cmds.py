@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 import pygit2
@@ -30,6 +31,9 @@ from gitsess.errors import GitsessError
 from gitsess.git.changes import Change
 from gitsess.git.repo import RepoContext
 from gitsess.sessions import Session, discover
+
+if TYPE_CHECKING:
+    from gitsess.git.apply import PatchResult
 
 _AFTER = "gitsess.after_dashdash"
 
@@ -335,7 +339,7 @@ def apply(
     if dry_run:
         _warn_drift(ctx, session)
     if outcome.ok and outcome.patch is not None and not dry_run:
-        _write_patch(outcome.patch.text, output)
+        _write_patch(outcome.patch, output)
     if as_json:
         print_json(outcome.to_json())
     else:
@@ -377,9 +381,11 @@ def _default_message(session: Session) -> str:
     return session.title or f"Changes from gitsess session {session.name}"
 
 
-def _write_patch(text: bytes, output: str | None) -> None:
+def _write_patch(patch: PatchResult, output: str | None) -> None:
     if output is None or output == "-":
-        _out(text)
+        sys.stdout.flush()
+        patch.write_to(sys.stdout.buffer)
+        sys.stdout.buffer.flush()
         return
     target = Path(output)
     if target.exists() and not target.is_file():
@@ -387,13 +393,14 @@ def _write_patch(text: bytes, output: str | None) -> None:
         # over (as root, a rename made /dev/null a regular file).
         try:
             with open(target, "wb") as f:
-                f.write(text)
+                patch.write_to(f)
         except OSError as e:
             raise GitsessError(f"cannot write {output}: {e.strerror}") from e
         return
     tmp = target.with_name(f".{target.name}.gitsess-{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(text)
+        with open(tmp, "wb") as f:
+            patch.write_to(f)
         tmp.replace(target)
     except OSError as e:
         tmp.unlink(missing_ok=True)

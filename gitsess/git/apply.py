@@ -18,7 +18,9 @@ from __future__ import annotations
 import email.utils
 import errno
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass, fields, replace
@@ -26,14 +28,15 @@ from datetime import UTC, datetime, timedelta, timezone
 from email.header import Header
 from functools import partial
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal, cast
 
 import pygit2
 from pygit2.enums import FileMode, ObjectType
 
+from gitsess import progress
 from gitsess.errors import GitsessError
 from gitsess.git import packwrite
-from gitsess.git.blobid import blob_id, file_blob_id
+from gitsess.git.blobid import HashingReader, blob_id, file_blob_id
 from gitsess.git.changes import (
     GIT_EXEC,
     GIT_LINK,
@@ -43,7 +46,15 @@ from gitsess.git.changes import (
     StateKind,
     common_dir,
 )
-from gitsess.git.diff import ScratchRepository, diff_changes, read_view, scratch_repo
+from gitsess.git.diff import (
+    BIG_FILE,
+    CHUNK,
+    BigFile,
+    ScratchRepository,
+    diff_changes,
+    read_view,
+    scratch_repo,
+)
 from gitsess.git.view import Entry, Kind, SessionView
 from gitsess.git.worktree import checked_out_at
 
@@ -84,10 +95,33 @@ class WorktreeResult:
 
 @dataclass(frozen=True)
 class PatchResult:
-    text: bytes  # `git apply` (or, with mbox, `git am`) input; empty when nothing changed
+    # `git apply` (or, with mbox, `git am`) input, from its start; empty when nothing changed.
+    # A file: past `SPOOL_LIMIT` it is on disk, as a patch of a big file is as big.
+    body: BinaryIO
     paths: tuple[str, ...]  # paths the patch touches (both sides of renames)
     skipped: tuple[str, ...]  # changes a patch cannot carry (permission bits, empty dirs)
     dry_run: bool = False  # making a patch changes nothing; this tells the caller not to write it
+
+    @property
+    def text(self) -> bytes:
+        """The whole patch in memory: for small ones."""
+        self.body.seek(0)
+        return self.body.read()
+
+    def write_to(self, out: BinaryIO) -> None:
+        self.body.seek(0)
+        shutil.copyfileobj(self.body, out)
+
+
+# Past this size, a patch being made goes to a temporary file.
+SPOOL_LIMIT = 8 << 20
+
+
+def spooled(data: bytes = b"") -> BinaryIO:
+    """A patch body: in memory up to `SPOOL_LIMIT`, then in a temporary file."""
+    body = tempfile.SpooledTemporaryFile(max_size=SPOOL_LIMIT)  # noqa: SIM115 (the result owns it)
+    body.write(data)
+    return cast(BinaryIO, body)
 
 
 @dataclass(frozen=True)
@@ -267,14 +301,47 @@ def _read_first(root: Path, targets: Sequence[Target]) -> list[Target]:
     """The targets with every content the writes will need already read. The view reads what
     the session left unchanged from the real tree, which the removals change: a directory the
     session renamed still reads its files from the old real path, removed before the new one
-    is written. Costs memory for every rewritten file at once, not one at a time."""
+    is written. Costs memory for every rewritten file at once, not one at a time, but for a
+    big file: that one is written beside its path at once, to be renamed in."""
     base = f"{root}/"
     out = []
     for t in targets:
-        if t.content is not None and (t.rewrite or _real_kind(base + t.path) != t.kind):
-            t = replace(t, content=_constant(t.content()))
+        read = t.content
+        if read is not None and (t.rewrite or _real_kind(base + t.path) != t.kind):
+            parent = base + t.path.rpartition("/")[0]
+            aside = None
+            if t.big is not None and _real_kind(parent) == "dir":
+                aside = _write_aside(base, t, t.big)
+            if aside is not None:
+                t = replace(t, content=None, big=None, aside=aside)
+            else:
+                t = replace(t, content=_constant(read()))
         out.append(t)
     return out
+
+
+def _write_aside(base: str, target: Target, big: BigFile) -> str | None:
+    """`big` written beside the target's path; None (nothing left there) when its content is
+    no longer the blob the apply means (the file changed since)."""
+    parent, _, name = target.path.rpartition("/")
+    aside = f"{base}{parent}/" if parent else base
+    aside += f".{name}.gitsess-{os.getpid()}.tmp"
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        with big.open() as f, progress.reading(f, big.path, big.size) as read:
+            hashed = HashingReader(read, big.size)
+            for chunk in iter(partial(hashed.read, CHUNK), b""):
+                _write_all(fd, chunk)
+        os.fchmod(fd, target.perm)
+        if str(hashed.blob_id()) != big.oid:
+            os.unlink(aside)
+            return None
+    except BaseException:
+        os.unlink(aside)
+        raise
+    finally:
+        os.close(fd)
+    return aside
 
 
 # ---------------------------------------------------------------------------------------------
@@ -306,10 +373,13 @@ def make_patch(
         paths.extend(p for p in (f.old_path, f.new_path) if p is not None and p not in paths)
     carried = carried_by_git(changes)
     skipped = tuple(c.path for c in changes.changes if c.path not in carried)
-    body = result.patch()
-    if mbox and body:
-        sig = author or signature(repo, "AUTHOR")
-        body = mbox_mail(message, sig, result.stat, body)
+    body = spooled()
+    if mbox and result.files:
+        body.write(mbox_head(message, author or signature(repo, "AUTHOR"), result.stat))
+        result.write_patch(body)
+        body.write(MBOX_TAIL)
+    else:
+        result.write_patch(body)
     return PatchResult(body, tuple(paths), skipped, dry_run)
 
 
@@ -336,6 +406,14 @@ def _parents(path: str) -> Iterable[str]:
 
 
 def mbox_mail(message: str, author: pygit2.Signature, stat_text: str, patch: bytes) -> bytes:
+    return mbox_head(message, author, stat_text) + patch + MBOX_TAIL
+
+
+MBOX_TAIL = b"-- \ngitsess\n\n"
+
+
+def mbox_head(message: str, author: pygit2.Signature, stat_text: str) -> bytes:
+    """A `git am` mail up to its patch."""
     subject, body = _split_message(message)
     zone = timezone(timedelta(minutes=author.offset))
     when = datetime.fromtimestamp(author.time, UTC).astimezone(zone)
@@ -350,7 +428,7 @@ def mbox_mail(message: str, author: pygit2.Signature, stat_text: str, patch: byt
         "",
     ]
     text = "\n".join(head) + "\n" + (body + "\n" if body else "") + "---\n" + stat_text + "\n"
-    return text.encode() + patch + b"-- \ngitsess\n\n"
+    return text.encode()
 
 
 def _split_message(message: str) -> tuple[str, str]:
@@ -499,11 +577,15 @@ def _commit_target(
     if write.kind not in ("file", "symlink") or not write.rewrite:
         return Target(write.path, write.kind, write.perm, None, write.rewrite)
     oid = tree[write.path].id
+    big = None
     if write.kind == "file" and view is not None:
         content = partial(_view_or_blob, repo, view, write.path, oid)
+        entry = view.entry(write.path)
+        if entry is not None and entry.size > BIG_FILE:
+            big = BigFile(write.path, str(oid), entry.size, partial(view.open, write.path))
     else:
         content = partial(_blob_data, repo, oid)
-    return Target(write.path, write.kind, write.perm, content, write.rewrite)
+    return Target(write.path, write.kind, write.perm, content, write.rewrite, big)
 
 
 def _view_or_blob(repo: pygit2.Repository, view: SessionView, path: str, oid: pygit2.Oid) -> bytes:
@@ -606,7 +688,13 @@ def store_view_blob(
         return None
     if pygit2.Oid(hex=entry[0]) in scratch.odb:
         return entry  # kept when the change was computed (or already in the repository)
-    oid = str(scratch.create_blob(read_view(view, change.path, change.new)))
+    if change.new.kind == "file" and change.new.size > BIG_FILE:
+        assert isinstance(scratch, ScratchRepository)
+        size = change.new.size
+        with view.open(change.path) as f, progress.reading(f, change.path, size) as read:
+            oid = str(scratch.store_big(read))
+    else:
+        oid = str(scratch.create_blob(read_view(view, change.path, change.new)))
     if oid != entry[0]:
         raise GitsessError(
             f"{change.path} changed in the session while applying; nothing was changed, try again"
@@ -1074,6 +1162,8 @@ class Target:
     perm: int
     content: Callable[[], bytes] | None
     rewrite: bool = True
+    big: BigFile | None = None  # a file too big to hold: copied in parts, not `content`
+    aside: str | None = None  # the file already written beside the path, to be renamed in
 
 
 def _session_target(view: SessionView, change: Change) -> Target:
@@ -1089,12 +1179,16 @@ def _session_target(view: SessionView, change: Change) -> Target:
     perm = new.perm & 0o777
     if new.kind == "dir":
         return Target(change.path, "dir", perm, None)
+    big = None
+    if new.kind == "file" and new.size > BIG_FILE and new.oid is not None:
+        big = BigFile(change.path, new.oid, new.size, partial(view.open, change.path))
     return Target(
         change.path,
         new.kind,
         perm,
         lambda: read_view(view, change.path, new),
         rewrite=not same_content,
+        big=big,
     )
 
 
@@ -1261,6 +1355,12 @@ def _create(base: str, target: Target, present: set[str]) -> list[str]:
         if target.kind == "file":
             os.chmod(path, target.perm)
         return changed
+    aside = target.aside
+    if aside is None and target.big is not None:
+        aside = _write_aside(base, target, target.big)
+    if aside is not None:
+        os.replace(aside, path)
+        return [*changed, parent]
     assert target.content is not None
     if target.kind == "file" and _rewrite_in_place(path, target.content, target.perm):
         return changed

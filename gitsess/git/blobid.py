@@ -43,3 +43,23 @@ def stream_blob_id(stream: BinaryIO, size: int, name: str) -> pygit2.Oid:
         sha.update(chunk)
         left -= len(chunk)
     return pygit2.Oid(raw=sha.digest())
+
+
+class HashingReader:
+    """Reads `stream` and hashes what it reads as the blob of `size` bytes it should be: a
+    copy made in parts is checked against the id it was meant to have (`blob_id`, None when
+    the stream did not hold `size` bytes)."""
+
+    def __init__(self, stream: BinaryIO, size: int) -> None:
+        self._stream = stream
+        self._sha = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+        self._left = size
+
+    def read(self, size: int) -> bytes:
+        data = self._stream.read(size)
+        self._sha.update(data)
+        self._left -= len(data)
+        return data
+
+    def blob_id(self) -> pygit2.Oid | None:
+        return pygit2.Oid(raw=self._sha.digest()) if self._left == 0 else None

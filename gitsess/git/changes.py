@@ -23,8 +23,9 @@ from typing import Literal
 
 import pygit2
 
+from gitsess import progress
 from gitsess.errors import GitsessError
-from gitsess.git.blobid import blob_id, file_blob_id
+from gitsess.git.blobid import blob_id, file_blob_id, stream_blob_id
 from gitsess.git.view import Entry, SessionView
 
 StateKind = Literal["file", "symlink", "dir"]
@@ -292,8 +293,12 @@ class _Walker:
         if entry is None:
             return None
         if entry.kind == "file":
+            if entry.size > KEEP_LIMIT:
+                # Hashed in parts: a file of any size costs a buffer, not its size in memory.
+                with self.view.open(path) as f, progress.reading(f, path, entry.size) as read:
+                    return _from_entry(entry, "file", stream_blob_id(read, entry.size, path))
             data = self.view.read(path)
-            if self.store is not None and len(data) <= KEEP_LIMIT:
+            if self.store is not None:
                 return _from_entry(entry, "file", self.store.create_blob(data))
             return _from_entry(entry, "file", blob_id(data))
         if entry.kind == "symlink":

@@ -8,19 +8,31 @@ detection, binary patches) is git's own format, which `git apply` accepts.
 
 from __future__ import annotations
 
+import io
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
-from functools import cached_property
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
+from functools import cached_property, partial
 from pathlib import Path
+from typing import BinaryIO, cast
 
 import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption, DiffStatsFormat, FileMode, ObjectType
 
+from gitsess import progress
+from gitsess.git.binary_patch import write_literal
 from gitsess.git.blobid import blob_id
 from gitsess.git.changes import Change, ChangeSet, State, common_dir
 from gitsess.git.view import SessionView
+
+# Files past this size are diffed as git diffs those past core.bigFileThreshold: as binary,
+# named by their ids, and never held in memory (git's threshold is 512 MiB; this one bounds
+# the memory a diff or a patch takes, whatever the files' sizes).
+BIG_FILE = 16 << 20
+# How much of a big file is read at once.
+CHUNK = 1 << 20
 
 _STATUS = {
     DeltaStatus.ADDED: "A",
@@ -49,6 +61,9 @@ class FileDiff:
     additions: int
     deletions: int
     patch: bytes
+    # For a file too big to hold (`BIG_FILE`) in a binary patch: writes its content after
+    # `patch`, reading the file as it goes.
+    tail: Callable[[BinaryIO], None] | None = field(default=None, repr=False, compare=False)
 
     @property
     def path(self) -> str:
@@ -93,7 +108,15 @@ class DiffResult:
         return self.stat_of()
 
     def patch(self) -> bytes:
-        return b"".join(f.patch for f in self.files)
+        out = io.BytesIO()
+        self.write_patch(out)
+        return out.getvalue()
+
+    def write_patch(self, out: BinaryIO) -> None:
+        for f in self.files:
+            out.write(f.patch)
+            if f.tail is not None:
+                f.tail(out)
 
     def name_only(self) -> list[str]:
         return [f.path for f in self.files]
@@ -153,22 +176,115 @@ def diff_changes(
     if not git_changes:
         return DiffResult(())
     root = Path(repo.workdir or ".")
+    big = _BigFiles()
     with scratch_repo(repo) if scratch is None else nullcontext(scratch) as scratch:
-        old_tree = _side_tree(scratch, git_changes, lambda c: _real_blob(scratch, root, c))
+        old_tree = _side_tree(scratch, git_changes, lambda c: _real_blob(scratch, root, c, big))
         over = merged or {}
 
         def new_blob(c: Change) -> tuple[str, int] | None:
-            return over[c.path] if c.path in over else _view_blob(scratch, view, c)
+            return over[c.path] if c.path in over else _view_blob(scratch, view, c, big)
 
         new_tree = _side_tree(scratch, git_changes, new_blob)
         flags = DiffOption.SHOW_BINARY if binary else DiffOption.NORMAL
         diff = old_tree.diff_to_tree(new_tree, flags=flags, context_lines=context_lines)
         if find_renames:
             diff.find_similar(DiffFind.FIND_RENAMES, rename_threshold=rename_threshold)
-        files = _merge_typechanges([_file_diff(p) for p in diff if p is not None])
+        deltas = [_file_diff(p) for p in diff if p is not None]
+        files = _merge_typechanges([big.restore(f, binary) for f in deltas])
     if not files:
         return DiffResult(())
-    return DiffResult(tuple(files), lambda: diff.stats.format(DiffStatsFormat.FULL, stat_width))
+    return DiffResult(
+        tuple(files),
+        lambda: big.restore_stat(diff.stats.format(DiffStatsFormat.FULL, stat_width), deltas),
+    )
+
+
+@dataclass(frozen=True)
+class BigFile:
+    """A file past `BIG_FILE`: read in parts, never whole."""
+
+    path: str
+    oid: str
+    size: int
+    open: Callable[[], AbstractContextManager[BinaryIO]]
+
+
+class _BigFiles:
+    """Files past `BIG_FILE` in a diff. libgit2 diffs a small binary stand-in for each (named
+    after the file's id, so that equal files still pair up as renames); the stand-ins' ids,
+    sizes and content are then replaced by the files' own in the patch and the stat."""
+
+    def __init__(self) -> None:
+        self.by_stand_in: dict[str, BigFile] = {}
+
+    def stand_in(self, scratch: pygit2.Repository, big: BigFile) -> str:
+        oid = str(scratch.create_blob(_STAND_IN + big.oid.encode()))
+        self.by_stand_in[oid] = big
+        return oid
+
+    def restore(self, f: FileDiff, binary: bool) -> FileDiff:
+        old = self.by_stand_in.get(f.old_oid or "")
+        new = self.by_stand_in.get(f.new_oid or "")
+        if old is None and new is None:
+            return f
+        lines = []
+        for line in f.patch.splitlines(keepends=True):
+            if line.startswith((b"Binary files ", b"GIT binary patch")):
+                break
+            if line.startswith(b"index "):
+                line = self._index_line(line)
+            lines.append(line)
+        header = b"".join(lines)
+        tail = None
+        if binary and header.startswith(b"diff ") and b"\nindex " in header:
+            tail = partial(_write_whole, new)
+        elif header.startswith(b"diff ") and b"\nindex " in header:
+            a = b"/dev/null" if f.status == "A" else b"a/" + os.fsencode(f.old_path or "")
+            b = b"/dev/null" if f.status == "D" else b"b/" + os.fsencode(f.new_path or "")
+            header += b"Binary files %s and %s differ\n" % (a, b)
+        return replace(
+            f,
+            old_oid=old.oid if old is not None else f.old_oid,
+            new_oid=new.oid if new is not None else f.new_oid,
+            binary=True,
+            additions=0,
+            deletions=0,
+            patch=header,
+            tail=tail,
+        )
+
+    def _index_line(self, line: bytes) -> bytes:
+        for stand_in, big in self.by_stand_in.items():
+            for length in (40, 7):
+                line = line.replace(stand_in[:length].encode(), big.oid[:length].encode())
+        return line
+
+    def restore_stat(self, text: str, deltas: Sequence[FileDiff]) -> str:
+        """The stat with each big file's sizes in place of its stand-in's (a line per delta,
+        in the deltas' order, then the summary)."""
+        if not self.by_stand_in:
+            return text
+        lines = text.splitlines(keepends=True)
+        for i, f in enumerate(deltas):
+            old = self.by_stand_in.get(f.old_oid or "")
+            new = self.by_stand_in.get(f.new_oid or "")
+            if (old or new) is not None and i < len(lines):
+                sizes = f"Bin {old.size if old else 0} -> {new.size if new else 0} bytes"
+                lines[i] = _BIN_SIZES.sub(sizes, lines[i], count=1)
+        return "".join(lines)
+
+
+_STAND_IN = b"\0gitsess: a file too big to diff, "
+_BIN_SIZES = re.compile(r"Bin \d+ -> \d+ bytes")
+
+
+def _write_whole(big: BigFile | None, out: BinaryIO) -> None:
+    """The binary patch's forward hunk: the new content (none for a removal)."""
+    if big is None:
+        write_literal(out, 0, ())
+        return
+    with big.open() as f, progress.reading(f, big.path, big.size) as read:
+        write_literal(out, big.size, iter(partial(read.read, CHUNK), b""))
 
 
 class _MemoryBackend(pygit2.OdbBackend):
@@ -240,6 +356,14 @@ class ScratchRepository(pygit2.Repository):
         # The real repository's stores, asked directly whether they hold a blob: asked through
         # the odb, each miss (every new blob) first rescans the pack directory.
         self._real = (pygit2.OdbBackendPack(objects), pygit2.OdbBackendLoose(objects, 0, False))
+        self._real_path = repo.path
+
+    def store_big(self, stream: BinaryIO) -> pygit2.Oid:
+        """A blob too big to hold (`BIG_FILE`), written to the real repository's object store
+        as it is read: through this repository's memory store, libgit2 would buffer it whole.
+        Should no commit come to use it, `git gc` prunes it as any unreferenced object."""
+        # pygit2 reads any binary file object; its stub asks for io.IOBase, which BinaryIO is not.
+        return pygit2.Repository(self._real_path).create_blob_fromiobase(cast(io.IOBase, stream))
 
     def create_blob(self, data: str | bytes) -> pygit2.Oid:
         """A new blob goes to memory. The bytes of one the real repository already has are
@@ -314,24 +438,36 @@ def _write_dir(scratch: pygit2.Repository, d: _Dir) -> pygit2.Oid:
     return builder.write()
 
 
-def _real_blob(scratch: pygit2.Repository, root: Path, change: Change) -> tuple[str, int] | None:
+def _real_blob(
+    scratch: pygit2.Repository, root: Path, change: Change, big: _BigFiles
+) -> tuple[str, int] | None:
     """The real worktree's blob for `change.old`, stored in `scratch` unless already known."""
     entry = change.git_old
     if entry is None or change.old is None:
         return None
     oid, mode = entry
+    if change.old.kind == "file" and change.old.size > BIG_FILE:
+        full = root / change.path
+
+        def opener() -> BinaryIO:
+            return open(full, "rb")
+
+        return big.stand_in(scratch, BigFile(change.path, oid, change.old.size, opener)), mode
     if oid not in scratch.odb:
         oid = str(scratch.create_blob(read_real(root, change.path, change.old)))
     return oid, mode
 
 
 def _view_blob(
-    scratch: pygit2.Repository, view: SessionView, change: Change
+    scratch: pygit2.Repository, view: SessionView, change: Change, big: _BigFiles
 ) -> tuple[str, int] | None:
     entry = change.git_new
     if entry is None or change.new is None:
         return None
     oid, mode = entry
+    if change.new.kind == "file" and change.new.size > BIG_FILE:
+        reader = partial(view.open, change.path)
+        return big.stand_in(scratch, BigFile(change.path, oid, change.new.size, reader)), mode
     if oid not in scratch.odb:
         oid = str(scratch.create_blob(read_view(view, change.path, change.new)))
     return oid, mode

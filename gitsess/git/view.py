@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import BinaryIO, Literal, Protocol
 
 Kind = Literal["file", "dir", "symlink", "other"]
 
@@ -60,6 +61,10 @@ class SessionView(Protocol):
 
     def read(self, path: str) -> bytes:
         """Content of a regular file in the view."""
+        ...
+
+    def open(self, path: str) -> AbstractContextManager[BinaryIO]:
+        """A regular file of the view to read in parts: one too big to hold in memory."""
         ...
 
     def readlink(self, path: str) -> str:

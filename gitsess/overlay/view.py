@@ -7,9 +7,12 @@ to see its latest state).
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any, BinaryIO
 
 import apsw
 
@@ -17,6 +20,9 @@ from gitsess.errors import GitsessError
 from gitsess.git.view import Entry, kind_of
 from gitsess.overlay.store import DeltaStore
 from gitsess.overlay.tree import GIT, ROOT_INODE, Node, Tree
+
+# How much of a file is read at once when it is read in parts.
+READ_CHUNK = 1 << 20
 
 
 class DamagedDelta(GitsessError):
@@ -132,6 +138,15 @@ class OverlayView:
         finally:
             self.tree.released(n)
 
+    @contextmanager
+    def open(self, path: str) -> Iterator[BinaryIO]:
+        n = self._need(path)
+        self.tree.opened(n)
+        try:
+            yield io.BufferedReader(_NodeReader(self.tree, n), READ_CHUNK)
+        finally:
+            self.tree.released(n)
+
     def readlink(self, path: str) -> str:
         return os.fsdecode(self.tree.readlink(self._need(path)))
 
@@ -181,3 +196,22 @@ class OverlayView:
 def _in_git(path: bytes) -> bool:
     """Whether `path` is the worktree's `.git` or below it, which the view never reports."""
     return path == GIT or path.startswith(GIT + b"/")
+
+
+class _NodeReader(io.RawIOBase):
+    """A file of the view read through the tree, from the start: the session's bytes where
+    it wrote, the worktree's elsewhere."""
+
+    def __init__(self, tree: Tree, node: Node) -> None:
+        self.tree = tree
+        self.node = node
+        self.offset = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.tree.read(self.node, self.offset, len(buffer))
+        buffer[: len(data)] = data
+        self.offset += len(data)
+        return len(data)

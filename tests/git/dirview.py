@@ -12,6 +12,7 @@ import shutil
 import stat
 from collections.abc import Iterable
 from pathlib import Path
+from typing import BinaryIO
 
 from gitsess.git.view import Entry, Kind
 
@@ -106,6 +107,9 @@ class DirView:
 
     def read(self, path: str) -> bytes:
         return (self.root / path).read_bytes()
+
+    def open(self, path: str) -> BinaryIO:
+        return open(self.root / path, "rb")
 
     def readlink(self, path: str) -> str:
         return str((self.root / path).readlink())
