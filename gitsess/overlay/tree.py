@@ -32,6 +32,7 @@ from gitsess.overlay.store import FIRST_ALLOCATED_INO, INLINE, Batch, DeltaStore
 from gitsess.overlay.writebehind import WriteBehind
 
 ROOT_INODE = 1  # what FUSE calls the root
+NAME_MAX = 255
 # renameat2(2) flags
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -206,6 +207,15 @@ def _linked_git(root: bytes, session_dir: str) -> dict[bytes, bytes]:
     return {GIT: os.path.normpath(admin), GIT_COMMON: common, b".git/commondir": pointer}
 
 
+def _name_max(root: bytes) -> int:
+    """The longest name the worktree's filesystem takes; POSIX's usual NAME_MAX when the
+    worktree is gone (`ls` still counts what such a session holds)."""
+    try:
+        return os.statvfs(root).f_namemax
+    except OSError:
+        return NAME_MAX
+
+
 def in_git(rel: bytes | None) -> bool:
     """Whether a worktree path is the worktree's `.git` or below it: git changes those from
     outside the session with no worktree watch to say so."""
@@ -230,7 +240,7 @@ class Tree:
             self.hidden.add(GIT_COMMON + b"/gitsess")
         # Names longer than the worktree's filesystem takes are refused as it would refuse them:
         # a name only the session holds must still fit there when it is applied.
-        self.name_max = os.statvfs(self.root).f_namemax
+        self.name_max = _name_max(self.root)
         self.nodes: dict[int, Node] = {}
         self.lower_index: dict[bytes, int] = {}  # lower path -> ino of its lower node
         self._listings: dict[bytes, tuple[int, list[tuple[bytes, bool]]]] = {}
