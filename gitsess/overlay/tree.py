@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import apsw
 
 from gitsess.durable import fsync_dir, nearly_full
-from gitsess.overlay import acl
+from gitsess.overlay import acl, longpath
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.fdcache import FdCache, same_file
 from gitsess.overlay.journal import Journal
@@ -32,6 +32,7 @@ from gitsess.overlay.store import FIRST_ALLOCATED_INO, INLINE, Batch, DeltaStore
 from gitsess.overlay.writebehind import WriteBehind
 
 ROOT_INODE = 1  # what FUSE calls the root
+NAME_MAX = 255
 # renameat2(2) flags
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
@@ -210,6 +211,15 @@ def _linked_git(root: bytes, session_dir: str) -> dict[bytes, bytes]:
     return {GIT: os.path.normpath(admin), GIT_COMMON: common, b".git/commondir": pointer}
 
 
+def _name_max(root: bytes) -> int:
+    """The longest name the worktree's filesystem takes; POSIX's usual NAME_MAX when the
+    worktree is gone (`ls` still counts what such a session holds)."""
+    try:
+        return os.statvfs(root).f_namemax
+    except OSError:
+        return NAME_MAX
+
+
 def in_git(rel: bytes | None) -> bool:
     """Whether a worktree path is the worktree's `.git` or below it: git changes those from
     outside the session with no worktree watch to say so."""
@@ -232,6 +242,9 @@ class Tree:
         self.redirects = _linked_git(self.root, os.path.dirname(store.data_dir))
         if self.redirects:
             self.hidden.add(GIT_COMMON + b"/gitsess")
+        # Names longer than the worktree's filesystem takes are refused as it would refuse them:
+        # a name only the session holds must still fit there when it is applied.
+        self.name_max = _name_max(self.root)
         self.nodes: dict[int, Node] = {}
         self.lower_index: dict[bytes, int] = {}  # lower path -> ino of its lower node
         self._listings: dict[bytes, tuple[int, list[tuple[bytes, bool]]]] = {}
@@ -440,11 +453,15 @@ class Tree:
 
     def _lower_stat(self, rel: bytes) -> os.stat_result | None:
         try:
-            return os.lstat(self.lower_path(rel))
+            return longpath.call(os.lstat, self.lower_path(rel))
         except FileNotFoundError:
             return None
         except NotADirectoryError:
             return None
+
+    def _check_name(self, name: bytes) -> None:
+        if len(name) > self.name_max:
+            raise _err(errno.ENAMETOOLONG)
 
     def _child_lower_rel(self, p: Node, name: bytes) -> bytes | None:
         """The lower path a name in `p` falls through to, or None when `p` hides the lower."""
@@ -454,6 +471,7 @@ class Tree:
 
     def find(self, parent: int, name: bytes) -> Node | None:
         """The node `name` in directory `parent` names, without counting a lookup."""
+        self._check_name(name)
         p = self.node(parent)
         if not p.is_dir:
             raise _err(errno.ENOTDIR)
@@ -722,16 +740,15 @@ class Tree:
         clock tick)."""
         path = self.lower_path(rel)
         try:
-            mtime = os.lstat(path).st_mtime_ns
+            mtime = longpath.call(os.lstat, path).st_mtime_ns
             cached = self._listings.get(rel)
             if cached is not None and cached[0] == mtime:
                 return cached[1]
-            with os.scandir(path) as it:
-                listing = sorted(
-                    (de.name, de.is_dir(follow_symlinks=False))
-                    for de in it
-                    if _join(rel, de.name) not in self.hidden
-                )
+            listing = sorted(
+                (name, is_dir)
+                for name, is_dir in longpath.entries(path)
+                if _join(rel, name) not in self.hidden
+            )
             if self.redirects and rel in (b"", GIT):
                 # the view's `.git` is a directory, and has the common dir in it
                 extra = (b".git", True) if rel == b"" else (b"common", True)
@@ -770,11 +787,11 @@ class Tree:
         elif stat.S_ISREG(st.st_mode):
             n.data = 0
         elif stat.S_ISLNK(st.st_mode):
-            n.target = os.readlink(self.lower_path(n.lower))
+            n.target = longpath.call(os.readlink, self.lower_path(n.lower))
         if self.lower_index.get(n.lower) == n.ino:
             del self.lower_index[n.lower]
         n.lower = None
-        xattrs = _lower_xattrs(self.lower_path(n.origin))
+        xattrs = longpath.call(_lower_xattrs, self.lower_path(n.origin))
         if xattrs:
             n.xattrs = xattrs
             for key, value in xattrs.items():
@@ -796,7 +813,7 @@ class Tree:
         if want <= INLINE_MAX:
             content = b""
             if want:
-                with open(self.lower_path(n.origin), "rb", buffering=0) as f:
+                with longpath.call(open, self.lower_path(n.origin), "rb", buffering=0) as f:
                     content = f.read(want)
             self._pending.inline[n.ino] = content
             n.data = INLINE
@@ -807,7 +824,7 @@ class Tree:
         os.ftruncate(fd, 0)
         copied = 0
         if want:
-            src = os.open(self.lower_path(n.origin), os.O_RDONLY | os.O_CLOEXEC)
+            src = longpath.call(os.open, self.lower_path(n.origin), os.O_RDONLY | os.O_CLOEXEC)
             try:
                 while copied < want:
                     sent = os.sendfile(fd, src, copied, want - copied)
@@ -1004,6 +1021,7 @@ class Tree:
     def create(
         self, parent: int, name: bytes, mode: int, uid: int, gid: int, rdev: int = 0
     ) -> Node:
+        self._check_name(name)
         p = self._writable_dir(parent)
         if self.find(parent, name) is not None:
             raise _err(errno.EEXIST)
@@ -1015,6 +1033,7 @@ class Tree:
         return n
 
     def symlink(self, parent: int, name: bytes, target: bytes, uid: int, gid: int) -> Node:
+        self._check_name(name)
         p = self._writable_dir(parent)
         if self.find(parent, name) is not None:
             raise _err(errno.EEXIST)
@@ -1025,6 +1044,7 @@ class Tree:
         return n
 
     def unlink(self, parent: int, name: bytes) -> None:
+        self._check_name(name)
         p = self._writable_dir(parent)
         n = self.find(parent, name)
         if n is None:
@@ -1057,6 +1077,7 @@ class Tree:
         self._maybe_drop(n)
 
     def rmdir(self, parent: int, name: bytes) -> None:
+        self._check_name(name)
         p = self._writable_dir(parent)
         n = self.find(parent, name)
         if n is None:
@@ -1092,6 +1113,7 @@ class Tree:
         return self.create(parent, name, stat.S_IFDIR | (mode & 0o7777), uid, gid)
 
     def link(self, ino: int, new_parent: int, new_name: bytes) -> Node:
+        self._check_name(new_name)
         p = self._writable_dir(new_parent)
         n = self.node(ino)
         if n.is_dir:
@@ -1118,6 +1140,8 @@ class Tree:
     def rename(
         self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes, flags: int
     ) -> None:
+        self._check_name(old_name)
+        self._check_name(new_name)
         op = self._writable_dir(old_parent)
         np = self._writable_dir(new_parent)
         src = self.find(old_parent, old_name)
@@ -1311,7 +1335,7 @@ class Tree:
         # removed: each read checks that the path still names it, as an open of the path would.
         if fd is not None and _names(path, fd):
             return fd
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = longpath.call(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
         self._lower_fds.put(n.ino, fd)
         return fd
 
@@ -1333,7 +1357,7 @@ class Tree:
             return n.target
         assert n.lower is not None
         try:
-            return os.readlink(self.lower_path(n.lower))
+            return longpath.call(os.readlink, self.lower_path(n.lower))
         except OSError as e:
             raise _err(e.errno or errno.EIO) from None
 
@@ -1380,7 +1404,7 @@ class Tree:
         if n.upper:
             return n.xattrs or {}
         assert n.lower is not None
-        return _lower_xattrs(self.lower_path(n.lower))
+        return longpath.call(_lower_xattrs, self.lower_path(n.lower))
 
 
 class _Pending:
@@ -1413,7 +1437,7 @@ class _Pending:
 def _names(path: bytes, fd: int) -> bool:
     """Whether `path` still names the file open as `fd` (not when it names none)."""
     try:
-        return same_file(path, fd)
+        return longpath.call(same_file, path, fd)
     except OSError:
         return False
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from gitsess.libc import LIBC, check
+from gitsess.overlay import longpath
 
 OnChange = Callable[[set[bytes]], None]
 
@@ -161,7 +162,7 @@ class Watch:
             try:
                 # The root may be reached through a symlink; nothing below it is followed.
                 mask = MASK if rel else MASK & ~IN_DONT_FOLLOW
-                wd = check(LIBC.inotify_add_watch(self.fd, path, mask))
+                wd = longpath.call(self._add_watch, path, mask)
             except OSError as e:
                 if rel and e.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
                     continue  # gone meanwhile, or not ours to watch
@@ -169,16 +170,19 @@ class Watch:
             self._dirs[wd] = rel
             self._wds[rel] = wd
             try:
-                entries = list(os.scandir(path))
+                entries = longpath.entries(path)
             except OSError:
                 continue
-            for entry in entries:
-                if _is_git(rel, entry.name):
+            for name, is_dir in entries:
+                if _is_git(rel, name):
                     continue
-                child = _join(rel, entry.name)
+                child = _join(rel, name)
                 yield child
-                if entry.is_dir(follow_symlinks=False):
+                if is_dir:
                     stack.append(child)
+
+    def _add_watch(self, path: bytes, mask: int) -> int:
+        return check(LIBC.inotify_add_watch(self.fd, path, mask))
 
     def _forget_tree(self, top: bytes) -> None:
         """A directory moved: its watches would name the old paths."""

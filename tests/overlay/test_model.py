@@ -25,7 +25,9 @@ from tests.overlay.conftest import Mounted
 
 pytestmark = pytest.mark.fuse
 
-NAMES = ["a", "b", "c", "d"]
+# A name at ext4's NAME_MAX and one past it: the view must take and refuse them as ext4 does.
+LONG = "n" * 255
+NAMES = ["a", "b", "c", "d", LONG, "n" * 256]
 paths = st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map("/".join)
 data = st.binary(min_size=0, max_size=300)
 # Small offsets, and ones around the size where a file's bytes move out of delta.db.
@@ -40,6 +42,7 @@ def seed_tree(root: Path) -> None:
     (root / "a" / "d" / "b").write_bytes(b"deep\n")
     (root / "a" / "d" / "c").write_bytes(b"big\n" * (INLINE_MAX // 3))
     (root / "b").write_bytes(b"lower b\n")
+    (root / "a" / LONG).write_bytes(b"lower, long name\n")
     os.symlink("b", root / "c")
 
 

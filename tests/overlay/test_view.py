@@ -47,3 +47,14 @@ def test_is_dir_and_entry_agree_with_the_mount(mounted: Mounted) -> None:
             assert (entry is not None and entry.kind == "dir") == is_dir, path
             assert (entry is None) == (mode is None), path
         assert view.is_dir("")
+
+
+def test_a_session_over_a_removed_worktree_still_reads(mounted: Mounted) -> None:
+    # `ls` counts what such a session holds; the view's name limit falls back to NAME_MAX.
+    (mounted.mnt / "made").write_text("the session's own\n")
+    os.remove(mounted.mnt / "README")
+    mounted.unmount()
+    shutil.rmtree(mounted.lower)
+    with OverlayView(mounted.spec.session_dir / "delta.db", mounted.lower) as view:
+        assert view.tree.name_max == 255
+        assert sorted(view.touched_paths()) == ["README", "made"]
