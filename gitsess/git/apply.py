@@ -657,10 +657,8 @@ def _build_commit_tree(
         return _Build(theirs, tip_tree, False, (), entries, undone)
     merged = scratch.merge_trees(ancestor, tip_tree, theirs)
     if merged.conflicts is not None:
-        paths = sorted({_conflict_path(entry) for entry in merged.conflicts})
-        conflicts = tuple(
-            Conflict(p, "merge", "changed on the branch and in the session") for p in paths
-        )
+        details = {_conflict_path(entry): _merge_detail(entry) for entry in merged.conflicts}
+        conflicts = tuple(Conflict(p, "merge", details[p]) for p in sorted(details))
         return _Build(None, tip_tree, True, conflicts, entries, undone)
     return _Build(str(merged.write_tree(scratch)), tip_tree, True, (), entries, undone)
 
@@ -669,6 +667,20 @@ def _conflict_path(
     entries: tuple[pygit2.IndexEntry | None, pygit2.IndexEntry | None, pygit2.IndexEntry | None],
 ) -> str:
     return next(str(e.path) for e in entries if e is not None)
+
+
+def _merge_detail(
+    entries: tuple[pygit2.IndexEntry | None, pygit2.IndexEntry | None, pygit2.IndexEntry | None],
+) -> str:
+    """What each side did to a path that conflicts (base, the branch's tip, the session)."""
+    base, branch, session = entries
+    if base is None:
+        return "added on the branch and in the session, with different content"
+    if session is None:
+        return "removed in the session, changed on the branch"
+    if branch is None:
+        return "changed in the session, removed on the branch"
+    return "changed on the branch and in the session"
 
 
 def _preimage_known(view: SessionView, change: Change) -> bool:
@@ -1080,16 +1092,36 @@ def _conflict_for(
         return None
     if change.old is None:
         return None
-    if change.new is not None:
-        # The overlay keeps no record for a file the session deleted and then wrote anew, so
-        # "created" may well be "replaced": a real file identical to its index entry loses
-        # nothing when overwritten.
-        if staged(change.path):
+    if change.new is None:
+        parent = _parent_conflict(view, root, change.path)
+        if parent is not None or change.old.kind == "dir":
+            return parent  # a directory's files are changes of their own
+        return _removal_conflict(view, root, change, staged)
+    # The overlay keeps no record for a file the session deleted and then wrote anew, so
+    # "created" may well be "replaced": a real file identical to its index entry loses
+    # nothing when overwritten.
+    if staged(change.path):
+        return None
+    return Conflict(change.path, "worktree-exists", "created in the session and in the real tree")
+
+
+def _removal_conflict(
+    view: SessionView, root: Path, change: Change, staged: Callable[[str], bool]
+) -> Conflict | None:
+    """A real file the session removed with no record of what it removed: removing it loses
+    nothing when git holds it as it is, or when it is older than the session's removal."""
+    if staged(change.path):
+        return None
+    removed = view.removed_at(change.path)
+    with suppress(OSError):
+        if removed is not None and os.lstat(f"{root}/{change.path}").st_ctime_ns <= removed:
             return None
-        return Conflict(
-            change.path, "worktree-exists", "created in the session and in the real tree"
-        )
-    return _parent_conflict(view, root, change.path)
+    return Conflict(
+        change.path,
+        "worktree-changed",
+        "removed in the session, but the real file may have changed since (git does not hold"
+        " it as it is)",
+    )
 
 
 def _staged(repo: pygit2.Repository, root: Path, path: str) -> bool:

@@ -75,6 +75,11 @@ class SessionView(Protocol):
         """Names in a directory of the view, sorted."""
         ...
 
+    def removed_at(self, path: str) -> int | None:
+        """When the session last removed the path (or renamed it away or another file over it),
+        in ns since the epoch; None when that is not known."""
+        ...
+
     def copied_from(self, path: str) -> Entry | None:
         """The worktree file as it was when the session first changed this path.
 

@@ -217,6 +217,20 @@ class DeltaStore:
         ).fetchall()
         return bool(found[0][0])
 
+    def removals(self) -> dict[str, int]:
+        """When the session last took each path away from the worktree's view (removed it,
+        renamed it away or renamed another file over it), from its event log."""
+        rows = self.conn.execute(
+            "SELECT path, max(time_ns) FROM events WHERE op IN ('unlink', 'rmdir', 'rename')"
+            " GROUP BY path"
+            " UNION ALL SELECT target, max(time_ns) FROM events"
+            " WHERE op = 'rename' AND target IS NOT NULL GROUP BY target"
+        )
+        out: dict[str, int] = {}
+        for path, time_ns in rows:
+            out[path] = max(time_ns, out.get(path, 0))
+        return out
+
     def dentries(self) -> Iterator[tuple[int, bytes, int]]:
         for parent, name, ino in self.conn.execute("SELECT parent, name, ino FROM dentries"):
             assert isinstance(parent, int) and isinstance(name, bytes) and isinstance(ino, int)

@@ -11,6 +11,7 @@ import io
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -156,6 +157,13 @@ class OverlayView:
         if n.ino == ROOT_INODE:
             names = [x for x in names if x != ".git"]
         return sorted(names)
+
+    def removed_at(self, path: str) -> int | None:
+        return self._removals.get(path)
+
+    @cached_property
+    def _removals(self) -> dict[str, int]:
+        return self.store.removals()
 
     def copied_from(self, path: str) -> Entry | None:
         n = self._resolve(path)

@@ -111,6 +111,9 @@ class DirView:
     def open(self, path: str) -> BinaryIO:
         return open(self.root / path, "rb")
 
+    def removed_at(self, path: str) -> int | None:
+        return None
+
     def readlink(self, path: str) -> str:
         return str((self.root / path).readlink())
 
