@@ -57,7 +57,8 @@ from rich.console import Console
 from rich.table import Table
 
 import gitsess
-from gitsess import headstart, mount, mounttable
+from gitsess.overlay import mounttable
+from gitsess.runtime import headstart, mount
 
 console = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 150)

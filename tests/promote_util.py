@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import live, mount, mounttable, promote
 from gitsess.cli import main
 from gitsess.git.repo import RepoContext
+from gitsess.overlay import mounttable
+from gitsess.runtime import mount
+from gitsess.services import live, promote
 from gitsess.store.registry import Session
 
 

@@ -17,10 +17,10 @@ from typing import NoReturn
 
 def _head_start(args: Sequence[str]) -> contextlib.AbstractContextManager[None]:
     """For a command that will most likely start a session's daemon, that daemon's process
-    started now (`gitsess.headstart`), before the command line's own modules load. A wrong
+    started now (`gitsess.runtime.headstart`), before the command line's own modules load. A wrong
     guess costs a process that imports the overlay, on the other core, and exits."""
     if args and (args[0] in ("mount", "run") or (args[0] == "new" and "--mount" in args)):
-        from gitsess import headstart
+        from gitsess.runtime import headstart
 
         return headstart.prestarted()
     return contextlib.nullcontext()

@@ -16,7 +16,6 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from gitsess import inspect, kv, sessions, timeline
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -27,10 +26,10 @@ from gitsess.cli.base import (
     takes_session,
 )
 from gitsess.cli.group import cli
-from gitsess.git.repo import RepoContext
-from gitsess.sessions import Session, discover
-from gitsess.timeline import Drift, Event
-from gitsess.watch import Change, Feed
+from gitsess.services import inspect, kv, sessions, timeline
+from gitsess.services.sessions import RepoContext, Session, discover
+from gitsess.services.timeline import Drift, Event
+from gitsess.services.watch import Change, Feed
 
 # Where `SessionGroup` moves a leading positional session, so that click does not take it for
 # the subcommand's name.

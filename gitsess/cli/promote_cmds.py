@@ -13,7 +13,6 @@ from pathlib import Path
 import click
 import pygit2
 
-from gitsess import live, promote, sessions
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -27,9 +26,9 @@ from gitsess.cli.base import (
 )
 from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
-from gitsess.git.changes import Change
-from gitsess.git.repo import RepoContext
-from gitsess.sessions import Session, discover
+from gitsess.services import live, promote, sessions
+from gitsess.services.promote import Change
+from gitsess.services.sessions import RepoContext, Session, discover
 
 _AFTER = "gitsess.after_dashdash"
 
@@ -238,7 +237,7 @@ def diff(
 
 def _warn_drift(ctx: RepoContext, session: Session) -> None:
     """On stderr, so a patch on stdout stays whole: paths the real worktree changed too."""
-    from gitsess import inspect
+    from gitsess.services import inspect
 
     drifted = [d.path for d in inspect.drift(session, ctx.session_dir(session.id))]
     if drifted:
@@ -529,7 +528,7 @@ def fork(
     args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None, as_json: bool
 ) -> None:
     """A new session NEW_NAME with a copy of a session's changes, on the same worktree."""
-    from gitsess import derive
+    from gitsess.services import derive
 
     ref, (new_name,) = session_ref(args, 1, offsets, session_option)
     ctx = discover()
@@ -550,7 +549,7 @@ def archives_command(as_json: bool) -> None:
     """List archived sessions (`rm` archives unapplied changes; `restore` brings them back)."""
     from rich.table import Table
 
-    from gitsess import derive
+    from gitsess.services import derive
 
     found = derive.archives(discover())
     if as_json:
@@ -584,7 +583,7 @@ def archives_command(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the session as JSON.")
 def restore(name: str, new_name: str | None, as_json: bool) -> None:
     """Bring back a session archived as NAME (see `gitsess archives`)."""
-    from gitsess import derive
+    from gitsess.services import derive
 
     done = derive.restore(discover(), name, new_name)
     _notes(done.notes)

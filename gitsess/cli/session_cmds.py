@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gitsess import live, sessions
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -31,12 +30,13 @@ from gitsess.cli.base import (
     worktree_spec,
 )
 from gitsess.cli.group import cli
-from gitsess.sessions import Session, SessionInfo, discover
+from gitsess.services import live, sessions
+from gitsess.services.sessions import Session, SessionInfo, discover
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from gitsess import inspect
+    from gitsess.services import inspect
 
 
 @cli.command()
@@ -160,7 +160,7 @@ _DRIFT_NOTE = (
 
 
 def _drifted(info: SessionInfo) -> list[str]:
-    from gitsess import inspect
+    from gitsess.services import inspect
 
     if info.damaged:
         return []
@@ -221,7 +221,7 @@ def show(
 ) -> None:
     """Show one session."""
 
-    from gitsess import inspect
+    from gitsess.services import inspect
 
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     ctx = discover()

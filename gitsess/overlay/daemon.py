@@ -1,6 +1,6 @@
 """The per-session daemon: mounts the view, serves it, and answers on the control channel.
 
-Started by `gitsess.mount` as `python -m gitsess.overlay.daemon`; its output goes to the log
+Started by `gitsess.runtime.mount` as `python -m gitsess.overlay.daemon`; its output goes to the log
 file in the session directory. It stays while participants hold their connection (or, when
 persistent, until told to stop), then commits, unmounts and exits.
 """

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 DAEMON_MODULE = "gitsess.overlay.daemon"
-# How a prestarted process shows in `ps`: `python -m gitsess.headstart --daemon-args-fd N`.
+# How a prestarted process shows in `ps`: `python -m gitsess.runtime.headstart --daemon-args-fd N`.
 ARGS_FD_OPTION = "--daemon-args-fd"
 
 

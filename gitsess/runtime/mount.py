@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gitsess import headstart, mounttable
 from gitsess.errors import GitsessError
-from gitsess.overlay import control
+from gitsess.overlay import control, mounttable
+from gitsess.runtime import headstart
 
 READY_TIMEOUT = 30.0
 # Each attempt that finds the daemon stopping waits for it to exit and starts a new one.

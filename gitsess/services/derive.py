@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pygit2
 
-from gitsess import mount, promote
 from gitsess.errors import GitsessError
 from gitsess.git.archive import (
     ArchivedPath,
@@ -29,11 +28,13 @@ from gitsess.git.archive import (
 from gitsess.git.changes import GIT_EXEC, GIT_LINK
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
 from gitsess.overlay.store import copy_delta
-from gitsess.sessions import validate_name
+from gitsess.runtime import mount
+from gitsess.services import promote
+from gitsess.services.sessions import validate_name
+from gitsess.services.viewwrite import view_writer
 from gitsess.store.db import private_dir
 from gitsess.store.registry import Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
-from gitsess.viewwrite import view_writer
 
 
 def _insert(

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gitsess import sessions
 from gitsess.errors import GitsessError
 from gitsess.git.repo import discover
 from gitsess.libc import LIBC
+from gitsess.services import sessions
 
 Verdict = Literal["ok", "warn", "fail"]
 

@@ -4,7 +4,7 @@ Each sweep looks at how things stand now (the registry, git's refs and worktrees
 does what that calls for and returns an `Action` for each thing it did; with `dry_run` it
 changes nothing and returns what it would do. No sweep relies on having seen a git event, so
 running one late, twice, or after a hook was missed is safe: the hooks run the ones an event
-calls for (`gitsess.hooks`), `gitsess gc` runs them all.
+calls for (`gitsess.services.hooks`), `gitsess gc` runs them all.
 
 Nothing unapplied is lost: sessions are removed through `sessions.remove`, which archives their
 unapplied changes first; when the worktree is gone, `_archive_without_worktree` does it here.
@@ -26,14 +26,16 @@ from typing import Protocol
 
 import pygit2
 
-from gitsess import live, mount, mounttable, promote, repair, sessions
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
 from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
 from gitsess.git.archive import create_archive, delete_archive, list_archives
 from gitsess.git.changes import compute_changes
 from gitsess.git.repo import RepoContext, open_worktree
+from gitsess.overlay import mounttable
 from gitsess.overlay.view import OverlayView
+from gitsess.runtime import mount
+from gitsess.services import live, promote, repair, sessions
 from gitsess.store.registry import Registry, Session
 
 MAX_AGE_KEY = "gitsess.gc.archiveMaxAge"

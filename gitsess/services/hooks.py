@@ -7,9 +7,9 @@ A hook that was installed before gitsess's is kept beside it (`NAME.gitsess-user
 first, with the same arguments and input; its exit status is the hook's. gitsess's own part
 never fails the git command: `run_hook` logs its errors to `<state>/hooks.log`.
 
-What each hook does is a choice of sweeps from `gitsess.gc`; they look at how things stand, so
-a missed hook (installed late, a libgit2 tool that runs none) is caught up by the next one, or
-by `gitsess gc`.
+What each hook does is a choice of sweeps from `gitsess.services.gc`; they look at how things
+stand, so a missed hook (installed late, a libgit2 tool that runs none) is caught up by the next
+one, or by `gitsess gc`.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from pathlib import Path
 
 import pygit2
 
-from gitsess import gc
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
 from gitsess.git.changes import common_dir
 from gitsess.git.repo import RepoContext, discover, open_worktree
+from gitsess.services import gc
 
 HOOKS = ("post-checkout", "post-commit", "post-merge", "post-rewrite", "reference-transaction")
 STDIN_HOOKS = frozenset({"post-rewrite", "reference-transaction"})

@@ -14,15 +14,16 @@ from pathlib import Path
 
 import apsw
 
-from gitsess import live, mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Entry, Kind
 from gitsess.overlay.store import DeltaStore, data_bytes
 from gitsess.overlay.view import DamagedDelta, OverlayView
-from gitsess.sessions import SessionInfo
+from gitsess.runtime import mount
+from gitsess.services import live
+from gitsess.services.sessions import SessionInfo
+from gitsess.services.timeline import DeltaReader, Drift, delta_path, runs
 from gitsess.store.registry import Session
-from gitsess.timeline import DeltaReader, Drift, delta_path, runs
 
 # Like the kernel's ELOOP limit.
 MAX_SYMLINKS = 40

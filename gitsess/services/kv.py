@@ -20,8 +20,8 @@ import apsw
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import schema
+from gitsess.services.timeline import delta_path
 from gitsess.store.registry import Session
-from gitsess.timeline import delta_path
 
 
 @dataclass(frozen=True)

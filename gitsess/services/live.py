@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import pygit2
 
-from gitsess import mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import control, fsmonitor_hook
+from gitsess.runtime import mount
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def run(
     The participant registration is a connection the command inherits: the daemon keeps the
     view mounted while the command or anything it started still holds it.
     """
-    from gitsess import inplace
+    from gitsess.runtime import inplace
 
     spec = spec_for(ctx, session)
     live, conn = mount.mount_and_join(
@@ -299,8 +299,8 @@ class Counts:
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
     """What `ls` and `show` count of a session: its touched paths and its own commits."""
-    from gitsess import session_git
     from gitsess.overlay.view import DamagedDelta
+    from gitsess.services import session_git
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return Counts(None, None)

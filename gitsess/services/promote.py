@@ -33,22 +33,28 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pygit2
 
-from gitsess import live, mount, mounttable, processes
+from gitsess import processes
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
-from gitsess.git.changes import Change, ChangeSet, Pathspec, compute_changes, touched_roots
+
+# Change is what a command shows of each path (the cli meets it here, not in the git layer).
+from gitsess.git.changes import Change as Change
+from gitsess.git.changes import ChangeSet, Pathspec, compute_changes, touched_roots
 from gitsess.git.diff import DiffResult, diff_changes, read_real, scratch_repo
 from gitsess.git.repo import RepoContext, open_worktree
 from gitsess.git.view import Entry
+from gitsess.overlay import mounttable
 from gitsess.overlay.view import OverlayView
+from gitsess.runtime import mount
+from gitsess.services import live
+from gitsess.services.viewwrite import view_writer
 from gitsess.store.registry import Registry, Session
-from gitsess.viewwrite import view_writer
 
 # The git layer's apply and archive modules are imported where they are used: diff, the most
 # frequent command here, needs neither, and loading them is about 12 ms of its start.
 if TYPE_CHECKING:
     from gitsess.git.apply import CommitResult, Conflict, PatchResult
-    from gitsess.session_git import SessionGit
+    from gitsess.services.session_git import SessionGit
 
 JOURNAL = "apply-journal.json"
 _LOCK = "apply.lock"
@@ -413,8 +419,8 @@ def diff(
 ) -> tuple[DiffResult, list[str]]:
     """What the session changed against its real worktree; and notes: from `reconcile`, and
     how many commits of its own the session has (their changes are in the diff)."""
-    from gitsess import session_git
     from gitsess.git.apply import merge_onto_head
+    from gitsess.services import session_git
 
     done = reconcile(ctx, session)
     root = real_root(session)
@@ -546,8 +552,8 @@ def apply_to_commit(
     hold its commits). The session's base becomes the new commit when the commit is on the
     session's own branch or on the one its worktree has checked out.
     """
-    from gitsess import session_git
     from gitsess.git.apply import Conflict, apply_commit, branch_tip
+    from gitsess.services import session_git
 
     with _prepare(ctx, session, writes_real=True) as p:
         target = branch or p.session.branch
@@ -626,8 +632,8 @@ def apply_to_patch(
 
     With `mbox` and commits made inside the session: a mail per commit, then one for the
     changes made since (what `git am` applies on the session's base)."""
-    from gitsess import session_git
     from gitsess.git.apply import make_patch, merge_onto_head, signature
+    from gitsess.services import session_git
 
     with (
         _prepare(ctx, session) as p,
@@ -671,8 +677,8 @@ def _commit_mails(
     message: str,
     author: pygit2.Signature,
 ) -> bytes:
-    from gitsess import session_git
     from gitsess.git.commit_mails import changes_mail, commit_mail
+    from gitsess.services import session_git
 
     undo = session_git.reverted_in_view(scratch, view, git, set(changes.paths), Pathspec(pathspecs))
     mails = [commit_mail(scratch, c) for c in git.commits]
@@ -801,7 +807,7 @@ def discard_commits(ctx: RepoContext, session: Session) -> tuple[str, ...]:
     """Forget the commits made inside the session: its HEAD, branch and index follow the real
     ones again, and what the commits changed stays in the view's files, uncommitted. Returns
     the commits dropped."""
-    from gitsess import session_git
+    from gitsess.services import session_git
 
     with _prepare(ctx, session) as p:
         with _open(ctx, p.session, p.root) as view:
@@ -854,7 +860,7 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
     if not session.worktree.is_dir():
         return Archived(None, (f"{session.worktree} is gone: the session's changes could not "
                                "be compared with it and were not archived",))  # fmt: skip
-    from gitsess import session_git
+    from gitsess.services import session_git
 
     with _prepare(ctx, session) as p, _open(ctx, p.session, p.root) as view:
         changes = compute_changes(view, p.repo)
@@ -887,9 +893,9 @@ class Snapshot:
 def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
     """The session's work as a git tree, built like an archive's; with `keep` its objects are
     written to the repository, else only its id is computed (to compare it with another)."""
-    from gitsess import session_git
     from gitsess.git.apply import commit_tree, copy_objects
     from gitsess.git.archive import snapshot_tree
+    from gitsess.services import session_git
 
     with _prepare(ctx, session) as p:
         base = p.session.base_commit

@@ -22,12 +22,11 @@ from typing import Literal
 
 import pygit2
 
-from gitsess import derive, kv, mount, promote, sessions
 from gitsess.errors import GitsessError
 from gitsess.git import published, transport
 from gitsess.git.published import Published
 from gitsess.git.repo import RepoContext, head_of, open_worktree
-from gitsess.git.transport import Progress
+from gitsess.git.transport import Progress as Progress  # the cli shows its counts
 from gitsess.git.worktree import (
     BRANCH_PREFIX,
     Binding,
@@ -35,8 +34,15 @@ from gitsess.git.worktree import (
     checked_out_at,
     remove_created,
 )
+from gitsess.runtime import mount
+from gitsess.services import derive, kv, promote, sessions
+from gitsess.services.timeline import DeltaReader, delta_path, runs
 from gitsess.store.registry import Registry, Run, Session, Synced
-from gitsess.timeline import DeltaReader, delta_path, runs
+
+
+def is_remote(ctx: RepoContext, word: str) -> bool:
+    """Whether `word` names a remote of the repository, or is a URL."""
+    return word in ctx.open().remotes.names() or transport.is_url(word)
 
 
 def _registry(ctx: RepoContext) -> AbstractContextManager[Registry | None]:
@@ -358,7 +364,7 @@ def _lay(
     ctx: RepoContext, repo: pygit2.Repository, session: Session, there: Published
 ) -> tuple[int, int]:
     """Write the commit's changes into the session's view, and its key-value store."""
-    from gitsess import session_git
+    from gitsess.services import session_git
 
     paths = published.content_paths(repo, there)
     derive.lay_paths(ctx, session, repo, paths)

@@ -16,10 +16,10 @@ from pathlib import Path
 
 import apsw
 
-from gitsess import sessions
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.overlay.store import DeltaStore
+from gitsess.services import sessions
 from gitsess.store.registry import Registry
 
 

@@ -21,7 +21,6 @@ from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gitsess import mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext, discover
 from gitsess.git.worktree import (
@@ -34,6 +33,7 @@ from gitsess.git.worktree import (
     name_in_use,
     remove_created,
 )
+from gitsess.runtime import mount
 from gitsess.store.db import private_dir
 from gitsess.store.registry import NameTaken, Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
@@ -41,6 +41,7 @@ from gitsess.store.user_index import UserIndex, index_path
 __all__ = [
     "SESSION_ENV",
     "Removal",
+    "RepoContext",
     "RepoSessions",
     "Session",
     "SessionInfo",
@@ -334,7 +335,7 @@ def _infos(
     """Every session, oldest first. `here` is relative to the session the command runs in, if
     any, else to the current worktree: inside a session the current directory is the overlay,
     not the worktree it is bound to."""
-    from gitsess import live
+    from gitsess.services import live
 
     env = os.environ if env is None else env
     here = ctx.worktree
@@ -446,7 +447,7 @@ def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> 
 
 def _unmount_for_removal(ctx: RepoContext, session: Session) -> None:
     """A mounted session is unmounted first; one with people inside is refused."""
-    from gitsess import live
+    from gitsess.services import live
 
     status = mount.status(session.id)
     if status is not None and status.participants:
@@ -479,9 +480,9 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     nowhere else (uncommitted changes, commits on no other branch); `force` removes them anyway.
     Unapplied changes are archived first (`Removal.archive`; `gitsess restore` takes them back).
     """
-    from gitsess import agents, promote
     from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
     from gitsess.overlay.view import DamagedDelta
+    from gitsess.services import agents, promote
 
     with _existing_registry(ctx) as registry:
         session = _find(ctx, registry, _ref(ref, None))

@@ -17,11 +17,12 @@ from typing import Any
 
 import apsw
 
-from gitsess import mount, processes
+from gitsess import processes
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import schema
 from gitsess.overlay.view import DamagedDelta
+from gitsess.runtime import mount
 from gitsess.store.registry import Registry, Run, Session
 
 # What the overlay records (gitsess/overlay/fs.py); `--op` accepts only these.

@@ -19,7 +19,7 @@ import pygit2
 from rich.markup import escape
 
 from gitsess.git.repo import STATE_DIR_ENV
-from gitsess.sessions import SESSION_ENV
+from gitsess.services.sessions import SESSION_ENV
 
 
 @dataclass(frozen=True)

@@ -19,12 +19,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from gitsess import live, mount
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Kind, kind_of
 from gitsess.overlay.store import DeltaStore
 from gitsess.overlay.tree import Node, Tree
+from gitsess.runtime import mount
+from gitsess.services import live
 from gitsess.store.registry import Session
 
 

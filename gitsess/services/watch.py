@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
+from gitsess.services.timeline import POLL_SECONDS, DeltaReader, Drift, Event, Filter, wakeups
 from gitsess.store.registry import Session
-from gitsess.timeline import POLL_SECONDS, DeltaReader, Drift, Event, Filter, wakeups
 
 Change = Event | Drift
 

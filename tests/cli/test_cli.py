@@ -18,8 +18,7 @@ from click.testing import CliRunner, Result
 
 import gitsess.cli
 from gitsess.cli.group import COMMANDS, _library_error, cli
-
-from .util import GITSESS, git, make_repo
+from tests.util import GITSESS, git, make_repo
 
 
 @pytest.fixture
@@ -285,7 +284,7 @@ def test_help_lists_every_command_without_importing_any(monkeypatch: pytest.Monk
         "import sys; from click.testing import CliRunner; from gitsess.cli.group import cli;"
         "out = CliRunner().invoke(cli, ['--help']).output;"
         "print(sorted(m for m in sys.modules"
-        " if m.startswith(('gitsess.cli.', 'gitsess.sessions', 'pygit2', 'rich'))));"
+        " if m.startswith(('gitsess.cli.', 'gitsess.services.sessions', 'pygit2', 'rich'))));"
         "print(out, end='')"
     )
     done = subprocess.run(
@@ -318,7 +317,7 @@ def test_a_command_imports_its_module_only() -> None:
 def test_the_entry_loads_nothing_before_the_head_start() -> None:
     """`main` starts a mounting command's daemon process before click and the commands load:
     the daemon's imports are what session start waits for."""
-    script = "import sys, gitsess.cli, gitsess.headstart; print(sorted(sys.modules))"
+    script = "import sys, gitsess.cli, gitsess.runtime.headstart; print(sorted(sys.modules))"
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .util import GITSESS, git, gitsess, snapshot
+from tests.util import GITSESS, git, gitsess, snapshot
 
 
 def assert_one_line_error(done: subprocess.CompletedProcess[str], *fragments: str) -> None:

@@ -12,8 +12,9 @@ import pytest
 from gitsess.errors import GitsessError
 from gitsess.git.promote_commits import Promoted, promote_commits
 from gitsess.git.session_refs import SessionHead, ahead_commits, read_head
+from tests.util import git, make_repo, write
 
-from .helpers import copy_repo, git, make_repo, write
+from .helpers import copy_repo
 
 COMMITTER = pygit2.Signature("Gitsess Promoter", "promoter@example.com", 1_700_000_000, 60)
 

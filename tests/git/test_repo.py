@@ -7,8 +7,7 @@ import pytest
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import discover, head_of, open_worktree, worktree_paths
-
-from .util import git
+from tests.util import git
 
 
 def test_main_worktree_from_a_subdirectory(repo: Path) -> None:

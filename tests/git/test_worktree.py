@@ -5,12 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import sessions
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext, discover
 from gitsess.git.worktree import WorktreeSpec
-
-from .util import commit, git
+from gitsess.services import sessions
+from tests.util import commit, git
 
 
 def worktrees(repo: Path) -> dict[str, str]:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from .live_util import eventually
-from .util import gitsess
+from tests.live_util import eventually
+from tests.util import gitsess
 
 pytestmark = pytest.mark.fuse
 

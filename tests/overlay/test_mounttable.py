@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import mount, mounttable
 from gitsess.git.repo import discover
-
-from .live_util import eventually, unmount_all
-from .sweep_util import session
-from .util import gitsess, make_repo
+from gitsess.overlay import mounttable
+from gitsess.runtime import mount
+from tests.live_util import eventually, unmount_all
+from tests.sweep_util import session
+from tests.util import gitsess, make_repo
 
 
 def test_escapes_are_undone_once_each() -> None:

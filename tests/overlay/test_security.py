@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 
 from gitsess.overlay import control
-
-from .util import gitsess
+from tests.util import gitsess
 
 pytestmark = pytest.mark.fuse
 

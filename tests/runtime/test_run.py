@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import headstart, live, mount, mounttable, sessions
 from gitsess.git.repo import RepoContext, discover
-from gitsess.overlay import control
-
-from .live_util import InProcess, eventually
-from .util import GITSESS, git, gitsess
+from gitsess.overlay import control, mounttable
+from gitsess.runtime import headstart, mount
+from gitsess.services import live, sessions
+from tests.live_util import InProcess, eventually
+from tests.util import GITSESS, git, gitsess
 
 pytestmark = pytest.mark.fuse
 
@@ -411,7 +411,13 @@ def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> N
 
 # What the session-start path must not load in the command's process (the daemon's process
 # loads the overlay itself).
-_NOT_FOR_STARTING = ("rich", "gitsess.promote", "gitsess.agents", "gitsess.overlay.tree", "trio")
+_NOT_FOR_STARTING = (
+    "rich",
+    "gitsess.services.promote",
+    "gitsess.services.agents",
+    "gitsess.overlay.tree",
+    "trio",
+)
 _LOADED = f"""
 import json, sys
 from gitsess.cli import main

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .util import git, gitsess
+from tests.util import git, gitsess
 
 pytestmark = pytest.mark.fuse
 

@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import sessions
 from gitsess.git.repo import RepoContext
+from gitsess.services import sessions
 from gitsess.store.registry import Session
-
-from .git.helpers import tree_state
-from .live_util import eventually
-from .promote_util import Cli, Mounted, changes_left, mounted
-from .util import git
+from tests.git.helpers import tree_state
+from tests.live_util import eventually
+from tests.promote_util import Cli, Mounted, changes_left, mounted
+from tests.util import git
 
 pytestmark = pytest.mark.fuse
 

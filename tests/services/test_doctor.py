@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import doctor
-
-from .util import gitsess
+from gitsess.services import doctor
+from tests.util import gitsess
 
 REQUIRED = {
     "/dev/fuse",

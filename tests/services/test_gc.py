@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import mount, mounttable
 from gitsess.errors import GitsessError
-from gitsess.gc import parse_age
 from gitsess.git.repo import discover
-
-from .live_util import eventually
-from .sweep_util import (
+from gitsess.overlay import mounttable
+from gitsess.runtime import mount
+from gitsess.services.gc import parse_age
+from tests.live_util import eventually
+from tests.sweep_util import (
     archived,
     archives,
     assert_clean,
@@ -29,7 +29,7 @@ from .sweep_util import (
     sessions_of,
     stop_everything,
 )
-from .util import commit, git, gitsess
+from tests.util import commit, git, gitsess
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .util import GITSESS, commit, git, gitsess
+from tests.util import GITSESS, commit, git, gitsess
 
 pytestmark = pytest.mark.fuse
 

@@ -22,8 +22,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .live_util import unmount_all
-from .util import commit, git, gitsess, make_repo
+from tests.live_util import unmount_all
+from tests.util import commit, git, gitsess, make_repo
 
 pytestmark = pytest.mark.fuse
 

@@ -13,11 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import hooks
 from gitsess.git.repo import discover
-
-from .live_util import eventually
-from .sweep_util import (
+from gitsess.services import hooks
+from tests.live_util import eventually
+from tests.sweep_util import (
     HOOK_COMMAND,
     archived,
     archives,
@@ -27,9 +26,9 @@ from .sweep_util import (
     sessions_of,
     stop_everything,
 )
-from .util import commit, git, gitsess, make_repo
+from tests.util import commit, git, gitsess, make_repo
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 # The user's own hooks: each appends its name, arguments and input to a log; the
 # reference-transaction one refuses any update of refs/heads/blocked, as hooks may.

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import mount
 from gitsess.git.repo import RepoContext
-from gitsess.sessions import create
-
-from .live_util import InProcess, call, eventually, follower, run
-from .util import GITSESS, gitsess
+from gitsess.runtime import mount
+from gitsess.services.sessions import create
+from tests.live_util import InProcess, call, eventually, follower, run
+from tests.util import GITSESS, gitsess
 
 SCRIPT = (
     "echo changed > README.md; printf 'a\\000b\\377' > blob.bin; mkdir -p new/deep; "

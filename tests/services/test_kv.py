@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import kv
 from gitsess.git.repo import RepoContext
-from gitsess.sessions import create
-
-from .live_util import InProcess, call, run
-from .util import gitsess
+from gitsess.services import kv
+from gitsess.services.sessions import create
+from tests.live_util import InProcess, call, run
+from tests.util import gitsess
 
 # The gitsess program as a command inside `sh -c`.
 GS = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "gitsess"))

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import live, mount, promote, sessions
 from gitsess.git.repo import RepoContext
+from gitsess.runtime import mount
+from gitsess.services import live, promote, sessions
 from gitsess.store.registry import Session
-
-from .git.helpers import tree_state
-from .live_util import eventually
-from .promote_util import Cli, Mounted, changes_left, mounted, stop
-from .util import GITSESS, commit, git, gitsess
+from tests.git.helpers import tree_state
+from tests.live_util import eventually
+from tests.promote_util import Cli, Mounted, changes_left, mounted, stop
+from tests.util import GITSESS, commit, git, gitsess
 
 pytestmark = pytest.mark.fuse
 
@@ -312,7 +312,7 @@ main(sys.argv[1:])
 
 _KILL_IN_PRUNE = """
 import os, sys
-import gitsess.live as live
+import gitsess.services.live as live
 live.drop_paths = lambda *a, **k: os.kill(os.getpid(), 9)
 from gitsess.cli import main
 main(sys.argv[1:])

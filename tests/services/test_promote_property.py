@@ -20,12 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitsess import promote, sessions
 from gitsess.git.repo import discover
-
-from .git.helpers import copy_repo, git, git_view_tree, make_repo, tree_state
-from .git.test_git_property import run_ops
-from .promote_util import mounted
+from gitsess.services import promote, sessions
+from tests.git.helpers import copy_repo, git_view_tree, tree_state
+from tests.git.test_git_property import run_ops
+from tests.promote_util import mounted
+from tests.util import git, make_repo
 
 pytestmark = pytest.mark.fuse
 

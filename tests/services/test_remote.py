@@ -18,18 +18,17 @@ import pytest
 from pygit2.enums import CredentialType, ObjectType
 from rich.console import Console
 
-from gitsess import kv, sessions
 from gitsess.cli.remote_cmds import TransferBars, bars
 from gitsess.errors import GitsessError
 from gitsess.git import published, transport
 from gitsess.git.repo import RepoContext, discover
+from gitsess.services import kv, sessions
+from gitsess.services.viewwrite import view_writer
 from gitsess.store.registry import Registry
-from gitsess.viewwrite import view_writer
-
-from .live_util import unmount_all
-from .promote_util import Cli
-from .util import commit, gitsess, make_repo
-from .util import git as git_ok
+from tests.live_util import unmount_all
+from tests.promote_util import Cli
+from tests.util import commit, gitsess, make_repo
+from tests.util import git as git_ok
 
 REF = "refs/gitsess/sessions/exp"
 

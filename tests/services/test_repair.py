@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from .util import gitsess
+from tests.util import gitsess
 
 pytestmark = pytest.mark.fuse
 

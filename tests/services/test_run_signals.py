@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from .live_util import eventually
-from .util import GITSESS, gitsess
+from tests.live_util import eventually
+from tests.util import GITSESS, gitsess
 
 pytestmark = pytest.mark.fuse
 

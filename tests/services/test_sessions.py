@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import sessions
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext, discover
+from gitsess.services import sessions
 from gitsess.store.registry import Registry
 from gitsess.store.user_index import UserIndex, index_path
-
-from .util import git, make_repo
+from tests.util import git, make_repo
 
 
 @pytest.mark.parametrize(

@@ -10,13 +10,12 @@ from typing import Any
 
 import pytest
 
-from gitsess import timeline
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext, discover
 from gitsess.overlay import schema
-from gitsess.sessions import create, resolve
-
-from .live_util import InProcess, eventually, follower, run
+from gitsess.services import timeline
+from gitsess.services.sessions import create, resolve
+from tests.live_util import InProcess, eventually, follower, run
 
 # One process per step, each announcing its pid: `exec` keeps it, so the pid a step prints is
 # the pid that the daemon sees doing the step.

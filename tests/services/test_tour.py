@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pygit2
 
-from gitsess import tour
-
-from .util import GITSESS
+from gitsess.services import tour
+from tests.util import GITSESS
 
 
 def test_the_tour_runs_every_step_and_leaves_nothing_behind(tmp_path: Path) -> None:

@@ -7,10 +7,9 @@ from pathlib import Path
 import pytest
 
 from gitsess.git.repo import RepoContext
-from gitsess.sessions import create
-
-from .live_util import eventually, follower, run
-from .util import gitsess
+from gitsess.services.sessions import create
+from tests.live_util import eventually, follower, run
+from tests.util import gitsess
 
 pytestmark = pytest.mark.fuse
 

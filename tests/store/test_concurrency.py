@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from .util import GITSESS, git
+from tests.util import GITSESS, git
 
 PROCESSES = 8
 

@@ -6,7 +6,7 @@ workspace would resume, and overwrite, the same conversation. Each participant's
 settings files. See `profiles` (data), `roots` (disk) and `participants` (services).
 """
 
-from gitsess.agents.participants import (
+from gitsess.services.agents.participants import (
     AgentInfo,
     Prepared,
     collect_orphans,
@@ -17,8 +17,8 @@ from gitsess.agents.participants import (
     refresh,
     stop,
 )
-from gitsess.agents.profiles import Lever, Profile
-from gitsess.agents.roots import Refresh
+from gitsess.services.agents.profiles import Lever, Profile
+from gitsess.services.agents.roots import Refresh
 
 __all__ = [
     "AgentInfo",

@@ -18,11 +18,12 @@ from uuid import uuid4
 
 import apsw
 
-from gitsess import mount, processes
-from gitsess.agents import profiles, roots
-from gitsess.agents.roots import Refresh
+from gitsess import processes
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
+from gitsess.runtime import mount
+from gitsess.services.agents import profiles, roots
+from gitsess.services.agents.roots import Refresh
 from gitsess.store.registry import Participant, Registry, Session
 
 ROLE_ENV = "GITSESS_ROLE"
@@ -194,7 +195,7 @@ def _start_watcher(
                 sys.executable,
                 "-P",
                 "-m",
-                "gitsess.agents.watch",
+                "gitsess.services.agents.watch",
                 str(ctx.common_dir),
                 str(ctx.state_dir),
                 *seeds,

@@ -123,7 +123,7 @@ def config_paths(ctx: RepoContext, env: Mapping[str, str]) -> list[Path]:
 
 def load(ctx: RepoContext, env: Mapping[str, str]) -> Profiles:
     tables: dict[str, tuple[dict[str, object], str]] = {}
-    shipped = resources.files(__package__ or "gitsess.agents")
+    shipped = resources.files(__package__ or "gitsess.services.agents")
     for item in sorted(shipped.iterdir(), key=lambda i: i.name):
         if item.name.endswith(".toml"):
             _merge(tables, _parse(item.read_text(), f"gitsess/agents/{item.name}"), item.name)

@@ -1,9 +1,9 @@
 """The refresh watcher of one running participant (started by `participants.prepare`).
 
-`python -m gitsess.agents.watch COMMON_DIR STATE_DIR SEED...` watches the directories holding the
-participant's seeds and sweeps every root of the repository when a seed has become a regular
-file, so that a token one agent refreshed reaches the others while they run. It stops on SIGTERM
-(between sweeps, never inside one), and when its stdin closes: its parent died.
+`python -m gitsess.services.agents.watch COMMON_DIR STATE_DIR SEED...` watches the directories
+holding the participant's seeds and sweeps every root of the repository when a seed has become a
+regular file, so that a token one agent refreshed reaches the others while they run. It stops on
+SIGTERM (between sweeps, never inside one), and when its stdin closes: its parent died.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import watchfiles
 
-from gitsess.agents.participants import refresh
 from gitsess.git.repo import RepoContext
+from gitsess.services.agents.participants import refresh
 
 # Long enough to see a CLI's write-then-rename as one change, short enough to beat its next read.
 DEBOUNCE_MS = 200

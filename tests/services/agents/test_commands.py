@@ -9,12 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from gitsess import agents, sessions
-from gitsess.agents.roots import homes_dir
 from gitsess.cli.group import cli
 from gitsess.git.repo import RepoContext
-
-from ..util import gitsess
+from gitsess.services import agents, sessions
+from gitsess.services.agents.roots import homes_dir
+from tests.util import gitsess
 
 
 def ok(*args: str) -> Result:

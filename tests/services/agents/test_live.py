@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from gitsess import mount, sessions
-from gitsess.agents.roots import homes_dir
 from gitsess.git.repo import discover
+from gitsess.runtime import mount
+from gitsess.services import sessions
+from gitsess.services.agents.roots import homes_dir
+from tests.util import GITSESS, gitsess
 
-from ..util import GITSESS, gitsess
 from .conftest import Snapshot
 
 pytestmark = pytest.mark.fuse

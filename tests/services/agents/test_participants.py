@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import agents, sessions
-from gitsess.agents.roots import homes_dir
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
+from gitsess.services import agents, sessions
+from gitsess.services.agents.roots import homes_dir
 from gitsess.store.registry import Session
 
 from .conftest import Snapshot

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from gitsess.agents.profiles import Lever, load
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
+from gitsess.services.agents.profiles import Lever, load
 
 ENV = {"HOME": "/home/u"}
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gitsess.agents import roots
 from gitsess.errors import GitsessError
+from gitsess.services.agents import roots
 from gitsess.store.registry import Participant, Seed
 
 
