@@ -19,7 +19,7 @@ from gitsess.cli import main
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import mounttable
 from gitsess.runtime import mount
-from gitsess.services import live, promote
+from gitsess.services import apply, live
 from gitsess.store.registry import Session
 
 
@@ -80,5 +80,5 @@ class Cli:
 
 def changes_left(ctx: RepoContext, session: Session) -> list[str]:
     """The paths a session still changes, ignored ones included."""
-    result, _ = promote.diff(ctx, session, include_ignored=True)
+    result, _ = apply.diff(ctx, session, include_ignored=True)
     return result.name_only()

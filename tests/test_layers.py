@@ -30,8 +30,8 @@ MAY_IMPORT: dict[str, frozenset[str]] = {
 # Imports that cross a layer on purpose, each with its reason.
 EXCEPTIONS = {
     # The entry starts a mounting command's daemon process before any service loads: that
-    # process's imports are what session start waits for (see runtime/headstart.py).
-    ("gitsess.cli", "gitsess.runtime.headstart"),
+    # process's imports are what session start waits for (see runtime/prestart.py).
+    ("gitsess.cli", "gitsess.runtime.prestart"),
     # `python -m gitsess` is the command line.
     ("gitsess.__main__", "gitsess.cli"),
 }
@@ -85,10 +85,10 @@ def test_every_import_points_down_the_layers() -> None:
 
 
 def test_the_walk_sees_imports_inside_functions() -> None:
-    """The check is only as good as its walk: the entry's head start, and the lazy imports of
+    """The check is only as good as its walk: the entry's prestart, and the lazy imports of
     the services, are imported inside functions."""
     found = set(crossings())
-    assert ("gitsess.cli", "gitsess.runtime.headstart") in found
+    assert ("gitsess.cli", "gitsess.runtime.prestart") in found
     assert ("gitsess.services.sessions", "gitsess.services.live") in found
 
 

@@ -1,4 +1,4 @@
-"""Commands that promote a session's work: diff, apply, discard, fork, restore, archives."""
+"""Commands that apply a session's work: diff, apply, discard, fork, restore, archives."""
 
 from __future__ import annotations
 
@@ -26,8 +26,9 @@ from gitsess.cli.base import (
 )
 from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
-from gitsess.services import live, promote, sessions
-from gitsess.services.promote import Change
+from gitsess.services import apply as applying
+from gitsess.services import live, sessions
+from gitsess.services.apply import Change
 from gitsess.services.sessions import RepoContext, Session, discover
 
 _AFTER = "gitsess.after_dashdash"
@@ -128,7 +129,7 @@ def _target(
     roots = [session.worktree, live.mountpoint_of(ctx, session)]
     if ctx.worktree is not None:
         roots.append(ctx.worktree)
-    return session, promote.root_pathspecs(specs, Path.cwd(), roots)
+    return session, applying.root_pathspecs(specs, Path.cwd(), roots)
 
 
 def _notes(notes: Sequence[str]) -> None:
@@ -212,7 +213,7 @@ def diff(
     session, specs = _target(ctx, args, offsets, session_option)
     tty = sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if tty else 80
-    result, notes = promote.diff(
+    result, notes = applying.diff(
         ctx,
         session,
         specs,
@@ -237,9 +238,9 @@ def diff(
 
 def _warn_drift(ctx: RepoContext, session: Session) -> None:
     """On stderr, so a patch on stdout stays whole: paths the real worktree changed too."""
-    from gitsess.services import inspect
+    from gitsess.services import inspection
 
-    drifted = [d.path for d in inspect.drift(session, ctx.session_dir(session.id))]
+    drifted = [d.path for d in inspection.drift(session, ctx.session_dir(session.id))]
     if drifted:
         click.echo(
             "gitsess: warning: the real worktree also changed (drift): " + ", ".join(drifted),
@@ -296,7 +297,7 @@ def apply(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Promote a session's changes: to a commit, a patch, or the real worktree.
+    """Apply a session's changes: to a commit, a patch, or the real worktree.
 
     --commit first brings the commits made inside the session onto the branch (a fast-forward,
     or each re-applied onto a branch that moved; one commit with --squash), then commits the
@@ -316,18 +317,18 @@ def apply(
     session, specs = _target(ctx, args, offsets, session_option)
     signature = parse_author(author) if author is not None else None
     if to_commit:
-        outcome = promote.apply_to_commit(
+        outcome = applying.apply_to_commit(
             ctx, session, specs, message=message or _default_message(session), branch=branch,
             author=signature, include_ignored=ignored, force=force, dry_run=dry_run,
             squash=squash,
         )  # fmt: skip
     elif to_patch:
-        outcome = promote.apply_to_patch(
+        outcome = applying.apply_to_patch(
             ctx, session, specs, mbox=mbox, message=message or _default_message(session),
             author=signature, include_ignored=ignored, dry_run=dry_run,
         )  # fmt: skip
     else:
-        outcome = promote.apply_to_worktree(
+        outcome = applying.apply_to_worktree(
             ctx, session, specs, include_ignored=ignored, force=force, dry_run=dry_run
         )
     _notes(outcome.notes)
@@ -399,7 +400,7 @@ def _write_patch(text: bytes, output: str | None) -> None:
         raise GitsessError(f"cannot write {output}: {e.strerror}") from e
 
 
-def _report(session: Session, outcome: promote.Applied, output: str | None) -> None:
+def _report(session: Session, outcome: applying.Applied, output: str | None) -> None:
     # plain lines with click: loading rich would add about a twentieth to an apply
     if not outcome.ok:
         return
@@ -486,7 +487,7 @@ def discard(
     if commits:
         if specs:
             raise click.UsageError("--commits takes no pathspecs")
-        dropped = promote.discard_commits(ctx, session)
+        dropped = applying.discard_commits(ctx, session)
         if not dropped:
             click.echo("No commits of the session's own.", err=True)
             return
@@ -495,7 +496,7 @@ def discard(
             "their changes stay in its files"
         )
         return
-    plan, notes = promote.plan_discard(ctx, session, specs)
+    plan, notes = applying.plan_discard(ctx, session, specs)
     _notes(notes)
     if not plan.drop and not plan.revert:
         click.echo("Nothing to discard.", err=True)
@@ -506,7 +507,7 @@ def discard(
         if not sys.stdin.isatty():
             raise GitsessError("discard asks first: answer on a terminal, or pass -y")
         click.confirm(f"Discard these changes from session {session.name}?", abort=True, err=True)
-    done = promote.discard(ctx, session, plan)
+    done = applying.discard(ctx, session, plan)
     _notes(done.notes)
     console().print(f"Discarded {len(plan.changes)} change(s) from session {escape(session.name)}")
     if done.kept:

@@ -1,6 +1,6 @@
 """Commands for live sessions: run, mount, umount, ps.
 
-What only some paths need (the agents, promote, rich tables) is imported there: mounting is
+What only some paths need (the agents, apply, rich tables) is imported there: mounting is
 meant to take well under a second, and importing all of it was a third of that.
 """
 
@@ -166,9 +166,9 @@ def _reconciled(ctx: RepoContext, session: Session) -> Session:
     """An apply killed half-way is completed before anyone works in the session again."""
     if not live.apply_interrupted(ctx, session):
         return session
-    from gitsess.services import promote
+    from gitsess.services import apply
 
-    done = promote.reconcile(ctx, session)
+    done = apply.reconcile(ctx, session)
     for note in done.notes:
         click.echo(f"gitsess: {note}", err=True)
     return done.session

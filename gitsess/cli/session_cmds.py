@@ -36,7 +36,7 @@ from gitsess.services.sessions import Session, SessionInfo, discover
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from gitsess.services import inspect
+    from gitsess.services import inspection
 
 
 @cli.command()
@@ -160,11 +160,11 @@ _DRIFT_NOTE = (
 
 
 def _drifted(info: SessionInfo) -> list[str]:
-    from gitsess.services import inspect
+    from gitsess.services import inspection
 
     if info.damaged:
         return []
-    return [d.path for d in inspect.drift(info.session, info.session_dir)]
+    return [d.path for d in inspection.drift(info.session, info.session_dir)]
 
 
 def _drift_counts(infos: Sequence[SessionInfo]) -> dict[str, int]:
@@ -221,13 +221,13 @@ def show(
 ) -> None:
     """Show one session."""
 
-    from gitsess.services import inspect
+    from gitsess.services import inspection
 
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     ctx = discover()
     info = sessions.info(ctx, ref)
-    usage = inspect.usage(ctx, info)
-    drift = inspect.drift(info.session, info.session_dir)
+    usage = inspection.usage(ctx, info)
+    drift = inspection.drift(info.session, info.session_dir)
     if as_json:
         print_json(
             {
@@ -282,7 +282,7 @@ def _size(n: int) -> str:
     return f"{value:.1f} {unit}"
 
 
-def _runs(usage: inspect.Usage) -> str:
+def _runs(usage: inspection.Usage) -> str:
     if not usage.runs:
         return "none"
     running = f", {usage.running} running" if usage.running else ""

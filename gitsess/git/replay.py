@@ -1,7 +1,7 @@
 """Carrying commits made inside a session onto a branch of the real repository.
 
 The session's commits are already objects of the real repository (its `objects/` is shared), so
-promoting them is a fast-forward when the branch has not moved since the session's base, and
+replaying them is a fast-forward when the branch has not moved since the session's base, and
 otherwise a rebase done three ways in memory, as `git rebase` would. Only objects are written
 here, never a ref: the caller moves the branch once it has checked everything else.
 """
@@ -18,7 +18,7 @@ from gitsess.errors import GitsessError
 
 
 @dataclass(frozen=True)
-class Promoted:
+class Replayed:
     tip: str | None  # the branch's new tip; None when there are conflicts
     commits: tuple[str, ...]  # the commit ids new on the branch, oldest first
     fast_forward: bool
@@ -26,14 +26,14 @@ class Promoted:
     conflicts: tuple[str, ...]
 
 
-def promote_commits(
+def replay_commits(
     repo: pygit2.Repository,
     commits: Sequence[str],
     onto: str | None,
     *,
     squash_message: str | None = None,
     committer: pygit2.Signature | None = None,
-) -> Promoted:
+) -> Replayed:
     """Put `commits` (a first-parent chain, oldest first) on top of `onto`, moving no ref.
 
     `onto` equal to the first commit's parent is a fast-forward (unless squashing). `onto` None
@@ -43,10 +43,10 @@ def promote_commits(
     """
     chain = _load_chain(repo, commits)
     if not chain:
-        return Promoted(onto, (), True, ())
+        return Replayed(onto, (), True, ())
     base = _first_parent(chain[0])
     if squash_message is None and base == onto:
-        return Promoted(str(chain[-1].id), tuple(str(c.id) for c in chain), True, ())
+        return Replayed(str(chain[-1].id), tuple(str(c.id) for c in chain), True, ())
     if squash_message is not None:
         return _squash(repo, chain, onto, squash_message, committer)
     for commit in chain:
@@ -128,14 +128,14 @@ def _rebase(
     chain: list[pygit2.Commit],
     onto: str | None,
     committer: pygit2.Signature | None,
-) -> Promoted:
+) -> Replayed:
     tip = onto
     tip_tree = _tree_of(repo, onto)
     created: list[str] = []
     for commit in chain:
         merged = _merge(repo, _tree_of(repo, _first_parent(commit)), tip_tree, commit.tree_id)
         if isinstance(merged, tuple):
-            return Promoted(None, (), False, merged)
+            return Replayed(None, (), False, merged)
         if merged == tip_tree:
             continue
         # raw bytes: the message keeps its own encoding, untouched by a decode round trip
@@ -150,7 +150,7 @@ def _rebase(
         )
         tip_tree = merged
         created.append(tip)
-    return Promoted(tip, tuple(created), False, ())
+    return Replayed(tip, tuple(created), False, ())
 
 
 def _squash(
@@ -159,16 +159,16 @@ def _squash(
     onto: str | None,
     message: str,
     committer: pygit2.Signature | None,
-) -> Promoted:
+) -> Replayed:
     first, last = chain[0], chain[-1]
     onto_tree = _tree_of(repo, onto)
     merged = _merge(repo, _tree_of(repo, _first_parent(first)), onto_tree, last.tree_id)
     if isinstance(merged, tuple):
-        return Promoted(None, (), False, merged)
+        return Replayed(None, (), False, merged)
     if merged == onto_tree:
-        return Promoted(onto, (), False, ())
+        return Replayed(onto, (), False, ())
     parents = [pygit2.Oid(hex=onto)] if onto is not None else []
     oid = repo.create_commit(
         None, first.author, committer or last.committer, message, merged, parents
     )
-    return Promoted(str(oid), (str(oid),), False, ())
+    return Replayed(str(oid), (str(oid),), False, ())

@@ -1,4 +1,5 @@
-"""The worktree watch, as a process of its own: `python -m gitsess.overlay.watch_process ROOT`.
+"""The lower watch (of the real worktree), as a process of its own:
+`python -m gitsess.overlay.lower_watch_process ROOT`.
 
 Writes every batch of changed paths (relative to ROOT) to stdout, each path ended by a NUL and
 the batch by one more, after an empty batch once the watch is in place; exits when its stdin

@@ -1,7 +1,8 @@
-"""The daemon's side of the worktree watch: runs `watch_process` and hands its batches of changed
-paths (relative to the worktree) to a callback, from a thread of its own; another callback hears
-when the watch is in place, a third when the watch ended without being asked to (killed, out
-of memory), before it is started again."""
+"""The daemon's side of the lower watch (the watch of the real worktree): runs
+`lower_watch_process` and hands its batches of changed paths (relative to the worktree) to a
+callback, from a thread of its own; another callback hears when the watch is in place, a third
+when the watch ended without being asked to (killed, out of memory), before it is started
+again."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class LowerWatcher:
 
     def _spawn(self) -> None:
         proc = self._proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "gitsess.overlay.watch_process", self.root],
+            [sys.executable, "-P", "-m", "gitsess.overlay.lower_watch_process", self.root],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )

@@ -1,5 +1,5 @@
 """Mounting a session: start its daemon (or hand the prestarted one its arguments, see
-`headstart`) or join the live one, stop it, recover stale mounts."""
+`prestart`) or join the live one, stop it, recover stale mounts."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Any
 
 from gitsess.errors import GitsessError
 from gitsess.overlay import control, mounttable
-from gitsess.runtime import headstart
+from gitsess.runtime import prestart
 
 READY_TIMEOUT = 30.0
 # Each attempt that finds the daemon stopping waits for it to exit and starts a new one.
@@ -155,7 +155,7 @@ def ensure_mounted(spec: MountSpec) -> Status:
         if live is not None and spec.persistent and not live.persistent:
             live = live if _persist(spec.session_id) else None
         if live is not None:
-            headstart.discard()
+            prestart.discard()
             return live
         clean_stale(spec.target)
         _start_daemon(spec)
@@ -199,7 +199,7 @@ def _start_daemon(spec: MountSpec) -> None:
     ):
         if on:
             args.append(flag)
-    read_end = headstart.hand_over(args, spec.log)
+    read_end = prestart.hand_over(args, spec.log)
     if read_end is None:
         read_end, write_end = os.pipe()
         with open(spec.log, "ab") as log:
@@ -208,7 +208,7 @@ def _start_daemon(spec: MountSpec) -> None:
                     sys.executable,
                     "-P",  # no current directory on sys.path: the repository's types.py is not ours
                     "-m",
-                    headstart.DAEMON_MODULE,
+                    prestart.DAEMON_MODULE,
                     *args,
                     "--ready-fd",
                     str(write_end),

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 DAEMON_MODULE = "gitsess.overlay.daemon"
-# How a prestarted process shows in `ps`: `python -m gitsess.runtime.headstart --daemon-args-fd N`.
+# How a prestarted process shows in `ps`: `python -m gitsess.runtime.prestart --daemon-args-fd N`.
 ARGS_FD_OPTION = "--daemon-args-fd"
 
 
@@ -68,7 +68,7 @@ def start() -> None:
             start_new_session=True,
         )
     except OSError:
-        # Only a head start: `ensure_mounted` starts the daemon as usual.
+        # Only a prestart: `ensure_mounted` starts the daemon as usual.
         os.close(args_write)
         os.close(ready_read)
         return

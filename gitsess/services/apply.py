@@ -1,4 +1,4 @@
-"""Promoting a session's work: diff, apply (commit, patch, worktree), discard, archive.
+"""Applying a session's work: diff, apply (commit, patch, worktree), discard, archive.
 
 The git layer computes and writes; this module decides what a session command means around it:
 which real worktree to compare with, which paths then leave the delta, where the base moves, and
@@ -573,7 +573,7 @@ def apply_to_commit(
             if commits is not None and not squash:
                 # (squashed, they are part of the view's changes against the real worktree,
                 # which is still at the session's base: one commit takes them all)
-                promoted = session_git.promote(p.repo, commits, branch_tip(p.repo, target) or base)
+                promoted = session_git.replay(p.repo, commits, branch_tip(p.repo, target) or base)
                 if promoted.conflicts:
                     return Applied(
                         "commit", dry_run, (), (), tuple(

@@ -27,9 +27,9 @@ from gitsess.git.archive import (
 )
 from gitsess.git.changes import GIT_EXEC, GIT_LINK
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
-from gitsess.overlay.store import copy_delta
+from gitsess.overlay.delta import copy_delta
 from gitsess.runtime import mount
-from gitsess.services import promote
+from gitsess.services import apply
 from gitsess.services.sessions import validate_name
 from gitsess.services.viewwrite import view_writer
 from gitsess.store.db import private_dir
@@ -94,7 +94,7 @@ def undo(ctx: RepoContext, session: Session) -> None:
 def fork(ctx: RepoContext, source: Session, name: str) -> Session:
     """A new session with a copy of `source`'s delta (changes, audit log, key-value store) and
     the same worktree, branch and base; from then on the two are independent."""
-    source = promote.reconcile(ctx, source).session
+    source = apply.reconcile(ctx, source).session
     session = _insert(
         ctx,
         name,
@@ -188,7 +188,7 @@ def lay_paths(
     ctx: RepoContext, session: Session, repo: pygit2.Repository, paths: Sequence[ArchivedPath]
 ) -> None:
     """Set each path of the session's view to the blob (or the absence) a commit gave it."""
-    root = promote.real_root(session)
+    root = apply.real_root(session)
     with view_writer(ctx, session, root) as writer:
         for item in paths:
             if item.entry is None:
@@ -204,7 +204,7 @@ def lay_paths(
 
 def lay_git_files(ctx: RepoContext, session: Session, files: Mapping[str, bytes]) -> None:
     """Write these files (paths below `.git`) into the session's own `.git`."""
-    with view_writer(ctx, session, promote.real_root(session)) as writer:
+    with view_writer(ctx, session, apply.real_root(session)) as writer:
         for rel, data in files.items():
             writer.put_git_file(rel, data)
 

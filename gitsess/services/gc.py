@@ -35,7 +35,7 @@ from gitsess.git.repo import RepoContext, open_worktree
 from gitsess.overlay import mounttable
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
-from gitsess.services import live, promote, repair, sessions
+from gitsess.services import apply, live, repair, sessions
 from gitsess.store.registry import Registry, Session
 
 MAX_AGE_KEY = "gitsess.gc.archiveMaxAge"
@@ -184,9 +184,9 @@ def unapplied(ctx: RepoContext, session: Session) -> int:
     """How many changes of the session apply would carry (and `rm` would archive)."""
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return 0
-    root = promote.real_root(session)
+    root = apply.real_root(session)
     with _view(ctx, session, root) as view:
-        return len(compute_changes(view, promote.open_real(session, root)).git_changes())
+        return len(compute_changes(view, apply.open_real(session, root)).git_changes())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,7 +200,7 @@ def sweep_interrupted_applies(ctx: RepoContext, *, dry_run: bool = False) -> lis
     for s in _sessions(ctx):
         if live.apply_interrupted(ctx, s):
             action = Action("interrupted", "session", s.name, "complete", "an apply was killed")
-            actions.append(_attempt(action, dry_run, partial(promote.reconcile, ctx, s)))
+            actions.append(_attempt(action, dry_run, partial(apply.reconcile, ctx, s)))
     return actions
 
 
@@ -358,8 +358,8 @@ def sweep_committed(
             head = tracking.checked_out(s.worktree)
             if head.branch != s.branch or head.commit is None:
                 continue
-            root = promote.real_root(s)
-            repo = promote.open_real(s, root)
+            root = apply.real_root(s)
+            repo = apply.open_real(s, root)
             with _view(ctx, s, root) as view:
                 settled = tracking.settled_paths(view, repo, head.commit)
         except (GitsessError, OSError, pygit2.GitError) as e:

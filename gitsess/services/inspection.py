@@ -17,7 +17,7 @@ import apsw
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Entry, Kind
-from gitsess.overlay.store import DeltaStore, data_bytes
+from gitsess.overlay.delta import DeltaStore, data_bytes
 from gitsess.overlay.view import DamagedDelta, OverlayView
 from gitsess.runtime import mount
 from gitsess.services import live

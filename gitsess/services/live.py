@@ -199,13 +199,13 @@ def keep_mounted(
     return mount.ensure_mounted(spec)
 
 
-# promote.JOURNAL, which tests/test_run.py checks this against: importing promote (and the git
+# apply.JOURNAL, which tests/runtime/test_run.py checks this against: importing apply (and the git
 # code it needs) costs more than starting a mount, and it is needed only when the file exists.
 APPLY_JOURNAL = "apply-journal.json"
 
 
 def apply_interrupted(ctx: RepoContext, session: Session) -> bool:
-    """Whether an apply was killed half-way: `promote.reconcile` must complete it first."""
+    """Whether an apply was killed half-way: `apply.reconcile` must complete it first."""
     return (ctx.session_dir(session.id) / APPLY_JOURNAL).exists()
 
 
@@ -257,7 +257,7 @@ def drop_paths(
     Returns the paths kept so."""
     if not paths and not restamp:
         return []
-    from gitsess.overlay.store import DeltaStore
+    from gitsess.overlay.delta import DeltaStore
     from gitsess.overlay.tree import Tree
 
     session_dir = ctx.session_dir(session.id)

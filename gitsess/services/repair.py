@@ -18,7 +18,7 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
-from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.delta import DeltaStore
 from gitsess.services import sessions
 from gitsess.store.registry import Registry
 

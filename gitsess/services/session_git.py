@@ -19,12 +19,12 @@ from gitsess.store.registry import Session
 
 if TYPE_CHECKING:  # `ls` counts commits without loading apply's machinery
     from gitsess.git.changes import Pathspec
-    from gitsess.git.promote_commits import Promoted
+    from gitsess.git.replay import Replayed
     from gitsess.git.view import SessionView
     from gitsess.overlay.view import OverlayView
 
-# What a promotion makes stale in the session's `.git`: with the branch and the real index at
-# the promoted commits, the session follows the real ones again.
+# What a replay makes stale in the session's `.git`: with the branch and the real index at
+# the replayed commits, the session follows the real ones again.
 _FOLLOWED_AFTER_APPLY = ("HEAD", "index", "ORIG_HEAD", "COMMIT_EDITMSG", "logs/HEAD")
 
 
@@ -95,12 +95,12 @@ def upstream(repo: pygit2.Repository, session: Session) -> str | None:
     return session.base_commit
 
 
-def promote(repo: pygit2.Repository, git: SessionGit, onto: str | None) -> Promoted:
+def replay(repo: pygit2.Repository, git: SessionGit, onto: str | None) -> Replayed:
     """The session's commits rebuilt on `onto` (or a fast-forward to them); no ref moves."""
     from gitsess.git.apply import signature
-    from gitsess.git.promote_commits import promote_commits
+    from gitsess.git.replay import replay_commits
 
-    return promote_commits(
+    return replay_commits(
         repo,
         git.commits,
         onto,
@@ -116,7 +116,7 @@ def reverted_in_view(
     pathspecs: Pathspec,
 ) -> dict[str, tuple[str, int] | None]:
     """Paths the session's commits changed where the view now shows what the worktree has
-    (no change of the delta's): their view state, for the commit on top of the promoted ones."""
+    (no change of the delta's): their view state, for the commit on top of the replayed ones."""
     first = scratch[git.commits[0]].peel(pygit2.Commit)
     last = scratch[git.commits[-1]].peel(pygit2.Commit)
     diff = (

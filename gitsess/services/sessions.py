@@ -4,7 +4,7 @@ Each function takes the RepoContext of the invocation and returns dataclasses; r
 CLI's job. Sessions are addressed by a *ref*: a name, a full id, an id prefix (4+ characters) or
 `-N` (the N-th most recently created).
 
-The services that only some commands use import their heavy modules (the overlay, promote, the
+The services that only some commands use import their heavy modules (the overlay, apply, the
 agents, git's tracking and archive code) where they need them: every command is a process of
 its own, and `new` and `mount` should not pay for what `ls` or `rm` use.
 """
@@ -482,7 +482,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     """
     from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
     from gitsess.overlay.view import DamagedDelta
-    from gitsess.services import agents, promote
+    from gitsess.services import agents, apply
 
     with _existing_registry(ctx) as registry:
         session = _find(ctx, registry, _ref(ref, None))
@@ -490,11 +490,11 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
         _unmount_for_removal(ctx, session)
         # Nothing is lost: unapplied changes are kept as a commit under an archive ref first.
         try:
-            archived = promote.archive(ctx, session)
+            archived = apply.archive(ctx, session)
         except DamagedDelta:
             if not force:
                 raise
-            archived = promote.Archived(None, ("its delta.db was damaged: nothing archived",))
+            archived = apply.Archived(None, ("its delta.db was damaged: nothing archived",))
         binding = Binding(
             session.worktree,
             session.branch,

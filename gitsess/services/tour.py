@@ -74,7 +74,7 @@ STEPS: tuple[Step, ...] = (
     ),
     Step("The session is a commit ahead of its branch:", ("ls",)),
     Step(
-        "Promote it to the branch (its commit, then the rest as a commit; the real worktree "
+        "Apply it to the branch (its commit, then the rest as a commit; the real worktree "
         "gets the files too); the session goes on, now empty:",
         ("apply", "demo", "--commit", "-m", "Notes"),
     ),

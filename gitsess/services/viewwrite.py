@@ -22,7 +22,7 @@ from typing import Protocol
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Kind, kind_of
-from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.tree import Node, Tree
 from gitsess.runtime import mount
 from gitsess.services import live

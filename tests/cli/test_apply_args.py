@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 import pytest
 
-from gitsess.cli.promote_cmds import colour_patch, parse_author, split_positional
+from gitsess.cli.apply_cmds import colour_patch, parse_author, split_positional
 from gitsess.errors import GitsessError
-from gitsess.services.promote import droppable, root_pathspecs
+from gitsess.services.apply import droppable, root_pathspecs
 
 SESSIONS = {"exp", "both"}
 PATHS = {"src", "both", "README.md"}

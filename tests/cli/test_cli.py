@@ -317,7 +317,7 @@ def test_a_command_imports_its_module_only() -> None:
 def test_the_entry_loads_nothing_before_the_head_start() -> None:
     """`main` starts a mounting command's daemon process before click and the commands load:
     the daemon's imports are what session start waits for."""
-    script = "import sys, gitsess.cli, gitsess.runtime.headstart; print(sorted(sys.modules))"
+    script = "import sys, gitsess.cli, gitsess.runtime.prestart; print(sorted(sys.modules))"
     done = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, check=True
     )

@@ -1,4 +1,4 @@
-"""A session's own HEAD, and promoting its commits (fast-forward, rebase, squash) against git."""
+"""A session's own HEAD, and replaying its commits (fast-forward, rebase, squash) against git."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pygit2
 import pytest
 
 from gitsess.errors import GitsessError
-from gitsess.git.promote_commits import Promoted, promote_commits
+from gitsess.git.replay import Replayed, replay_commits
 from gitsess.git.session_refs import SessionHead, ahead_commits, read_head
 from tests.util import git, make_repo, write
 
@@ -180,7 +180,7 @@ def test_ahead_commits_unknown_commit(repo: Path) -> None:
         ahead_commits(pygit2.Repository(str(repo)), "1" * 40, None)
 
 
-# -- promote_commits ---------------------------------------------------------------------------
+# -- replay_commits ---------------------------------------------------------------------------
 
 
 def session_commits(repo: Path, steps: list[tuple[dict[str, str], str, str]]) -> list[str]:
@@ -208,8 +208,8 @@ THREE = [
 def test_promote_fast_forward(repo: Path) -> None:
     ids = session_commits(repo, THREE)
     before = all_refs(repo)
-    result = promote_commits(pygit2.Repository(str(repo)), ids, rev(repo, "main"))
-    assert result == Promoted(ids[-1], tuple(ids), True, ())
+    result = replay_commits(pygit2.Repository(str(repo)), ids, rev(repo, "main"))
+    assert result == Replayed(ids[-1], tuple(ids), True, ())
     assert all_refs(repo) == before
 
 
@@ -219,7 +219,7 @@ def test_promote_rebase_like_git(repo: Path, tmp_path: Path) -> None:
     before = all_refs(repo)
     repository = pygit2.Repository(str(repo))
 
-    result = promote_commits(repository, ids, main_tip, committer=COMMITTER)
+    result = replay_commits(repository, ids, main_tip, committer=COMMITTER)
 
     assert all_refs(repo) == before
     assert not result.fast_forward and result.conflicts == ()
@@ -249,7 +249,7 @@ def test_promote_rebase_keeps_committer_by_default(repo: Path) -> None:
     ids = session_commits(repo, THREE[:1])
     main_tip = commit(repo, {"b.txt": "moved\n"}, "m")
     repository = pygit2.Repository(str(repo))
-    result = promote_commits(repository, ids, main_tip)
+    result = replay_commits(repository, ids, main_tip)
     new = repository[result.tip or ""].peel(pygit2.Commit)
     orig = repository[ids[0]].peel(pygit2.Commit)
     assert (new.committer.name, new.committer.time) == (orig.committer.name, orig.committer.time)
@@ -266,11 +266,11 @@ def test_promote_conflict_lists_paths_and_moves_no_ref(repo: Path) -> None:
     )
     main_tip = commit(repo, {"a.txt": edit_line(3, "main"), "b.txt": edit_line(4, "main")}, "m")
     before = all_refs(repo)
-    result = promote_commits(pygit2.Repository(str(repo)), ids, main_tip, committer=COMMITTER)
-    assert result == Promoted(None, (), False, ("a.txt", "b.txt"))
+    result = replay_commits(pygit2.Repository(str(repo)), ids, main_tip, committer=COMMITTER)
+    assert result == Replayed(None, (), False, ("a.txt", "b.txt"))
     assert all_refs(repo) == before
     # a squash meets the same conflict
-    squashed = promote_commits(pygit2.Repository(str(repo)), ids, main_tip, squash_message="s")
+    squashed = replay_commits(pygit2.Repository(str(repo)), ids, main_tip, squash_message="s")
     assert squashed.conflicts == ("a.txt", "b.txt") and squashed.tip is None
     assert all_refs(repo) == before
 
@@ -281,7 +281,7 @@ def test_promote_squash(repo: Path, tmp_path: Path) -> None:
     before = all_refs(repo)
     repository = pygit2.Repository(str(repo))
 
-    result = promote_commits(
+    result = replay_commits(
         repository, ids, main_tip, squash_message="all in one\n", committer=COMMITTER
     )
 
@@ -300,7 +300,7 @@ def test_promote_squash(repo: Path, tmp_path: Path) -> None:
 def test_promote_squash_even_when_branch_did_not_move(repo: Path) -> None:
     ids = session_commits(repo, THREE)
     repository = pygit2.Repository(str(repo))
-    result = promote_commits(repository, ids, rev(repo, "main"), squash_message="one")
+    result = replay_commits(repository, ids, rev(repo, "main"), squash_message="one")
     assert not result.fast_forward and len(result.commits) == 1
     new = repository[result.tip or ""].peel(pygit2.Commit)
     assert new.tree_id == repository[ids[-1]].peel(pygit2.Commit).tree_id
@@ -317,7 +317,7 @@ def test_promote_drops_commit_that_became_empty(repo: Path, tmp_path: Path) -> N
     )
     main_tip = commit(repo, {"a.txt": edit_line(2, "same")}, "main did it first")
     repository = pygit2.Repository(str(repo))
-    result = promote_commits(repository, ids, main_tip)
+    result = replay_commits(repository, ids, main_tip)
     assert len(result.commits) == 1 and result.tip == result.commits[0]
     new = repository[result.tip or ""].peel(pygit2.Commit)
     assert new.message == "own change\n"
@@ -330,8 +330,8 @@ def test_promote_drops_commit_that_became_empty(repo: Path, tmp_path: Path) -> N
 def test_promote_all_dropped_leaves_tip_at_onto(repo: Path) -> None:
     ids = session_commits(repo, [({"a.txt": edit_line(2, "same")}, "dup", "Alice One")])
     main_tip = commit(repo, {"a.txt": edit_line(2, "same")}, "main did it first")
-    result = promote_commits(pygit2.Repository(str(repo)), ids, main_tip)
-    assert result == Promoted(main_tip, (), False, ())
+    result = replay_commits(pygit2.Repository(str(repo)), ids, main_tip)
+    assert result == Replayed(main_tip, (), False, ())
 
 
 def test_promote_merge_commit(repo: Path) -> None:
@@ -346,13 +346,13 @@ def test_promote_merge_commit(repo: Path) -> None:
     ids = git(repo, "rev-list", "--reverse", "--first-parent", "main..session").split()
     assert len(ids) == 2
 
-    ff = promote_commits(repository, ids, base)
-    assert ff == Promoted(ids[-1], tuple(ids), True, ())
+    ff = replay_commits(repository, ids, base)
+    assert ff == Replayed(ids[-1], tuple(ids), True, ())
 
     main_tip = commit(repo, {"a.txt": "moved\n"}, "m")
     with pytest.raises(GitsessError, match=r"is a merge; apply --squash"):
-        promote_commits(repository, ids, main_tip)
-    squashed = promote_commits(repository, ids, main_tip, squash_message="sq")
+        replay_commits(repository, ids, main_tip)
+    squashed = replay_commits(repository, ids, main_tip, squash_message="sq")
     new = repository[squashed.tip or ""].peel(pygit2.Commit)
     assert new.tree["b.txt"].peel(pygit2.Blob).data.decode() == edit_line(7, "side")
     assert new.tree["a.txt"].peel(pygit2.Blob).data == b"moved\n"
@@ -361,13 +361,13 @@ def test_promote_merge_commit(repo: Path) -> None:
 def test_promote_rejects_broken_chain(repo: Path) -> None:
     ids = session_commits(repo, THREE)
     with pytest.raises(GitsessError, match="does not follow"):
-        promote_commits(pygit2.Repository(str(repo)), [ids[0], ids[2]], rev(repo, "main"))
+        replay_commits(pygit2.Repository(str(repo)), [ids[0], ids[2]], rev(repo, "main"))
     with pytest.raises(GitsessError, match="not in the repository"):
-        promote_commits(pygit2.Repository(str(repo)), ["2" * 40], rev(repo, "main"))
+        replay_commits(pygit2.Repository(str(repo)), ["2" * 40], rev(repo, "main"))
 
 
 def test_promote_squash_of_changes_already_on_branch_creates_nothing(repo: Path) -> None:
     ids = session_commits(repo, [({"a.txt": edit_line(2, "same")}, "dup", "Alice One")])
     main_tip = commit(repo, {"a.txt": edit_line(2, "same")}, "main did it first")
-    result = promote_commits(pygit2.Repository(str(repo)), ids, main_tip, squash_message="s")
-    assert result == Promoted(main_tip, (), False, ())
+    result = replay_commits(pygit2.Repository(str(repo)), ids, main_tip, squash_message="s")
+    assert result == Replayed(main_tip, (), False, ())

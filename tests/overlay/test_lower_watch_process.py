@@ -21,7 +21,7 @@ class Reports:
 
     def __init__(self, root: Path) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gitsess.overlay.watch_process", os.fspath(root)],
+            [sys.executable, "-m", "gitsess.overlay.lower_watch_process", os.fspath(root)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -152,7 +152,7 @@ def test_a_root_reached_through_a_symlink_is_watched(tree: Path) -> None:
 def test_a_watch_that_cannot_be_set_up_never_says_it_is_in_place(tmp_path: Path) -> None:
     # What the daemon then does: it keeps its 1 s cache timeouts (see Tree.watched).
     proc = subprocess.run(
-        [sys.executable, "-m", "gitsess.overlay.watch_process", os.fspath(tmp_path / "gone")],
+        [sys.executable, "-m", "gitsess.overlay.lower_watch_process", os.fspath(tmp_path / "gone")],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         timeout=30,

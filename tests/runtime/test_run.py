@@ -18,7 +18,7 @@ import pytest
 
 from gitsess.git.repo import RepoContext, discover
 from gitsess.overlay import control, mounttable
-from gitsess.runtime import headstart, mount
+from gitsess.runtime import mount, prestart
 from gitsess.services import live, sessions
 from tests.live_util import InProcess, eventually
 from tests.util import GITSESS, git, gitsess
@@ -341,7 +341,7 @@ def _prestarted_children() -> set[int]:
             continue
         # A zombie (one that exited, not reaped yet) has no argv.
         ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and headstart.ARGS_FD_OPTION.encode() in argv:
+        if ppid == os.getpid() and prestart.ARGS_FD_OPTION.encode() in argv:
             found.add(int(entry.name))
     return found
 
@@ -382,11 +382,11 @@ def test_a_daemon_started_inside_a_session_holds_nothing_of_it(repo: Path) -> No
 def test_an_unused_prestarted_daemon_exits(repo: Path, gs: InProcess) -> None:
     gs.ok("new", "live", "--mount")
     before = _prestarted_children()
-    with headstart.prestarted():
+    with prestart.prestarted():
         [waiting] = _new_prestarted(before)
     assert eventually(lambda: _prestarted_children() == before)
     # A mount of a session that is already live lets its prestarted process go at once.
-    with headstart.prestarted():
+    with prestart.prestarted():
         [waiting] = _new_prestarted(before)
         assert "is mounted at" in gs.ok("mount", "live")
         assert eventually(lambda: waiting not in _prestarted_children())
@@ -397,7 +397,7 @@ def test_an_unused_prestarted_daemon_exits(repo: Path, gs: InProcess) -> None:
 def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> None:
     session = sessions.create(ctx, "cold")
     before = _prestarted_children()
-    with headstart.prestarted():
+    with prestart.prestarted():
         [waiting] = _new_prestarted(before)
         os.kill(waiting, signal.SIGKILL)
         os.waitpid(waiting, 0)
@@ -405,7 +405,7 @@ def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> N
             ctx, session, mountpoint=None, allow_other=False, read_only=False
         )
     argv = Path(f"/proc/{status.daemon_pid}/cmdline").read_bytes().split(b"\0")
-    assert headstart.DAEMON_MODULE.encode() in argv
+    assert prestart.DAEMON_MODULE.encode() in argv
     assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
 
 
@@ -413,7 +413,7 @@ def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> N
 # loads the overlay itself).
 _NOT_FOR_STARTING = (
     "rich",
-    "gitsess.services.promote",
+    "gitsess.services.apply",
     "gitsess.services.agents",
     "gitsess.overlay.tree",
     "trio",

@@ -13,11 +13,11 @@ import pytest
 
 from gitsess.git.repo import RepoContext
 from gitsess.runtime import mount
-from gitsess.services import live, promote, sessions
+from gitsess.services import apply, live, sessions
 from gitsess.store.registry import Session
+from tests.apply_util import Cli, Mounted, changes_left, mounted, stop
 from tests.git.helpers import tree_state
 from tests.live_util import eventually
-from tests.promote_util import Cli, Mounted, changes_left, mounted, stop
 from tests.util import GITSESS, commit, git, gitsess
 
 pytestmark = pytest.mark.fuse
@@ -338,7 +338,7 @@ def test_kill_during_apply_commit_then_the_next_command_completes_it(
             cwd=repo, capture_output=True, text=True, check=False, timeout=60,
         )  # fmt: skip
         assert done.returncode == -9, done.stderr
-        journal = ctx.session_dir(exp.id) / promote.JOURNAL
+        journal = ctx.session_dir(exp.id) / apply.JOURNAL
         assert journal.exists()
         _, err = cli("diff", "exp", "--name-only")
         assert "completed an interrupted apply --commit" in err

@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gitsess.git.repo import discover
-from gitsess.services import promote, sessions
+from gitsess.services import apply, sessions
+from tests.apply_util import mounted
 from tests.git.helpers import copy_repo, git_view_tree, tree_state
 from tests.git.test_git_property import run_ops
-from tests.promote_util import mounted
 from tests.util import git, make_repo
 
 pytestmark = pytest.mark.fuse
@@ -59,7 +59,7 @@ def check_session_round_trips(template: Path, work: Path, data: st.DataObject) -
         expected_git = tree_state(m.mnt, git_only=True)
         want_tree = git_view_tree(repo, m.mnt)
 
-        patch = promote.apply_to_patch(ctx, session, include_ignored=True)
+        patch = apply.apply_to_patch(ctx, session, include_ignored=True)
         assert patch.ok and patch.patch is not None
         copy = copy_repo(template, work / "patched")
         if patch.patch.text:
@@ -67,23 +67,23 @@ def check_session_round_trips(template: Path, work: Path, data: st.DataObject) -
             git(copy, "apply", input=patch.patch.text)
         assert tree_state(copy, git_only=True) == expected_git
 
-        side = promote.apply_to_commit(ctx, session, message="prop", branch="side")
+        side = apply.apply_to_commit(ctx, session, message="prop", branch="side")
         assert side.ok, side.conflicts
         made = side.commit is not None and side.commit.commit is not None
         assert git(repo, "rev-parse", "side^{tree}" if made else "HEAD^{tree}").strip() == want_tree
 
-        done = promote.apply_to_worktree(ctx, session, include_ignored=True)
+        done = apply.apply_to_worktree(ctx, session, include_ignored=True)
         if not done.ok:
             # Nothing touched the real tree but the session, so every conflict here is one the
             # overlay's records cannot rule out (a path whose worktree object the session
             # replaced keeps no record of it); --force is the user's way past them.
             assert tree_state(repo) == tree_state(template)
-            done = promote.apply_to_worktree(ctx, session, include_ignored=True, force=True)
+            done = apply.apply_to_worktree(ctx, session, include_ignored=True, force=True)
         assert done.ok, done.conflicts
         assert done.kept == ()
         assert files_and_modes(repo) == files_and_modes_of(expected)
         assert files_and_modes(m.mnt) == files_and_modes_of(expected)
-        left, _ = promote.diff(ctx, session, include_ignored=True)
+        left, _ = apply.diff(ctx, session, include_ignored=True)
         assert left.files == ()
         git(repo, "fsck", "--no-progress")
 

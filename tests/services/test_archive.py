@@ -13,9 +13,9 @@ import pytest
 from gitsess.git.repo import RepoContext
 from gitsess.services import sessions
 from gitsess.store.registry import Session
+from tests.apply_util import Cli, Mounted, changes_left, mounted
 from tests.git.helpers import tree_state
 from tests.live_util import eventually
-from tests.promote_util import Cli, Mounted, changes_left, mounted
 from tests.util import git
 
 pytestmark = pytest.mark.fuse

@@ -282,7 +282,7 @@ def test_fork_carries_the_sessions_commits(worked: Path) -> None:
 @pytest.mark.parametrize("moved", [False, True], ids=["fast-forward", "branch moved"])
 def test_a_committed_file_replaced_by_a_rename_applies(worked: Path, moved: bool) -> None:
     """`sed -i` renames a new file over the old one: the real file is still the branch's,
-    and the worktree check must compare it with the branch, not with the promoted commits."""
+    and the worktree check must compare it with the branch, not with the replayed commits."""
     done = run(
         worked, "exp", "sed -i s/hello/bye/ README.md && git commit -q -am bye && echo n > n"
     )

@@ -25,8 +25,8 @@ from gitsess.git.repo import RepoContext, discover
 from gitsess.services import kv, sessions
 from gitsess.services.viewwrite import view_writer
 from gitsess.store.registry import Registry
+from tests.apply_util import Cli
 from tests.live_util import unmount_all
-from tests.promote_util import Cli
 from tests.util import commit, gitsess, make_repo
 from tests.util import git as git_ok
 

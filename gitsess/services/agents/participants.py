@@ -195,7 +195,7 @@ def _start_watcher(
                 sys.executable,
                 "-P",
                 "-m",
-                "gitsess.services.agents.watch",
+                "gitsess.services.agents.refresher",
                 str(ctx.common_dir),
                 str(ctx.state_dir),
                 *seeds,

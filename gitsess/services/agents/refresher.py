@@ -1,6 +1,6 @@
 """The refresh watcher of one running participant (started by `participants.prepare`).
 
-`python -m gitsess.services.agents.watch COMMON_DIR STATE_DIR SEED...` watches the directories
+`python -m gitsess.services.agents.refresher COMMON_DIR STATE_DIR SEED...` watches the directories
 holding the participant's seeds and sweeps every root of the repository when a seed has become a
 regular file, so that a token one agent refreshed reaches the others while they run. It stops on
 SIGTERM (between sweeps, never inside one), and when its stdin closes: its parent died.
