@@ -57,7 +57,8 @@ from rich.console import Console
 from rich.table import Table
 
 import gitsess
-from gitsess import headstart, mount, mounttable
+from gitsess.overlay import mounttable
+from gitsess.runtime import mount, prestart
 
 console = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 150)
@@ -392,7 +393,7 @@ def ensure_stopped(spec: mount.MountSpec, pid: int | None) -> None:
     finally:
         if pid is not None and not _exited(pid, timeout=30):
             # `gitsess mount` prestarts its daemon, which then shows as the launcher
-            _kill_if(pid, headstart.DAEMON_MODULE, headstart.ARGS_FD_OPTION)
+            _kill_if(pid, prestart.DAEMON_MODULE, prestart.ARGS_FD_OPTION)
         _force_unmount(spec.target)
 
 
@@ -416,7 +417,7 @@ def _start_profiled_daemon(spec: mount.MountSpec, profile: Path) -> int:
     spec.target.mkdir(mode=0o700, parents=True, exist_ok=True)
     read_end, write_end = os.pipe()
     cmd = [
-        sys.executable, "-m", "cProfile", "-o", str(profile), "-m", headstart.DAEMON_MODULE,
+        sys.executable, "-m", "cProfile", "-o", str(profile), "-m", prestart.DAEMON_MODULE,
         "--session-id", spec.session_id, "--lower", str(spec.lower), "--delta", str(spec.delta),
         "--mountpoint", str(spec.target), "--persistent", "--ready-fd", str(write_end),
     ]  # fmt: skip

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import mounttable
+from gitsess.overlay import mounttable
 
 MARKER = "GITSESS_TEST_RUN"
 # Daemons linger a moment after their last participant leaves (gitsess.overlay.daemon.LINGER),

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from gitsess import mount
 from gitsess.cli import main
 from gitsess.git.repo import discover
+from gitsess.runtime import mount
 
 from .util import GITSESS, gitsess
 

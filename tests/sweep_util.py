@@ -9,8 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gitsess import mount, mounttable
 from gitsess.git.repo import discover
+from gitsess.overlay import mounttable
+from gitsess.runtime import mount
 from gitsess.store.registry import Registry, Session
 
 from .live_util import eventually

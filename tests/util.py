@@ -5,26 +5,71 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 GITSESS = [sys.executable, "-m", "gitsess"]
 
 
-def git(cwd: Path, *args: str) -> str:
-    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, f"git {' '.join(args)} failed: {done.stderr}"
-    return done.stdout.strip()
+class Link(str):
+    """A symlink's target, as a value of `make_repo`'s files."""
 
 
-def make_repo(path: Path) -> Path:
-    """A repository on branch `main` with one commit."""
+def git(
+    cwd: Path,
+    *args: str,
+    input: bytes | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+    raw: bool = False,
+) -> str:
+    """The real git's output, stripped (`raw`: as it printed it); a failure fails the test."""
+    done = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        input=input,
+        capture_output=True,
+        check=False,
+    )
+    if check and done.returncode != 0:
+        raise AssertionError(
+            f"git {' '.join(args)} failed ({done.returncode}):\n"
+            f"{done.stdout.decode(errors='replace')}\n{done.stderr.decode(errors='replace')}"
+        )
+    out = done.stdout.decode(errors="surrogateescape")
+    return out if raw else out.strip()
+
+
+def write(root: Path, rel: str, data: bytes | str, mode: int | None = None) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    if mode is not None:
+        path.chmod(mode)
+
+
+SMALL_REPO = {"README.md": "hello\n", "src/app.py": "print('hi')\n"}
+
+
+def make_repo(
+    path: Path,
+    files: Mapping[str, bytes | str] = SMALL_REPO,
+    *,
+    executable: Sequence[str] = (),
+) -> Path:
+    """A repository on branch `main` with one commit holding `files` (a `Link` value is a
+    symlink), those named in `executable` with their x bits."""
     path.mkdir(parents=True)
     git(path, "init", "-q", "-b", "main")
-    (path / "README.md").write_text("hello\n")
-    (path / "src").mkdir()
-    (path / "src" / "app.py").write_text("print('hi')\n")
+    for rel, data in files.items():
+        if isinstance(data, Link):
+            (path / rel).parent.mkdir(parents=True, exist_ok=True)
+            (path / rel).symlink_to(data)
+        else:
+            write(path, rel, data, 0o755 if rel in executable else None)
     git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "initial")
+    git(path, "commit", "-q", "-m", "initial", "--allow-empty")
     return path
 
 

@@ -1,7 +1,7 @@
 """The command line: parse, call a service, render. Decisions belong to the services.
 
 `main` is the console script; the click group and its commands are in `group` and the
-`*_cmds` modules, loaded once `main` gave a command that will mount its daemon's head start.
+`*_cmds` modules, loaded once `main` gave a command that will mount its daemon's prestart.
 """
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from collections.abc import Sequence
 from typing import NoReturn
 
 
-def _head_start(args: Sequence[str]) -> contextlib.AbstractContextManager[None]:
+def _prestart(args: Sequence[str]) -> contextlib.AbstractContextManager[None]:
     """For a command that will most likely start a session's daemon, that daemon's process
-    started now (`gitsess.headstart`), before the command line's own modules load. A wrong
+    started now (`gitsess.runtime.prestart`), before the command line's own modules load. A wrong
     guess costs a process that imports the overlay, on the other core, and exits."""
     if args and (args[0] in ("mount", "run") or (args[0] == "new" and "--mount" in args)):
-        from gitsess import headstart
+        from gitsess.runtime import prestart
 
-        return headstart.prestarted()
+        return prestart.prestarted()
     return contextlib.nullcontext()
 
 
@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Run the CLI; every anticipated failure is one line on stderr, never a traceback.
     Called with `argv` (in process, as the tests do) it raises SystemExit as usual."""
     args = sys.argv[1:] if argv is None else list(argv)
-    with _head_start(args):
+    with _prestart(args):
         from gitsess.cli.group import run
 
         code = run(args)

@@ -9,7 +9,6 @@ from dataclasses import asdict
 import click
 from rich.table import Table
 
-from gitsess import agents, sessions
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -20,7 +19,8 @@ from gitsess.cli.base import (
     takes_session,
 )
 from gitsess.cli.group import cli
-from gitsess.sessions import discover
+from gitsess.services import agents, sessions
+from gitsess.services.sessions import discover
 
 
 def _seeded(info: agents.AgentInfo) -> str:

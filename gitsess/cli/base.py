@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gitsess.sessions import Session, SessionInfo, WorktreeSpec
+from gitsess.services.sessions import Session, SessionInfo, WorktreeSpec
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -9,17 +9,16 @@ from pathlib import Path
 
 import click
 
-from gitsess import agents
-from gitsess import gc as sweeps
 from gitsess.cli.base import console, escape, print_json
 from gitsess.cli.group import cli
 from gitsess.cli.hook_cmds import action_line
-from gitsess.git.repo import RepoContext
-from gitsess.sessions import discover
+from gitsess.services import agents
+from gitsess.services import gc as sweeps
+from gitsess.services.sessions import RepoContext, discover
 
 # A sweep removes (or with dry_run only finds) what is left over, and returns it. Each kind of
 # leftover appends its own sweep here, with the word that names one item of it. The sweeps of
-# sessions, mounts and archives (gitsess.gc, shared with the git hooks) run first.
+# sessions, mounts and archives (gitsess.services.gc, shared with the git hooks) run first.
 Sweep = Callable[[RepoContext, bool], list[Path]]
 SWEEPS: tuple[tuple[str, Sweep], ...] = (("orphaned agent root", agents.collect_orphans),)
 

@@ -2,7 +2,7 @@
 
 Commands live in modules by topic; importing a module registers its commands on the `cli`
 group. The group imports a command's module only when that command runs: importing all of
-them cost more than most commands do (pygit2, rich, the agent profiles, promote).
+them cost more than most commands do (pygit2, rich, the agent profiles, apply).
 """
 
 from __future__ import annotations
@@ -26,24 +26,24 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
         "List the agent roles of a session (default: of every session), with their state dirs.",
     ),
     "apply": (
-        "promote_cmds",
-        "Promote a session's changes: to a commit, a patch, or the real worktree.",
+        "apply_cmds",
+        "Apply a session's changes: to a commit, a patch, or the real worktree.",
     ),
     "archives": (
-        "promote_cmds",
+        "apply_cmds",
         "List archived sessions (`rm` archives unapplied changes; `restore` brings them back).",
     ),
     "diff": (
-        "promote_cmds",
+        "apply_cmds",
         "Show what a session changed against its real worktree, content compared.",
     ),
     "discard": (
-        "promote_cmds",
+        "apply_cmds",
         "Drop a session's changes (all, or those PATHSPECs select; ignored paths included).",
     ),
     "doctor": ("machine_cmds", "Check what this machine and directory offer gitsess."),
     "fork": (
-        "promote_cmds",
+        "apply_cmds",
         "A new session NEW_NAME with a copy of a session's changes, on the same worktree.",
     ),
     "fs": (
@@ -84,7 +84,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
         " commit under refs/gitsess/sessions/NAME.",
     ),
     "rename": ("session_cmds", "Rename a session (its worktree and branch keep their names)."),
-    "restore": ("promote_cmds", "Bring back a session archived as NAME (see `gitsess archives`)."),
+    "restore": ("apply_cmds", "Bring back a session archived as NAME (see `gitsess archives`)."),
     "rm": (
         "session_cmds",
         "Remove a session, and the worktree and branch gitsess made for it when nothing is lost.",

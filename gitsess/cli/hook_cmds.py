@@ -10,10 +10,10 @@ from pathlib import Path
 
 import click
 
-from gitsess import gc, hooks
 from gitsess.cli.base import console, escape, print_json
 from gitsess.cli.group import cli
-from gitsess.sessions import discover
+from gitsess.services import gc, hooks
+from gitsess.services.sessions import discover
 
 _DONE = {
     "remove": "removed",

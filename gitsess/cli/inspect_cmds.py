@@ -16,7 +16,6 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from gitsess import inspect, kv, sessions, timeline
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -27,10 +26,10 @@ from gitsess.cli.base import (
     takes_session,
 )
 from gitsess.cli.group import cli
-from gitsess.git.repo import RepoContext
-from gitsess.sessions import Session, discover
-from gitsess.timeline import Drift, Event
-from gitsess.watch import Change, Feed
+from gitsess.services import inspection, kv, sessions, timeline
+from gitsess.services.feed import Change, Feed
+from gitsess.services.sessions import RepoContext, Session, discover
+from gitsess.services.timeline import Drift, Event
 
 # Where `SessionGroup` moves a leading positional session, so that click does not take it for
 # the subcommand's name.
@@ -281,7 +280,7 @@ def fs(ctx: click.Context, session_arg: str | None, session_option: str | None) 
     ctx.obj = ref
 
 
-def _mode(e: inspect.FsEntry) -> str:
+def _mode(e: inspection.FsEntry) -> str:
     return st.filemode(e.mode)
 
 
@@ -289,7 +288,7 @@ def _mtime(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).astimezone().strftime("%Y-%m-%d %H:%M")
 
 
-def _fs_json(e: inspect.FsEntry) -> dict[str, object]:
+def _fs_json(e: inspection.FsEntry) -> dict[str, object]:
     return {
         "path": e.path,
         "name": e.name,
@@ -308,7 +307,7 @@ def _fs_json(e: inspect.FsEntry) -> dict[str, object]:
 def fs_ls(path: str, as_json: bool) -> None:
     """List a directory of the session's view (* marks what the session changed)."""
     ctx, found = _session(_group_ref())
-    entries = inspect.ls(ctx, found, path)
+    entries = inspection.ls(ctx, found, path)
     if as_json:
         print_json([_fs_json(e) for e in entries])
         return
@@ -330,7 +329,7 @@ def fs_ls(path: str, as_json: bool) -> None:
 def fs_cat(path: str) -> None:
     """Print a file of the session's view, as bytes."""
     ctx, found = _session(_group_ref())
-    data = inspect.cat(ctx, found, path)
+    data = inspection.cat(ctx, found, path)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
 
@@ -341,7 +340,7 @@ def fs_cat(path: str) -> None:
 def fs_stat(path: str, as_json: bool) -> None:
     """Describe one path of the session's view."""
     ctx, found = _session(_group_ref())
-    info = inspect.stat(ctx, found, path)
+    info = inspection.stat(ctx, found, path)
     e = info.entry
     origin = info.copied_from
     if as_json:

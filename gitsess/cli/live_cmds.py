@@ -1,6 +1,6 @@
 """Commands for live sessions: run, mount, umount, ps.
 
-What only some paths need (the agents, promote, rich tables) is imported there: mounting is
+What only some paths need (the agents, apply, rich tables) is imported there: mounting is
 meant to take well under a second, and importing all of it was a third of that.
 """
 
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import click
 
-from gitsess import live, sessions
 from gitsess.cli.base import (
     SessionCommand,
     console,
@@ -27,9 +26,8 @@ from gitsess.cli.base import (
 )
 from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext
-from gitsess.sessions import discover
-from gitsess.store.registry import Session
+from gitsess.services import live, sessions
+from gitsess.services.sessions import RepoContext, Session, discover
 
 
 @cli.command(cls=SessionCommand, context_settings={"allow_interspersed_args": False})
@@ -88,7 +86,7 @@ def run(
     env: Mapping[str, str] = os.environ
     agent = None
     if agent_kind is not None or role is not None:
-        from gitsess import agents
+        from gitsess.services import agents
 
         agent = agents.prepare(ctx, session, kind=agent_kind, role=role, argv=argv, env=env)
         argv, env, role = agent.argv, agent.env, agent.participant.role
@@ -131,7 +129,7 @@ def run(
                 sessions.end_run(ctx, run_id, code)
     finally:
         if agent is not None:
-            from gitsess import agents
+            from gitsess.services import agents
 
             for note in agents.finish(ctx, agent):
                 click.echo(f"gitsess: {note}", err=True)
@@ -168,9 +166,9 @@ def _reconciled(ctx: RepoContext, session: Session) -> Session:
     """An apply killed half-way is completed before anyone works in the session again."""
     if not live.apply_interrupted(ctx, session):
         return session
-    from gitsess import promote
+    from gitsess.services import apply
 
-    done = promote.reconcile(ctx, session)
+    done = apply.reconcile(ctx, session)
     for note in done.notes:
         click.echo(f"gitsess: {note}", err=True)
     return done.session

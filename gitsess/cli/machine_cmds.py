@@ -7,9 +7,9 @@ from dataclasses import asdict
 import click
 from rich.table import Table
 
-from gitsess import doctor, tour
 from gitsess.cli.base import console, escape, print_json
 from gitsess.cli.group import cli
+from gitsess.services import doctor, tour
 
 
 @cli.command("doctor")
@@ -23,8 +23,8 @@ from gitsess.cli.group import cli
 def doctor_command(ctx: click.Context, as_json: bool, repair: bool) -> None:
     """Check what this machine and directory offer gitsess."""
     if repair:
-        from gitsess import repair as repairing
-        from gitsess.git.repo import discover
+        from gitsess.services import repair as repairing
+        from gitsess.services.sessions import discover
 
         done = repairing.repair(discover())
         if done.moved_aside is not None:

@@ -13,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, TaskID, TextColumn
 from rich.progress import Progress as Bars
 from rich.table import Table
 
-from gitsess import remote, sessions
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -27,10 +26,9 @@ from gitsess.cli.base import (
 )
 from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
-from gitsess.git import transport
-from gitsess.git.repo import RepoContext
-from gitsess.git.transport import Progress
-from gitsess.sessions import discover
+from gitsess.services import remote, sessions
+from gitsess.services.remote import Progress
+from gitsess.services.sessions import RepoContext, discover
 
 
 class TransferBars:
@@ -157,8 +155,7 @@ def _session_and_remote(
     word = args[0]
     if offsets or option is not None:
         return session_ref((), 0, offsets, option)[0], word
-    is_remote = word in ctx.open().remotes.names() or transport.is_url(word)
-    if not is_remote:
+    if not remote.is_remote(ctx, word):
         return word, None
     try:
         sessions.resolve(ctx, word)

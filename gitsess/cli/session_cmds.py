@@ -13,7 +13,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from gitsess import live, sessions
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -31,12 +30,13 @@ from gitsess.cli.base import (
     worktree_spec,
 )
 from gitsess.cli.group import cli
-from gitsess.sessions import Session, SessionInfo, discover
+from gitsess.services import live, sessions
+from gitsess.services.sessions import Session, SessionInfo, discover
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from gitsess import inspect
+    from gitsess.services import inspection
 
 
 @cli.command()
@@ -160,11 +160,11 @@ _DRIFT_NOTE = (
 
 
 def _drifted(info: SessionInfo) -> list[str]:
-    from gitsess import inspect
+    from gitsess.services import inspection
 
     if info.damaged:
         return []
-    return [d.path for d in inspect.drift(info.session, info.session_dir)]
+    return [d.path for d in inspection.drift(info.session, info.session_dir)]
 
 
 def _drift_counts(infos: Sequence[SessionInfo]) -> dict[str, int]:
@@ -221,13 +221,13 @@ def show(
 ) -> None:
     """Show one session."""
 
-    from gitsess import inspect
+    from gitsess.services import inspection
 
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     ctx = discover()
     info = sessions.info(ctx, ref)
-    usage = inspect.usage(ctx, info)
-    drift = inspect.drift(info.session, info.session_dir)
+    usage = inspection.usage(ctx, info)
+    drift = inspection.drift(info.session, info.session_dir)
     if as_json:
         print_json(
             {
@@ -282,7 +282,7 @@ def _size(n: int) -> str:
     return f"{value:.1f} {unit}"
 
 
-def _runs(usage: inspect.Usage) -> str:
+def _runs(usage: inspection.Usage) -> str:
     if not usage.runs:
         return "none"
     running = f", {usage.running} running" if usage.running else ""

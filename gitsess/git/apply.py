@@ -1,4 +1,4 @@
-"""Promoting a session's changes: into a commit, a patch, or the real worktree.
+"""Applying a session's changes: into a commit, a patch, or the real worktree.
 
 Each target takes the `ChangeSet` from `compute_changes` (already filtered by pathspecs and
 ignore rules) and returns a result dataclass; none prints anything. Nothing is changed when any
@@ -152,7 +152,7 @@ class CommitResult:
     changed_dirs: tuple[str, ...] = ()  # as in WorktreeResult
     new_branch: bool = False  # the branch did not exist: `parent` is where it starts
     # The branch tip the ref moves from, when the commit was built on another commit (the
-    # session's own commits, promoted onto the tip): None means `parent`.
+    # session's own commits, replayed onto the tip): None means `parent`.
     moves_from: str | None = None
 
     @property
@@ -484,7 +484,7 @@ def apply_commit(
     to journal the apply so a crash can be completed with `finish_commit`. `scratch` is the
     scratch repository `changes` was computed with (its `store`), if any; else one is made.
 
-    `onto` is where the session's own commits now end on this branch (`promote_commits`): the
+    `onto` is where the session's own commits now end on this branch (`replay_commits`): the
     changes are committed on top of it, with `base` the session's HEAD, and the ref moves from
     its tip to the result (to `onto` itself when there is nothing more). `undo` gives base
     entries for paths the session's commits changed that the view shows as the worktree has
@@ -522,7 +522,7 @@ def apply_commit(
         if build.tree is None:
             return result
         # The bound worktree is at the branch's tip, which is not where the commit starts when
-        # the session's own commits were promoted first: compare it with what it has.
+        # the session's own commits were replayed first: compare it with what it has.
         checked_out = commit_tree(scratch, tip) if start != tip else build.tip_tree
         update = (
             _plan_commit_worktree(repo, scratch, view, changes, build, force, checked_out)

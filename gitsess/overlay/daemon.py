@@ -1,6 +1,6 @@
 """The per-session daemon: mounts the view, serves it, and answers on the control channel.
 
-Started by `gitsess.mount` as `python -m gitsess.overlay.daemon`; its output goes to the log
+Started by `gitsess.runtime.mount` as `python -m gitsess.overlay.daemon`; its output goes to the log
 file in the session directory. It stays while participants hold their connection (or, when
 persistent, until told to stop), then commits, unmounts and exits.
 """
@@ -27,12 +27,12 @@ import trio
 
 from gitsess.overlay import control, guard, hostloop, listahead
 from gitsess.overlay.audit import Participant
+from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
 from gitsess.overlay.listahead import ListAhead
-from gitsess.overlay.store import DeltaStore, copy_delta
+from gitsess.overlay.lower_watcher import LowerWatcher
 from gitsess.overlay.tree import Tree
-from gitsess.overlay.watcher import LowerWatcher
 
 log = logging.getLogger("gitsess.daemon")
 

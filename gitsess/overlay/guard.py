@@ -35,8 +35,9 @@ import signal
 import time
 from typing import NoReturn
 
-from gitsess import mounttable, processes
+from gitsess import processes
 from gitsess.libc import LIBC
+from gitsess.overlay import mounttable
 
 PR_SET_NAME = 15
 PR_SET_PDEATHSIG = 1

@@ -26,9 +26,9 @@ import apsw
 from gitsess.durable import fsync_dir, nearly_full
 from gitsess.overlay import acl, longpath
 from gitsess.overlay.audit import Audit
+from gitsess.overlay.delta import FIRST_ALLOCATED_INO, INLINE, Batch, DeltaStore, NodeRow
 from gitsess.overlay.fdcache import FdCache, same_file
-from gitsess.overlay.journal import Journal
-from gitsess.overlay.store import FIRST_ALLOCATED_INO, INLINE, Batch, DeltaStore, NodeRow
+from gitsess.overlay.fsmonitor import Journal
 from gitsess.overlay.writebehind import WriteBehind
 
 ROOT_INODE = 1  # what FUSE calls the root

@@ -19,7 +19,7 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.view import Entry, kind_of
-from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.tree import GIT, ROOT_INODE, Node, Tree
 
 # How much of a file is read at once when it is read in parts.

@@ -4,10 +4,16 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import make_repo
+from .helpers import GIT_ENV, sample_repo
+
+
+@pytest.fixture(autouse=True)
+def git_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in GIT_ENV.items():
+        monkeypatch.setenv(name, value)
 
 
 @pytest.fixture
 def repo_dir(tmp_path: Path) -> Path:
     """A repository on branch main with a few committed files of each kind."""
-    return make_repo(tmp_path / "repo")
+    return sample_repo(tmp_path / "repo")

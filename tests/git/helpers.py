@@ -5,73 +5,39 @@ from __future__ import annotations
 import os
 import shutil
 import stat
-import subprocess
-from collections.abc import Mapping
 from pathlib import Path
 
+from tests.util import Link, git, make_repo
+
+# The people git records in these tests: distinct author and committer, so that a test sees
+# which of the two an operation kept (the `git_identity` fixture of conftest.py sets them).
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "Test Author",
     "GIT_AUTHOR_EMAIL": "author@example.com",
     "GIT_COMMITTER_NAME": "Test Committer",
     "GIT_COMMITTER_EMAIL": "committer@example.com",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "HOME": "/nonexistent",
-    "XDG_CONFIG_HOME": "/nonexistent",
+}
+
+# A small mix of what a worktree holds: text, binary, nested, ignored patterns, an executable
+# and a symlink.
+SAMPLE: dict[str, bytes | str] = {
+    "README.md": "# demo\n\nsome text\n",
+    "src/main.py": "".join(f"line {i}\n" for i in range(40)),
+    "src/util.py": "def f():\n    return 1\n",
+    "docs/guide.txt": "guide\n" * 10,
+    "bin/blob.bin": bytes(range(256)) * 8,
+    "run.sh": "#!/bin/sh\necho hi\n",
+    ".gitignore": "*.log\nbuild/\n",
+    "link": Link("src/main.py"),
 }
 
 
-def git(
-    cwd: Path,
-    *args: str,
-    input: bytes | None = None,
-    check: bool = True,
-    env: Mapping[str, str] | None = None,
-) -> str:
-    env = {**os.environ, **GIT_ENV, **(env or {})}
-    done = subprocess.run(
-        ["git", *args], cwd=cwd, env=env, input=input, capture_output=True, check=False
-    )
-    if check and done.returncode != 0:
-        raise AssertionError(
-            f"git {' '.join(args)} failed ({done.returncode}):\n"
-            f"{done.stdout.decode(errors='replace')}\n{done.stderr.decode(errors='replace')}"
-        )
-    return done.stdout.decode(errors="surrogateescape")
-
-
-def write(root: Path, rel: str, data: bytes | str, mode: int | None = None) -> None:
-    path = root / rel
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data.encode() if isinstance(data, str) else data)
-    if mode is not None:
-        path.chmod(mode)
-
-
-def make_repo(path: Path, files: Mapping[str, bytes | str] | None = None) -> Path:
-    """A repository on branch `main` with one commit holding `files` (default: a small mix)."""
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.name", "Test Author")
-    git(path, "config", "user.email", "author@example.com")
-    if files is None:
-        files = {
-            "README.md": "# demo\n\nsome text\n",
-            "src/main.py": "".join(f"line {i}\n" for i in range(40)),
-            "src/util.py": "def f():\n    return 1\n",
-            "docs/guide.txt": "guide\n" * 10,
-            "bin/blob.bin": bytes(range(256)) * 8,
-            "run.sh": "#!/bin/sh\necho hi\n",
-            ".gitignore": "*.log\nbuild/\n",
-        }
-    for rel, data in files.items():
-        write(path, rel, data)
-    if (path / "run.sh").exists():
-        (path / "run.sh").chmod(0o755)
-    if files:
-        (path / "link").symlink_to("src/main.py")
-    git(path, "add", "-A")
-    git(path, "commit", "-q", "-m", "initial", "--allow-empty")
-    return path
+def sample_repo(path: Path) -> Path:
+    """`SAMPLE` committed, with the author as the repository's user (for what reads config)."""
+    repo = make_repo(path, SAMPLE, executable=("run.sh",))
+    git(repo, "config", "user.name", GIT_ENV["GIT_AUTHOR_NAME"])
+    git(repo, "config", "user.email", GIT_ENV["GIT_AUTHOR_EMAIL"])
+    return repo
 
 
 def copy_repo(src: Path, dest: Path) -> Path:
@@ -123,6 +89,6 @@ def _in_scratch_index(repo: Path, view: Path, *args: str) -> str:
     try:
         git(view, *where, "read-tree", "HEAD", env=env)
         git(view, *where, "add", "-A", env=env)
-        return git(view, *where, *args, env=env)
+        return git(view, *where, *args, env=env, raw=True)
     finally:
         index.unlink(missing_ok=True)

@@ -12,9 +12,10 @@ from gitsess.errors import GitsessError
 from gitsess.git.apply import CommitResult, apply_commit, finish_commit
 from gitsess.git.changes import KEEP_LIMIT, compute_changes
 from gitsess.git.diff import scratch_repo
+from tests.util import git, make_repo, write
 
 from .dirview import DirView
-from .helpers import git, git_view_tree, make_repo, tree_state, write
+from .helpers import git_view_tree, tree_state
 
 SIG = pygit2.Signature("Session Author", "session@example.com", 1_700_000_000, 60)
 
@@ -106,7 +107,7 @@ def test_kept_blobs_are_committed_and_big_files_read_again(repo_dir: Path, tmp_p
         repo_dir, view, "small.txt", "written after the changes were computed\n", "kept"
     )
     assert result.ok and head(repo_dir) == result.commit
-    assert git(repo_dir, "show", "HEAD:small.txt") == "seen\n"
+    assert git(repo_dir, "show", "HEAD:small.txt", raw=True) == "seen\n"
     assert git(repo_dir, "cat-file", "-s", "HEAD:big.bin").strip() == str(KEEP_LIMIT + 1)
     git(repo_dir, "fsck", "--strict")
     write(view.root, "big.bin", b"y" * (KEEP_LIMIT + 2))
@@ -144,9 +145,9 @@ def test_moved_branch_merges_cleanly(repo_dir: Path, tmp_path: Path) -> None:
     assert result.ok and result.merged and result.parent == tip
     merged = (repo_dir / "src/main.py").read_text()
     assert "real edit near the top" in merged and "session edit near the end" in merged
-    assert git(repo_dir, "show", "HEAD:src/main.py") == merged
-    assert git(repo_dir, "show", "HEAD:README.md") == "real readme\n"
-    assert git(repo_dir, "show", "HEAD:session.txt") == "from the session\n"
+    assert git(repo_dir, "show", "HEAD:src/main.py", raw=True) == merged
+    assert git(repo_dir, "show", "HEAD:README.md", raw=True) == "real readme\n"
+    assert git(repo_dir, "show", "HEAD:session.txt", raw=True) == "from the session\n"
     assert git(repo_dir, "status", "--porcelain") == ""
     assert "src/main.py" in result.updated_paths
 
@@ -162,7 +163,7 @@ def test_session_started_after_real_commit_does_not_conflict(
     (view.root / "src/main.py").write_text("line 0\nreal\nsession\n")
     result = commit(repo_dir, view, base=base)
     assert result.ok, result.conflicts
-    assert git(repo_dir, "show", "HEAD:src/main.py") == "line 0\nreal\nsession\n"
+    assert git(repo_dir, "show", "HEAD:src/main.py", raw=True) == "line 0\nreal\nsession\n"
 
 
 def test_conflicts_change_nothing_and_name_every_path(repo_dir: Path, tmp_path: Path) -> None:
@@ -200,7 +201,7 @@ def test_commit_to_branch_not_checked_out(repo_dir: Path, tmp_path: Path) -> Non
     assert result.ok and not result.worktree_updated
     assert result.applied == ("README.md",) and result.skipped == ("docs/guide.txt",)
     assert tree_state(repo_dir) == before
-    assert git(repo_dir, "show", "feature:README.md") == "feature readme\n"
+    assert git(repo_dir, "show", "feature:README.md", raw=True) == "feature readme\n"
     assert head(repo_dir, "feature~1") == head(repo_dir, "main")
 
 
@@ -299,8 +300,8 @@ def test_mode_only_change_of_untracked_file_rides_along(repo_dir: Path, tmp_path
     result = commit(repo_dir, view)
     assert result.ok and set(result.applied) == {"notes.txt", "added.txt"}
     assert (repo_dir / "notes.txt").stat().st_mode & 0o777 == 0o600
-    assert git(repo_dir, "status", "--porcelain") == "?? notes.txt\n"
-    assert git(repo_dir, "show", "HEAD:added.txt") == "added\n"
+    assert git(repo_dir, "status", "--porcelain", raw=True) == "?? notes.txt\n"
+    assert git(repo_dir, "show", "HEAD:added.txt", raw=True) == "added\n"
 
 
 def test_linked_worktree_is_updated_when_bound(repo_dir: Path, tmp_path: Path) -> None:
@@ -315,7 +316,7 @@ def test_linked_worktree_is_updated_when_bound(repo_dir: Path, tmp_path: Path) -
     result = commit(linked, view, branch="feature")
     assert result.ok and result.worktree_updated and result.applied == ("src/main.py",)
     assert git(linked, "status", "--porcelain") == ""
-    assert git(repo_dir, "show", "feature:src/main.py") == "on feature\n"
+    assert git(repo_dir, "show", "feature:src/main.py", raw=True) == "on feature\n"
     assert head(repo_dir, "main") == head(repo_dir, "feature~1")
     assert tree_state(repo_dir) == main_before
     # from the main worktree, the same branch is checked out elsewhere

@@ -7,9 +7,10 @@ import pygit2
 
 from gitsess.git.apply import PatchResult, make_patch
 from gitsess.git.changes import compute_changes
+from tests.util import git, write
 
 from .dirview import DirView
-from .helpers import copy_repo, git, tree_state, write
+from .helpers import copy_repo, tree_state
 
 
 def patch_of(repo_dir: Path, view: DirView, *specs: str, **kw: object) -> PatchResult:
@@ -77,4 +78,4 @@ def test_pathspec_limits_patch(repo_dir: Path, tmp_path: Path) -> None:
     result = patch_of(repo_dir, view, "src", "assets")
     assert result.paths == ("assets/logo.png", "src/main.py")
     git(repo_dir, "apply", input=result.text)
-    assert git(repo_dir, "status", "--porcelain") == " M src/main.py\n?? assets/\n"
+    assert git(repo_dir, "status", "--porcelain", raw=True) == " M src/main.py\n?? assets/\n"

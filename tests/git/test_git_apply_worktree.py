@@ -13,9 +13,10 @@ import pytest
 from gitsess.git.apply import WorktreeResult, apply_worktree
 from gitsess.git.changes import compute_changes
 from gitsess.git.view import Entry
+from tests.util import git, write
 
 from .dirview import DirView
-from .helpers import copy_repo, git, tree_state, write
+from .helpers import copy_repo, tree_state
 
 
 def apply(

@@ -9,8 +9,7 @@ import pytest
 
 from gitsess.git.blobid import blob_id, file_blob_id, stream_blob_id
 from gitsess.git.diff import scratch_repo
-
-from .helpers import git
+from tests.util import git
 
 
 @pytest.mark.parametrize("size", [0, 1, 55, 56, 64, 4096, (1 << 20) + 3, (3 << 20) + 1])

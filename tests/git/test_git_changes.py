@@ -9,9 +9,9 @@ import pytest
 
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, Pathspec, compute_changes
+from tests.util import git, write
 
 from .dirview import DirView
-from .helpers import git, write
 
 
 def view_of(repo_dir: Path, tmp_path: Path) -> DirView:
@@ -161,7 +161,7 @@ def test_ignore_rules_agree_with_git(tmp_path: Path) -> None:
         "a/x/y/b", "q/deep", "deep", "x/1", "x/2/3", "ab.c", "bb.c", "cb.c", "sp ace", "#hash",
         "nested/n.txt", "nested/sub/n.txt", "qz", "rz", "plain",
     ]  # fmt: skip
-    from .helpers import make_repo
+    from tests.util import make_repo
 
     repo = make_repo(tmp_path / "r", {".gitignore": "\n".join(rules) + "\n"})
     view = DirView.copy_of(repo, tmp_path / "v")

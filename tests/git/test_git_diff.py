@@ -8,9 +8,10 @@ import pygit2
 
 from gitsess.git.changes import compute_changes
 from gitsess.git.diff import DiffResult, diff_changes, scratch_repo
+from tests.util import git, write
 
 from .dirview import DirView
-from .helpers import copy_repo, git, git_view_diff, write
+from .helpers import copy_repo, git_view_diff
 
 
 def diff_of(repo_dir: Path, view: DirView, *specs: str, binary: bool = False) -> DiffResult:

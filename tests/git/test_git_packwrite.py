@@ -11,8 +11,9 @@ import pytest
 from pygit2.enums import ObjectType
 
 from gitsess.git import packwrite
+from tests.util import git
 
-from .helpers import copy_repo, git, make_repo
+from .helpers import copy_repo, sample_repo
 
 
 def _blobs(count: int) -> list[packwrite.Entry]:
@@ -26,7 +27,7 @@ def _blobs(count: int) -> list[packwrite.Entry]:
 
 
 def test_a_pack_of_blobs_a_tree_and_a_commit_is_whole(tmp_path: Path) -> None:
-    repo_dir = make_repo(tmp_path / "repo")
+    repo_dir = sample_repo(tmp_path / "repo")
     repo = pygit2.Repository(str(repo_dir))
     blobs = _blobs(120)
     # The tree and commit are made in a scratch object store, as apply makes them: a copy, so
@@ -66,7 +67,7 @@ def test_few_or_huge_object_sets_are_not_for_a_pack() -> None:
 
 
 def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
-    repo_dir = make_repo(tmp_path / "repo")
+    repo_dir = sample_repo(tmp_path / "repo")
     pack_dir = repo_dir / ".git" / "objects" / "pack"
     before = sorted(os.listdir(pack_dir)) if pack_dir.exists() else []
     broken = [*_blobs(100), (pygit2.hash(b"y"), ObjectType.BLOB, "not bytes")]

@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 
 from gitsess.git.apply import apply_commit, apply_worktree, make_patch
 from gitsess.git.changes import compute_changes
+from tests.util import git, make_repo
 
 from .dirview import DirView, walk
-from .helpers import copy_repo, git, git_view_tree, make_repo, tree_state
+from .helpers import copy_repo, git_view_tree, tree_state
 
 # *.log is ignored by the base repo; a written .gitignore may ignore more (IGNORING)
 NAMES = ["a", "b.txt", "c.bin", "d.log", "sub", "e.sh", ".gitignore"]

@@ -15,9 +15,10 @@ import pytest
 from gitsess.git.apply import apply_commit, apply_worktree, make_patch
 from gitsess.git.changes import compute_changes
 from gitsess.git.diff import diff_changes
+from tests.util import git, make_repo
 
 from .dirview import DirView
-from .helpers import copy_repo, git, make_repo, tree_state
+from .helpers import copy_repo, tree_state
 
 T = TypeVar("T")
 SIG = pygit2.Signature("Scale", "scale@example.com", 1_700_000_000, 0)

@@ -14,36 +14,25 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import mount, mounttable
-from gitsess.overlay import control
+from gitsess.overlay import control, mounttable
+from gitsess.runtime import mount
 from tests.live_util import eventually
+from tests.util import Link, make_repo
 
 pytestmark = pytest.mark.fuse
 
 
-def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
-    ).stdout
+WORKTREE = {
+    "README": "readme\n",
+    "src/main.py": "print('hi')\n",
+    "src/pkg/mod.py": "x = 1\n",
+    "bin/tool": "#!/bin/sh\necho tool\n",
+    "link": Link("README"),
+}
 
 
 def make_worktree(path: Path) -> Path:
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    git(path, "config", "user.email", "t@example.com")
-    git(path, "config", "user.name", "Tester")
-    (path / "README").write_text("readme\n")
-    (path / "src").mkdir()
-    (path / "src" / "main.py").write_text("print('hi')\n")
-    (path / "src" / "pkg").mkdir()
-    (path / "src" / "pkg" / "mod.py").write_text("x = 1\n")
-    (path / "bin").mkdir()
-    (path / "bin" / "tool").write_text("#!/bin/sh\necho tool\n")
-    (path / "bin" / "tool").chmod(0o755)
-    os.symlink("README", path / "link")
-    git(path, "add", "-A")
-    git(path, "commit", "-qm", "initial")
-    return path
+    return make_repo(path, WORKTREE, executable=("bin/tool",))
 
 
 @dataclass

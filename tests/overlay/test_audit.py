@@ -9,7 +9,7 @@ import trio
 
 from gitsess.overlay import fs
 from gitsess.overlay.audit import Audit, Participant
-from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.tree import Tree
 
 

@@ -17,7 +17,8 @@ import pytest
 from gitsess.overlay import control, daemon, fs
 from gitsess.overlay.tree import INLINE_MAX
 from tests.live_util import eventually
-from tests.overlay.conftest import Mounted, git
+from tests.overlay.conftest import Mounted
+from tests.util import git
 
 pytestmark = pytest.mark.fuse
 
@@ -187,7 +188,7 @@ def _real_git_state(repo: Path) -> str:
 def test_git_inside_the_view_changes_only_the_session(mounted: Mounted) -> None:
     before = _real_git_state(mounted.lower)
     (mounted.mnt / "README").write_text("session change\n")
-    out = git(mounted.mnt, "status", "--porcelain")
+    out = git(mounted.mnt, "status", "--porcelain", raw=True)
     assert out == " M README\n"
     git(mounted.mnt, "add", "README")
     git(mounted.mnt, "commit", "-qm", "from the session")
@@ -352,7 +353,7 @@ def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path:
     finally:
         writer.kill()
         writer.wait()
-    from gitsess import mount
+    from gitsess.runtime import mount
 
     assert eventually(lambda: mount.status(mounted.spec.session_id) is None)
     # The worktree watch ends with its daemon (its stdin closes), killed or not.

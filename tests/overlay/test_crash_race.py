@@ -18,7 +18,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from gitsess import mount
+from gitsess.runtime import mount
 from tests.live_util import eventually
 
 from .conftest import Mounted

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from gitsess.overlay.store import DeltaStore, copy_data, data_bytes
+from gitsess.overlay.delta import DeltaStore, copy_data, data_bytes
 from gitsess.overlay.tree import INLINE_MAX, ROOT_INODE, Tree
 
 

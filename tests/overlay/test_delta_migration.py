@@ -10,7 +10,7 @@ import apsw
 import pytest
 
 from gitsess.overlay import schema
-from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.tree import ROOT_INODE, Tree
 
 CHUNK = 128 * 1024

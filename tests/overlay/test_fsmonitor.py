@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gitsess.live import FSMONITOR_CONFIG, git_config_env
+from gitsess.services.live import FSMONITOR_CONFIG, git_config_env
 from tests.overlay.conftest import Mounted
 
 pytestmark = pytest.mark.fuse

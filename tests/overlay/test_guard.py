@@ -7,8 +7,8 @@ import signal
 import time
 from pathlib import Path
 
-from gitsess import mount, mounttable
-from gitsess.overlay import control, guard
+from gitsess.overlay import control, guard, mounttable
+from gitsess.runtime import mount
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from gitsess import mount, mounttable
-from gitsess.overlay import control, hostloop
+from gitsess.overlay import control, hostloop, mounttable
+from gitsess.runtime import mount
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
 

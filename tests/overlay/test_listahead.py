@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gitsess import mount
 from gitsess.overlay import listahead
 from gitsess.overlay.fs import LIST_AHEAD_MAX_BYTES
 from gitsess.overlay.listahead import ListAhead
+from gitsess.runtime import mount
 from tests.overlay.conftest import Mounted, make_worktree
 
 pytestmark = pytest.mark.fuse

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.tree import ROOT_INODE, Node, Tree
 
 

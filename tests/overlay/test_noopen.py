@@ -18,7 +18,8 @@ import pytest
 from gitsess.overlay import tree as tree_module
 from gitsess.overlay.fs import INODE_FH
 from tests.live_util import eventually
-from tests.overlay.conftest import Mounted, git, make_worktree
+from tests.overlay.conftest import Mounted, make_worktree
+from tests.util import git
 
 pytestmark = [
     pytest.mark.fuse,

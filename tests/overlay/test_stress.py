@@ -12,7 +12,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from gitsess import mount
+from gitsess.runtime import mount
 from tests.overlay.conftest import Mounted
 
 pytestmark = pytest.mark.fuse

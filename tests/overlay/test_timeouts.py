@@ -11,7 +11,7 @@ import pyfuse3
 import trio
 
 from gitsess.overlay import fs
-from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.tree import ROOT_INODE, Tree
 
 

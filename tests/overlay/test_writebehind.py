@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess.overlay.store import DeltaStore
+from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.tree import ROOT_INODE, Tree
 from gitsess.overlay.writebehind import EVERY, WriteBehind
 from tests.live_util import eventually

@@ -1,0 +1,331 @@
+"""Mounting a session: start its daemon (or hand the prestarted one its arguments, see
+`prestart`) or join the live one, stop it, recover stale mounts."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import select
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gitsess.errors import GitsessError
+from gitsess.overlay import control, mounttable
+from gitsess.runtime import prestart
+
+READY_TIMEOUT = 30.0
+# Each attempt that finds the daemon stopping waits for it to exit and starts a new one.
+JOIN_ATTEMPTS = 3
+FSTYPE = "fuse.gitsess"
+
+
+@dataclass(frozen=True)
+class MountSpec:
+    session_id: str
+    lower: Path
+    session_dir: Path
+    hidden: tuple[str, ...] = ()  # paths relative to `lower` the view never shows
+    read_only: bool = False
+    persistent: bool = False
+    allow_other: bool = False
+    mountpoint: Path | None = None
+
+    @property
+    def delta(self) -> Path:
+        return self.session_dir / "delta.db"
+
+    @property
+    def target(self) -> Path:
+        return self.mountpoint or self.session_dir / "mnt"
+
+    @property
+    def log(self) -> Path:
+        return self.session_dir / "daemon.log"
+
+
+@dataclass(frozen=True)
+class Status:
+    daemon_pid: int
+    mountpoint: str
+    persistent: bool
+    read_only: bool
+    participants: list[dict[str, Any]] = field(default_factory=list)
+
+
+class DaemonStopping(GitsessError):
+    """The daemon decided to stop just as it was asked to take a participant in."""
+
+
+def status(session_id: str) -> Status | None:
+    """The live daemon's view of itself, or None when the session is not mounted.
+
+    None also means that no daemon writes delta.db any more: one that is stopping is waited for
+    until it exited, after its last commit.
+    """
+    try:
+        reply = control.request(session_id, {"op": "status"})
+    except ConnectionError:
+        # It stopped with our request unread: it closes the connection as it exits.
+        _wait_gone(session_id)
+        return None
+    except OSError:
+        return None
+    if reply is not None and reply.get("stopping"):
+        _wait_gone(session_id)
+        return None
+    if reply is None or not reply.get("ok"):
+        return None
+    return Status(
+        reply["daemon_pid"],
+        reply["mountpoint"],
+        reply["persistent"],
+        reply["read_only"],
+        reply["participants"],
+    )
+
+
+def _wait_gone(session_id: str) -> None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while control.serving(session_id):
+        if time.monotonic() > deadline:
+            raise GitsessError(
+                f"the daemon of session {session_id} is stopping but has not exited after "
+                f"{READY_TIMEOUT:.0f} s"
+            )
+        time.sleep(0.01)
+
+
+def sync(session_id: str) -> bool:
+    """Ask a live daemon to commit everything now, so delta.db readers see the latest state."""
+    try:
+        return control.request(session_id, {"op": "sync"}) is not None
+    except (OSError, ConnectionError):
+        return False
+
+
+# A copy of a session's changes may be gigabytes of data files.
+COPY_TIMEOUT = 3600.0
+
+
+def copy_delta(session_id: str, dest_dir: Path) -> bool:
+    """Have the live daemon copy its delta (delta.db and data files) into `dest_dir`, serving no
+    request meanwhile, so no write lands in the copy in part; False when no daemon serves it."""
+    try:
+        sock = control.connect(session_id, timeout=COPY_TIMEOUT)
+        if sock is None:
+            return False
+        with sock:
+            reply = control.send(sock, {"op": "copy", "dest": str(dest_dir / "delta.db")})
+    except ConnectionError:
+        # It was stopping (its last participant had just left) and closed with our request
+        # unread: once it is gone, after its last commit, the caller copies delta.db itself.
+        _wait_gone(session_id)
+        return False
+    except OSError as e:
+        raise GitsessError(f"copying the live session's changes: {e}") from e
+    if not reply.get("ok"):
+        raise GitsessError(f"copying the live session's changes: {reply.get('error')}")
+    return True
+
+
+@contextlib.contextmanager
+def locked(session_dir: Path) -> Iterator[None]:
+    """Serialises mounting with offline changes to delta.db (no daemon starts meanwhile)."""
+    with open(session_dir / "mount.lock", "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_mounted(spec: MountSpec) -> Status:
+    """Mount the session unless its daemon already serves it; return the live status."""
+    with locked(spec.session_dir):
+        live = status(spec.session_id)
+        if live is not None and spec.persistent and not live.persistent:
+            live = live if _persist(spec.session_id) else None
+        if live is not None:
+            prestart.discard()
+            return live
+        clean_stale(spec.target)
+        _start_daemon(spec)
+        live = status(spec.session_id)
+        if live is None:
+            raise GitsessError(f"the session daemon exited right after mounting; see {spec.log}")
+        return live
+
+
+def _persist(session_id: str) -> bool:
+    """Make the live daemon stay without participants; False when it was stopping (and is
+    gone now)."""
+    try:
+        reply = control.request(session_id, {"op": "persist"})
+    except ConnectionError:
+        reply = {"stopping": True}
+    if reply is not None and not reply.get("stopping"):
+        return True
+    _wait_gone(session_id)
+    return False
+
+
+def _start_daemon(spec: MountSpec) -> None:
+    spec.target.mkdir(mode=0o700, parents=True, exist_ok=True)
+    args = [
+        "--session-id",
+        spec.session_id,
+        "--lower",
+        str(spec.lower),
+        "--delta",
+        str(spec.delta),
+        "--mountpoint",
+        str(spec.target),
+    ]
+    for rel in spec.hidden:
+        args += ["--hide", rel]
+    for flag, on in (
+        ("--persistent", spec.persistent),
+        ("--read-only", spec.read_only),
+        ("--allow-other", spec.allow_other),
+    ):
+        if on:
+            args.append(flag)
+    read_end = prestart.hand_over(args, spec.log)
+    if read_end is None:
+        read_end, write_end = os.pipe()
+        with open(spec.log, "ab") as log:
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-P",  # no current directory on sys.path: the repository's types.py is not ours
+                    "-m",
+                    prestart.DAEMON_MODULE,
+                    *args,
+                    "--ready-fd",
+                    str(write_end),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(write_end,),
+                start_new_session=True,
+            )
+        os.close(write_end)
+    try:
+        answer = _read_ready(read_end)
+    finally:
+        os.close(read_end)
+    if answer == "ready" or answer == "busy":
+        return
+    detail = answer or _log_tail(spec.log)
+    raise GitsessError(f"could not mount the session: {detail} (log: {spec.log})")
+
+
+def _read_ready(fd: int) -> str:
+    deadline = time.monotonic() + READY_TIMEOUT
+    buf = b""
+    while not buf.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return "timed out waiting for the daemon"
+        part = os.read(fd, 4096)
+        if not part:
+            break
+        buf += part
+    return buf.decode(errors="replace").strip()
+
+
+def _log_tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "the daemon exited"
+    return lines[-1] if lines else "the daemon exited"
+
+
+def join(session_id: str, info: dict[str, Any]) -> socket.socket:
+    """Register a participant. The returned connection is the registration: keep it open (and
+    inheritable by the command) for as long as the participant uses the mount."""
+    sock = control.connect(session_id)
+    if sock is None:
+        raise DaemonStopping("the session daemon is not running")
+    try:
+        reply = control.send(sock, {"op": "join", **info})
+    except ConnectionError:
+        sock.close()
+        raise DaemonStopping("the session daemon stopped") from None
+    except BaseException:
+        sock.close()
+        raise
+    if not reply.get("ok"):
+        sock.close()
+        if reply.get("stopping"):
+            raise DaemonStopping(str(reply.get("error")))
+        raise GitsessError(f"the session daemon refused: {reply.get('error')}")
+    sock.settimeout(None)
+    return sock
+
+
+def mount_and_join(spec: MountSpec, info: dict[str, Any]) -> tuple[Status, socket.socket]:
+    """`ensure_mounted`, then `join`; a daemon that stops in between is replaced by a new one."""
+    attempts = JOIN_ATTEMPTS
+    while True:
+        live = ensure_mounted(spec)
+        try:
+            return live, join(spec.session_id, info)
+        except DaemonStopping:
+            attempts -= 1
+            if not attempts:
+                raise
+
+
+def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:
+    """Stop the daemon (it commits and unmounts); True when something was mounted."""
+    live = status(session_id)
+    if live is None:
+        return clean_stale(mountpoint)
+    try:
+        reply = control.request(session_id, {"op": "stop"})
+    except (OSError, ConnectionError):
+        reply = None
+    if reply is not None and not reply.get("ok"):
+        # It could not save the changes it holds (a full disk): it stays, and so do they.
+        raise GitsessError(str(reply.get("error")))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not control.serving(session_id) and not mounttable.is_mount_point(mountpoint):
+            return True
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(live.daemon_pid, 9)
+    clean_stale(mountpoint)
+    return True
+
+
+def clean_stale(mountpoint: Path) -> bool:
+    """Unmount a view whose daemon is gone (the mount answers ENOTCONN); True if it did."""
+    if not mounttable.is_mount_point(mountpoint):
+        return False
+    try:
+        os.stat(mountpoint)
+    except OSError as e:
+        if e.errno not in (errno.ENOTCONN, errno.ECONNABORTED, errno.EIO):
+            raise
+    unmount(mountpoint)
+    return True
+
+
+def unmount(mountpoint: Path) -> None:
+    tool = shutil.which("fusermount3") or shutil.which("fusermount")
+    if tool is None:
+        raise GitsessError("fusermount3 is missing: install the fuse3 package")
+    subprocess.run([tool, "-uz", str(mountpoint)], check=False, capture_output=True)

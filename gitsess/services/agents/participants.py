@@ -1,0 +1,327 @@
+"""Participant services: start and finish an agent role in a session, stop it, list, collect.
+
+A participant is one (session, role) row. Its isolation root and lever are chosen once, when the
+role first runs, and re-applied on every resume, so the CLI finds its own conversations again.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import uuid4
+
+import apsw
+
+from gitsess import processes
+from gitsess.errors import GitsessError
+from gitsess.git.repo import RepoContext
+from gitsess.runtime import mount
+from gitsess.services.agents import profiles, roots
+from gitsess.services.agents.roots import Refresh
+from gitsess.store.registry import Participant, Registry, Session
+
+ROLE_ENV = "GITSESS_ROLE"
+ROOT_ENV = "GITSESS_AGENT_ROOT"
+WATCH_LOG = "agents.log"
+
+_ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+@dataclass
+class Prepared:
+    """A participant that is running: what to start, and what `finish` must release."""
+
+    participant: Participant
+    argv: list[str]
+    env: dict[str, str]
+    notes: list[str]  # for the user: seeds that could not be linked, refreshed tokens
+    lock_fd: int
+    watcher: subprocess.Popen[bytes] | None
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    participant: Participant
+    session_name: str
+    running: bool
+
+
+@contextmanager
+def _registry(ctx: RepoContext, *, create: bool = False) -> Iterator[Registry]:
+    with Registry.opened(ctx.registry_path, create=create) as registry:
+        if registry is None:
+            raise GitsessError(f"no sessions yet in {ctx.common_dir}")
+        yield registry
+
+
+def prepare(
+    ctx: RepoContext,
+    session: Session,
+    *,
+    kind: str | None,
+    role: str | None,
+    argv: Sequence[str],
+    env: Mapping[str, str],
+) -> Prepared:
+    """Start (or resume) the participant (session, role) as agent `kind`.
+
+    A new role needs a kind and gets a new root; a known role keeps its root and lever. Fails,
+    naming the pid, when the role is running already. The caller must `finish` what this
+    returns, whatever happens in between.
+    """
+    role = role or kind
+    if role is None:
+        raise GitsessError("give --agent KIND, --role ROLE, or both")
+    if not _ROLE.fullmatch(role):
+        raise GitsessError(
+            f"invalid role {role!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a"
+            " letter or digit"
+        )
+    known = profiles.load(ctx, env)
+    wanted = known.get(kind) if kind is not None else None
+    _refuse_inside(session, [role])
+    notes: list[str] = []
+    with _registry(ctx) as registry, registry.write():
+        row = registry.participant(session.id, role)
+        created = row is None
+        if row is None:
+            if wanted is None or kind is None:
+                raise GitsessError(
+                    f"session {session.name} has no role {role!r} yet; start it with --agent KIND"
+                )
+            row = _add(ctx, registry, session, role, kind, wanted)
+        profile = known.get(row.kind)
+        if wanted is not None and wanted.kind != profile.kind:
+            raise GitsessError(
+                f"role {role!r} of session {session.name} is a {row.kind} agent, not {kind}; "
+                f"`gitsess stop {session.name} --role {role}` first, or pick another role"
+            )
+        root = roots.root_of(ctx.state_dir, row.isolation_uuid)
+        if not root.is_dir():
+            roots.create_root(root)  # purged behind our back: the role starts afresh
+        fd = roots.try_lock(root)
+        if fd is None:
+            raise _running(session, row)
+        try:
+            notes += _refresh_notes(roots.sweep(registry.participants(), ctx.state_dir))
+            source = profile.source_dir(env)
+            seeded = roots.seed(root, source, profile.seeds)
+            registry.participant_started(row.id, root=root, pid=os.getpid(), seeded=seeded)
+            started = registry.participant(session.id, role)
+            assert started is not None
+            watcher = _start_watcher(ctx, session, started)
+        except BaseException:
+            os.close(fd)
+            raise
+    missing = sorted(s.target for s in seeded if s.status == "missing")
+    was_missing = sorted(s.target for s in row.seeded if s.status == "missing")
+    if missing and (created or missing != was_missing):
+        notes.append(f"{row.kind} role {role}: not linked (no such file): {', '.join(missing)}")
+    lever = profiles.Lever.from_json(row.lever)
+    run_argv, run_env = lever.apply(
+        list(argv) or list(profile.command), profile.visible_env(env), root
+    )
+    run_env |= {ROLE_ENV: role, ROOT_ENV: str(root)}
+    return Prepared(started, run_argv, run_env, notes, fd, watcher)
+
+
+def _add(
+    ctx: RepoContext,
+    registry: Registry,
+    session: Session,
+    role: str,
+    kind: str,
+    profile: profiles.Profile,
+) -> Participant:
+    isolation_uuid = str(uuid4())
+    root = roots.root_of(ctx.state_dir, isolation_uuid)
+    try:
+        row = registry.add_participant(
+            session_id=session.id,
+            role=role,
+            kind=kind,
+            isolation_uuid=isolation_uuid,
+            root=root,
+            lever=profile.lever.to_json(),
+        )
+    except apsw.ConstraintError as e:
+        raise GitsessError(f"isolation root {isolation_uuid} is taken already") from e
+    # Inside the registry transaction: a root that cannot be made leaves no row either.
+    roots.create_root(root)
+    return row
+
+
+def _refuse_inside(session: Session, roles: Collection[str]) -> None:
+    """The daemon knows who is inside even when the `gitsess run` that started them died."""
+    status = mount.status(session.id)
+    for p in status.participants if status is not None else []:
+        if p.get("role") in roles:
+            raise GitsessError(
+                f"role {p['role']} is already running in session {session.name}"
+                f" (pid {p.get('pid')})"
+            )
+
+
+def _running(session: Session, row: Participant) -> GitsessError:
+    return GitsessError(
+        f"role {row.role} is already running in session {session.name} (pid {row.pid})"
+    )
+
+
+def _start_watcher(
+    ctx: RepoContext, session: Session, participant: Participant
+) -> subprocess.Popen[bytes] | None:
+    """A process that watches the root's seeds while the agent runs and sweeps on a refresh.
+
+    A process, not a thread: the command is started with fork and a pre-exec function, which a
+    second thread in this process could deadlock. `finish` stops it; it also ends when its stdin
+    (our pipe) closes, so that it never outlives us.
+    """
+    root = participant.root
+    seeds = [str(root / s.path) for s in participant.seeded if s.status == "linked"]
+    if not seeds:
+        return None
+    log_path = ctx.session_dir(session.id) / WATCH_LOG
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-P",
+                "-m",
+                "gitsess.services.agents.refresher",
+                str(ctx.common_dir),
+                str(ctx.state_dir),
+                *seeds,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            cwd="/",
+            start_new_session=True,
+        )
+
+
+def finish(ctx: RepoContext, prepared: Prepared) -> list[str]:
+    """The participant's command has ended: stop watching, take in a token it refreshed, mark it
+    idle and release the role. Returns notes for the user."""
+    watcher = prepared.watcher
+    if watcher is not None:
+        assert watcher.stdin is not None
+        watcher.stdin.close()
+        # Not waiting for it to see its stdin close: it may still be starting up, and a
+        # watcher that has not started has nothing to finish; the sweep below does its work.
+        watcher.terminate()
+        try:
+            watcher.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            watcher.kill()
+            watcher.wait()
+    try:
+        with _registry(ctx) as registry, registry.write():
+            refreshed = roots.sweep(registry.participants(), ctx.state_dir)
+            registry.participant_ended(prepared.participant.id)
+    finally:
+        os.close(prepared.lock_fd)
+    return _refresh_notes(refreshed)
+
+
+def refresh(ctx: RepoContext) -> list[Refresh]:
+    """Sweep every root of the repository for refreshed seeds (see `roots.sweep`)."""
+    with _registry(ctx) as registry, registry.write():
+        return roots.sweep(registry.participants(), ctx.state_dir)
+
+
+def _refresh_notes(refreshed: list[Refresh]) -> list[str]:
+    return [
+        f"an agent refreshed {r.target}: copied it back, linked again in {len(r.relinked)} root(s)"
+        for r in refreshed
+        if r.copied_from is not None
+    ]
+
+
+def stop(ctx: RepoContext, session: Session, role: str) -> Participant:
+    """Forget a role: its row goes and its root is purged (the linked originals stay)."""
+    with _registry(ctx) as registry, registry.write():
+        row = registry.participant(session.id, role)
+        if row is None:
+            raise GitsessError(f"session {session.name} has no role {role!r}")
+        _purge(ctx, registry, session, [row])
+        registry.delete_participant(row.id)
+    return row
+
+
+def purge_session(ctx: RepoContext, registry: Registry, session: Session) -> None:
+    """Purge the roots of every participant of a session about to be removed; call inside the
+    registry transaction that removes it (its rows go with the session's)."""
+    _purge(ctx, registry, session, registry.participants(session.id))
+
+
+def _purge(ctx: RepoContext, registry: Registry, session: Session, rows: list[Participant]) -> None:
+    _refuse_inside(session, [row.role for row in rows])
+    held: list[int] = []
+    try:
+        for row in rows:
+            root = roots.root_of(ctx.state_dir, row.isolation_uuid)
+            if not root.is_dir():
+                continue
+            fd = roots.try_lock(root)
+            if fd is None:
+                raise _running(session, row)
+            held.append(fd)
+        # A token refreshed in a root about to go must reach the original first.
+        roots.sweep(registry.participants(), ctx.state_dir)
+        for row in rows:
+            roots.purge(roots.root_of(ctx.state_dir, row.isolation_uuid))
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+def list_participants(ctx: RepoContext, session: Session | None) -> list[AgentInfo]:
+    """The participants of one session, or of all; never creates the registry."""
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        if registry is None:
+            return []
+        names = {s.id: s.name for s in registry.all()}
+        rows = registry.participants(None if session is None else session.id)
+    return [AgentInfo(p, names[p.session_id], p.state == "running" and _alive(p.pid)) for p in rows]
+
+
+def _alive(pid: int | None) -> bool:
+    return pid is not None and processes.alive(pid)
+
+
+def collect_orphans(ctx: RepoContext, dry_run: bool) -> list[Path]:
+    """Remove roots that no participant owns (its row or its session is gone).
+
+    Runs in a registry transaction, so a root that `prepare` is creating right now, together
+    with its row, is never taken for an orphan. A root whose lock is held is left alone.
+    """
+    homes = roots.homes_dir(ctx.state_dir)
+    if not homes.is_dir():
+        return []
+    found = []
+    with _registry(ctx, create=True) as registry, registry.write():
+        owned = registry.isolation_uuids()
+        for entry in sorted(homes.iterdir()):
+            if not _UUID.fullmatch(entry.name) or entry.name in owned:
+                continue
+            if entry.is_symlink() or not entry.is_dir():
+                continue
+            fd = roots.try_lock(entry)
+            if fd is None:
+                continue
+            try:
+                if not dry_run:
+                    roots.purge(entry)
+            finally:
+                os.close(fd)
+            found.append(entry)
+    return found

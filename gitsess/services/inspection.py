@@ -1,0 +1,212 @@
+"""Looking into a session without mounting it: its files, its usage, its drift.
+
+Files are read through `live.open_view` (delta.db + the worktree), so this works for
+supervisors, scripts, and machines without FUSE, and beside a live daemon.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import apsw
+
+from gitsess.errors import GitsessError
+from gitsess.git.repo import RepoContext
+from gitsess.git.view import Entry, Kind
+from gitsess.overlay.delta import DeltaStore, data_bytes
+from gitsess.overlay.view import DamagedDelta, OverlayView
+from gitsess.runtime import mount
+from gitsess.services import live
+from gitsess.services.sessions import SessionInfo
+from gitsess.services.timeline import DeltaReader, Drift, delta_path, runs
+from gitsess.store.registry import Session
+
+# Like the kernel's ELOOP limit.
+MAX_SYMLINKS = 40
+
+
+@dataclass(frozen=True)
+class FsEntry:
+    path: str  # relative to the worktree root; "" is the root
+    kind: Kind
+    mode: int
+    size: int
+    mtime_ns: int
+    changed: bool  # the session changed it, or something below it
+    link: str | None  # a symlink's target
+
+    @property
+    def name(self) -> str:
+        return posixpath.basename(self.path)
+
+
+@dataclass(frozen=True)
+class FsStat:
+    entry: FsEntry
+    # What the worktree had when the session first changed it (None: new in the session, or
+    # unchanged, or only metadata changed).
+    copied_from: Entry | None
+
+
+@dataclass(frozen=True)
+class Usage:
+    delta_bytes: int  # delta.db and its WAL on disk
+    live_bytes: int  # of delta.db, the pages in use (the rest is free, given back in time)
+    changed_files: int | None
+    runs: int
+    running: int
+    run_seconds: float  # finished runs, plus running ones so far
+    last_activity: datetime | None  # the last file change, run start or run end
+
+
+def normalize(session: Session, path: str) -> str:
+    """A path of the view, relative to its root: absolute inside the worktree, or relative."""
+    if os.path.isabs(path):
+        try:
+            path = str(Path(path).relative_to(session.worktree))
+        except ValueError:
+            raise GitsessError(
+                f"{path} is outside the worktree of session {session.name}"
+            ) from None
+    norm = posixpath.normpath(path)
+    if norm == ".":
+        return ""
+    if norm == ".." or norm.startswith("../"):
+        raise GitsessError(f"{path} is outside the worktree of session {session.name}")
+    return norm
+
+
+class _Changes:
+    """Which paths the session touched, and which directories hold something it touched."""
+
+    def __init__(self, view: OverlayView) -> None:
+        self.touched = set(view.touched_paths())
+        self.holding = {a for t in self.touched for a in _ancestors(t)}
+        if self.touched:
+            self.holding.add("")
+
+    def inside(self, path: str) -> bool:
+        """The session holds this path: it touched it, or a directory above it."""
+        return path in self.touched or any(a in self.touched for a in _ancestors(path))
+
+    def changed(self, path: str) -> bool:
+        return path in self.holding or self.inside(path)
+
+
+def _ancestors(path: str) -> list[str]:
+    """The directories above `path`, outermost first: for a/b/c, a and a/b."""
+    return [path[:i] for i, c in enumerate(path) if c == "/"]
+
+
+def _entry(view: OverlayView, changes: _Changes, path: str) -> FsEntry | None:
+    e = view.entry(path)
+    if e is None:
+        return None
+    link = view.readlink(path) if e.kind == "symlink" else None
+    return FsEntry(path, e.kind, e.mode, e.size, e.mtime_ns, changes.changed(path), link)
+
+
+def _missing(session: Session, path: str) -> GitsessError:
+    return GitsessError(f"session {session.name} has no {path or '.'}")
+
+
+def ls(ctx: RepoContext, session: Session, path: str = "") -> list[FsEntry]:
+    """A directory's entries in name order; a file (or symlink) is listed alone."""
+    rel = normalize(session, path)
+    with live.open_view(ctx, session) as view:
+        changes = _Changes(view)
+        top = _entry(view, changes, rel)
+        if top is None:
+            raise _missing(session, rel)
+        if top.kind != "dir":
+            return [top]
+        found = [_entry(view, changes, posixpath.join(rel, name)) for name in view.listdir(rel)]
+    return [e for e in found if e is not None]
+
+
+def stat(ctx: RepoContext, session: Session, path: str) -> FsStat:
+    rel = normalize(session, path)
+    with live.open_view(ctx, session) as view:
+        entry = _entry(view, _Changes(view), rel)
+        if entry is None:
+            raise _missing(session, rel)
+        return FsStat(entry, view.copied_from(rel))
+
+
+def cat(ctx: RepoContext, session: Session, path: str) -> bytes:
+    """A file's content in the view, following symlinks that stay inside it."""
+    rel = normalize(session, path)
+    with live.open_view(ctx, session) as view:
+        for _ in range(MAX_SYMLINKS):
+            e = view.entry(rel)
+            if e is None:
+                raise _missing(session, rel)
+            if e.kind == "dir":
+                raise GitsessError(f"{rel or '.'} is a directory (gitsess fs ls lists it)")
+            if e.kind != "symlink":
+                return view.read(rel)
+            target = view.readlink(rel)
+            try:
+                rel = normalize(session, posixpath.join(posixpath.dirname(rel), target))
+            except GitsessError:
+                raise GitsessError(
+                    f"{rel} is a symlink to {target}, outside the session's view"
+                ) from None
+    raise GitsessError(f"{path}: too many levels of symbolic links")
+
+
+def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
+    session = info.session
+    mount.sync(session.id)
+    delta = delta_path(ctx, session)
+    size = sum(p.stat().st_size for p in (delta, Path(f"{delta}-wal")) if p.exists())
+    size += data_bytes(str(delta))
+    live = 0
+    if delta.exists():
+        try:
+            store = DeltaStore(str(delta), readonly=True)
+        except apsw.Error as e:
+            raise DamagedDelta(delta, e) from e
+        try:
+            live = store.live_bytes() + data_bytes(str(delta))
+        finally:
+            store.close()
+    done = runs(ctx, session)
+    now = datetime.now(UTC)
+    seconds = sum(((r.ended_at or now) - r.started_at).total_seconds() for r in done)
+    moments = [t for r in done for t in (r.started_at, r.ended_at) if t is not None]
+    with DeltaReader(delta) as reader:
+        last_ns = reader.last_event_ns()
+    if last_ns is not None:
+        moments.append(datetime.fromtimestamp(last_ns / 1e9, UTC))
+    return Usage(
+        delta_bytes=size,
+        live_bytes=live,
+        changed_files=info.changed_files,
+        runs=len(done),
+        running=sum(1 for r in done if r.ended_at is None),
+        run_seconds=seconds,
+        last_activity=max(moments, default=None),
+    )
+
+
+def drift(session: Session, session_dir: Path) -> list[Drift]:
+    """Paths the session changed that the real worktree changed too, still in the session.
+
+    The daemon records drift as it happens; a path the session no longer holds (applied, or
+    dropped) has nothing left to conflict with and is left out.
+    """
+    delta = session_dir / "delta.db"
+    mount.sync(session.id)
+    with DeltaReader(delta) as reader:
+        rows = reader.drift()
+    if not rows or not session.worktree.is_dir():
+        return []
+    # What is hidden from the view (the state dir) never drifts: the watcher skips `.git`.
+    with OverlayView(delta, session.worktree) as view:
+        changes = _Changes(view)
+    return [d for d in rows if changes.inside(d.path)]

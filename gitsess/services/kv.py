@@ -1,0 +1,138 @@
+"""A session's key-value store: JSON values in the `kv` table of its delta.db.
+
+Safe beside a live daemon: delta.db is in WAL mode, every write here is one short
+`BEGIN IMMEDIATE` transaction, and the daemon never touches `kv`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import apsw
+
+from gitsess.errors import GitsessError
+from gitsess.git.repo import RepoContext
+from gitsess.overlay import schema
+from gitsess.services.timeline import delta_path
+from gitsess.store.registry import Session
+
+
+@dataclass(frozen=True)
+class Item:
+    key: str
+    value: Any  # decoded JSON
+    updated_ns: int
+
+    @property
+    def updated(self) -> datetime:
+        return datetime.fromtimestamp(self.updated_ns / 1e9, UTC)
+
+
+def encode(value: object) -> str:
+    """`value` as the JSON text the store keeps; NaN and infinities are not JSON."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as e:
+        raise GitsessError(f"not a JSON value: {e}") from None
+
+
+def decode(text: str) -> Any:
+    """JSON text given by a user (`kv set --json`), refusing what `encode` would refuse."""
+
+    def no_constant(name: str) -> float:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        value = json.loads(text, parse_constant=no_constant)
+    except ValueError as e:
+        raise GitsessError(f"not valid JSON: {e}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise GitsessError(f"not valid JSON: {text} is out of range")
+    return value
+
+
+def _check_key(key: str) -> str:
+    if not key:
+        raise GitsessError("a key cannot be empty")
+    return key
+
+
+@contextmanager
+def _store(ctx: RepoContext, session: Session, *, create: bool) -> Iterator[apsw.Connection | None]:
+    path = delta_path(ctx, session)
+    if not path.exists() and not create:
+        yield None
+        return
+    if not path.parent.is_dir():
+        raise GitsessError(f"the directory of session {session.name} is missing: {path.parent}")
+    try:
+        conn = schema.connect(str(path))
+    except apsw.Error as e:
+        raise GitsessError(f"cannot open {path}: {e}") from e
+    try:
+        yield conn
+    except apsw.Error as e:
+        raise GitsessError(f"{path}: {e}") from e
+    finally:
+        conn.close()
+
+
+def get(ctx: RepoContext, session: Session, key: str) -> Item:
+    with _store(ctx, session, create=False) as conn:
+        rows = (
+            []
+            if conn is None
+            else conn.execute(
+                "SELECT value, updated_ns FROM kv WHERE key = ?", (_check_key(key),)
+            ).fetchall()
+        )
+    if not rows:
+        raise GitsessError(f"session {session.name} has no key {key!r}")
+    return _item(key, *rows[0])
+
+
+def put(ctx: RepoContext, session: Session, key: str, value: object) -> Item:
+    """Set `key` to `value` (any JSON-encodable value), replacing what it held."""
+    text = encode(value)
+    stamp = time.time_ns()
+    with _store(ctx, session, create=True) as conn:
+        assert conn is not None
+        with conn:
+            conn.execute(
+                "INSERT INTO kv (key, value, updated_ns) VALUES (?, ?, ?)"
+                " ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
+                " updated_ns = excluded.updated_ns",
+                (_check_key(key), text, stamp),
+            )
+    return Item(key, json.loads(text), stamp)
+
+
+def remove(ctx: RepoContext, session: Session, key: str) -> None:
+    removed = 0
+    with _store(ctx, session, create=False) as conn:
+        if conn is not None:
+            with conn:
+                conn.execute("DELETE FROM kv WHERE key = ?", (_check_key(key),))
+                removed = conn.changes()
+    if not removed:
+        raise GitsessError(f"session {session.name} has no key {key!r}")
+
+
+def items(ctx: RepoContext, session: Session) -> list[Item]:
+    """Every key, in key order."""
+    with _store(ctx, session, create=False) as conn:
+        if conn is None:
+            return []
+        rows = conn.execute("SELECT key, value, updated_ns FROM kv ORDER BY key").fetchall()
+    return [_item(*row) for row in rows]
+
+
+def _item(key: Any, value: Any, updated_ns: Any) -> Item:
+    return Item(key, json.loads(value), updated_ns)

@@ -1,0 +1,320 @@
+"""Live sessions: run a command inside one, keep it mounted, list and stop mounts.
+
+The overlay's tree and the mount namespace code are imported by the services that use them:
+`gitsess mount` and `gitsess new --mount` need neither.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pygit2
+
+from gitsess.errors import GitsessError
+from gitsess.git.repo import RepoContext
+from gitsess.overlay import control, fsmonitor_hook
+from gitsess.runtime import mount
+from gitsess.store.registry import Session
+
+if TYPE_CHECKING:
+    from gitsess.overlay.view import OverlayView
+
+
+def hidden_paths(ctx: RepoContext, session: Session) -> tuple[str, ...]:
+    """The state dir, when it lies inside the worktree, never shows in the view."""
+    try:
+        return (str(ctx.state_dir.resolve().relative_to(session.worktree.resolve())),)
+    except ValueError:
+        return ()
+
+
+def spec_for(
+    ctx: RepoContext,
+    session: Session,
+    *,
+    read_only: bool = False,
+    persistent: bool = False,
+    allow_other: bool = False,
+    mountpoint: Path | None = None,
+) -> mount.MountSpec:
+    if not session.worktree.is_dir():
+        raise GitsessError(
+            f"session {session.name} is bound to {session.worktree}, which no longer exists"
+        )
+    session_dir = ctx.session_dir(session.id)
+    if not session_dir.is_dir() or session_dir.is_symlink():
+        raise GitsessError(
+            f"session {session.name}'s directory {session_dir} is gone, and its changes with "
+            f"it; `gitsess rm {session.name}` removes the session"
+        )
+    return mount.MountSpec(
+        session_id=session.id,
+        lower=session.worktree,
+        session_dir=ctx.session_dir(session.id),
+        hidden=hidden_paths(ctx, session),
+        read_only=read_only,
+        persistent=persistent,
+        allow_other=allow_other,
+        mountpoint=mountpoint,
+    )
+
+
+def session_env(
+    ctx: RepoContext, session: Session, mountpoint: str, env: Mapping[str, str]
+) -> dict[str, str]:
+    return {
+        "GITSESS_SESSION": session.name,
+        "GITSESS_SESSION_ID": session.id,
+        "GITSESS_MOUNT": mountpoint,
+        "GITSESS_DIR": str(ctx.state_dir),
+        **git_config_env(env, git_config_for(session.worktree)),
+    }
+
+
+# The untracked cache spares git the directory listings, which FUSE cannot cache. On big trees
+# git also asks the daemon what changed instead of checking every file: starting the hook costs
+# more than the check below about this many files. Set through the environment, so the user's
+# git config is never touched.
+FSMONITOR_MIN_FILES = 10_000
+UNTRACKED_CACHE_CONFIG = {"core.untrackedCache": "true"}
+FSMONITOR_CONFIG = {
+    "core.fsmonitor": f"{shlex.quote(sys.executable)} -S -E {shlex.quote(fsmonitor_hook.__file__)}",
+    "core.untrackedCache": "true",
+}
+
+
+def git_config_for(worktree: Path) -> dict[str, str]:
+    try:
+        gitdir = Path(pygit2.Repository(str(worktree)).path)
+        with open(gitdir / "index", "rb") as f:
+            header = f.read(12)
+    except (OSError, pygit2.GitError):
+        return UNTRACKED_CACHE_CONFIG
+    files = int.from_bytes(header[8:12], "big") if header[:4] == b"DIRC" else 0
+    return FSMONITOR_CONFIG if files >= FSMONITOR_MIN_FILES else UNTRACKED_CACHE_CONFIG
+
+
+def git_config_env(env: Mapping[str, str], config: Mapping[str, str]) -> dict[str, str]:
+    """`GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n` entries adding `config` after any already set."""
+    try:
+        start = int(env.get("GIT_CONFIG_COUNT", "0"))
+    except ValueError:
+        start = 0
+    out = {"GIT_CONFIG_COUNT": str(start + len(config))}
+    for i, (key, value) in enumerate(config.items(), start=start):
+        out[f"GIT_CONFIG_KEY_{i}"] = key
+        out[f"GIT_CONFIG_VALUE_{i}"] = value
+    return out
+
+
+@dataclass(frozen=True)
+class RunResult:
+    exit_code: int
+    in_place: bool
+
+
+def run(
+    ctx: RepoContext,
+    session: Session,
+    argv: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    read_only: bool = False,
+    role: str | None = None,
+    run_id: int | None = None,
+) -> RunResult:
+    """Run `argv` inside the session's view, mounting it first unless it is live.
+
+    The participant registration is a connection the command inherits: the daemon keeps the
+    view mounted while the command or anything it started still holds it.
+    """
+    from gitsess.runtime import inplace
+
+    spec = spec_for(ctx, session)
+    live, conn = mount.mount_and_join(
+        spec,
+        {
+            "pid": os.getpid(),
+            "role": role,
+            "read_only": read_only,
+            "command": list(argv),
+            "run_id": run_id,
+        },
+    )
+    hidden = hidden_paths(ctx, session)
+    state = session.worktree / hidden[0] if hidden else None
+    placement = inplace.Placement(session.worktree, Path(live.mountpoint), read_only, state)
+    child_env = {**env, **session_env(ctx, session, live.mountpoint, env)}
+    with conn:
+        os.set_inheritable(conn.fileno(), True)
+        try:
+            proc, in_place = inplace.spawn(
+                argv, placement, cwd=cwd, env=child_env, pass_fds=(conn.fileno(),)
+            )
+        except FileNotFoundError:
+            raise GitsessError(f"command not found: {argv[0]}", exit_code=127) from None
+        except PermissionError:
+            raise GitsessError(f"permission denied: {argv[0]}", exit_code=126) from None
+        # Like a shell: the terminal's ^C and ^\ go to the command, which decides. A SIGTERM
+        # or SIGHUP sent to gitsess itself is passed on: the command ends, and so the run.
+        previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGQUIT)}
+        for forwarded in (signal.SIGTERM, signal.SIGHUP):
+            previous[forwarded] = signal.signal(
+                forwarded, lambda signum, _frame: proc.send_signal(signum)
+            )
+        try:
+            code = proc.wait()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    return RunResult(128 - code if code < 0 else code, in_place)
+
+
+def keep_mounted(
+    ctx: RepoContext,
+    session: Session,
+    *,
+    mountpoint: Path | None,
+    allow_other: bool,
+    read_only: bool,
+) -> mount.Status:
+    """`gitsess mount`: a mount that stays until `gitsess umount`; read-only when asked or
+    when the session is."""
+    spec = spec_for(
+        ctx,
+        session,
+        persistent=True,
+        allow_other=allow_other,
+        read_only=read_only or session.read_only,
+        mountpoint=mountpoint,
+    )
+    return mount.ensure_mounted(spec)
+
+
+# apply.JOURNAL, which tests/runtime/test_run.py checks this against: importing apply (and the git
+# code it needs) costs more than starting a mount, and it is needed only when the file exists.
+APPLY_JOURNAL = "apply-journal.json"
+
+
+def apply_interrupted(ctx: RepoContext, session: Session) -> bool:
+    """Whether an apply was killed half-way: `apply.reconcile` must complete it first."""
+    return (ctx.session_dir(session.id) / APPLY_JOURNAL).exists()
+
+
+def mountpoint_of(ctx: RepoContext, session: Session) -> Path:
+    live = mount.status(session.id)
+    return Path(live.mountpoint) if live else ctx.session_dir(session.id) / "mnt"
+
+
+def unmount(ctx: RepoContext, session: Session) -> bool:
+    return mount.stop(session.id, mountpoint_of(ctx, session))
+
+
+@dataclass(frozen=True)
+class LiveSession:
+    session: Session
+    status: mount.Status
+
+
+def live_sessions(sessions: Sequence[Session]) -> list[LiveSession]:
+    out = []
+    for s in sessions:
+        st = mount.status(s.id)
+        if st is not None:
+            out.append(LiveSession(s, st))
+    return out
+
+
+def open_view(ctx: RepoContext, session: Session) -> OverlayView:
+    """The session's view from delta.db, after the live daemon (if any) committed its state."""
+    from gitsess.overlay.view import OverlayView
+
+    mount.sync(session.id)
+    return OverlayView(
+        ctx.session_dir(session.id) / "delta.db", session.worktree, hidden_paths(ctx, session)
+    )
+
+
+def drop_paths(
+    ctx: RepoContext,
+    session: Session,
+    paths: Sequence[str],
+    restamp: Sequence[str] = (),
+    expect: Mapping[str, tuple[int, int, int] | None] | None = None,
+) -> list[str]:
+    """Take applied paths out of the delta, through the live daemon when there is one, and
+    record the worktree's state anew for `restamp` paths (directories apply wrote into).
+    `expect` gives paths' (mode, size, mtime) as the apply read them: one the session wrote to
+    since (checked where no write can come in between) stays, with the directories above it.
+    Returns the paths kept so."""
+    if not paths and not restamp:
+        return []
+    from gitsess.overlay.delta import DeltaStore
+    from gitsess.overlay.tree import Tree
+
+    session_dir = ctx.session_dir(session.id)
+    with mount.locked(session_dir):
+        request = {
+            "op": "drop", "paths": list(paths), "restamp": list(restamp),
+            "expect": dict(expect or {}),
+        }  # fmt: skip
+        try:
+            reply = control.request(session.id, request)
+        except ConnectionError:
+            # It was stopping and closed with our request unread: once it is gone (after its
+            # last commit) delta.db is ours to write; a daemon started meanwhile is asked.
+            reply = (
+                None if mount.status(session.id) is None else control.request(session.id, request)
+            )
+        if reply is not None:
+            if not reply.get("ok"):
+                raise GitsessError(f"the session daemon refused: {reply.get('error')}")
+            return [str(p) for p in reply.get("kept", [])]
+        store = DeltaStore(str(session_dir / "delta.db"))
+        try:
+            tree = Tree(store, str(session.worktree), set())
+            kept = tree.written_since({os.fsencode(p): s for p, s in (expect or {}).items()})
+            tree.drop([p for p in (os.fsencode(p) for p in paths) if p not in kept])
+            tree.restamp([os.fsencode(p) for p in restamp])
+            tree.commit(durable=True, settle=False)
+        finally:
+            store.close()
+        return [os.fsdecode(p) for p in kept]
+
+
+@dataclass(frozen=True)
+class Counts:
+    changed_files: int | None  # paths the session touched; None when it has no delta yet
+    commits: int | None  # commits of the session's own that its branch lacks
+    damaged: bool = False  # its delta.db cannot be read
+
+
+def counts(ctx: RepoContext, session: Session) -> Counts:
+    """What `ls` and `show` count of a session: its touched paths and its own commits."""
+    from gitsess.overlay.view import DamagedDelta
+    from gitsess.services import session_git
+
+    if not (ctx.session_dir(session.id) / "delta.db").exists():
+        return Counts(None, None)
+    try:
+        with open_view(ctx, session) as view:
+            changed = sum(1 for _ in view.touched_paths())
+            if not view.touched_git():  # its git is the real one: no commits, no repository read
+                return Counts(changed, 0)
+            try:
+                git = session_git.state(view, ctx.open(), session)
+            except (GitsessError, pygit2.GitError, KeyError, ValueError):
+                return Counts(changed, None)
+            return Counts(changed, 0 if git is None else len(git.commits))
+    except DamagedDelta:
+        return Counts(None, None, damaged=True)
+    except (OSError, GitsessError):
+        return Counts(None, None)

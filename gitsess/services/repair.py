@@ -1,0 +1,97 @@
+"""`gitsess doctor --repair`: a registry rebuilt from the session dirs, so that nothing a
+damaged or lost `sessions.db` forgot is lost with it.
+
+A session dir holds the session's changes (delta.db, data files); its name and binding lived in
+the registry only. A session dir no row owns comes back as `recovered-<id prefix>`, bound to the
+worktree the command runs in, at its HEAD: its changes can then be diffed, applied or archived.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+
+from gitsess.errors import GitsessError
+from gitsess.git.repo import RepoContext
+from gitsess.overlay.delta import DeltaStore
+from gitsess.services import sessions
+from gitsess.store.registry import Registry
+
+
+@dataclass(frozen=True)
+class Repaired:
+    moved_aside: Path | None  # the unreadable registry, kept under this name
+    recovered: tuple[str, ...]  # names of the sessions made again from their dirs
+
+
+def holds_changes(session_dir: Path) -> bool:
+    """Whether a session dir holds anything of the session's (unreadable counts as yes)."""
+    delta = session_dir / "delta.db"
+    if not delta.exists():
+        return False
+    try:
+        store = DeltaStore(str(delta), readonly=True)
+    except apsw.Error:
+        return True
+    try:
+        return store.holds_changes()
+    except apsw.Error:
+        return True
+    finally:
+        store.close()
+
+
+def repair(ctx: RepoContext) -> Repaired:
+    moved = _set_aside_if_unreadable(ctx.registry_path)
+    if not ctx.sessions_dir.is_dir():
+        return Repaired(moved, ())
+    known = {s.session.id for s in sessions.list_sessions(ctx)}
+    recovered = []
+    for directory in sorted(ctx.sessions_dir.iterdir()):
+        if directory.name in known or not _is_session_dir(directory):
+            continue
+        if not holds_changes(directory):
+            continue  # gc removes it
+        made = sessions.create(
+            ctx,
+            f"recovered-{directory.name[:8]}",
+            session_id=directory.name,
+            title="recovered by gitsess doctor --repair",
+        )
+        recovered.append(made.name)
+    return Repaired(moved, tuple(recovered))
+
+
+def _set_aside_if_unreadable(path: Path) -> Path | None:
+    if not path.exists():
+        return None
+    try:
+        with Registry.opened(path, create=False) as registry:
+            if registry is not None:
+                registry.count()
+        return None
+    except GitsessError:
+        pass
+    aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
+    for suffix in ("", "-wal", "-shm"):
+        source = Path(f"{path}{suffix}")
+        if source.exists():
+            os.replace(source, Path(f"{aside}{suffix}"))
+    return aside
+
+
+def is_session_id(name: str) -> bool:
+    """Whether a name in `sessions/` is a session's id (its dir's name)."""
+    try:
+        return str(uuid.UUID(name)) == name
+    except ValueError:
+        return False
+
+
+def _is_session_dir(path: Path) -> bool:
+    return is_session_id(path.name) and path.is_dir() and not path.is_symlink()

@@ -1,0 +1,424 @@
+"""What happened in a session: the audit log of delta.db, grouped by the runs of the registry.
+
+delta.db is read through a read-only connection of our own. It is in WAL mode, so the live
+daemon keeps committing while we read; `mount.sync` first makes its last ~100 ms visible.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from gitsess import processes
+from gitsess.errors import GitsessError
+from gitsess.git.repo import RepoContext
+from gitsess.overlay import schema
+from gitsess.overlay.view import DamagedDelta
+from gitsess.runtime import mount
+from gitsess.store.registry import Registry, Run, Session
+
+# What the overlay records (gitsess/overlay/fs.py); `--op` accepts only these.
+OPS = frozenset(
+    {
+        "create",
+        "mknod",
+        "mkdir",
+        "symlink",
+        "link",
+        "unlink",
+        "rmdir",
+        "rename",
+        "write",
+        "truncate",
+        "chmod",
+        "chown",
+        "setxattr",
+        "removexattr",
+    }
+)
+
+# The files whose changes mean "the daemon committed": its WAL, and the database itself on a
+# checkpoint or when it is first created.
+DELTA_FILES = frozenset({"delta.db", "delta.db-wal"})
+# A follower re-reads this often even without a file notification (a missed inotify event,
+# or a file system without them), and this is how often the poll fallback looks.
+POLL_SECONDS = 1.0
+# The daemon commits every 100 ms; group notifications over no more than that.
+DEBOUNCE_MS = 100
+STEP_MS = 20
+# How often the watch hands control back to Python when nothing happens.
+TICK_MS = 50
+
+_DURATION = re.compile(r"(?:\d+(?:\.\d+)?(?:s|m|min|h|d|w))+")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(s|min|m|h|d|w)")
+_UNIT_SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
+
+_EVENT_COLUMNS = (
+    "e.id, e.time_ns, e.op, e.path, e.target, e.bytes, e.pid, p.name, p.cmdline, e.role, e.run_id"
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One mutating operation through the session's mount."""
+
+    id: int
+    time_ns: int
+    op: str
+    path: str
+    target: str | None  # rename, link: the new path; symlink: what it points to
+    bytes: int | None  # write: bytes written through one open file
+    pid: int | None
+    process: str | None  # the process's name (comm)
+    cmdline: str | None
+    role: str | None
+    run_id: int | None
+
+    @property
+    def time(self) -> datetime:
+        return datetime.fromtimestamp(self.time_ns / 1e9, UTC)
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The real worktree changed a path that the session changed too."""
+
+    path: str
+    time_ns: int
+
+    @property
+    def time(self) -> datetime:
+        return datetime.fromtimestamp(self.time_ns / 1e9, UTC)
+
+
+@dataclass(frozen=True)
+class Filter:
+    since_ns: int | None = None
+    path: str | None = None  # a glob; a directory also matches everything below it
+    pid: int | None = None
+    ops: tuple[str, ...] = ()
+    run_id: int | None = None
+
+    @property
+    def selects_events(self) -> bool:
+        """Whether it asks for particular events, so runs without any are left out."""
+        return self.path is not None or self.pid is not None or bool(self.ops)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A run and its events; `run` is None for events of no run (a `gitsess mount` user)."""
+
+    run: Run | None
+    events: list[Event]
+
+
+@dataclass(frozen=True)
+class Timeline:
+    groups: list[Group]
+    last_id: int  # the newest event when it was read: a follower goes on after it
+
+
+def parse_since(text: str, now: datetime | None = None) -> int:
+    """A time in ns since the epoch from "10m", "2h30m", "1d" (ago) or an ISO date/time."""
+    now = now or datetime.now(UTC)
+    spec = text.strip()
+    if _DURATION.fullmatch(spec):
+        seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _PART.findall(spec))
+        return _ns(now - timedelta(seconds=seconds))
+    try:
+        when = datetime.fromisoformat(spec)
+    except ValueError:
+        raise GitsessError(
+            f"--since {text!r}: give a duration such as 30s, 10m, 2h, 1d, 1w (ago)"
+            " or an ISO date/time such as 2024-05-01T14:00"
+        ) from None
+    # A time typed without a zone is the user's local time.
+    return _ns(when if when.tzinfo else when.astimezone())
+
+
+def _ns(when: datetime) -> int:
+    return int(when.timestamp() * 1_000_000_000)
+
+
+def make_filter(
+    *,
+    since: str | None = None,
+    path: str | None = None,
+    pid: int | None = None,
+    ops: tuple[str, ...] = (),
+    run_id: int | None = None,
+) -> Filter:
+    unknown = sorted(set(ops) - OPS)
+    if unknown:
+        raise GitsessError(
+            f"unknown operation {', '.join(unknown)}; known: {', '.join(sorted(OPS))}"
+        )
+    if path is not None:
+        # Paths in the log are relative to the worktree root, without "./" or a trailing "/".
+        path = path.removeprefix("./").rstrip("/") or "*"
+    return Filter(
+        since_ns=None if since is None else parse_since(since),
+        path=path,
+        pid=pid,
+        ops=tuple(dict.fromkeys(ops)),
+        run_id=run_id,
+    )
+
+
+class DeltaReader:
+    """Read-only queries on one session's delta.db; waits for the file if it is not there yet."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn: apsw.Connection | None = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> DeltaReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        conn = self._connection()
+        if conn is None:
+            return []
+        try:
+            return conn.execute(sql, args).fetchall()
+        except apsw.Error as e:
+            raise DamagedDelta(self.path, e) from e
+
+    def _connection(self) -> apsw.Connection | None:
+        if self._conn is None:
+            if not self.path.exists():
+                return None
+            try:
+                conn = schema.connect(str(self.path), readonly=True)
+                version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+            except apsw.Error as e:
+                raise DamagedDelta(self.path, e) from e
+            # A delta from before the audit log has no events yet: the daemon migrates it when
+            # it next mounts the session, and a reader must not write.
+            if not isinstance(version, int) or version < 2:
+                conn.close()
+                return None
+            self._conn = conn
+        return self._conn
+
+    def max_event_id(self) -> int:
+        rows = self._rows("SELECT coalesce(max(id), 0) FROM events")
+        return int(rows[0][0]) if rows else 0
+
+    def events(self, flt: Filter, *, after_id: int = 0, upto_id: int | None = None) -> list[Event]:
+        where = ["e.id > ?"]
+        args: list[Any] = [after_id]
+        if upto_id is not None:
+            where.append("e.id <= ?")
+            args.append(upto_id)
+        if flt.since_ns is not None:
+            where.append("e.time_ns >= ?")
+            args.append(flt.since_ns)
+        if flt.path is not None:
+            # A rename or link matches by either end (a symlink's target is no path of ours).
+            where.append(
+                "(e.path GLOB ? OR e.path GLOB ? || '/*' OR (e.op IN ('rename', 'link')"
+                " AND (e.target GLOB ? OR e.target GLOB ? || '/*')))"
+            )
+            args += [flt.path] * 4
+        if flt.pid is not None:
+            where.append("e.pid = ?")
+            args.append(flt.pid)
+        if flt.ops:
+            where.append(f"e.op IN ({', '.join('?' * len(flt.ops))})")
+            args += flt.ops
+        if flt.run_id is not None:
+            where.append("e.run_id = ?")
+            args.append(flt.run_id)
+        sql = (
+            f"SELECT {_EVENT_COLUMNS} FROM events e LEFT JOIN processes p ON p.id = e.process"
+            f" WHERE {' AND '.join(where)} ORDER BY e.id"
+        )
+        return [Event(*row) for row in self._rows(sql, tuple(args))]
+
+    def op_counts(self) -> dict[str, int]:
+        """How many events of each operation the log holds."""
+        rows = self._rows("SELECT op, count(*) FROM events GROUP BY op")
+        return {str(op): int(n) for op, n in rows}
+
+    def last_event_ns(self) -> int | None:
+        rows = self._rows("SELECT max(time_ns) FROM events")
+        return rows[0][0] if rows else None
+
+    def drift(self, *, after_ns: int = 0) -> list[Drift]:
+        rows = self._rows(
+            "SELECT path, time_ns FROM drift WHERE time_ns > ? ORDER BY time_ns, path", (after_ns,)
+        )
+        return [Drift(path, time_ns) for path, time_ns in rows]
+
+
+def delta_path(ctx: RepoContext, session: Session) -> Path:
+    return ctx.session_dir(session.id) / "delta.db"
+
+
+def runs(ctx: RepoContext, session: Session) -> list[Run]:
+    """The session's runs; one whose `gitsess run` is gone without ending it (killed) is ended
+    now, so that it stops counting as running."""
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        if registry is None:
+            return []
+        found = registry.runs(session.id)
+        lost = [r for r in found if r.ended_at is None and not _runner_alive(r)]
+        for r in lost:
+            registry.end_lost_run(r.id)
+        return registry.runs(session.id) if lost else found
+
+
+def _runner_alive(run: Run) -> bool:
+    """Whether the process that started `run` still runs: its pid is taken by a process that
+    started no later than the run did (a pid is reused once its process is gone)."""
+    if run.pid is None:
+        return False
+    try:
+        return processes.started_at(run.pid) <= run.started_at.timestamp() + 2
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+
+
+def _check_run(session: Session, flt: Filter, known: list[Run]) -> None:
+    if flt.run_id is not None and all(r.id != flt.run_id for r in known):
+        raise GitsessError(f"session {session.name} has no run {flt.run_id}")
+
+
+def timeline(ctx: RepoContext, session: Session, flt: Filter) -> Timeline:
+    """The session's events matching `flt`, grouped by run, in the order things happened.
+
+    Runs come in the order they started, each with its events. Events of no run are grouped
+    between the runs they happened between. Without an event criterion (path, pid, op), runs
+    that changed nothing are listed too: running `pytest` in a session is part of its story.
+    """
+    all_runs = runs(ctx, session)
+    _check_run(session, flt, all_runs)
+    mount.sync(session.id)
+    with DeltaReader(delta_path(ctx, session)) as reader:
+        last_id = reader.max_event_id()
+        events = reader.events(flt, upto_id=last_id)
+    by_run: dict[int, list[Event]] = {}
+    loose: list[Event] = []
+    known = {r.id for r in all_runs}
+    for e in events:
+        if e.run_id is not None and e.run_id in known:
+            by_run.setdefault(e.run_id, []).append(e)
+        else:
+            loose.append(e)
+    shown = [r for r in all_runs if _shows(r, flt, by_run)]
+    groups: list[Group] = []
+    pending = iter(loose)
+    nxt = next(pending, None)
+    for run in shown:
+        start = _ns(run.started_at)
+        stretch: list[Event] = []
+        while nxt is not None and nxt.time_ns < start:
+            stretch.append(nxt)
+            nxt = next(pending, None)
+        if stretch:
+            groups.append(Group(None, stretch))
+        groups.append(Group(run, by_run.get(run.id, [])))
+    rest = ([] if nxt is None else [nxt]) + list(pending)
+    if rest:
+        groups.append(Group(None, rest))
+    return Timeline(groups, last_id)
+
+
+def _shows(run: Run, flt: Filter, by_run: dict[int, list[Event]]) -> bool:
+    if run.id in by_run:
+        return True
+    if flt.selects_events or (flt.run_id is not None and run.id != flt.run_id):
+        return False
+    if flt.since_ns is None:
+        return True
+    # A run that overlaps the window counts, even one that started before it.
+    return run.ended_at is None or _ns(run.ended_at) >= flt.since_ns
+
+
+def follow(
+    ctx: RepoContext,
+    session: Session,
+    flt: Filter,
+    *,
+    after_id: int,
+    stop: threading.Event | None = None,
+    poll: float = POLL_SECONDS,
+) -> Iterator[list[Event]]:
+    """Batches of the events after `after_id` that match `flt`, as the daemon commits them.
+
+    Runs until `stop` is set (or the consumer stops iterating); raises when the session goes.
+    """
+    _check_run(session, flt, runs(ctx, session) if flt.run_id is not None else [])
+    session_dir = ctx.session_dir(session.id)
+    seen = after_id
+    with DeltaReader(session_dir / "delta.db") as reader:
+        for _ in wakeups(session_dir, stop, poll):
+            if not session_dir.is_dir():
+                raise GitsessError(f"session {session.name} was removed")
+            # Up to the newest id first: events the filter skips are never scanned again.
+            newest = reader.max_event_id()
+            if newest <= seen:
+                continue
+            batch = reader.events(flt, after_id=seen, upto_id=newest)
+            seen = newest
+            if batch:
+                yield batch
+
+
+def wakeups(
+    session_dir: Path, stop: threading.Event | None = None, poll: float = POLL_SECONDS
+) -> Iterator[None]:
+    """Whenever delta.db changes, and at least every `poll` seconds.
+
+    The first wake comes once the watch is in place (within a tick), so that a caller who
+    reads on every wake misses nothing written before it.
+    """
+    import watchfiles  # here: the commands that only read a timeline load none of it
+
+    ticks_per_poll = max(1, round(poll * 1000 / TICK_MS))
+    quiet: int | None = None  # ticks since the last wake; None before the first
+    try:
+        # Not recursive: `mnt/` below the session dir may be the session's own FUSE mount.
+        for changes in watchfiles.watch(
+            session_dir,
+            watch_filter=lambda _change, path: Path(path).name in DELTA_FILES,
+            recursive=False,
+            debounce=DEBOUNCE_MS,
+            step=STEP_MS,
+            rust_timeout=TICK_MS,
+            yield_on_timeout=True,
+            stop_event=stop,
+            ignore_permission_denied=True,
+        ):
+            if changes or quiet is None or quiet + 1 >= ticks_per_poll:
+                quiet = 0
+                yield
+            else:
+                quiet += 1
+    except (OSError, RuntimeError):
+        # No file notifications here (inotify limits, a gone directory): poll instead; the
+        # caller sees a gone session directory and stops.
+        while stop is None or not stop.is_set():
+            yield
+            if stop is None:
+                time.sleep(poll)
+            else:
+                stop.wait(poll)

@@ -1,0 +1,123 @@
+"""`gitsess tour`: the main commands, run for real on a demo repository in a temporary directory.
+
+The tour is a list of steps so each feature adds its own. Each step runs gitsess in a child
+process, as a user would, with the per-user index kept in the temporary directory too.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pygit2
+from rich.markup import escape
+
+from gitsess.git.repo import STATE_DIR_ENV
+from gitsess.services.sessions import SESSION_ENV
+
+
+@dataclass(frozen=True)
+class Step:
+    say: str  # what the step shows, in a sentence
+    args: tuple[str, ...]  # gitsess's arguments
+
+
+STEPS: tuple[Step, ...] = (
+    Step(
+        "A session bound to the worktree you are in, and to its branch:",
+        ("new", "idea", "--title", "try a faster parser"),
+    ),
+    Step(
+        "A session with a worktree of its own, on a new branch gitsess/side:",
+        ("new", "side", "--worktree"),
+    ),
+    Step("Sessions are listed by worktree; -1 is the newest, -2 the one before:", ("ls",)),
+    Step("Any command takes a name, an id, an id prefix or -N:", ("show", "-2")),
+    Step("Rename and retitle:", ("rename", "idea", "parser")),
+    Step("", ("title", "parser", "parse twice as fast")),
+    Step(
+        "Removing a session removes the worktree and branch gitsess made, unless they hold "
+        "work found nowhere else:",
+        ("rm", "side"),
+    ),
+    Step("Scripts read JSON:", ("ls", "--json")),
+    Step("Work happens inside a session; the real worktree does not change:", ("new", "demo")),
+    Step(
+        "",
+        (
+            "run",
+            "-s",
+            "demo",
+            "--",
+            "sh",
+            "-c",
+            'sed -i s/split/splitlines/ parser.py && echo "Parsing notes" > NOTES.md',
+        ),
+    ),
+    Step("What happened in it, process by process, grouped by run:", ("log", "demo")),
+    Step("Its files, read without mounting it:", ("fs", "demo", "cat", "NOTES.md")),
+    Step(
+        "A key-value store for whoever works in it, inside or out:",
+        ("kv", "demo", "set", "status", "parser done"),
+    ),
+    Step("", ("kv", "demo", "ls")),
+    Step("What the session changed, content compared:", ("diff", "demo")),
+    Step(
+        "git inside a session is the session's own too: this commit moves no real branch",
+        ("run", "-s", "demo", "--", "git", "commit", "-q", "-am", "Parse lines"),
+    ),
+    Step("The session is a commit ahead of its branch:", ("ls",)),
+    Step(
+        "Apply it to the branch (its commit, then the rest as a commit; the real worktree "
+        "gets the files too); the session goes on, now empty:",
+        ("apply", "demo", "--commit", "-m", "Notes"),
+    ),
+)
+
+DEMO_FILES = {
+    "README.md": "# demo\n\nA small project for the gitsess tour.\n",
+    "parser.py": "def parse(text):\n    return text.split()\n",
+    "tests/test_parser.py": "from parser import parse\n\n\ndef test_parse():\n"
+    "    assert parse('a b') == ['a', 'b']\n",
+}
+
+
+def make_demo_repo(path: Path) -> Path:
+    """A repository at `path` with one commit on `main`, and an identity to commit with."""
+    repo = pygit2.init_repository(str(path), initial_head="main")
+    repo.config["user.name"] = "gitsess tour"
+    repo.config["user.email"] = "tour@gitsess.invalid"
+    for name, text in DEMO_FILES.items():
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
+        (path / name).write_text(text)
+    repo.index.add_all()
+    repo.index.write()
+    author = repo.default_signature
+    repo.create_commit("HEAD", author, author, "Initial commit", repo.index.write_tree(), [])
+    return path
+
+
+def run(say: Callable[[str], None]) -> int:
+    """Run every step; the exit code of the first failing one, else 0."""
+    with tempfile.TemporaryDirectory(prefix="gitsess-tour-") as tmp:
+        demo = make_demo_repo(Path(tmp) / "demo")
+        env = {k: v for k, v in os.environ.items() if k not in (SESSION_ENV, STATE_DIR_ENV)}
+        env["XDG_STATE_HOME"] = str(Path(tmp) / "state")
+        say(f"A demo repository with one commit: {demo}")
+        for step in STEPS:
+            if step.say:
+                say(f"\n{step.say}")
+            say(f"[bold]$ {escape(shlex.join(['gitsess', *step.args]))}[/]")
+            sys.stdout.flush()
+            done = subprocess.run([sys.executable, "-m", "gitsess", *step.args], cwd=demo, env=env)
+            if done.returncode != 0:
+                say(f"[red]The tour stopped: that step failed (exit {done.returncode}).[/]")
+                return done.returncode
+        say("\nThat is the tour. The demo repository is removed now.")
+    return 0

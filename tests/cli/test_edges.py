@@ -1,0 +1,112 @@
+"""Small things a user trips over (issue 29 item 18)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.live_util import eventually
+from tests.util import gitsess
+
+pytestmark = pytest.mark.fuse
+
+
+def test_run_names_a_session_it_creates(repo: Path) -> None:
+    first = gitsess(repo, "run", "-s", "tpyo", "--", "true")
+    assert first.returncode == 0
+    assert "new session tpyo" in first.stderr
+    again = gitsess(repo, "run", "-s", "tpyo", "--", "true")
+    assert "new session" not in again.stderr
+
+
+def test_a_command_not_found_is_127_and_leaves_no_session(repo: Path) -> None:
+    done = gitsess(repo, "run", "-s", "nothing", "--", "no-such-command-here")
+    assert done.returncode == 127
+    assert "command not found: no-such-command-here" in done.stderr
+    assert "nothing" not in gitsess(repo, "ls").stdout
+    assert gitsess(repo, "run", "-s", "kept", "--", "true").returncode == 0
+    assert gitsess(repo, "run", "-s", "kept", "--", "no-such-command-here").returncode == 127
+    assert "kept" in gitsess(repo, "ls").stdout  # one it did not make stays
+
+
+def test_a_link_in_the_sessions_dir_is_removed_not_followed(repo: Path, tmp_path: Path) -> None:
+    assert gitsess(repo, "run", "-s", "exp", "--", "true").returncode == 0
+    target = tmp_path / "precious"
+    target.mkdir()
+    (target / "file").write_text("keep\n")
+    link = repo / ".git" / "gitsess" / "sessions" / "11111111-1111-1111-1111-111111111111"
+    link.symlink_to(target)
+    done = gitsess(repo, "gc")
+    assert done.returncode == 0, done.stderr
+    assert not link.exists() and (target / "file").read_text() == "keep\n"
+    assert gitsess(repo, "gc").returncode == 0
+
+
+def test_a_deleted_session_dir_is_one_clear_line(repo: Path) -> None:
+    assert gitsess(repo, "run", "-s", "exp", "--", "true").returncode == 0
+    session_id = json.loads(gitsess(repo, "show", "exp", "--json").stdout)["id"]
+    session_dir = repo / ".git" / "gitsess" / "sessions" / session_id
+    # the daemon lingers a moment after the run: never delete through its live view
+    assert eventually(lambda: not os.path.ismount(session_dir / "mnt"))
+    shutil.rmtree(session_dir)
+    done = gitsess(repo, "run", "-s", "exp", "--", "true")
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "is gone" in done.stderr
+    assert "mount.lock" not in done.stderr
+    assert gitsess(repo, "rm", "exp").returncode == 0
+
+
+_KILLED_BEFORE_RENAME = """
+import os, sys
+real = os.replace
+def dying(src, dst, *a, **k):
+    if ".gitsess-" in str(src):
+        os.kill(os.getpid(), 9)  # written aside, never renamed in
+    return real(src, dst, *a, **k)
+os.replace = dying
+from gitsess.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_gc_completes_a_killed_apply_and_removes_what_it_left(repo: Path) -> None:
+    assert gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", "echo new > new.txt").returncode == 0
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_BEFORE_RENAME, "apply", "exp", "--worktree"],
+        cwd=repo, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    assert [p.name for p in repo.glob(".new.txt.gitsess-*.tmp")] != []
+    done = gitsess(repo, "gc")
+    assert done.returncode == 0, done.stderr
+    assert list(repo.glob(".*.gitsess-*.tmp")) == []
+    assert (repo / "new.txt").read_text() == "new\n"
+
+
+def test_show_pads_no_line(repo: Path) -> None:
+    assert gitsess(repo, "new", "exp", "-t", ("a title " * 12).strip()).returncode == 0
+    out = gitsess(repo, "show", "exp", env={"COLUMNS": "200"}).stdout
+    lines = out.splitlines()
+    assert len(lines) > 10
+    assert all(line == line.rstrip() for line in lines)
+    assert any(line.startswith("name ") and line.endswith("exp") for line in lines)
+
+
+def test_a_patch_to_a_device_is_written_to_it_not_renamed_over(repo: Path, tmp_path: Path) -> None:
+    """`-o /dev/null` as root had replaced /dev/null with a regular file."""
+    assert gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", "echo x > x.txt").returncode == 0
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    done = gitsess(repo, "apply", "exp", "--patch", "-o", str(fifo))
+    assert done.returncode == 0, done.stderr
+    assert b"+x" in reader.communicate(timeout=30)[0]
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert list(tmp_path.glob(".fifo.gitsess-*")) == []

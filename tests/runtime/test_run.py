@@ -1,0 +1,442 @@
+"""`gitsess run`, `mount`, `umount`, `ps` end to end: real sessions, processes and signals."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from gitsess.git.repo import RepoContext, discover
+from gitsess.overlay import control, mounttable
+from gitsess.runtime import mount, prestart
+from gitsess.services import live, sessions
+from tests.live_util import InProcess, eventually
+from tests.util import GITSESS, git, gitsess
+
+pytestmark = pytest.mark.fuse
+
+
+def mounted_here(repo: Path) -> list[str]:
+    return [m.point for m in mounttable.mounts() if str(repo) in m.point]
+
+
+def run(repo: Path, session: str, script: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    return gitsess(repo, "run", "-s", session, *extra, "--", "sh", "-c", script)
+
+
+def test_runs_in_place_and_keeps_the_real_tree(repo: Path) -> None:
+    done = run(repo, "exp", "pwd; echo changed > README.md; echo new > new.txt; exit 7")
+    assert done.returncode == 7, done.stderr
+    assert done.stdout.splitlines()[0] == str(repo)
+    assert (repo / "README.md").read_text() == "hello\n"
+    assert not (repo / "new.txt").exists()
+    again = run(repo, "exp", "cat README.md new.txt")
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == "changed\nnew\n"
+    assert eventually(lambda: mounted_here(repo) == [])
+
+
+def test_environment_inside(repo: Path) -> None:
+    done = run(repo, "envy", 'echo "$GITSESS_SESSION $GITSESS_SESSION_ID $GITSESS_MOUNT"')
+    name, session_id, mountpoint = done.stdout.split()
+    assert name == "envy"
+    assert Path(mountpoint) == discover(repo).session_dir(session_id) / "mnt"
+
+
+def test_subdirectory_cwd_is_kept(repo: Path) -> None:
+    done = gitsess(repo / "src", "run", "-s", "sub", "--", "sh", "-c", "pwd; cat app.py")
+    assert done.stdout.splitlines() == [str(repo / "src"), "print('hi')"]
+
+
+def test_participants_share_one_live_view(repo: Path) -> None:
+    waiter = subprocess.Popen(
+        [
+            *GITSESS,
+            "run",
+            "-s",
+            "live",
+            "--",
+            "sh",
+            "-c",
+            "while [ ! -e go ]; do sleep 0.05; done; cat from-two",
+        ],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert eventually(lambda: len(_participants(repo, "live")) == 1)
+        writer = run(repo, "live", "echo hello > from-two; touch go")
+        assert writer.returncode == 0, writer.stderr
+        out, _ = waiter.communicate(timeout=30)
+        assert out == "hello\n"
+        assert waiter.returncode == 0
+    finally:
+        waiter.kill()
+        waiter.wait()
+    assert eventually(lambda: mounted_here(repo) == [])
+    assert gitsess(repo, "ps").stdout.strip() == "No session is mounted."
+
+
+def _participants(repo: Path, name: str) -> list[dict[str, object]]:
+    done = gitsess(repo, "ps", "--json")
+    for entry in json.loads(done.stdout or "[]"):
+        if entry["name"] == name:
+            participants: list[dict[str, object]] = entry["participants"]
+            return participants
+    return []
+
+
+def test_a_killed_runner_ends_its_command_and_the_view(repo: Path) -> None:
+    """The command gets SIGTERM when `gitsess run` dies (issue 29: nothing runs on in a
+    session nobody waits for); the registration it held goes with it, and so the view."""
+    script = "while [ ! -e go ]; do sleep 0.05; done; echo late > late.txt"
+    runner = subprocess.Popen([*GITSESS, "run", "-s", "orphan", "--", "sh", "-c", script], cwd=repo)
+    assert eventually(lambda: len(_participants(repo, "orphan")) == 1)
+    runner.send_signal(signal.SIGKILL)
+    runner.wait()
+    assert eventually(lambda: _participants(repo, "orphan") == [])
+    assert run(repo, "orphan", "touch go; sleep 0.3; test ! -e late.txt").returncode == 0
+
+
+def test_read_only_participants_get_erofs(repo: Path) -> None:
+    done = run(repo, "ro", "echo x > README.md", "--read-only")
+    assert done.returncode != 0
+    assert "Read-only file system" in done.stderr
+    holder = subprocess.Popen(
+        [*GITSESS, "run", "-s", "ro", "--", "sh", "-c", "echo w > w.txt; sleep 3"], cwd=repo
+    )
+    try:
+        assert eventually(lambda: len(_participants(repo, "ro")) == 1)
+        reader = run(repo, "ro", "cat w.txt; echo y > y.txt", "--read-only")
+        assert reader.stdout == "w\n"
+        assert "Read-only file system" in reader.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_stale_mount_is_cleaned_and_remounted(repo: Path) -> None:
+    assert run(repo, "stale", "echo kept > kept.txt; sync").returncode == 0
+    assert gitsess(repo, "mount", "stale").returncode == 0
+    status = mount.status(_id(repo, "stale"))
+    assert status is not None
+    os.kill(status.daemon_pid, signal.SIGKILL)
+    assert eventually(lambda: mount.status(_id(repo, "stale")) is None)
+    done = run(repo, "stale", "cat kept.txt")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "kept\n"
+
+
+def _id(repo: Path, name: str) -> str:
+    return str(json.loads(gitsess(repo, "show", name, "--json").stdout)["id"])
+
+
+def test_mount_of_a_read_only_session_is_read_only(repo: Path, tmp_path: Path) -> None:
+    target = tmp_path / "view"
+    target.mkdir()
+    assert gitsess(repo, "new", "frozen", "--read-only").returncode == 0
+    done = gitsess(repo, "mount", "frozen", str(target))
+    assert done.returncode == 0, done.stderr
+    try:
+        assert (target / "README.md").read_text() == "hello\n"
+        with pytest.raises(OSError) as info:
+            (target / "README.md").write_text("changed\n")
+        assert info.value.errno == errno.EROFS
+    finally:
+        assert gitsess(repo, "umount", "frozen").returncode == 0
+
+
+def test_mount_and_umount_keep_a_view_until_told(repo: Path, tmp_path: Path) -> None:
+    target = tmp_path / "view"
+    target.mkdir()
+    assert gitsess(repo, "new", "kept").returncode == 0
+    done = gitsess(repo, "mount", "kept", str(target))
+    assert done.returncode == 0, done.stderr
+    (target / "made-here").write_text("x")
+    assert (target / "README.md").read_text() == "hello\n"
+    assert not (repo / "made-here").exists()
+    time.sleep(1.0)
+    assert mounttable.is_mount_point(target)
+    assert gitsess(repo, "umount", "kept").returncode == 0
+    assert not mounttable.is_mount_point(target)
+
+
+def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: InProcess) -> None:
+    made = gs.json("new", "brief")
+    gs.ok("mount", "brief")
+    first = mount.status(made["id"])
+    assert first is not None
+    assert control.request(made["id"], {"op": "stop"}) == {"ok": True}
+    # Stopping, it still holds the session's name and may still commit: no one may write
+    # delta.db or start another daemon until it is gone.
+    assert mount.status(made["id"]) is None
+    assert control.connect(made["id"]) is None
+    assert not mounttable.is_mount_point(Path(first.mountpoint))
+
+
+def test_joining_a_daemon_as_it_stops_starts_another(repo: Path, ctx: RepoContext) -> None:
+    session = sessions.create(ctx, "quick")
+    first = mount.ensure_mounted(live.spec_for(ctx, session, persistent=True))
+    assert control.request(session.id, {"op": "stop"}) == {"ok": True}
+    with pytest.raises(mount.DaemonStopping):
+        mount.join(session.id, {"pid": os.getpid()})
+    status, conn = mount.mount_and_join(live.spec_for(ctx, session), {"pid": os.getpid()})
+    with conn:
+        assert status.daemon_pid != first.daemon_pid
+        assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
+        now = mount.status(session.id)
+        assert now is not None
+        assert [p["pid"] for p in now.participants] == [os.getpid()]
+
+
+def test_real_tools_inside_a_session(repo: Path, tmp_path: Path) -> None:
+    archive = tmp_path / "a.tar"
+    subprocess.run(["tar", "cf", str(archive), "-C", str(repo), "src"], check=True)
+    script = f"""
+    set -e
+    mkdir unpacked && tar xf {archive} -C unpacked
+    test -f unpacked/src/app.py
+    rm -rf src
+    printf 'saved\\n' > .README.md.swp && mv .README.md.swp README.md
+    git status --porcelain > status.txt
+    git add README.md && git commit -q -m 'inside the session'
+    find . -path ./.git -prune -o -print | wc -l > count.txt
+    """
+    done = run(repo, "tools", script)
+    assert done.returncode == 0, done.stderr
+    inside = run(repo, "tools", "cat status.txt README.md; ls; git log -1 --format=%s")
+    assert " M README.md" in inside.stdout
+    assert " D src/app.py" in inside.stdout
+    assert "saved" in inside.stdout
+    assert "src" not in inside.stdout.split()
+    # The commit is the session's: the real branch stays where it was.
+    assert inside.stdout.endswith("inside the session\n")
+    assert git(repo, "log", "-1", "--format=%s") == "initial"
+    assert (repo / "src" / "app.py").exists()
+
+
+def test_python_venv_inside_a_session(repo: Path) -> None:
+    python = shutil.which("python3") or "python3"
+    done = run(repo, "venv", f"{python} -m venv --without-pip .venv && .venv/bin/python -c 1")
+    assert done.returncode == 0, done.stderr
+    assert not (repo / ".venv").exists()
+
+
+def test_other_users_need_allow_other(repo: Path) -> None:
+    runuser = shutil.which("runuser")
+    if runuser is None:
+        pytest.skip("runuser is not installed")
+    # pytest's temp dirs are private to root: nobody could not even reach the mount point.
+    target = Path(tempfile.mkdtemp(prefix="gitsess-shared-"))
+    target.chmod(0o755)
+    try:
+        _check_allow_other(repo, target, runuser)
+    finally:
+        mount.stop(_id(repo, "shared"), target)
+        target.rmdir()
+
+
+def _check_allow_other(repo: Path, target: Path, runuser: str) -> None:
+    assert gitsess(repo, "new", "shared").returncode == 0
+    assert gitsess(repo, "mount", "shared", str(target)).returncode == 0
+    denied = subprocess.run(
+        [runuser, "-u", "nobody", "--", "ls", str(target)], capture_output=True, text=True
+    )
+    assert denied.returncode != 0
+    assert gitsess(repo, "umount", "shared").returncode == 0
+    assert gitsess(repo, "mount", "shared", str(target), "--allow-other").returncode == 0
+    allowed = subprocess.run(
+        [runuser, "-u", "nobody", "--", "ls", str(target)], capture_output=True, text=True
+    )
+    assert allowed.returncode == 0, allowed.stderr
+    assert "README.md" in allowed.stdout
+
+
+def test_bad_input(repo: Path) -> None:
+    bad = gitsess(repo, "run", "-s", "../x", "--", "true")
+    assert bad.returncode != 0
+    assert bad.stderr.count("\n") == 1
+    missing = gitsess(repo, "run", "-s", "cmdless", "--", "/no/such/command")
+    assert missing.returncode != 0
+    assert "command not found" in missing.stderr
+    assert eventually(lambda: mounted_here(repo) == [])
+
+
+def test_new_mount_creates_and_mounts_in_one_command(repo: Path) -> None:
+    done = gitsess(repo, "new", "quick", "--mount", "--json")
+    assert done.returncode == 0, done.stderr
+    made = json.loads(done.stdout)
+    target = Path(made["mountpoint"])
+    assert target == discover(repo).session_dir(made["id"]) / "mnt"
+    assert (target / "README.md").read_text() == "hello\n"
+    (target / "made-here").write_text("x")
+    assert not (repo / "made-here").exists()
+    status = mount.status(made["id"])
+    assert status is not None and status.persistent
+    text = gitsess(repo, "new", "plain", "--mount")
+    assert text.returncode == 0, text.stderr
+    assert "Created session plain" in text.stdout
+    assert f"Session plain is mounted at {discover(repo).sessions_dir}" in text.stdout
+    assert gitsess(repo, "umount", "quick").returncode == 0
+    assert not mounttable.is_mount_point(target)
+
+
+def test_new_read_only_mount_refuses_writes(repo: Path) -> None:
+    done = gitsess(repo, "new", "look", "--read-only", "--mount", "--json")
+    assert done.returncode == 0, done.stderr
+    target = Path(json.loads(done.stdout)["mountpoint"])
+    assert (target / "README.md").read_text() == "hello\n"
+    with pytest.raises(OSError) as refused:
+        (target / "README.md").write_text("changed\n")
+    assert refused.value.errno == errno.EROFS
+
+
+# The apply's first real-tree write happens, then the process dies as in a power cut.
+_KILLED_APPLY = """
+import os, sys
+import gitsess.git.apply as apply
+real = apply.write_targets
+def dying(root, targets):
+    real(root, list(targets)[:1])
+    os.kill(os.getpid(), 9)
+apply.write_targets = dying
+from gitsess.cli import main
+main(sys.argv[1:])
+"""
+
+
+def test_mount_first_completes_an_interrupted_apply(repo: Path) -> None:
+    assert run(repo, "exp", "echo one > README.md; echo two > new.txt").returncode == 0
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILLED_APPLY, "apply", "exp", "--commit", "-m", "killed"],
+        cwd=repo, capture_output=True, text=True, check=False, timeout=60,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr
+    done = gitsess(repo, "mount", "exp")
+    assert done.returncode == 0, done.stderr
+    assert "completed an interrupted apply --commit" in done.stderr
+    assert git(repo, "log", "-1", "--format=%s") == "killed"
+    assert (repo / "new.txt").read_text() == "two\n"
+
+
+def _prestarted_children() -> set[int]:
+    """This process's live children started as prestarted daemons (waiting, or serving since)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text()
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except (OSError, NotADirectoryError):
+            continue
+        # A zombie (one that exited, not reaped yet) has no argv.
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        if ppid == os.getpid() and prestart.ARGS_FD_OPTION.encode() in argv:
+            found.add(int(entry.name))
+    return found
+
+
+def _new_prestarted(before: set[int]) -> list[int]:
+    """The prestarted daemons started since `before`, once one is there: a child shows its
+    own command line only once it has exec'd, a moment after `prestarted` returned."""
+    eventually(lambda: _prestarted_children() - before)
+    return sorted(_prestarted_children() - before)
+
+
+def test_a_prestarted_daemon_serves_the_mount(repo: Path, gs: InProcess) -> None:
+    before = _prestarted_children()
+    made = gs.json("new", "warm")
+    assert "is mounted at" in gs.ok("mount", "warm")
+    status = mount.status(made["id"])
+    assert status is not None
+    assert _prestarted_children() - before == {status.daemon_pid}
+    assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
+
+
+def test_a_daemon_started_inside_a_session_holds_nothing_of_it(repo: Path) -> None:
+    """A command inside session `outer` mounts session `inner`: the prestarted daemon must not
+    inherit the command's connection to `outer`'s daemon, which would keep `outer` mounted as
+    long as `inner` is."""
+    assert gitsess(repo, "new", "inner").returncode == 0
+    cli = " ".join(shlex.quote(a) for a in GITSESS)
+    done = run(repo, "outer", f"{cli} mount inner")
+    assert done.returncode == 0, done.stderr
+    try:
+        inner = mount.status(_id(repo, "inner"))
+        assert inner is not None
+        assert eventually(lambda: mount.status(_id(repo, "outer")) is None)
+    finally:
+        gitsess(repo, "umount", "inner")
+
+
+def test_an_unused_prestarted_daemon_exits(repo: Path, gs: InProcess) -> None:
+    gs.ok("new", "live", "--mount")
+    before = _prestarted_children()
+    with prestart.prestarted():
+        [waiting] = _new_prestarted(before)
+    assert eventually(lambda: _prestarted_children() == before)
+    # A mount of a session that is already live lets its prestarted process go at once.
+    with prestart.prestarted():
+        [waiting] = _new_prestarted(before)
+        assert "is mounted at" in gs.ok("mount", "live")
+        assert eventually(lambda: waiting not in _prestarted_children())
+    assert "no session 'nosuch'" in gs.fails("mount", "nosuch")
+    assert eventually(lambda: _prestarted_children() == before)
+
+
+def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> None:
+    session = sessions.create(ctx, "cold")
+    before = _prestarted_children()
+    with prestart.prestarted():
+        [waiting] = _new_prestarted(before)
+        os.kill(waiting, signal.SIGKILL)
+        os.waitpid(waiting, 0)
+        status = live.keep_mounted(
+            ctx, session, mountpoint=None, allow_other=False, read_only=False
+        )
+    argv = Path(f"/proc/{status.daemon_pid}/cmdline").read_bytes().split(b"\0")
+    assert prestart.DAEMON_MODULE.encode() in argv
+    assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
+
+
+# What the session-start path must not load in the command's process (the daemon's process
+# loads the overlay itself).
+_NOT_FOR_STARTING = (
+    "rich",
+    "gitsess.services.apply",
+    "gitsess.services.agents",
+    "gitsess.overlay.tree",
+    "trio",
+)
+_LOADED = f"""
+import json, sys
+from gitsess.cli import main
+try:
+    main(sys.argv[1:])
+finally:
+    print(json.dumps(sorted(m for m in sys.modules if m.startswith({_NOT_FOR_STARTING!r}))))
+"""
+
+
+def test_new_and_mount_load_only_what_they_need(repo: Path) -> None:
+    def loaded(*args: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", _LOADED, *args], cwd=repo, capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        result: list[str] = json.loads(done.stdout.splitlines()[-1])
+        return result
+
+    assert loaded("new", "lean", "--mount") == []
+    assert "rich.console" in loaded("umount", "lean")  # what the check sees when it is there
+    assert loaded("mount", "lean") == []

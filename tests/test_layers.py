@@ -1,0 +1,100 @@
+"""The layers of docs/ARCHITECTURE.md, checked on the source: every import statement of the
+package (those inside functions too, which is where the lazy ones are) must point down.
+
+    cli -> services -> runtime -> overlay -> git, store      (errors, durable, libc, processes:
+                                                              any layer)
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import gitsess
+
+PACKAGE = Path(gitsess.__file__).parent
+BASE = "base"  # the modules at the top of the package, which import no layer
+
+# What each layer may import besides itself and the base modules.
+MAY_IMPORT: dict[str, frozenset[str]] = {
+    "cli": frozenset({"services"}),
+    "services": frozenset({"runtime", "overlay", "git", "store"}),
+    "runtime": frozenset({"overlay"}),
+    "overlay": frozenset({"git", "store"}),
+    "git": frozenset(),
+    "store": frozenset(),
+    BASE: frozenset(),
+}
+
+# Imports that cross a layer on purpose, each with its reason.
+EXCEPTIONS = {
+    # The entry starts a mounting command's daemon process before any service loads: that
+    # process's imports are what session start waits for (see runtime/prestart.py).
+    ("gitsess.cli", "gitsess.runtime.prestart"),
+    # `python -m gitsess` is the command line.
+    ("gitsess.__main__", "gitsess.cli"),
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path) -> Iterator[str]:
+    """The gitsess modules (or names in them) that `path` imports, wherever the statement is."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            # The package imports itself absolutely only, so that this walk sees every name.
+            assert node.level == 0, f"{path}:{node.lineno}: a relative import"
+            # `from gitsess.services import live` imports the module gitsess.services.live
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 2 and parts[1] in MAY_IMPORT:
+        return parts[1]
+    if len(parts) == 2 and parts[1] in MAY_IMPORT and (PACKAGE / parts[1]).is_dir():
+        return parts[1]
+    return BASE
+
+
+def crossings() -> Iterator[tuple[str, str]]:
+    """(importer, imported) for every import of a gitsess module, one per statement name."""
+    for path in sorted(PACKAGE.rglob("*.py")):
+        importer = module_name(path)
+        for target in imports(path):
+            if target == "gitsess" or target.startswith("gitsess."):
+                yield importer, target
+
+
+def allowed(importer: str, target: str) -> bool:
+    if any(importer == a and target.startswith(b) for a, b in EXCEPTIONS):
+        return True
+    mine, theirs = layer(importer), layer(target)
+    return theirs in (mine, BASE) or theirs in MAY_IMPORT[mine]
+
+
+def test_every_import_points_down_the_layers() -> None:
+    wrong = sorted({f"{a} imports {b}" for a, b in crossings() if not allowed(a, b)})
+    assert wrong == []
+
+
+def test_the_walk_sees_imports_inside_functions() -> None:
+    """The check is only as good as its walk: the entry's prestart, and the lazy imports of
+    the services, are imported inside functions."""
+    found = set(crossings())
+    assert ("gitsess.cli", "gitsess.runtime.prestart") in found
+    assert ("gitsess.services.sessions", "gitsess.services.live") in found
+
+
+def test_a_service_importing_the_command_line_is_caught() -> None:
+    assert not allowed("gitsess.services.live", "gitsess.cli.base")
+    assert not allowed("gitsess.overlay.tree", "gitsess.services.sessions")
+    assert not allowed("gitsess.cli.live_cmds", "gitsess.git.repo.RepoContext")
+    assert not allowed("gitsess.git.apply", "gitsess.overlay.view")
+    assert allowed("gitsess.cli.live_cmds", "gitsess.errors.GitsessError")
