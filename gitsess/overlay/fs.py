@@ -54,8 +54,11 @@ class Handle:
 # handlers as `fh` when the kernel sends none. Then `open` and `opendir` answer ENOSYS: the
 # kernel stops sending OPEN, OPENDIR, RELEASE and RELEASEDIR, and keeps every file's pages and
 # every directory listing in its page cache until told they changed, so a warm read of a file
-# or a warm `find` sends no request at all. Only files made by CREATE get handles (and their
-# RELEASE), numbered from HANDLES_FROM up, apart from the inode numbers.
+# or a warm `find` sends no request at all. CREATE hands out the inode number as its handle
+# too: from the first `open` answered ENOSYS on, the kernel sends no RELEASE for any file, not
+# even one made by CREATE, so a handle kept for it would never be let go (nor the file's node,
+# nor the data of a file unlinked since). Without the patch, handles are numbered from
+# HANDLES_FROM up, apart from the inode numbers.
 INODE_FH: bool = getattr(pyfuse3, "FH_DEFAULTS_TO_INODE", False)
 HANDLES_FROM = 1 << 62
 
@@ -496,6 +499,11 @@ class Filesystem(pyfuse3.Operations):
     def _open_handle(
         self, n: Node, fd: int | None, pid: int, *, keep_cache: bool = True
     ) -> FileInfo:
+        if INODE_FH:
+            # (only CREATE opens here then) requests name the file by its inode, see INODE_FH
+            if fd is not None:
+                os.close(fd)
+            return FileInfo(fh=FileHandleT(n.ino), keep_cache=keep_cache)
         fh = self._new_fh()
         self.handles[fh] = Handle(n, fd, pid)
         self.tree.opened(n)
@@ -565,7 +573,9 @@ class Filesystem(pyfuse3.Operations):
         raise FUSEError(errno.ENOSYS)
 
     async def release(self, fh: FileHandleT) -> None:
-        h = self.handles.pop(fh)
+        h = self.handles.pop(fh, None)
+        if h is None:  # a file made by CREATE, closed before any `open` (see INODE_FH)
+            return
         if h.fd is not None:
             os.close(h.fd)
         self.tree.released(h.node)

@@ -238,6 +238,7 @@ class Tree:
         self._data_fds = FdCache(DATA_FDS_OPEN)
         self._lower_fds = FdCache(LOWER_FDS_OPEN)
         self._unsynced: set[int] = set()  # data files written since the last durable commit
+        self._stray: set[int] = set()  # data files of no node, still to remove (see _load)
         self._write_behind = WriteBehind()
         self.audit = Audit(next_process_id=store.next_process_id())
         self.journal = Journal()
@@ -296,16 +297,25 @@ class Tree:
             self._tidy_data_files()
 
     def _tidy_data_files(self) -> None:
-        """After a crash: drop data files no node reads, and cut bytes written past the size
-        that was committed (a later extension of the file must read them as zeros)."""
-        stray = []
-        for ino, length in self.store.data_files():
+        """After a crash: find the data files no node reads (`remove_stray_data` removes them),
+        and cut bytes written past the size that was committed (a later extension of the file
+        must read them as zeros)."""
+        for ino in self.store.data_files():
             n = self.nodes.get(ino)
             if n is None or n.data != 1 or not stat.S_ISREG(n.mode):
-                stray.append(ino)
-            elif length > n.size:
-                os.truncate(self.store.data_path(ino), n.size)
-        self.store.remove_data(stray)
+                self._stray.add(ino)  # (no stat of its own: a crash may leave thousands)
+                continue
+            path = self.store.data_path(ino)
+            if os.stat(path).st_size > n.size:
+                os.truncate(path, n.size)
+
+    def remove_stray_data(self) -> None:
+        """Remove the data files no node read at load. Thread-safe, and meant for a thread: a
+        session that crashed with thousands of deleted files open left gigabytes to unlink, and
+        the mount must not wait for that. Until its file is gone, a number stays taken."""
+        for ino in list(self._stray):
+            self.store.remove_data([ino])
+            self._stray.discard(ino)
 
     def close(self) -> None:
         self._write_behind.close()
@@ -484,11 +494,12 @@ class Tree:
                 n.st = st
                 return n
         ino = st.st_ino
-        taken = ino in self.nodes or ino in self._pending.deleted
+        taken = ino in self.nodes or ino in self._pending.deleted or ino in self._stray
         if ino == ROOT_INODE or taken or ino >= FIRST_ALLOCATED_INO:
             # The worktree's number is taken (by an object the session moved or created, by a
             # lower object replaced outside the session, or by one whose deletion the next
-            # commit writes, with its data): give this one a fresh number.
+            # commit writes, or a stray data file not yet removed, with its data): give this
+            # one a fresh number.
             ino = self._allocate()
         n = Node(ino, p.ino, name)
         n.lower = rel

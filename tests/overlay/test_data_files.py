@@ -67,6 +67,9 @@ def test_load_after_a_crash_tidies_data_files(tmp_path: Path) -> None:
     store = DeltaStore(delta)
     try:
         tree = Tree(store, str(lower), set())
+        # the strays go in a thread of the daemon's, once the view is served
+        assert len(os.listdir(tmp_path / "session" / "data")) == 3
+        tree.remove_stray_data()
         assert sorted(os.listdir(tmp_path / "session" / "data")) == [str(n.ino)]
         again = tree.node(n.ino)
         assert tree.read(again, 0, len(committed) + 100) == committed
@@ -132,4 +135,52 @@ def test_a_deleted_file_s_data_file_goes_with_the_commit(tmp_path: Path) -> None
         assert os.path.exists(store.data_path(big.ino))  # until the deletion is committed
         tree.commit(durable=True)
         assert not os.path.exists(store.data_path(big.ino))
+        tree.close()
+
+
+def test_a_stray_data_file_s_number_is_taken_until_it_is_removed(tmp_path: Path) -> None:
+    # A worktree file shows its own inode number, and keeps it when the session copies it: a
+    # stray data file of that name, removed in a thread meanwhile, would take its bytes along.
+    lower = tmp_path / "lower"
+    with _delta_over(lower) as store:
+        (lower / "f").write_bytes(b"lower\n")
+        number = os.lstat(lower / "f").st_ino
+        os.makedirs(store.data_dir, exist_ok=True)
+        with open(store.data_path(number), "wb") as stray:
+            stray.write(b"left by a crash")
+        tree = Tree(store, str(lower), set())
+        f = tree.lookup(ROOT_INODE, b"f")
+        assert f is not None and f.ino != number
+        tree.write(f, 0, b"x" * (INLINE_MAX + 1))
+        tree.commit(durable=True)
+        tree.remove_stray_data()
+        assert sorted(os.listdir(store.data_dir)) == [str(f.ino)]
+        tree.close()
+        tree = Tree(store, str(lower), set())
+        again = tree.resolve(b"f")
+        assert again is not None and tree.read(again, 0, 10) == b"x" * 10
+        assert tree.lookup(ROOT_INODE, b"f") is again
+        tree.close()
+
+
+def test_orphans_leave_the_delta_at_load_and_their_data_as_strays(tmp_path: Path) -> None:
+    # What a daemon stopped with deleted files still open leaves: nodes no name reaches.
+    lower = tmp_path / "lower"
+    with _delta_over(lower) as store:
+        tree = Tree(store, str(lower), set())
+        held = []
+        for i in range(3):
+            n = tree.create(ROOT_INODE, b"f%d" % i, stat.S_IFREG | 0o644, 0, 0)
+            tree.write(n, 0, b"x" * (INLINE_MAX + 1))
+            tree.opened(n)
+            tree.unlink(ROOT_INODE, b"f%d" % i)
+            held.append(n.ino)
+        tree.commit(durable=True)
+        tree.close()
+        tree = Tree(store, str(lower), set())
+        rows = store.conn.execute("SELECT count(*) FROM nodes WHERE ino >= ?", (min(held),))
+        assert rows.fetchall()[0][0] == 0
+        assert sorted(os.listdir(store.data_dir)) == sorted(map(str, held))
+        tree.remove_stray_data()
+        assert os.listdir(store.data_dir) == []
         tree.close()
