@@ -37,6 +37,7 @@ OPS = frozenset(
         "rename",
         "write",
         "truncate",
+        "fallocate",
         "chmod",
         "chown",
         "setxattr",

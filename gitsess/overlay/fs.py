@@ -471,7 +471,9 @@ class Filesystem(pyfuse3.Operations):
                 self.tree.lower_index[moved.lower] = moved.ino
             return
         old = self._path(parent_inode_old, name_old)
-        self.tree.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
+        self.tree.rename(
+            parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx.uid, ctx.gid
+        )
         new = self._path(parent_inode_new, name_new)
         self.tree.audit.record("rename", old, ctx.pid, target=new)
         moved = self.tree.find(parent_inode_new, name_new)
@@ -566,6 +568,18 @@ class Filesystem(pyfuse3.Operations):
             self.tree.audit.record_write(n.ino, path, pid, written)
             self.tree.journal.note(path)
         return written
+
+    async def fallocate(
+        self, fh: FileHandleT, mode: int, offset: int, length: int, ctx: RequestContext
+    ) -> None:
+        h = self.handles.get(fh)
+        n = h.node if h is not None else self.tree.node(fh)
+        if n.passthrough:
+            raise FUSEError(errno.EOPNOTSUPP)  # git allocates nothing ahead in its objects
+        self.tree.fallocate(n, mode, offset, length)
+        path = self.tree.path_of(n)
+        self.tree.audit.record("fallocate", path, ctx.pid)
+        self.tree.journal.note(path)
 
     async def flush(self, fh: FileHandleT) -> None:
         # Nothing to do on close(2) (data is committed in batches and on fsync); ENOSYS tells
