@@ -305,22 +305,27 @@ class Tree:
             self._tidy_data_files()
 
     def _tidy_data_files(self) -> None:
-        """After a crash: find the data files no node reads (`remove_stray_data` removes them),
-        and cut bytes written past the size that was committed (a later extension of the file
-        must read them as zeros)."""
+        """After a crash: find the data files no node reads (`remove_stray_data` removes those
+        of no node at all), and cut bytes written past the size that was committed (a later
+        extension of the file must read them as zeros)."""
         for ino in self.store.data_files():
             n = self.nodes.get(ino)
-            if n is None or n.data != 1 or not stat.S_ISREG(n.mode):
+            if n is None:
                 self._stray.add(ino)  # (no stat of its own: a crash may leave thousands)
+                continue
+            if n.data != 1 or not stat.S_ISREG(n.mode):
+                # one an inline file was moving into: it may move there again at any time
+                self.store.remove_data([ino])
                 continue
             path = self.store.data_path(ino)
             if os.stat(path).st_size > n.size:
                 os.truncate(path, n.size)
 
     def remove_stray_data(self) -> None:
-        """Remove the data files no node read at load. Thread-safe, and meant for a thread: a
-        session that crashed with thousands of deleted files open left gigabytes to unlink, and
-        the mount must not wait for that. Until its file is gone, a number stays taken."""
+        """Remove the data files of no node found at load. Thread-safe, and meant for a
+        thread: a session that stopped with thousands of deleted files open left gigabytes to
+        unlink, and the mount must not wait for that. Until its file is gone, a number is
+        given to no node (`_allocate`, `_lower_node`)."""
         for ino in list(self._stray):
             self.store.remove_data([ino])
             self._stray.discard(ino)
@@ -523,7 +528,8 @@ class Tree:
         while True:
             ino = self.next_ino
             self.next_ino += 1
-            if ino not in self.nodes:
+            # (a crash may have left a data file of a number it had not yet recorded as used)
+            if ino not in self.nodes and ino not in self._stray:
                 self._pending.meta["next_ino"] = self.next_ino
                 return ino
 
@@ -1151,8 +1157,8 @@ class Tree:
         new_parent: int,
         new_name: bytes,
         flags: int,
-        uid: int = 0,
-        gid: int = 0,
+        uid: int,
+        gid: int,
     ) -> None:
         """rename(2), or renameat2(2) with `flags`; `uid` and `gid` own a whiteout it leaves."""
         exclusive = RENAME_NOREPLACE | RENAME_WHITEOUT
