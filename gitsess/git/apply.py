@@ -371,8 +371,7 @@ def make_patch(
     paths: list[str] = []
     for f in result.files:
         paths.extend(p for p in (f.old_path, f.new_path) if p is not None and p not in paths)
-    carried = carried_by_git(changes)
-    skipped = tuple(c.path for c in changes.changes if c.path not in carried)
+    skipped = left_out_by_git(changes)
     body = spooled()
     if mbox and result.files:
         body.write(mbox_head(message, author or signature(repo, "AUTHOR"), result.stat))
@@ -381,6 +380,13 @@ def make_patch(
     else:
         result.write_patch(body)
     return PatchResult(body, tuple(paths), skipped, dry_run)
+
+
+def left_out_by_git(changes: ChangeSet) -> tuple[str, ...]:
+    """What a commit or patch cannot carry, which stays in the session: changes git does not
+    see (permission bits, empty directories), devices, fifos and sockets."""
+    carried = carried_by_git(changes)
+    return tuple(sorted([*(p for p in changes.paths if p not in carried), *changes.special]))
 
 
 def carried_by_git(changes: ChangeSet) -> set[str]:
@@ -906,12 +912,11 @@ def _outcome(changes: ChangeSet, update: _CommitWorktree | None) -> dict[str, An
     if update is None:
         carried = carried_by_git(changes)
         applied = tuple(c.path for c in changes.changes if c.path in carried)
-        skipped = tuple(c.path for c in changes.changes if c.path not in carried)
-        return {"applied": applied, "skipped": skipped}
+        return {"applied": applied, "skipped": left_out_by_git(changes)}
     skipped_set = set(update.skipped)
     return {
         "applied": tuple(c.path for c in changes.changes if c.path not in skipped_set),
-        "skipped": update.skipped,
+        "skipped": tuple(sorted([*update.skipped, *changes.special])),
         "conflicts": update.conflicts,
         "updated": tuple(PathWrite(t.path, t.kind, t.perm, t.rewrite) for t in update.targets),
     }

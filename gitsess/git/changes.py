@@ -101,6 +101,9 @@ class ChangeSet:
 
     changes: tuple[Change, ...]
     excluded: tuple[str, ...] = ()
+    # Devices, fifos and sockets of the session's (not the worktree's): no change git can hold
+    # nor apply write, so they stay in the session.
+    special: tuple[str, ...] = ()
 
     @property
     def paths(self) -> list[str]:
@@ -135,7 +138,9 @@ def compute_changes(
     for path in touched_roots(view.touched_paths()):
         walker.start(path)
     return ChangeSet(
-        tuple(sorted(walker.changes, key=lambda c: c.path)), tuple(sorted(walker.excluded))
+        tuple(sorted(walker.changes, key=lambda c: c.path)),
+        tuple(sorted(walker.excluded)),
+        tuple(sorted(walker.special)),
     )
 
 
@@ -181,6 +186,7 @@ class _Walker:
         self.ignore = ignore
         self.changes: list[Change] = []
         self.excluded: set[str] = set()
+        self.special: list[str] = []
         # Whether a path and every path above it are directories, on each side: every touched
         # path asks about its parent, and n files in one directory would ask n times.
         self._real_dirs: dict[str, bool] = {"": True}
@@ -306,7 +312,19 @@ class _Walker:
             return _from_entry(entry, "symlink", blob_id(target))
         if entry.kind == "dir":
             return State("dir", entry.mode, entry.size, entry.mtime_ns, None)
+        self._note_special(path, entry)
         return None
+
+    def _note_special(self, path: str, entry: Entry) -> None:
+        """A device, fifo or socket in the view, unless the worktree has one there too."""
+        real = self._lstat(path)
+        if real is not None and stat.S_IFMT(real.st_mode) == stat.S_IFMT(entry.mode):
+            return
+        if not self.spec.matches(path) or (
+            self.ignore is not None and self.ignore.ignored(path, False)
+        ):
+            return
+        self.special.append(path)
 
 
 def _from_entry(entry: Entry, kind: StateKind, oid: pygit2.Oid) -> State:

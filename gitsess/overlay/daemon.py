@@ -195,6 +195,10 @@ async def _serve(
                 _raise_read_ahead, state.mountpoint, abandon_on_cancel=True
             )
         )
+        # What a crash left to unlink (gigabytes, at worst) goes while the view is served.
+        nursery.start_soon(
+            lambda: trio.to_thread.run_sync(state.tree.remove_stray_data, abandon_on_cancel=True)
+        )
         if fuse_ended is not None:
             await fuse_ended.wait()
         else:

@@ -239,8 +239,8 @@ class DeltaStore:
     def data_path(self, ino: int) -> str:
         return os.path.join(self.data_dir, str(ino))
 
-    def data_files(self) -> Iterator[tuple[int, int]]:
-        """(ino, length) of every data file."""
+    def data_files(self) -> Iterator[int]:
+        """The number of every data file."""
         try:
             it = os.scandir(self.data_dir)
         except FileNotFoundError:
@@ -248,7 +248,7 @@ class DeltaStore:
         with it:
             for entry in it:
                 if entry.name.isdigit():
-                    yield int(entry.name), entry.stat().st_size
+                    yield int(entry.name)
 
     def remove_data(self, inos: Iterable[int]) -> None:
         for ino in inos:
@@ -355,11 +355,10 @@ class DeltaStore:
         os.fsync(self._wal_fd)
 
     def delete_nodes(self, inos: Iterable[int]) -> None:
-        """Drop orphans left by a crash: nodes that no directory names any more."""
-        inos = list(inos)
+        """Drop orphans left by a crash: nodes that no directory names any more (their data
+        files are then strays, see `Tree.remove_stray_data`)."""
         with self.conn:
             self._delete_nodes(inos)
-        self.remove_data(inos)
 
     def close(self) -> None:
         if self._wal_fd is not None:

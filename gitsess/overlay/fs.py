@@ -54,8 +54,11 @@ class Handle:
 # handlers as `fh` when the kernel sends none. Then `open` and `opendir` answer ENOSYS: the
 # kernel stops sending OPEN, OPENDIR, RELEASE and RELEASEDIR, and keeps every file's pages and
 # every directory listing in its page cache until told they changed, so a warm read of a file
-# or a warm `find` sends no request at all. Only files made by CREATE get handles (and their
-# RELEASE), numbered from HANDLES_FROM up, apart from the inode numbers.
+# or a warm `find` sends no request at all. CREATE hands out the inode number as its handle
+# too: from the first `open` answered ENOSYS on, the kernel sends no RELEASE for any file, not
+# even one made by CREATE, so a handle kept for it would never be let go (nor the file's node,
+# nor the data of a file unlinked since). Without the patch, handles are numbered from
+# HANDLES_FROM up, apart from the inode numbers.
 INODE_FH: bool = getattr(pyfuse3, "FH_DEFAULTS_TO_INODE", False)
 HANDLES_FROM = 1 << 62
 
@@ -468,7 +471,9 @@ class Filesystem(pyfuse3.Operations):
                 self.tree.lower_index[moved.lower] = moved.ino
             return
         old = self._path(parent_inode_old, name_old)
-        self.tree.rename(parent_inode_old, name_old, parent_inode_new, name_new, flags)
+        self.tree.rename(
+            parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx.uid, ctx.gid
+        )
         new = self._path(parent_inode_new, name_new)
         self.tree.audit.record("rename", old, ctx.pid, target=new)
         moved = self.tree.find(parent_inode_new, name_new)
@@ -496,6 +501,11 @@ class Filesystem(pyfuse3.Operations):
     def _open_handle(
         self, n: Node, fd: int | None, pid: int, *, keep_cache: bool = True
     ) -> FileInfo:
+        if INODE_FH:
+            # (only CREATE opens here then) requests name the file by its inode, see INODE_FH
+            if fd is not None:
+                os.close(fd)
+            return FileInfo(fh=FileHandleT(n.ino), keep_cache=keep_cache)
         fh = self._new_fh()
         self.handles[fh] = Handle(n, fd, pid)
         self.tree.opened(n)
@@ -559,13 +569,27 @@ class Filesystem(pyfuse3.Operations):
             self.tree.journal.note(path)
         return written
 
+    async def fallocate(
+        self, fh: FileHandleT, mode: int, offset: int, length: int, ctx: RequestContext
+    ) -> None:
+        h = self.handles.get(fh)
+        n = h.node if h is not None else self.tree.node(fh)
+        if n.passthrough:
+            raise FUSEError(errno.EOPNOTSUPP)  # git allocates nothing ahead in its objects
+        self.tree.fallocate(n, mode, offset, length)
+        path = self.tree.path_of(n)
+        self.tree.audit.record("fallocate", path, ctx.pid)
+        self.tree.journal.note(path)
+
     async def flush(self, fh: FileHandleT) -> None:
         # Nothing to do on close(2) (data is committed in batches and on fsync); ENOSYS tells
         # the kernel to stop sending FLUSH at all, one request less per open file.
         raise FUSEError(errno.ENOSYS)
 
     async def release(self, fh: FileHandleT) -> None:
-        h = self.handles.pop(fh)
+        h = self.handles.pop(fh, None)
+        if h is None:  # a file made by CREATE, closed before any `open` (see INODE_FH)
+            return
         if h.fd is not None:
             os.close(h.fd)
         self.tree.released(h.node)

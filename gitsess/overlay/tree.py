@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import apsw
 
+from gitsess import libc
 from gitsess.durable import fsync_dir, nearly_full
 from gitsess.overlay import acl, longpath
 from gitsess.overlay.audit import Audit
@@ -36,10 +37,17 @@ NAME_MAX = 255
 # renameat2(2) flags
 RENAME_NOREPLACE = 1
 RENAME_EXCHANGE = 2
+RENAME_WHITEOUT = 4  # leaves an overlay whiteout (a character device 0:0) at the old name
 # The worktree's own `.git` is the session's own copy-on-write, like every other path; only its
 # object store (append-only, named by content) is the real one, shared (see `passthrough`).
 GIT = b".git"
 GIT_OBJECTS = b".git/objects"
+# fallocate(2) modes served (those the kernel passes on to a FUSE filesystem)
+FALLOC_FL_KEEP_SIZE = 0x01
+FALLOC_FL_PUNCH_HOLE = 0x02
+FALLOC_FL_ZERO_RANGE = 0x10
+# The size a directory the session made shows, as on ext4 (one block).
+DIR_SIZE = 4096
 # A linked worktree's `.git` is a file naming its admin dir in the common dir. The view shows a
 # directory there instead: the admin dir, with the common dir below it as `common` (what the
 # view's `commondir` names), so that git's whole state is in the view and copy-on-write.
@@ -255,6 +263,7 @@ class Tree:
         self._data_fds = FdCache(DATA_FDS_OPEN)
         self._lower_fds = FdCache(LOWER_FDS_OPEN)
         self._unsynced: set[int] = set()  # data files written since the last durable commit
+        self._stray: set[int] = set()  # data files of no node, still to remove (see _load)
         self._write_behind = WriteBehind()
         self.audit = Audit(next_process_id=store.next_process_id())
         self.journal = Journal()
@@ -313,16 +322,30 @@ class Tree:
             self._tidy_data_files()
 
     def _tidy_data_files(self) -> None:
-        """After a crash: drop data files no node reads, and cut bytes written past the size
-        that was committed (a later extension of the file must read them as zeros)."""
-        stray = []
-        for ino, length in self.store.data_files():
+        """After a crash: find the data files no node reads (`remove_stray_data` removes those
+        of no node at all), and cut bytes written past the size that was committed (a later
+        extension of the file must read them as zeros)."""
+        for ino in self.store.data_files():
             n = self.nodes.get(ino)
-            if n is None or n.data != 1 or not stat.S_ISREG(n.mode):
-                stray.append(ino)
-            elif length > n.size:
-                os.truncate(self.store.data_path(ino), n.size)
-        self.store.remove_data(stray)
+            if n is None:
+                self._stray.add(ino)  # (no stat of its own: a crash may leave thousands)
+                continue
+            if n.data != 1 or not stat.S_ISREG(n.mode):
+                # one an inline file was moving into: it may move there again at any time
+                self.store.remove_data([ino])
+                continue
+            path = self.store.data_path(ino)
+            if os.stat(path).st_size > n.size:
+                os.truncate(path, n.size)
+
+    def remove_stray_data(self) -> None:
+        """Remove the data files of no node found at load. Thread-safe, and meant for a
+        thread: a session that stopped with thousands of deleted files open left gigabytes to
+        unlink, and the mount must not wait for that. Until its file is gone, a number is
+        given to no node (`_allocate`, `_lower_node`)."""
+        for ino in list(self._stray):
+            self.store.remove_data([ino])
+            self._stray.discard(ino)
 
     def close(self) -> None:
         self._write_behind.close()
@@ -508,11 +531,12 @@ class Tree:
                 n.st = st
                 return n
         ino = st.st_ino
-        taken = ino in self.nodes or ino in self._pending.deleted
+        taken = ino in self.nodes or ino in self._pending.deleted or ino in self._stray
         if ino == ROOT_INODE or taken or ino >= FIRST_ALLOCATED_INO:
             # The worktree's number is taken (by an object the session moved or created, by a
             # lower object replaced outside the session, or by one whose deletion the next
-            # commit writes, with its data): give this one a fresh number.
+            # commit writes, or a stray data file not yet removed, with its data): give this
+            # one a fresh number.
             ino = self._allocate()
         n = Node(ino, p.ino, name)
         n.lower = rel
@@ -528,7 +552,8 @@ class Tree:
         while True:
             ino = self.next_ino
             self.next_ino += 1
-            if ino not in self.nodes:
+            # (a crash may have left a data file of a number it had not yet recorded as used)
+            if ino not in self.nodes and ino not in self._stray:
                 self._pending.meta["next_ino"] = self.next_ino
                 return ino
 
@@ -681,7 +706,11 @@ class Tree:
                 st.st_mtime_ns,
                 st.st_ctime_ns,
             )
-        nlink = self._dir_nlink(n) if n.is_dir else n.nlink
+        if n.is_dir:
+            size = n.size or DIR_SIZE  # one the session made
+            nlink, blocks = self._dir_nlink(n), (size + 511) // 512
+        else:
+            nlink, size, blocks = n.nlink, n.size, self._blocks(n)
         return Attr(
             n.ino,
             n.mode,
@@ -689,12 +718,24 @@ class Tree:
             n.uid,
             n.gid,
             n.rdev,
-            n.size,
-            (n.size + 511) // 512,
+            size,
+            blocks,
             n.atime_ns,
             n.mtime_ns,
             n.ctime_ns,
         )
+
+    def _blocks(self, n: Node) -> int:
+        """The 512-byte blocks a file of the session's takes: its data file's, holes left out
+        (what `du` and a punched hole should show), else as many as its size needs."""
+        if n.data != 1 or not stat.S_ISREG(n.mode):
+            return (n.size + 511) // 512
+        fd = self._data_fds.get(n.ino)
+        try:
+            st = os.fstat(fd) if fd is not None else os.stat(self.store.data_path(n.ino))
+        except FileNotFoundError:
+            return 0
+        return st.st_blocks
 
     def lower_size(self, n: Node) -> int | None:
         """The size of what `n` shows of the worktree (a directory's merges), None if nothing."""
@@ -1138,8 +1179,21 @@ class Tree:
             self.ensure_data(n)
 
     def rename(
-        self, old_parent: int, old_name: bytes, new_parent: int, new_name: bytes, flags: int
+        self,
+        old_parent: int,
+        old_name: bytes,
+        new_parent: int,
+        new_name: bytes,
+        flags: int,
+        uid: int,
+        gid: int,
     ) -> None:
+        """rename(2), or renameat2(2) with `flags`; `uid` and `gid` own a whiteout it leaves."""
+        exclusive = RENAME_NOREPLACE | RENAME_WHITEOUT
+        if flags & ~(exclusive | RENAME_EXCHANGE) or (
+            flags & RENAME_EXCHANGE and flags & exclusive
+        ):
+            raise _err(errno.EINVAL)
         self._check_name(old_name)
         self._check_name(new_name)
         op = self._writable_dir(old_parent)
@@ -1155,15 +1209,7 @@ class Tree:
         if flags & RENAME_EXCHANGE:
             if dst is None:
                 raise _err(errno.ENOENT)
-            self._detach_from_lower(src)
-            self._detach_from_lower(dst)
-            if src.is_dir != dst.is_dir:  # a directory changes parents: their counts move
-                op.subdirs = np.subdirs = None
-            self._set_entry(op, old_name, dst.ino)
-            self._set_entry(np, new_name, src.ino)
-            src.parent, src.name, dst.parent, dst.name = np.ino, new_name, op.ino, old_name
-            self._touch_dir(op)
-            self._touch_dir(np)
+            self._exchange(op, old_name, src, np, new_name, dst)
             return
         if dst is src:
             return
@@ -1184,6 +1230,23 @@ class Tree:
         src.parent, src.name = np.ino, new_name
         src.ctime_ns = time.time_ns()
         self._pending.nodes.add(src.ino)
+        if flags & RENAME_WHITEOUT:
+            self._new_node(op, old_name, stat.S_IFCHR, uid, gid)
+        self._touch_dir(op)
+        self._touch_dir(np)
+
+    def _exchange(
+        self, op: Node, old_name: bytes, src: Node, np: Node, new_name: bytes, dst: Node
+    ) -> None:
+        self._detach_from_lower(src)
+        self._detach_from_lower(dst)
+        if src.is_dir != dst.is_dir:  # a directory changes parents: their counts move
+            op.subdirs = np.subdirs = None
+        self._set_entry(op, old_name, dst.ino)
+        self._set_entry(np, new_name, src.ino)
+        src.parent, src.name, dst.parent, dst.name = np.ino, new_name, op.ino, old_name
+        src.ctime_ns = dst.ctime_ns = time.time_ns()
+        self._pending.nodes.update((src.ino, dst.ino))
         self._touch_dir(op)
         self._touch_dir(np)
 
@@ -1241,6 +1304,28 @@ class Tree:
                 self._unsynced.add(n.ino)
         n.size = size
         n.mtime_ns = n.ctime_ns = time.time_ns()
+        self._pending.nodes.add(n.ino)
+
+    def fallocate(self, n: Node, mode: int, offset: int, length: int) -> None:
+        """fallocate(2) of a file: its data file's (an inline or worktree file's bytes move
+        into one first), which is sparse anyway, so a hole punched there takes no room."""
+        self._check_writable()
+        served = FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE
+        punch = FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE  # a hole never changes the size
+        if mode & ~served or (mode & FALLOC_FL_PUNCH_HOLE and mode != punch):
+            raise _err(errno.EOPNOTSUPP)
+        if offset < 0 or length <= 0:
+            raise _err(errno.EINVAL)
+        if not stat.S_ISREG(n.mode):
+            raise _err(errno.EISDIR if n.is_dir else errno.ENODEV)
+        self.ensure_data(n)
+        if n.data == INLINE:
+            self._to_data_file(n)
+        libc.fallocate(self._data_fd(n), mode, offset, length)
+        if not mode & FALLOC_FL_KEEP_SIZE:
+            n.size = max(n.size, offset + length)
+        n.mtime_ns = n.ctime_ns = time.time_ns()
+        self._unsynced.add(n.ino)
         self._pending.nodes.add(n.ino)
 
     # ---------------------------------------------------------------- file data

@@ -422,7 +422,7 @@ def diff(
 ) -> tuple[DiffResult, list[str]]:
     """What the session changed against its real worktree; and notes: from `reconcile`, and
     how many commits of its own the session has (their changes are in the diff)."""
-    from gitsess.git.apply import merge_onto_head
+    from gitsess.git.apply import left_out_by_git, merge_onto_head
     from gitsess.services import session_git
 
     done = reconcile(ctx, session)
@@ -445,6 +445,9 @@ def diff(
             scratch=scratch, merged=merged.entries,
         )  # fmt: skip
         git = session_git.own_commits(view, repo, session)
+    left = left_out_by_git(changes)
+    if left:
+        notes.append(f"left in the session (git cannot carry them): {', '.join(left)}")
     if git is not None:
         notes.append(
             f"the session is {len(git.commits)} commit(s) of its own ahead of its branch; "
@@ -714,13 +717,20 @@ def apply_to_worktree(
             plan = apply_worktree(
                 p.repo, view, changes, force=force, dry_run=True, merged=merged, scratch=scratch
             )
+            notes = list(p.notes)
+            if changes.special:
+                notes.append(
+                    "left in the session (apply writes no devices, fifos or sockets): "
+                    + ", ".join(changes.special)
+                )
             outcome = Applied(
                 "worktree", dry_run, plan.applied, plan.skipped, plan.conflicts,
-                base=p.session.base_commit, notes=tuple(p.notes),
+                base=p.session.base_commit, notes=tuple(notes),
             )  # fmt: skip
             if not plan.ok or dry_run or not plan.applied:
                 return outcome
-            keep = [*plan.skipped, *changes.excluded]
+            # (a directory holding one stays in the delta, or they would go with it)
+            keep = [*plan.skipped, *changes.excluded, *changes.special]
             data = _journal("worktree", changes, plan.applied, keep)
             _write_journal(ctx, p.session, data)
             result = apply_worktree(

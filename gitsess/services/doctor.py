@@ -96,7 +96,7 @@ def check_libfuse() -> Check:
 
 
 # The items of patches/pyfuse3-3.5.0.patch, which its build reports as GITSESS_PATCH_ITEMS.
-PATCH_ITEMS = 15
+PATCH_ITEMS = 16
 
 
 def check_pyfuse3() -> Check:
@@ -116,7 +116,7 @@ def check_pyfuse3() -> Check:
             "pyfuse3",
             "warn",
             f"version {pyfuse3.__version__} with an older patches/pyfuse3-3.5.0.patch: requests"
-            " cost more than they need (scripts/setup.sh rebuilds it)",
+            " cost more than they need, or are refused (scripts/setup.sh rebuilds it)",
         )
     return Check("pyfuse3", "ok", f"version {pyfuse3.__version__}, gitsess's build")
 

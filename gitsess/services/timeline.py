@@ -38,6 +38,7 @@ OPS = frozenset(
         "rename",
         "write",
         "truncate",
+        "fallocate",
         "chmod",
         "chown",
         "setxattr",

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from pathlib import Path
 
 import pygit2
@@ -81,6 +82,22 @@ def test_kinds_of_change(repo_dir: Path, tmp_path: Path) -> None:
     new = got["new/deep/file.txt"]
     assert new.old is None and new.new is not None
     assert new.new.oid == str(pygit2.hash(b"hello\n"))
+
+
+def test_devices_fifos_and_sockets_of_the_view_are_special(repo_dir: Path, tmp_path: Path) -> None:
+    view = view_of(repo_dir, tmp_path)
+    root = view.root
+    for side in (repo_dir, root):  # the worktree's own, shown as it is: no change
+        os.mkfifo(side / "src" / "worktree-pipe")
+    os.mkfifo(root / "src" / "pipe")
+    os.mknod(root / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    os.mkfifo(root / "docs" / "out.log")  # ignored by the committed *.log
+    repo = pygit2.Repository(str(repo_dir))
+    cs = compute_changes(view, repo)
+    assert cs.special == ("null", "src/pipe")
+    assert cs.changes == ()
+    assert compute_changes(view, repo, pathspecs=["src"]).special == ("src/pipe",)
+    assert "docs/out.log" in compute_changes(view, repo, include_ignored=True).special
 
 
 def test_renamed_directory_is_two_touched_paths(repo_dir: Path, tmp_path: Path) -> None:

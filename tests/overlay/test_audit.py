@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
+import pyfuse3
 import trio
 
 from gitsess.overlay import fs
 from gitsess.overlay.audit import Audit, Participant
 from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.tree import Tree
+
+
+@dataclass(frozen=True)
+class _Context:
+    """All `write` reads of a WRITE's request context (patch item 12): its writer."""
+
+    pid: int
 
 
 def test_writes_keep_the_run_of_their_first_write(tmp_path: Path) -> None:
@@ -29,14 +39,15 @@ def test_writes_keep_the_run_of_their_first_write(tmp_path: Path) -> None:
         node = tree.resolve(b"file")
         assert node is not None
         fh = filesystem._open_handle(node, None, os.getpid()).fh
+        ctx = cast(pyfuse3.RequestContext, _Context(os.getpid()))
 
         async def write_leave_write() -> None:
-            await filesystem.write(fh, 0, b"new\n")
+            await filesystem.write(fh, 0, b"new\n", ctx)
             # The run's command exited and its `gitsess run` left while the file was still
             # being written (its last writes in flight, or the same process handed on).
             del audit.participants[os.getpid()]
             audit.forget_participants()
-            await filesystem.write(fh, 4, b"more\n")
+            await filesystem.write(fh, 4, b"more\n", ctx)
             await filesystem.release(fh)
 
         trio.run(write_leave_write)

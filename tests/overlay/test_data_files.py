@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from gitsess.overlay.delta import DeltaStore, copy_data, data_bytes
+from gitsess.overlay.delta import FIRST_ALLOCATED_INO, DeltaStore, copy_data, data_bytes
 from gitsess.overlay.tree import INLINE_MAX, ROOT_INODE, Tree
 
 
@@ -67,6 +67,10 @@ def test_load_after_a_crash_tidies_data_files(tmp_path: Path) -> None:
     store = DeltaStore(delta)
     try:
         tree = Tree(store, str(lower), set())
+        # a stray of no node goes in a thread of the daemon's, once the view is served; that
+        # of the inline file at once, as the file may move there again any time
+        assert sorted(os.listdir(tmp_path / "session" / "data")) == sorted([str(n.ino), "999"])
+        tree.remove_stray_data()
         assert sorted(os.listdir(tmp_path / "session" / "data")) == [str(n.ino)]
         again = tree.node(n.ino)
         assert tree.read(again, 0, len(committed) + 100) == committed
@@ -132,4 +136,58 @@ def test_a_deleted_file_s_data_file_goes_with_the_commit(tmp_path: Path) -> None
         assert os.path.exists(store.data_path(big.ino))  # until the deletion is committed
         tree.commit(durable=True)
         assert not os.path.exists(store.data_path(big.ino))
+        tree.close()
+
+
+def test_a_stray_data_file_s_number_is_taken_until_it_is_removed(tmp_path: Path) -> None:
+    # A stray data file, removed in a thread meanwhile, would take the bytes of a node given
+    # its number along: a worktree file's (which shows, and keeps when the session copies it,
+    # its own inode number) or a new file's (a crash can leave a data file of a number it had
+    # not recorded as used yet).
+    lower = tmp_path / "lower"
+    with _delta_over(lower) as store:
+        (lower / "f").write_bytes(b"lower\n")
+        numbers = os.lstat(lower / "f").st_ino, FIRST_ALLOCATED_INO
+        os.makedirs(store.data_dir, exist_ok=True)
+        for number in numbers:
+            with open(store.data_path(number), "wb") as stray:
+                stray.write(b"left by a crash")
+        tree = Tree(store, str(lower), set())
+        f = tree.lookup(ROOT_INODE, b"f")
+        new = tree.create(ROOT_INODE, b"new", stat.S_IFREG | 0o644, 0, 0)
+        assert f is not None and f.ino not in numbers and new.ino not in numbers
+        for n in (f, new):
+            tree.write(n, 0, b"x" * (INLINE_MAX + 1))
+        tree.commit(durable=True)
+        tree.remove_stray_data()
+        assert sorted(os.listdir(store.data_dir)) == sorted([str(f.ino), str(new.ino)])
+        tree.close()
+        tree = Tree(store, str(lower), set())
+        for name in (b"f", b"new"):
+            again = tree.resolve(name)
+            assert again is not None and tree.read(again, 0, 10) == b"x" * 10
+        assert tree.lookup(ROOT_INODE, b"f") is tree.resolve(b"f")
+        tree.close()
+
+
+def test_orphans_leave_the_delta_at_load_and_their_data_as_strays(tmp_path: Path) -> None:
+    # What a daemon stopped with deleted files still open leaves: nodes no name reaches.
+    lower = tmp_path / "lower"
+    with _delta_over(lower) as store:
+        tree = Tree(store, str(lower), set())
+        held = []
+        for i in range(3):
+            n = tree.create(ROOT_INODE, b"f%d" % i, stat.S_IFREG | 0o644, 0, 0)
+            tree.write(n, 0, b"x" * (INLINE_MAX + 1))
+            tree.opened(n)
+            tree.unlink(ROOT_INODE, b"f%d" % i)
+            held.append(n.ino)
+        tree.commit(durable=True)
+        tree.close()
+        tree = Tree(store, str(lower), set())
+        rows = store.conn.execute("SELECT count(*) FROM nodes WHERE ino >= ?", (min(held),))
+        assert rows.fetchall()[0][0] == 0
+        assert sorted(os.listdir(store.data_dir)) == sorted(map(str, held))
+        tree.remove_stray_data()
+        assert os.listdir(store.data_dir) == []
         tree.close()

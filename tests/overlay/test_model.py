@@ -19,6 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gitsess.libc import fallocate
 from gitsess.overlay.passthrough import renameat2
 from gitsess.overlay.tree import INLINE_MAX
 from tests.overlay.conftest import Mounted
@@ -63,6 +64,14 @@ def _append(root: Path, p: str, payload: bytes) -> int:
         os.close(fd)
 
 
+def _fallocate(root: Path, p: str, mode: int, offset: int, length: int) -> None:
+    fd = os.open(root / p, os.O_RDWR)
+    try:
+        fallocate(fd, mode, offset, length)
+    finally:
+        os.close(fd)
+
+
 def _read(root: Path, p: str) -> bytes:
     return (root / p).read_bytes()
 
@@ -92,7 +101,16 @@ ops = st.one_of(
     st.tuples(
         st.just("renameat2"),
         st.just(lambda r, a, b, f: renameat2(bytes(r / a), bytes(r / b), f)),
-        st.tuples(paths, paths, st.sampled_from([1, 2])),
+        # NOREPLACE, EXCHANGE, WHITEOUT, NOREPLACE|WHITEOUT; then combinations and a flag
+        # that renameat2(2) refuses with EINVAL
+        st.tuples(paths, paths, st.sampled_from([1, 2, 4, 5, 3, 6, 8])),
+    ),
+    st.tuples(
+        st.just("fallocate"),
+        st.just(_fallocate),
+        # 0, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE (|KEEP_SIZE); PUNCH_HOLE alone, and
+        # with ZERO_RANGE, are refused (EOPNOTSUPP)
+        st.tuples(paths, st.sampled_from([0, 1, 3, 0x10, 0x11, 2, 0x12]), offsets, sizes),
     ),
     st.tuples(
         st.just("symlink"),
@@ -137,6 +155,8 @@ def snapshot(root: Path) -> dict[str, tuple[Any, ...]]:
                 out[rel] = ("dir", stat.S_IMODE(s.st_mode), s.st_nlink, sorted(os.listdir(p)))
             elif stat.S_ISLNK(s.st_mode):
                 out[rel] = ("link", os.readlink(p))
+            elif stat.S_ISCHR(s.st_mode):  # a whiteout that renameat2 left
+                out[rel] = ("chr", s.st_mode, s.st_rdev, s.st_nlink)
             else:
                 out[rel] = ("file", stat.S_IMODE(s.st_mode), s.st_nlink, p.read_bytes())
     return out

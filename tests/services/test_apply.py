@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -69,6 +70,28 @@ def test_diff_compares_content_in_every_format(live_exp: Mounted, repo: Path, cl
     assert {f["path"] for f in data["files"]} >= {"README.md", "src/tool.sh"}
     out, _ = cli("diff", "exp", "--color=always")
     assert "\x1b[32m+world\x1b[m" in out
+
+
+def test_devices_fifos_and_empty_directories_are_said_to_stay(
+    live_exp: Mounted, repo: Path, cli: Cli, tmp_path: Path
+) -> None:
+    m = live_exp
+    m.write("new/file.txt", "fresh\n")
+    os.mknod(m.mnt / "new" / "null", stat.S_IFCHR | 0o600, os.makedev(1, 3))
+    os.mkfifo(m.mnt / "pipe")
+    (m.mnt / "empty").mkdir()
+    left = "gitsess: left in the session (git cannot carry them): empty, new/null, pipe\n"
+    out, err = cli("diff", "exp", "--name-status")
+    assert out.splitlines() == ["A\tnew/file.txt"] and left in err
+    _, err = cli("apply", "exp", "--patch", "-o", str(tmp_path / "p.patch"))
+    assert left in err
+    _, err = cli("apply", "exp", "--worktree")
+    assert "left in the session (apply writes no devices, fifos or sockets): new/null, pipe" in err
+    assert (repo / "new" / "file.txt").read_text() == "fresh\n" and (repo / "empty").is_dir()
+    assert not (repo / "pipe").exists() and not (repo / "new" / "null").exists()
+    # they stay, and so does the directory that holds one
+    assert stat.S_ISCHR(os.lstat(m.mnt / "new" / "null").st_mode)
+    assert stat.S_ISFIFO(os.lstat(m.mnt / "pipe").st_mode)
 
 
 def test_diff_renames_and_pathspecs_from_a_subdirectory(
