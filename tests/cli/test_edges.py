@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.live_util import eventually
-from tests.util import gitsess
+from tests.util import commit, gitsess
 
 pytestmark = pytest.mark.fuse
 
@@ -110,3 +110,53 @@ def test_a_patch_to_a_device_is_written_to_it_not_renamed_over(repo: Path, tmp_p
     assert b"+x" in reader.communicate(timeout=30)[0]
     assert stat.S_ISFIFO(fifo.lstat().st_mode)
     assert list(tmp_path.glob(".fifo.gitsess-*")) == []
+
+
+def _session_removes(repo: Path, tmp_path: Path, *names: str) -> None:
+    view = tmp_path / "view"
+    view.mkdir(exist_ok=True)
+    assert gitsess(repo, "new", "exp").returncode == 0
+    assert gitsess(repo, "mount", "exp", str(view)).returncode == 0
+    try:
+        for name in names:
+            (view / name).unlink()
+    finally:
+        assert gitsess(repo, "umount", "exp").returncode == 0
+
+
+@pytest.mark.parametrize("target", ["--worktree", "--commit"])
+def test_a_removal_never_takes_a_real_edit_made_after_it(
+    repo: Path, tmp_path: Path, target: str
+) -> None:
+    """The session removed two files; one was edited in the real tree afterwards (not
+    committed): applying must not remove that edit, and says why in one line."""
+    commit(repo, "edited.txt", "v1\n")
+    commit(repo, "untouched.txt", "same\n")
+    _session_removes(repo, tmp_path, "edited.txt", "untouched.txt")
+    (repo / "edited.txt").write_text("edited outside after the session removed it\n")
+    done = gitsess(repo, "apply", "exp", target, *(["-m", "rm"] if target == "--commit" else []))
+    assert done.returncode == 1
+    assert "edited.txt: removed in the session, but the real file may have changed" in done.stderr
+    assert (repo / "edited.txt").read_text() == "edited outside after the session removed it\n"
+    assert (repo / "untouched.txt").exists()
+    forced = gitsess(repo, "apply", "exp", "--worktree", "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert not (repo / "edited.txt").exists() and not (repo / "untouched.txt").exists()
+
+
+def test_a_file_edited_before_the_session_removed_it_is_removed(repo: Path, tmp_path: Path) -> None:
+    commit(repo, "old.txt", "v1\n")
+    (repo / "old.txt").write_text("an edit the session saw\n")
+    _session_removes(repo, tmp_path, "old.txt")
+    done = gitsess(repo, "apply", "exp", "--worktree")
+    assert done.returncode == 0, done.stderr
+    assert not (repo / "old.txt").exists()
+
+
+def test_a_merge_conflict_says_which_side_removed(repo: Path, tmp_path: Path) -> None:
+    commit(repo, "gone.txt", "v1\n")
+    _session_removes(repo, tmp_path, "gone.txt")
+    commit(repo, "gone.txt", "v2 on the branch\n")
+    done = gitsess(repo, "apply", "exp", "--commit", "-m", "rm")
+    assert done.returncode == 1
+    assert "gone.txt: removed in the session, changed on the branch (merge)" in done.stderr

@@ -55,7 +55,7 @@ def test_apply_commit_never_commits_a_torn_file(repo: Path, tmp_path: Path, appl
         for n in range(applies):
             done = gitsess(repo, "apply", "exp", "--commit", "-m", f"apply {n}")
             assert done.returncode in (0, 1), done.stderr
-            assert "Traceback" not in done.stderr
+            assert "Traceback" not in done.stderr, done.stderr
             if done.returncode == 0:
                 committed += 1
     finally:
