@@ -406,16 +406,24 @@ class Filesystem(pyfuse3.Operations):
             info = self._open_handle(n, fd, ctx.pid, keep_cache=self._keeps_pages(n, fd))
             return info, self._entry(n)
         existing = self.tree.find(parent_inode, name)
-        if existing is not None:
-            # The kernel asked to create a name it believed absent (the worktree grew it
-            # meanwhile): O_EXCL fails as on any filesystem, otherwise the file is opened.
-            if flags & os.O_EXCL:
-                raise FUSEError(errno.EEXIST)
-            existing.lookups += 1
-            return await self._open_node(existing, flags, ctx.pid), self._entry(existing)
-        n = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
-        self._record("create", parent_inode, name, ctx)
-        return self._open_handle(n, None, ctx.pid), self._entry(n)
+        if existing is None:
+            try:
+                made = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
+            except FileExistsError:
+                # Making the directory the session's own read the worktree's listing anew,
+                # and the worktree has the name now (an apply wrote it there meanwhile).
+                existing = self.tree.find(parent_inode, name)
+                if existing is None:
+                    raise
+            else:
+                self._record("create", parent_inode, name, ctx)
+                return self._open_handle(made, None, ctx.pid), self._entry(made)
+        # The kernel asked to create a name it believed absent (the worktree grew it
+        # meanwhile): O_EXCL fails as on any filesystem, otherwise the file is opened.
+        if flags & os.O_EXCL:
+            raise FUSEError(errno.EEXIST)
+        existing.lookups += 1
+        return await self._open_node(existing, flags, ctx.pid), self._entry(existing)
 
     # ---------------------------------------------------------------- removing and renaming
 
