@@ -26,7 +26,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pygit2
 
@@ -106,15 +106,16 @@ def journal_path(ctx: RepoContext, session: Session) -> Path:
 
 @dataclass
 class Journal:
-    """What `apply-journal.json` holds; its JSON form is the file's, from the first release."""
+    """What `apply-journal.json` holds; `to_json` is the file's format, which a journal written
+    by an earlier version has too (a crash may be completed by the next version)."""
 
-    target: str  # "commit" or "worktree"
+    target: Literal["commit", "worktree"]
     paths: list[str]  # what the apply writes into the real tree
     drop: list[str]  # what then leaves the delta
     expect: dict[str, Stamp]  # ... unless it no longer has this state (written to meanwhile)
     result: CommitResult | None  # the prepared commit, for "commit"
-    base: str | None
-    move_base: bool
+    base: str | None  # the session's base after the apply ...
+    move_base: bool  # ... when it moves
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -165,7 +166,7 @@ def remove_journal(ctx: RepoContext, session: Session) -> None:
 
 
 def new_journal(
-    target: str,
+    target: Literal["commit", "worktree"],
     changes: ChangeSet,
     applied: Sequence[str],
     keep: Iterable[str],
