@@ -28,6 +28,7 @@ from gitsess.cli.base import (
 from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
 from gitsess.services import apply as applying
+from gitsess.services import discard as discarding
 from gitsess.services import live, sessions
 from gitsess.services.apply import Change
 from gitsess.services.sessions import RepoContext, Session, discover
@@ -494,7 +495,7 @@ def discard(
     if commits:
         if specs:
             raise click.UsageError("--commits takes no pathspecs")
-        dropped = applying.discard_commits(ctx, session)
+        dropped = discarding.discard_commits(ctx, session)
         if not dropped:
             click.echo("No commits of the session's own.", err=True)
             return
@@ -503,7 +504,7 @@ def discard(
             "their changes stay in its files"
         )
         return
-    plan, notes = applying.plan_discard(ctx, session, specs)
+    plan, notes = discarding.plan_discard(ctx, session, specs)
     _notes(notes)
     if not plan.drop and not plan.revert:
         click.echo("Nothing to discard.", err=True)
@@ -514,7 +515,7 @@ def discard(
         if not sys.stdin.isatty():
             raise GitsessError("discard asks first: answer on a terminal, or pass -y")
         click.confirm(f"Discard these changes from session {session.name}?", abort=True, err=True)
-    done = applying.discard(ctx, session, plan)
+    done = discarding.discard(ctx, session, plan)
     _notes(done.notes)
     console().print(f"Discarded {len(plan.changes)} change(s) from session {escape(session.name)}")
     if done.kept:
@@ -536,12 +537,12 @@ def fork(
     args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None, as_json: bool
 ) -> None:
     """A new session NEW_NAME with a copy of a session's changes, on the same worktree."""
-    from gitsess.services import derive
+    from gitsess.services import fork as forking
 
     ref, (new_name,) = session_ref(args, 1, offsets, session_option)
     ctx = discover()
     source = sessions.resolve(ctx, ref)
-    made = derive.fork(ctx, source, new_name)
+    made = forking.fork(ctx, source, new_name)
     if as_json:
         print_json(asdict(made))
         return
@@ -557,9 +558,9 @@ def archives_command(as_json: bool) -> None:
     """List archived sessions (`rm` archives unapplied changes; `restore` brings them back)."""
     from rich.table import Table
 
-    from gitsess.services import derive
+    from gitsess.services import archives
 
-    found = derive.archives(discover())
+    found = archives.archives(discover())
     if as_json:
         print_json(
             [{**asdict(a.info), "files": a.files, "restore": a.info.ref_name} for a in found]
@@ -591,9 +592,9 @@ def archives_command(as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the session as JSON.")
 def restore(name: str, new_name: str | None, as_json: bool) -> None:
     """Bring back a session archived as NAME (see `gitsess archives`)."""
-    from gitsess.services import derive
+    from gitsess.services import archives
 
-    done = derive.restore(discover(), name, new_name)
+    done = archives.restore(discover(), name, new_name)
     _notes(done.notes)
     if as_json:
         print_json(asdict(done.session))

@@ -166,9 +166,9 @@ def _reconciled(ctx: RepoContext, session: Session) -> Session:
     """An apply killed half-way is completed before anyone works in the session again."""
     if not live.apply_interrupted(ctx, session):
         return session
-    from gitsess.services import apply
+    from gitsess.services import apply_journal
 
-    done = apply.reconcile(ctx, session)
+    done = apply_journal.reconcile(ctx, session)
     for note in done.notes:
         click.echo(f"gitsess: {note}", err=True)
     return done.session

@@ -7,7 +7,7 @@ running one late, twice, or after a hook was missed is safe: the hooks run the o
 calls for (`gitsess.services.hooks`), `gitsess gc` runs them all.
 
 Nothing unapplied is lost: sessions are removed through `sessions.remove`, which archives their
-unapplied changes first; when the worktree is gone, `_archive_without_worktree` does it here.
+unapplied changes first; when the worktree is gone, `archives.archive_without_worktree` does it.
 """
 
 from __future__ import annotations
@@ -28,14 +28,13 @@ import pygit2
 
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
-from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
-from gitsess.git.archive import create_archive, delete_archive, list_archives
+from gitsess.git.archive import delete_archive, list_archives
 from gitsess.git.changes import compute_changes
-from gitsess.git.repo import RepoContext, open_worktree
+from gitsess.git.repo import RepoContext
 from gitsess.overlay import mounttable
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
-from gitsess.services import apply, live, repair, sessions
+from gitsess.services import apply_journal, archives, live, real_tree, repair, sessions
 from gitsess.store.registry import Registry, Session
 
 MAX_AGE_KEY = "gitsess.gc.archiveMaxAge"
@@ -116,58 +115,11 @@ def _retire(ctx: RepoContext, session: Session, sweep: str, reason: str, dry_run
     if dry_run:
         return action
     try:
-        notes = [] if session.worktree.is_dir() else _archive_without_worktree(ctx, session)
+        notes = [] if session.worktree.is_dir() else archives.archive_without_worktree(ctx, session)
         removal = sessions.remove(ctx, session.id)
     except (GitsessError, OSError, pygit2.GitError) as e:
         return replace(action, error=str(e))
     return replace(action, done=True, notes=(*notes, *removal.notes))
-
-
-def _archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
-    """Archive the unapplied changes of a session whose worktree is gone, then drop its delta,
-    so that `sessions.remove` finds nothing left that it could not compare.
-
-    The view is laid over a stand-in holding what the worktree held: its branch's tip (git
-    refuses to remove a worktree with uncommitted changes), else the session's base.
-    """
-    delta = ctx.session_dir(session.id) / "delta.db"
-    if not delta.exists():
-        return []
-    status = mount.status(session.id)
-    if status is not None and status.participants:
-        pids = ", ".join(str(p.get("pid")) for p in status.participants)
-        raise GitsessError(f"session {session.name} is in use (pid {pids})")
-    live.unmount(ctx, session)
-    repo = ctx.open()
-    branch_tip = tracking.tip(repo, session.branch) if session.branch else None
-    lower = str(branch_tip.id) if branch_tip is not None else session.base_commit
-    ref = None
-    with tracking.stand_in(repo, lower, ctx.state_dir) as top, OverlayView(delta, top) as view:
-        changes = compute_changes(view, open_worktree(top))
-        if changes.git_changes():
-            ref = create_archive(
-                repo,
-                view,
-                changes,
-                base=session.base_commit,
-                name=session.name,
-                fields={
-                    "session_id": session.id,
-                    "name": session.name,
-                    "title": session.title,
-                    "worktree": str(session.worktree),
-                    "branch": session.branch,
-                    "created_at": session.created_at.isoformat(),
-                },
-            )
-    for suffix in ("", "-wal", "-shm"):
-        delta.with_name(delta.name + suffix).unlink(missing_ok=True)
-    if ref is None:
-        return []
-    return [
-        f"unapplied changes archived as {ref}; `gitsess restore "
-        f"{ref.removeprefix(ARCHIVE_PREFIX)}` brings the session back"
-    ]
 
 
 @contextmanager
@@ -184,9 +136,9 @@ def unapplied(ctx: RepoContext, session: Session) -> int:
     """How many changes of the session apply would carry (and `rm` would archive)."""
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return 0
-    root = apply.real_root(session)
+    root = real_tree.real_root(session)
     with _view(ctx, session, root) as view:
-        return len(compute_changes(view, apply.open_real(session, root)).git_changes())
+        return len(compute_changes(view, real_tree.open_real(session, root)).git_changes())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,7 +152,7 @@ def sweep_interrupted_applies(ctx: RepoContext, *, dry_run: bool = False) -> lis
     for s in _sessions(ctx):
         if live.apply_interrupted(ctx, s):
             action = Action("interrupted", "session", s.name, "complete", "an apply was killed")
-            actions.append(_attempt(action, dry_run, partial(apply.reconcile, ctx, s)))
+            actions.append(_attempt(action, dry_run, partial(apply_journal.reconcile, ctx, s)))
     return actions
 
 
@@ -358,8 +310,8 @@ def sweep_committed(
             head = tracking.checked_out(s.worktree)
             if head.branch != s.branch or head.commit is None:
                 continue
-            root = apply.real_root(s)
-            repo = apply.open_real(s, root)
+            root = real_tree.real_root(s)
+            repo = real_tree.open_real(s, root)
             with _view(ctx, s, root) as view:
                 settled = tracking.settled_paths(view, repo, head.commit)
         except (GitsessError, OSError, pygit2.GitError) as e:

@@ -35,7 +35,7 @@ from gitsess.git.worktree import (
     remove_created,
 )
 from gitsess.runtime import mount
-from gitsess.services import apply, derive, kv, sessions
+from gitsess.services import archives, discard, fork, kv, sessions
 from gitsess.services.timeline import DeltaReader, delta_path, runs
 from gitsess.store.registry import Registry, Run, Session, Synced
 
@@ -55,7 +55,7 @@ def _synced(ctx: RepoContext, session: Session) -> Synced | None:
 
 
 def _record(
-    ctx: RepoContext, session: Session, remote: str, commit: str, snap: apply.Snapshot
+    ctx: RepoContext, session: Session, remote: str, commit: str, snap: archives.Snapshot
 ) -> None:
     """Remember the session commit now shared, and the session's state it corresponds to."""
     base = snap.session.base_commit
@@ -110,7 +110,7 @@ def push(
             f"with work never pulled here: `gitsess pull {session.name} {target.label}` first, "
             "or push --force (their commit stays in the session commit's history)"
         )
-    snap = apply.snapshot(ctx, session, keep=True)
+    snap = archives.snapshot(ctx, session, keep=True)
     session = snap.session
     base = _base(session)  # (an interrupted apply completed by the snapshot moves it)
     tree = snap.tree
@@ -268,9 +268,9 @@ def _pull_new(
         session = _set_base(ctx, session, there.base)
         notes = _base_note(session, there)
         files, keys = _lay(ctx, repo, session, there)
-        _record(ctx, session, remote, there.commit, apply.snapshot(ctx, session, keep=False))
+        _record(ctx, session, remote, there.commit, archives.snapshot(ctx, session, keep=False))
     except BaseException:
-        derive.undo(ctx, session)
+        fork.undo(ctx, session)
         if session.created_worktree:
             remove_created(ctx, _binding(session))
         raise
@@ -295,7 +295,7 @@ def _pull_into(
     synced = _synced(ctx, session)
     if synced is not None and published.descends(repo, synced.commit, there.commit):
         return Pulled(session, remote, there.commit, "up-to-date", 0, 0)
-    snap = apply.snapshot(ctx, session, keep=False)
+    snap = archives.snapshot(ctx, session, keep=False)
     session = snap.session
     state = (snap.tree, session.base_commit)
     if state == (published.content_tree(repo, there), there.base):
@@ -308,9 +308,9 @@ def _pull_into(
     if changed or not behind:
         if not force:
             raise GitsessError(_diverged(session, remote, changed, behind))
-        archived = apply.archive(ctx, session).ref if snap.changes else None
-    plan, notes = apply.plan_discard(ctx, session, include_ignored=False)
-    discarded = apply.discard(ctx, session, plan)
+        archived = archives.archive(ctx, session).ref if snap.changes else None
+    plan, notes = discard.plan_discard(ctx, session, include_ignored=False)
+    discarded = discard.discard(ctx, session, plan)
     if discarded.kept:
         # written to while we pulled (a `gitsess mount` user): laying the remote's files over
         # them would lose that work; --force archives it first
@@ -320,7 +320,7 @@ def _pull_into(
         )
     session = _set_base(ctx, session, there.base)
     files, keys = _lay(ctx, repo, session, there)
-    _record(ctx, session, remote, there.commit, apply.snapshot(ctx, session, keep=False))
+    _record(ctx, session, remote, there.commit, archives.snapshot(ctx, session, keep=False))
     notes = [*snap.notes, *notes, *discarded.notes, *_base_note(session, there)]
     if there.branch != session.branch:
         notes.append(
@@ -367,11 +367,11 @@ def _lay(
     from gitsess.services import session_git
 
     paths = published.content_paths(repo, there)
-    derive.lay_paths(ctx, session, repo, paths)
+    archives.lay_paths(ctx, session, repo, paths)
     if there.head is not None and session.branch is not None:
         # the commits made inside the session come along: its branch ends at them again
         files = session_git.files_for_head(repo, session, there.head)
-        derive.lay_git_files(ctx, session, files)
+        archives.lay_git_files(ctx, session, files)
     return len(paths), _take_kv(ctx, repo, session, there)
 
 

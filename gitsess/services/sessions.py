@@ -482,7 +482,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     """
     from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
     from gitsess.overlay.view import DamagedDelta
-    from gitsess.services import agents, apply
+    from gitsess.services import agents, archives
 
     with _existing_registry(ctx) as registry:
         session = _find(ctx, registry, _ref(ref, None))
@@ -490,11 +490,11 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
         _unmount_for_removal(ctx, session)
         # Nothing is lost: unapplied changes are kept as a commit under an archive ref first.
         try:
-            archived = apply.archive(ctx, session)
+            archived = archives.archive(ctx, session)
         except DamagedDelta:
             if not force:
                 raise
-            archived = apply.Archived(None, ("its delta.db was damaged: nothing archived",))
+            archived = archives.Archived(None, ("its delta.db was damaged: nothing archived",))
         binding = Binding(
             session.worktree,
             session.branch,

@@ -9,7 +9,8 @@ import pytest
 
 from gitsess.cli.apply_cmds import colour_patch, parse_author, split_positional
 from gitsess.errors import GitsessError
-from gitsess.services.apply import droppable, root_pathspecs
+from gitsess.services.apply import root_pathspecs
+from gitsess.services.apply_journal import droppable
 
 SESSIONS = {"exp", "both"}
 PATHS = {"src", "both", "README.md"}

@@ -14,7 +14,7 @@ import pytest
 
 from gitsess.git.repo import RepoContext
 from gitsess.runtime import mount
-from gitsess.services import apply, live, sessions
+from gitsess.services import apply_journal, live, sessions
 from gitsess.store.registry import Session
 from tests.apply_util import Cli, Mounted, changes_left, mounted, stop
 from tests.git.helpers import tree_state
@@ -361,8 +361,13 @@ def test_kill_during_apply_commit_then_the_next_command_completes_it(
             cwd=repo, capture_output=True, text=True, check=False, timeout=60,
         )  # fmt: skip
         assert done.returncode == -9, done.stderr
-        journal = ctx.session_dir(exp.id) / apply.JOURNAL
+        journal = ctx.session_dir(exp.id) / apply_journal.JOURNAL
         assert journal.exists()
+        # the typed journal reads and writes the file's JSON as it was
+        data = json.loads(journal.read_text())
+        assert data["result"]["commit"] and set(data) == set(_JOURNAL_KEYS)
+        typed = apply_journal.Journal.from_json(data)
+        assert json.loads(json.dumps(typed.to_json())) == data
         _, err = cli("diff", "exp", "--name-only")
         assert "completed an interrupted apply --commit" in err
         assert not journal.exists()
@@ -393,6 +398,40 @@ def test_kill_during_apply_worktree_then_the_next_command_completes_it(
     assert "Nothing to apply" in err
     assert tree_state(repo) == tree_state(m.mnt)
     assert changes_left(ctx, m.session) == []
+
+
+# the keys of `apply-journal.json` from the first release on
+_JOURNAL_KEYS = ("target", "paths", "drop", "expect", "result", "base", "move_base")
+
+
+def test_a_journal_written_by_hand_in_the_file_format_is_completed(
+    live_exp: Mounted, ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    m = live_exp
+    m.write("README.md", "new readme\n")
+    m.write("keep.txt", "written after the apply read it\n")
+    st = (m.mnt / "README.md").lstat()
+    # a killed `apply --worktree` of both, before it wrote anything; keep.txt changed since
+    journal = {
+        "target": "worktree",
+        "paths": ["README.md", "keep.txt"],
+        "drop": ["README.md", "keep.txt"],
+        "expect": {
+            "README.md": ["file", st.st_mode, st.st_size, st.st_mtime_ns],
+            "keep.txt": ["file", st.st_mode, 1, 1],
+        },
+        "result": None,
+        "base": None,
+        "move_base": False,
+    }
+    assert set(journal) == set(_JOURNAL_KEYS)
+    (ctx.session_dir(m.session.id) / apply_journal.JOURNAL).write_text(json.dumps(journal))
+    _, err = cli("diff", "exp", "--name-only")
+    assert "completed an interrupted apply --worktree (2 path(s))" in err
+    assert not (ctx.session_dir(m.session.id) / apply_journal.JOURNAL).exists()
+    assert (repo / "README.md").read_text() == "new readme\n"
+    assert not (repo / "keep.txt").exists()
+    assert changes_left(ctx, m.session) == ["keep.txt"]
 
 
 @pytest.mark.slow

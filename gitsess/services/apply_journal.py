@@ -1,0 +1,386 @@
+"""The apply journal (`apply-journal.json`): how an apply killed half-way is completed, and the
+lock and preparation every command that changes a session's delta or its real tree goes through.
+
+Keeping the session still. A live session may be written to while an apply runs. Every path
+that is to leave the delta is checked first against the state the apply read (kind, mode, size,
+mtime as the view reports them, which any write through the mount changes); a path written to
+meanwhile stays in the delta, with every directory above it that the apply would have dropped.
+
+Crash safety. Before anything visible changes, an apply that will write the real tree writes a
+journal (`apply-journal.json` in the session dir, written aside, fsync'd and renamed): the git
+layer's prepared `CommitResult`, or the worktree paths to write, with the paths to drop and the
+states they must still have. Every command that touches a session first completes a journal
+it finds (`reconcile`): `finish_commit` again, or the remaining worktree writes, then the pruning
+and the base move. The branch ref moves last and compare-and-swap, so a commit is never made
+twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import pygit2
+
+from gitsess import processes
+from gitsess.durable import fsync_dir
+from gitsess.errors import GitsessError
+from gitsess.git.changes import Change, ChangeSet, compute_changes
+from gitsess.git.diff import scratch_repo
+from gitsess.git.repo import RepoContext
+from gitsess.git.view import Entry
+from gitsess.services import live
+from gitsess.services.real_tree import open_real, open_view, real_root
+from gitsess.store.registry import Registry, Session
+
+# The git layer's apply module is imported where it is used (see services/apply.py).
+if TYPE_CHECKING:
+    from gitsess.git.apply import CommitResult
+
+JOURNAL = "apply-journal.json"
+_LOCK = "apply.lock"
+
+# (kind, mode, size, mtime_ns) as the view reported it, or None for an absent path
+Stamp = tuple[str, int, int, int] | None
+
+
+@contextmanager
+def _locked(ctx: RepoContext, session: Session) -> Iterator[None]:
+    """One apply, discard or reconcile of a session at a time."""
+    path = ctx.session_dir(session.id) / _LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        raise GitsessError(f"session {session.name} was removed meanwhile") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def stamp(entry: Entry | None) -> Stamp:
+    return None if entry is None else (entry.kind, entry.mode, entry.size, entry.mtime_ns)
+
+
+def new_stamp(change: Change) -> Stamp:
+    new = change.new
+    return None if new is None else (new.kind, new.mode, new.size, new.mtime_ns)
+
+
+def _parent(path: str) -> str:
+    return path.rpartition("/")[0]
+
+
+def droppable(paths: Iterable[str], keep: Iterable[str]) -> list[str]:
+    """`paths` that may leave the delta: none with a path of `keep` at or below it (dropping a
+    directory drops its whole subtree, and `keep` must stay)."""
+    kept = set(keep)
+    if "" in kept:
+        return []
+    blocked: set[str] = set()
+    for path in kept:
+        blocked.add(path)
+        parent = _parent(path)
+        while parent and parent not in blocked:
+            blocked.add(parent)
+            parent = _parent(parent)
+    return [p for p in paths if p not in blocked]
+
+
+# ---------------------------------------------------------------------------------------------
+# the journal
+
+
+def journal_path(ctx: RepoContext, session: Session) -> Path:
+    return ctx.session_dir(session.id) / JOURNAL
+
+
+@dataclass
+class Journal:
+    """What `apply-journal.json` holds; `to_json` is the file's format, which a journal written
+    by an earlier version has too (a crash may be completed by the next version)."""
+
+    target: Literal["commit", "worktree"]
+    paths: list[str]  # what the apply writes into the real tree
+    drop: list[str]  # what then leaves the delta
+    expect: dict[str, Stamp]  # ... unless it no longer has this state (written to meanwhile)
+    result: CommitResult | None  # the prepared commit, for "commit"
+    base: str | None  # the session's base after the apply ...
+    move_base: bool  # ... when it moves
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "paths": self.paths,
+            "drop": self.drop,
+            "expect": self.expect,
+            "result": None if self.result is None else self.result.to_json(),
+            "base": self.base,
+            "move_base": self.move_base,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Journal:
+        from gitsess.git.apply import CommitResult
+
+        result = data["result"]
+        return cls(
+            target=data["target"],
+            paths=list(data["paths"]),
+            drop=list(data["drop"]),
+            expect={p: _as_stamp(v) for p, v in data["expect"].items()},
+            result=None if result is None else CommitResult.from_json(result),
+            base=data["base"],
+            move_base=data["move_base"],
+        )
+
+
+def read_journal(ctx: RepoContext, session: Session) -> Journal:
+    return Journal.from_json(json.loads(journal_path(ctx, session).read_text()))
+
+
+def write_journal(ctx: RepoContext, session: Session, journal: Journal) -> None:
+    path = journal_path(ctx, session)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(journal.to_json()))  # `json.dump` encodes in Python, `dumps` in C
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    fsync_dir(path.parent)
+
+
+def remove_journal(ctx: RepoContext, session: Session) -> None:
+    path = journal_path(ctx, session)
+    path.unlink(missing_ok=True)
+    fsync_dir(path.parent)
+
+
+def new_journal(
+    target: Literal["commit", "worktree"],
+    changes: ChangeSet,
+    applied: Sequence[str],
+    keep: Iterable[str],
+    *,
+    result: CommitResult | None = None,
+    base: str | None = None,
+    move_base: bool = False,
+) -> Journal:
+    by_path = {c.path: c for c in changes.changes}
+    drop = droppable(applied, keep)
+    return Journal(
+        target=target,
+        paths=list(applied),
+        drop=drop,
+        expect={p: new_stamp(by_path[p]) for p in drop},
+        result=result,
+        base=base,
+        move_base=move_base,
+    )
+
+
+def settle(
+    ctx: RepoContext,
+    session: Session,
+    root: Path,
+    journal: Journal,
+    restamp: Iterable[str],
+) -> tuple[list[str], list[str]]:
+    """Drop what the journal says may go (unless written to meanwhile), refresh the records of
+    the real directories the apply wrote into, move the base, forget the journal.
+    Returns (dropped, kept because the session changed them meanwhile)."""
+    expect = journal.expect
+    with open_view(ctx, session, root) as view:
+        # A path the session holds no record of only reads through to the real tree, which
+        # the apply itself rewrote (a renamed directory's files): no write of the session's.
+        moved = [p for p in journal.drop if view.holds(p) and stamp(view.entry(p)) != expect[p]]
+    drop = droppable(journal.drop, moved)
+    # checked again where the drop happens: a write may come in between the look above and it
+    # (the session's git state handed back to the real repository is not compared: the view
+    # never reports `.git`)
+    expected = {
+        p: _mode_size_mtime(expect.get(p))
+        for p in drop
+        if p in expect and not p.startswith(".git/")
+    }
+    late = live.drop_paths(
+        ctx, replace(session, worktree=root), drop, sorted(set(restamp)), expected
+    )
+    drop = [p for p in drop if p not in set(late)]
+    moved = [*moved, *(p for p in late if p in expect)]
+    if journal.move_base:
+        _set_base(ctx, session, journal.base)
+    remove_journal(ctx, session)
+    return drop, moved
+
+
+def _mode_size_mtime(value: Stamp) -> tuple[int, int, int] | None:
+    return None if value is None else (int(value[1]), int(value[2]), int(value[3]))
+
+
+def _as_stamp(value: Any) -> Stamp:
+    return None if value is None else (value[0], value[1], value[2], value[3])
+
+
+def _set_base(ctx: RepoContext, session: Session, base: str | None) -> None:
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        if registry is not None and registry.by_id(session.id) is not None:
+            registry.update(session.id, base_commit=base)
+
+
+def _current(ctx: RepoContext, session: Session) -> Session:
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        return (registry and registry.by_id(session.id)) or session
+
+
+@dataclass(frozen=True)
+class Reconciled:
+    session: Session  # as the registry has it now (the base may have moved)
+    notes: list[str] = field(default_factory=list)
+
+
+def reconcile(ctx: RepoContext, session: Session) -> Reconciled:
+    """Complete an apply that was killed half-way, if the session has one."""
+    if not journal_path(ctx, session).exists():
+        return Reconciled(session)
+    with _locked(ctx, session):
+        return Reconciled(_current(ctx, session), _reconcile_locked(ctx, session))
+
+
+def _reconcile_locked(ctx: RepoContext, session: Session) -> list[str]:
+    path = journal_path(ctx, session)
+    try:
+        journal = read_journal(ctx, session)
+    except FileNotFoundError:
+        return []  # another process completed it while we waited for the lock
+    except ValueError:
+        # the journal is renamed into place whole, so this is not ours half-written
+        raise GitsessError(f"{path} is not a gitsess journal; move it away") from None
+    root = real_root(session)
+    if journal.target == "commit":
+        notes = _finish_commit(ctx, session, root, journal)
+    else:
+        notes = _finish_worktree(ctx, session, root, journal)
+    written = [*journal.paths, *(journal.result.updated_paths if journal.result else ())]
+    gone = _remove_leftovers(root, written)
+    if gone:
+        notes.append(f"removed {len(gone)} file(s) the killed apply left half-written: "
+                     + ", ".join(gone[:3]) + (" ..." if len(gone) > 3 else ""))  # fmt: skip
+    return notes
+
+
+# What a real-tree write of an apply writes aside before renaming it in (`write_targets`).
+_LEFTOVER = re.compile(r"\..+\.gitsess-(\d+)\.tmp")
+
+
+def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
+    """The files an apply that was killed wrote aside and never renamed in, in the folders of
+    the paths it was writing: removed (only those of a process that is gone)."""
+    removed = []
+    for folder in sorted({_parent(p) for p in paths}):
+        try:
+            names = os.listdir(root / folder)
+        except OSError:
+            continue
+        for name in names:
+            found = _LEFTOVER.fullmatch(name)
+            if found is None or processes.alive(int(found.group(1))):
+                continue
+            path = root / folder / name
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+                removed.append(str(Path(folder) / name))
+    return removed
+
+
+def _finish_commit(ctx: RepoContext, session: Session, root: Path, journal: Journal) -> list[str]:
+    from gitsess.git.apply import finish_commit
+
+    result = journal.result
+    assert result is not None  # a "commit" journal holds its prepared commit
+    try:
+        changed = finish_commit(open_real(session, root), result)
+    except GitsessError as e:
+        # The ref did not move: the commit never became visible. The delta still holds
+        # everything, so the session shows its work as before.
+        remove_journal(ctx, session)
+        return [f"an interrupted apply --commit could not be completed ({e}); the session "
+                "keeps its changes, apply again"]  # fmt: skip
+    # writes made before the crash changed directories too: those of every written path
+    written = {_parent(p) for p in result.updated_paths} if result.worktree_updated else set()
+    settle(ctx, session, root, journal, [*changed, *written])
+    what = f"commit {result.commit[:10]}" if result.commit else "apply"
+    return [f"completed an interrupted apply --commit ({what} on {result.branch})"]
+
+
+def _finish_worktree(ctx: RepoContext, session: Session, root: Path, journal: Journal) -> list[str]:
+    from gitsess.git.apply import apply_worktree
+
+    paths = journal.paths
+    expect = journal.expect
+    changed: tuple[str, ...] = ()
+    from gitsess.git.apply import merge_onto_head
+
+    with open_view(ctx, session, root) as view:
+        still = [p for p in paths if p not in expect or stamp(view.entry(p)) == expect[p]]
+        if still:  # (no pathspec at all would select every change)
+            repo = open_real(session, root)
+            specs = [f":(literal){p}" for p in still]
+            with scratch_repo(repo) as scratch:
+                changes = compute_changes(
+                    view, repo, pathspecs=specs, include_ignored=True, store=scratch
+                )
+                changes = _only(changes, set(still))
+                # the same merge as before the crash: its writes come out the same again
+                merged = merge_onto_head(repo, scratch, view, changes, session.base_commit)
+                # these paths passed the conflict check before the crash; since then only
+                # this apply wrote to them
+                result = apply_worktree(
+                    repo, view, changes, force=True, merged=merged, scratch=scratch
+                )
+            changed = result.changed_dirs
+    settle(ctx, session, root, journal, [*changed, *(_parent(p) for p in paths)])
+    return [f"completed an interrupted apply --worktree ({len(paths)} path(s))"]
+
+
+def _only(changes: ChangeSet, paths: set[str]) -> ChangeSet:
+    return ChangeSet(tuple(c for c in changes.changes if c.path in paths), changes.excluded)
+
+
+# ---------------------------------------------------------------------------------------------
+# what every command that changes the delta or the real tree starts with
+
+
+@dataclass(frozen=True)
+class Prepared:
+    session: Session
+    root: Path
+    repo: pygit2.Repository
+    notes: list[str]
+
+
+@contextmanager
+def prepare(ctx: RepoContext, session: Session, *, writes_real: bool = False) -> Iterator[Prepared]:
+    """Under the session's apply lock, a journal found completed first: the session as the
+    registry has it now, its real worktree and repository."""
+    with _locked(ctx, session):
+        notes = _reconcile_locked(ctx, session) if journal_path(ctx, session).exists() else []
+        session = _current(ctx, session)
+        root = real_root(session)
+        if writes_real and root != session.worktree:
+            # Inside the session, `.git` at the worktree's path is the session's own: libgit2
+            # resolves every path to it, so the real branch and index are out of reach here
+            # (the real files are not: `--worktree` writes them through the daemon's root).
+            raise GitsessError(
+                "inside a session, git is the session's own: run this apply outside it"
+            )
+        yield Prepared(session, root, open_real(session, root), notes)

@@ -1,0 +1,267 @@
+"""Archives: a removed or discarded session's work kept as a commit under
+`refs/gitsess/archive/<name>` (`archive`, on `rm` and in `gc`), the list of them, and `restore`
+(a session brought back from one). The commits themselves are made in `git/archive.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+
+from gitsess.errors import GitsessError
+from gitsess.git import tracking
+from gitsess.git.archive import (
+    PREFIX as ARCHIVE_PREFIX,
+)
+from gitsess.git.archive import (
+    ArchivedPath,
+    ArchiveInfo,
+    archived_paths,
+    blob_data,
+    create_archive,
+    delete_archive,
+    list_archives,
+    read_archive,
+    snapshot_tree,
+)
+from gitsess.git.blob_parts import blob_parts
+from gitsess.git.changes import GIT_EXEC, GIT_LINK, compute_changes
+from gitsess.git.diff import scratch_repo
+from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
+from gitsess.overlay.view import OverlayView
+from gitsess.runtime import mount
+from gitsess.services import live
+from gitsess.services.apply_journal import prepare
+from gitsess.services.fork import insert, undo
+from gitsess.services.real_tree import open_view, real_root
+from gitsess.services.viewwrite import view_writer
+from gitsess.store.registry import Session
+
+# ---------------------------------------------------------------------------------------------
+# archiving a session
+
+
+@dataclass(frozen=True)
+class Archived:
+    ref: str | None  # None: nothing to archive
+    notes: tuple[str, ...] = ()
+
+
+def archive(ctx: RepoContext, session: Session) -> Archived:
+    """Keep the session's unapplied work as a commit under `refs/gitsess/archive/<name>`.
+
+    Only what git can hold is kept: tracked and untracked-not-ignored files and symlinks (not
+    ignored files, permission bits other than the executable bit, empty directories).
+    """
+    if not (ctx.session_dir(session.id) / "delta.db").exists():
+        return Archived(None)  # never mounted: nothing was ever written
+    if not session.worktree.is_dir():
+        return Archived(None, (f"{session.worktree} is gone: the session's changes could not "
+                               "be compared with it and were not archived",))  # fmt: skip
+    from gitsess.services import session_git
+
+    with prepare(ctx, session) as p, open_view(ctx, p.session, p.root) as view:
+        changes = compute_changes(view, p.repo)
+        if not changes.git_changes():
+            return Archived(None, tuple(p.notes))
+        s = p.session
+        git = session_git.own_commits(view, p.repo, s)
+        keep = [git.commits[-1]] if git is not None else []
+        ref = create_archive(
+            p.repo, view, changes, base=s.base_commit, name=s.name,
+            fields={
+                "session_id": s.id, "name": s.name, "title": s.title,
+                "worktree": str(s.worktree), "branch": s.branch,
+                "created_at": s.created_at.isoformat(),
+            },
+            keep=keep,
+        )  # fmt: skip
+    return Archived(ref, tuple(p.notes))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    session: Session  # as the registry has it now (an interrupted apply may move the base)
+    tree: str  # the base's tree with the session's git-visible changes (what `archive` commits)
+    changes: int  # how many git-visible changes
+    notes: tuple[str, ...] = ()
+    head: str | None = None  # the last commit made inside the session, when it made any
+
+
+def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
+    """The session's work as a git tree, built like an archive's; with `keep` its objects are
+    written to the repository, else only its id is computed (to compare it with another)."""
+    from gitsess.git.apply import commit_tree, copy_objects
+    from gitsess.services import session_git
+
+    with prepare(ctx, session) as p:
+        base = p.session.base_commit
+        if not (ctx.session_dir(session.id) / "delta.db").exists():
+            return Snapshot(p.session, commit_tree(p.repo, base), 0, tuple(p.notes))
+        with open_view(ctx, p.session, p.root) as view, scratch_repo(p.repo) as scratch:
+            changes = compute_changes(view, p.repo)
+            tree = snapshot_tree(scratch, view, changes, base)
+            if keep:
+                copy_objects(scratch, p.repo, tree)
+            git = session_git.own_commits(view, p.repo, p.session)
+    head = git.commits[-1] if git is not None else None
+    return Snapshot(p.session, tree, len(changes.git_changes()), tuple(p.notes), head)
+
+
+def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
+    """Archive the unapplied changes of a session whose worktree is gone, then drop its delta,
+    so that `sessions.remove` finds nothing left that it could not compare.
+
+    The view is laid over a stand-in holding what the worktree held: its branch's tip (git
+    refuses to remove a worktree with uncommitted changes), else the session's base.
+    """
+    delta = ctx.session_dir(session.id) / "delta.db"
+    if not delta.exists():
+        return []
+    status = mount.status(session.id)
+    if status is not None and status.participants:
+        pids = ", ".join(str(p.get("pid")) for p in status.participants)
+        raise GitsessError(f"session {session.name} is in use (pid {pids})")
+    live.unmount(ctx, session)
+    repo = ctx.open()
+    branch_tip = tracking.tip(repo, session.branch) if session.branch else None
+    lower = str(branch_tip.id) if branch_tip is not None else session.base_commit
+    ref = None
+    with tracking.stand_in(repo, lower, ctx.state_dir) as top, OverlayView(delta, top) as view:
+        changes = compute_changes(view, open_worktree(top))
+        if changes.git_changes():
+            ref = create_archive(
+                repo,
+                view,
+                changes,
+                base=session.base_commit,
+                name=session.name,
+                fields={
+                    "session_id": session.id,
+                    "name": session.name,
+                    "title": session.title,
+                    "worktree": str(session.worktree),
+                    "branch": session.branch,
+                    "created_at": session.created_at.isoformat(),
+                },
+            )
+    for suffix in ("", "-wal", "-shm"):
+        delta.with_name(delta.name + suffix).unlink(missing_ok=True)
+    if ref is None:
+        return []
+    return [
+        f"unapplied changes archived as {ref}; `gitsess restore "
+        f"{ref.removeprefix(ARCHIVE_PREFIX)}` brings the session back"
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# archives and restore
+
+
+@dataclass(frozen=True)
+class Archive:
+    info: ArchiveInfo
+    files: int  # paths the archive changed against its base
+
+
+def archives(ctx: RepoContext) -> list[Archive]:
+    """The repository's archives, newest first."""
+    repo = ctx.open()
+    return [Archive(info, len(archived_paths(repo, info))) for info in list_archives(repo)]
+
+
+@dataclass(frozen=True)
+class Restored:
+    session: Session
+    archive: ArchiveInfo
+    files: int
+    notes: list[str] = field(default_factory=list)
+
+
+def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restored:
+    """Bring an archived session back: a new session whose delta is the archive's changes
+    against its base, bound to the archived session's worktree if it is still there (else to
+    the current one), with the archived base. The archive ref goes once the session is made.
+    """
+    repo = ctx.open()
+    info = read_archive(repo, name)
+    notes: list[str] = []
+    worktree = Path(info.worktree)
+    if not worktree.is_dir() or worktree.resolve() not in worktree_paths(repo):
+        if ctx.worktree is None:
+            raise GitsessError(
+                f"the archived session's worktree {info.worktree} is gone and there is no "
+                "worktree here to restore it into; run restore inside a worktree"
+            )
+        if info.worktree:
+            notes.append(f"{info.worktree} is gone: restored onto {ctx.worktree}")
+        worktree = ctx.worktree
+    head = head_of(open_worktree(worktree))
+    if info.branch and head.branch != info.branch:
+        notes.append(
+            f"the session was on {info.branch}; its worktree now has "
+            f"{head.branch or 'a detached HEAD'} checked out"
+        )
+    session = insert(
+        ctx,
+        new_name or info.name,
+        title=info.title,
+        worktree=worktree.resolve(),
+        branch=head.branch,
+        base_commit=info.base,
+        read_only=False,
+        parent=None,
+    )
+    try:
+        paths = archived_paths(repo, info)
+        lay_paths(ctx, session, repo, paths)
+    except BaseException:
+        undo(ctx, session)
+        raise
+    delete_archive(repo, info)
+    return Restored(session, info, len(paths), notes)
+
+
+def lay_paths(
+    ctx: RepoContext, session: Session, repo: pygit2.Repository, paths: Sequence[ArchivedPath]
+) -> None:
+    """Set each path of the session's view to the blob (or the absence) a commit gave it."""
+    root = real_root(session)
+    with view_writer(ctx, session, root) as writer:
+        for item in paths:
+            if item.entry is None:
+                writer.remove(item.path)
+                continue
+            oid, mode = item.entry
+            if mode == GIT_LINK:
+                writer.put_symlink(item.path, blob_data(repo, oid))
+            else:
+                perm = _perm(root / item.path, mode == GIT_EXEC)
+                writer.put_file(item.path, blob_parts(repo, oid), perm)
+
+
+def lay_git_files(ctx: RepoContext, session: Session, files: Mapping[str, bytes]) -> None:
+    """Write these files (paths below `.git`) into the session's own `.git`."""
+    with view_writer(ctx, session, real_root(session)) as writer:
+        for rel, data in files.items():
+            writer.put_git_file(rel, data)
+
+
+def _perm(real: Path, executable: bool) -> int:
+    """A file's permission bits in the view: the real file's, with the executable bits git
+    records, or what git checkout would give a new file."""
+    with contextlib.suppress(OSError):
+        st = real.lstat()
+        if stat.S_ISREG(st.st_mode):
+            perm = stat.S_IMODE(st.st_mode)
+            return perm | ((perm & 0o444) >> 2) if executable else perm & ~0o111
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return (0o777 if executable else 0o666) & ~mask

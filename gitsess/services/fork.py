@@ -1,0 +1,98 @@
+"""`fork`: a new session with a copy of a live one's delta; and the row and directory of a
+session made from other work (`insert`, `undo`), which `restore` and `remote` use too.
+"""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+
+from gitsess.errors import GitsessError
+from gitsess.git.repo import RepoContext
+from gitsess.overlay.delta import copy_delta
+from gitsess.runtime import mount
+from gitsess.services.apply_journal import reconcile
+from gitsess.services.sessions import validate_name
+from gitsess.store.db import private_dir
+from gitsess.store.registry import Registry, Session
+from gitsess.store.user_index import UserIndex, index_path
+
+
+def insert(
+    ctx: RepoContext,
+    name: str,
+    *,
+    title: str,
+    worktree: Path,
+    branch: str | None,
+    base_commit: str | None,
+    read_only: bool,
+    parent: str | None,
+) -> Session:
+    """A session row and its directory, bound to an existing worktree that it does not own
+    (`rm` of it never removes the worktree or branch)."""
+    validate_name(name)
+    registry = Registry.open(ctx.registry_path, create=True)
+    assert registry is not None
+    UserIndex(index_path()).add(ctx.state_dir, ctx.common_dir)
+    try:
+        with registry.write():
+            session = registry.insert(
+                id=str(uuid.uuid4()),
+                name=name,
+                title=title,
+                worktree=worktree,
+                branch=branch,
+                base_commit=base_commit,
+                read_only=read_only,
+                parent=parent,
+                created_worktree=False,
+                created_branch=False,
+            )
+            # inside the transaction: no row without its directory
+            try:
+                private_dir(ctx.session_dir(session.id))
+            except OSError as e:
+                raise GitsessError(f"cannot create {ctx.session_dir(session.id)}: {e}") from e
+        return session
+    finally:
+        registry.close()
+
+
+def undo(ctx: RepoContext, session: Session) -> None:
+    """Take back a session that was just made, when filling it failed."""
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        if registry is not None:
+            with registry.write():
+                registry.delete(session.id)
+    shutil.rmtree(ctx.session_dir(session.id), ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# fork
+
+
+def fork(ctx: RepoContext, source: Session, name: str) -> Session:
+    """A new session with a copy of `source`'s delta (changes, audit log, key-value store) and
+    the same worktree, branch and base; from then on the two are independent."""
+    source = reconcile(ctx, source).session
+    session = insert(
+        ctx,
+        name,
+        title=source.title,
+        worktree=source.worktree,
+        branch=source.branch,
+        base_commit=source.base_commit,
+        read_only=source.read_only,
+        parent=source.id,
+    )
+    src = ctx.session_dir(source.id) / "delta.db"
+    try:
+        with mount.locked(ctx.session_dir(source.id)):  # no daemon starts during an offline copy
+            if src.exists() and not mount.copy_delta(source.id, ctx.session_dir(session.id)):
+                copy_delta(str(src), str(ctx.session_dir(session.id) / "delta.db"))
+    except BaseException:
+        undo(ctx, session)
+        raise
+    return session
