@@ -44,7 +44,6 @@ from gitsess.git.changes import (
     ChangeSet,
     State,
     StateKind,
-    common_dir,
 )
 from gitsess.git.diff import (
     BIG_FILE,
@@ -55,6 +54,7 @@ from gitsess.git.diff import (
     read_view,
     scratch_repo,
 )
+from gitsess.git.repo import common_dir
 from gitsess.git.view import Entry, Kind, SessionView
 from gitsess.git.worktree import checked_out_at
 

@@ -26,6 +26,7 @@ import pygit2
 from gitsess import progress
 from gitsess.errors import GitsessError
 from gitsess.git.blobid import blob_id, file_blob_id, stream_blob_id
+from gitsess.git.repo import common_dir
 from gitsess.git.view import Entry, SessionView
 
 StateKind = Literal["file", "symlink", "dir"]
@@ -692,12 +693,3 @@ def _excludes_file(repo: pygit2.Repository) -> Path | None:
         return Path(configured).expanduser()
     xdg = os.environ.get("XDG_CONFIG_HOME")
     return (Path(xdg) if xdg else Path("~/.config").expanduser()) / "git" / "ignore"
-
-
-def common_dir(repo: pygit2.Repository) -> Path:
-    """The git directory shared by all worktrees (a linked worktree names it in `commondir`)."""
-    git_dir = Path(repo.path)
-    pointer = git_dir / "commondir"
-    if pointer.is_file():
-        return (git_dir / pointer.read_text().strip()).resolve()
-    return git_dir.resolve()

@@ -24,7 +24,8 @@ from pygit2.enums import DeltaStatus, DiffFind, DiffOption, DiffStatsFormat, Fil
 from gitsess import progress
 from gitsess.git.binary_patch import write_literal
 from gitsess.git.blobid import blob_id
-from gitsess.git.changes import Change, ChangeSet, State, common_dir
+from gitsess.git.changes import Change, ChangeSet, State
+from gitsess.git.repo import common_dir
 from gitsess.git.view import SessionView
 
 # Files past this size are diffed as git diffs those past core.bigFileThreshold: as binary,
