@@ -53,10 +53,11 @@ from gitsess.store.registry import Registry, Session
 # The git layer's apply and archive modules are imported where they are used: diff, the most
 # frequent command here, needs neither, and loading them is about 12 ms of its start.
 if TYPE_CHECKING:
-    from gitsess.git.apply import CommitResult, Conflict
+    from gitsess.git.apply_commit import CommitResult
+    from gitsess.git.conflicts import Conflict
 
     # the patch an apply returns, which the cli writes out
-    from gitsess.git.apply import PatchResult as PatchResult
+    from gitsess.git.patch import PatchResult as PatchResult
     from gitsess.services.session_git import SessionGit
 
 JOURNAL = "apply-journal.json"
@@ -350,7 +351,7 @@ def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
 def _finish_commit(
     ctx: RepoContext, session: Session, root: Path, journal: dict[str, Any]
 ) -> list[str]:
-    from gitsess.git.apply import CommitResult, finish_commit
+    from gitsess.git.apply_commit import CommitResult, finish_commit
 
     result = CommitResult.from_json(journal["result"])
     try:
@@ -371,12 +372,12 @@ def _finish_commit(
 def _finish_worktree(
     ctx: RepoContext, session: Session, root: Path, journal: dict[str, Any]
 ) -> list[str]:
-    from gitsess.git.apply import apply_worktree
+    from gitsess.git.apply_worktree import apply_worktree
 
     paths: list[str] = journal["paths"]
     expect: dict[str, Any] = journal["expect"]
     changed: tuple[str, ...] = ()
-    from gitsess.git.apply import merge_onto_head
+    from gitsess.git.merge import merge_onto_head
 
     with _open(ctx, session, root) as view:
         still = [
@@ -422,7 +423,8 @@ def diff(
 ) -> tuple[DiffResult, list[str]]:
     """What the session changed against its real worktree; and notes: from `reconcile`, and
     how many commits of its own the session has (their changes are in the diff)."""
-    from gitsess.git.apply import left_out_by_git, merge_onto_head
+    from gitsess.git.merge import merge_onto_head
+    from gitsess.git.patch import left_out_by_git
     from gitsess.services import session_git
 
     done = reconcile(ctx, session)
@@ -558,7 +560,8 @@ def apply_to_commit(
     hold its commits). The session's base becomes the new commit when the commit is on the
     session's own branch or on the one its worktree has checked out.
     """
-    from gitsess.git.apply import Conflict, apply_commit, branch_tip
+    from gitsess.git.apply_commit import apply_commit, branch_tip
+    from gitsess.git.conflicts import Conflict
     from gitsess.services import session_git
 
     with _prepare(ctx, session, writes_real=True) as p:
@@ -638,7 +641,9 @@ def apply_to_patch(
 
     With `mbox` and commits made inside the session: a mail per commit, then one for the
     changes made since (what `git am` applies on the session's base)."""
-    from gitsess.git.apply import make_patch, merge_onto_head, signature, spooled
+    from gitsess.git.merge import merge_onto_head
+    from gitsess.git.objects import signature
+    from gitsess.git.patch import make_patch, spooled
     from gitsess.services import session_git
 
     with (
@@ -706,7 +711,8 @@ def apply_to_worktree(
     """Write the session's changes into its real worktree; the written paths leave the delta.
     When the worktree's HEAD moved since the session's base, they are merged onto it first
     (`merge_onto_head`): a conflict changes nothing."""
-    from gitsess.git.apply import apply_worktree, merge_onto_head
+    from gitsess.git.apply_worktree import apply_worktree
+    from gitsess.git.merge import merge_onto_head
 
     with _prepare(ctx, session) as p:
         with _open(ctx, p.session, p.root) as view, scratch_repo(p.repo) as scratch:
@@ -906,8 +912,8 @@ class Snapshot:
 def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
     """The session's work as a git tree, built like an archive's; with `keep` its objects are
     written to the repository, else only its id is computed (to compare it with another)."""
-    from gitsess.git.apply import commit_tree, copy_objects
     from gitsess.git.archive import snapshot_tree
+    from gitsess.git.objects import commit_tree, copy_objects
     from gitsess.services import session_git
 
     with _prepare(ctx, session) as p:

@@ -97,7 +97,7 @@ def upstream(repo: pygit2.Repository, session: Session) -> str | None:
 
 def replay(repo: pygit2.Repository, git: SessionGit, onto: str | None) -> Replayed:
     """The session's commits rebuilt on `onto` (or a fast-forward to them); no ref moves."""
-    from gitsess.git.apply import signature
+    from gitsess.git.objects import signature
     from gitsess.git.replay import replay_commits
 
     return replay_commits(
