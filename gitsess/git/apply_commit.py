@@ -35,7 +35,6 @@ from gitsess.git.conflicts import (
     unique_conflicts,
     worktree_conflicts,
 )
-from gitsess.git.diff import BIG_FILE, BigFile, ScratchRepository, scratch_repo
 from gitsess.git.merge import CommitBuild, build_commit_tree
 from gitsess.git.objects import (
     blob_data,
@@ -56,6 +55,7 @@ from gitsess.git.realtree import (
     write_targets,
 )
 from gitsess.git.repo import common_dir
+from gitsess.git.scratch import BIG_FILE, BigFile, ScratchRepository, scratch_repo
 from gitsess.git.view import SessionView
 from gitsess.git.worktree import checked_out_at
 

@@ -15,8 +15,9 @@ from gitsess.errors import GitsessError
 from gitsess.git import packwrite
 from gitsess.git.blobid import blob_id
 from gitsess.git.changes import Change
-from gitsess.git.diff import BIG_FILE, ScratchRepository, read_view
+from gitsess.git.diff import read_view
 from gitsess.git.repo import common_dir
+from gitsess.git.scratch import BIG_FILE, ScratchRepository
 from gitsess.git.view import SessionView
 
 

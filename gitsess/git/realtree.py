@@ -18,7 +18,8 @@ from gitsess.errors import GitsessError
 from gitsess.git.blobid import HashingReader
 from gitsess.git.changes import GIT_EXEC, GIT_LINK, Change, StateKind
 from gitsess.git.conflicts import Conflict, lstat_entry
-from gitsess.git.diff import BIG_FILE, CHUNK, BigFile, read_view
+from gitsess.git.diff import read_view
+from gitsess.git.scratch import BIG_FILE, CHUNK, BigFile
 from gitsess.git.view import SessionView
 
 
