@@ -39,8 +39,9 @@ from gitsess.errors import GitsessError
 
 # Change is what a command shows of each path (the cli meets it here, not in the git layer).
 from gitsess.git.changes import Change as Change
-from gitsess.git.changes import ChangeSet, Pathspec, compute_changes, touched_roots
+from gitsess.git.changes import ChangeSet, compute_changes, touched_roots
 from gitsess.git.diff import DiffResult, diff_changes, read_real
+from gitsess.git.pathspec import Pathspec
 from gitsess.git.repo import RepoContext, open_worktree
 from gitsess.git.scratch import scratch_repo
 from gitsess.git.view import Entry

@@ -18,7 +18,7 @@ from gitsess.git.session_refs import SessionHead, ahead_commits, read_head
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:  # `ls` counts commits without loading apply's machinery
-    from gitsess.git.changes import Pathspec
+    from gitsess.git.pathspec import Pathspec
     from gitsess.git.replay import Replayed
     from gitsess.git.view import SessionView
     from gitsess.overlay.view import OverlayView
