@@ -1,4 +1,4 @@
-"""Progress of long work: big files read a part at a time (see `git.diff.BIG_FILE`).
+"""Progress of long work: big files read a part at a time (see `git.scratch.BIG_FILE`).
 
 The code that reads them reports through `reading`; nothing is shown unless the command set a
 `Reporter` with `reporting` (the command line does, when stderr is a terminal). A context

@@ -96,5 +96,5 @@ def test_a_service_importing_the_command_line_is_caught() -> None:
     assert not allowed("gitsess.services.live", "gitsess.cli.base")
     assert not allowed("gitsess.overlay.tree", "gitsess.services.sessions")
     assert not allowed("gitsess.cli.live_cmds", "gitsess.git.repo.RepoContext")
-    assert not allowed("gitsess.git.apply", "gitsess.overlay.view")
+    assert not allowed("gitsess.git.apply_commit", "gitsess.overlay.view")
     assert allowed("gitsess.cli.live_cmds", "gitsess.errors.GitsessError")

@@ -19,9 +19,9 @@ import pygit2
 from pygit2.enums import DeltaStatus, ObjectType
 
 from gitsess.errors import GitsessError
-from gitsess.git.apply import commit_tree, copy_objects, edit_tree, signature, store_view_blob
 from gitsess.git.changes import ChangeSet
-from gitsess.git.diff import scratch_repo
+from gitsess.git.objects import commit_tree, copy_objects, edit_tree, signature, store_view_blob
+from gitsess.git.scratch import scratch_repo
 from gitsess.git.view import SessionView
 
 PREFIX = "refs/gitsess/archive/"

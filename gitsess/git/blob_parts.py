@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 import pygit2
 
-from gitsess.git.changes import common_dir
+from gitsess.git.repo import common_dir
 
 PART = 1 << 20
 

@@ -25,9 +25,9 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitsess.errors import GitsessError
-from gitsess.git.apply import edit_tree, signature
 from gitsess.git.archive import ArchivedPath, changed_paths
 from gitsess.git.changes import GIT_FILE
+from gitsess.git.objects import edit_tree, signature
 
 PREFIX = "refs/gitsess/sessions/"
 # The key-value store's place in a session commit's tree. A commit carries it only when its

@@ -69,22 +69,22 @@ def discover(cwd: Path | None = None, env: Mapping[str, str] | None = None) -> R
         state_dir = Path(override).absolute()
         owner = _open_git_dir(state_dir.parent)
         if owner is not None:
-            common_dir = _common_dir(owner)
+            common = common_dir(owner)
         elif found is not None:
-            common_dir = _common_dir(found)
+            common = common_dir(found)
         elif (state_dir / "sessions.db").is_file():
             # inside a session whose own `.git` was removed: the state dir still says where
-            common_dir = state_dir.parent
+            common = state_dir.parent
         else:
             raise GitsessError(
                 f"{STATE_DIR_ENV}={override} is not inside a git directory and "
                 f"{cwd} is not in a git repository"
             )
-        return RepoContext(common_dir, state_dir, _worktree_of(found))
+        return RepoContext(common, state_dir, _worktree_of(found))
     if found is None:
         raise GitsessError(f"not a git repository (or any parent up to /): {cwd}")
-    common_dir = _common_dir(found)
-    return RepoContext(common_dir, common_dir / "gitsess", _worktree_of(found))
+    common = common_dir(found)
+    return RepoContext(common, common / "gitsess", _worktree_of(found))
 
 
 def worktree_paths(repo: pygit2.Repository) -> list[Path]:
@@ -147,8 +147,8 @@ def _open_git_dir(path: Path) -> pygit2.Repository | None:
     return repo if Path(repo.path).resolve() == path.resolve() else None
 
 
-def _common_dir(repo: pygit2.Repository) -> Path:
-    # A linked worktree's git dir names the shared one in its `commondir` file, as git does.
+def common_dir(repo: pygit2.Repository) -> Path:
+    """The git directory shared by all worktrees (a linked worktree names it in `commondir`)."""
     git_dir = Path(repo.path)
     pointer = git_dir / "commondir"
     if pointer.is_file():

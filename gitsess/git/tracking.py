@@ -23,11 +23,10 @@ from gitsess.git.changes import (
     GIT_EXEC,
     GIT_FILE,
     GIT_LINK,
-    common_dir,
     compute_changes,
     touched_roots,
 )
-from gitsess.git.repo import Head, head_of, open_worktree, worktree_paths
+from gitsess.git.repo import Head, common_dir, head_of, open_worktree, worktree_paths
 from gitsess.git.view import SessionView
 
 HEADS = "refs/heads/"

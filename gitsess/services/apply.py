@@ -21,9 +21,11 @@ from gitsess.errors import GitsessError
 
 # Change is what a command shows of each path (the cli meets it here, not in the git layer).
 from gitsess.git.changes import Change as Change
-from gitsess.git.changes import ChangeSet, Pathspec, compute_changes
-from gitsess.git.diff import DiffResult, diff_changes, scratch_repo
+from gitsess.git.changes import ChangeSet, compute_changes
+from gitsess.git.diff import DiffResult, diff_changes
+from gitsess.git.pathspec import Pathspec
 from gitsess.git.repo import RepoContext
+from gitsess.git.scratch import scratch_repo
 from gitsess.overlay.view import OverlayView
 from gitsess.services.apply_journal import (
     journal_path,
@@ -41,10 +43,11 @@ from gitsess.store.registry import Session
 # The git layer's apply and archive modules are imported where they are used: diff, the most
 # frequent command here, needs neither, and loading them is about 12 ms of its start.
 if TYPE_CHECKING:
-    from gitsess.git.apply import CommitResult, Conflict
+    from gitsess.git.apply_commit import CommitResult
+    from gitsess.git.conflicts import Conflict
 
     # the patch an apply returns, which the cli writes out
-    from gitsess.git.apply import PatchResult as PatchResult
+    from gitsess.git.patch import PatchResult as PatchResult
     from gitsess.services.session_git import SessionGit
 
 
@@ -64,7 +67,8 @@ def diff(
 ) -> tuple[DiffResult, list[str]]:
     """What the session changed against its real worktree; and notes: from `reconcile`, and
     how many commits of its own the session has (their changes are in the diff)."""
-    from gitsess.git.apply import left_out_by_git, merge_onto_head
+    from gitsess.git.merge import merge_onto_head
+    from gitsess.git.patch import left_out_by_git
     from gitsess.services import session_git
 
     done = reconcile(ctx, session)
@@ -174,7 +178,8 @@ def apply_to_commit(
     hold its commits). The session's base becomes the new commit when the commit is on the
     session's own branch or on the one its worktree has checked out.
     """
-    from gitsess.git.apply import Conflict, apply_commit, branch_tip
+    from gitsess.git.apply_commit import apply_commit, branch_tip
+    from gitsess.git.conflicts import Conflict
     from gitsess.services import session_git
 
     with prepare(ctx, session, writes_real=True) as p:
@@ -254,7 +259,9 @@ def apply_to_patch(
 
     With `mbox` and commits made inside the session: a mail per commit, then one for the
     changes made since (what `git am` applies on the session's base)."""
-    from gitsess.git.apply import make_patch, merge_onto_head, signature, spooled
+    from gitsess.git.merge import merge_onto_head
+    from gitsess.git.objects import signature
+    from gitsess.git.patch import make_patch, spooled
     from gitsess.services import session_git
 
     with (
@@ -322,7 +329,8 @@ def apply_to_worktree(
     """Write the session's changes into its real worktree; the written paths leave the delta.
     When the worktree's HEAD moved since the session's base, they are merged onto it first
     (`merge_onto_head`): a conflict changes nothing."""
-    from gitsess.git.apply import apply_worktree, merge_onto_head
+    from gitsess.git.apply_worktree import apply_worktree
+    from gitsess.git.merge import merge_onto_head
 
     with prepare(ctx, session) as p:
         with open_view(ctx, p.session, p.root) as view, scratch_repo(p.repo) as scratch:

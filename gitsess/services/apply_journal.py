@@ -34,8 +34,8 @@ from gitsess import processes
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, ChangeSet, compute_changes
-from gitsess.git.diff import scratch_repo
 from gitsess.git.repo import RepoContext
+from gitsess.git.scratch import scratch_repo
 from gitsess.git.view import Entry
 from gitsess.services import live
 from gitsess.services.real_tree import open_real, open_view, real_root
@@ -43,7 +43,7 @@ from gitsess.store.registry import Registry, Session
 
 # The git layer's apply module is imported where it is used (see services/apply.py).
 if TYPE_CHECKING:
-    from gitsess.git.apply import CommitResult
+    from gitsess.git.apply_commit import CommitResult
 
 JOURNAL = "apply-journal.json"
 _LOCK = "apply.lock"
@@ -130,7 +130,7 @@ class Journal:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Journal:
-        from gitsess.git.apply import CommitResult
+        from gitsess.git.apply_commit import CommitResult
 
         result = data["result"]
         return cls(
@@ -303,7 +303,7 @@ def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
 
 
 def _finish_commit(ctx: RepoContext, session: Session, root: Path, journal: Journal) -> list[str]:
-    from gitsess.git.apply import finish_commit
+    from gitsess.git.apply_commit import finish_commit
 
     result = journal.result
     assert result is not None  # a "commit" journal holds its prepared commit
@@ -323,12 +323,12 @@ def _finish_commit(ctx: RepoContext, session: Session, root: Path, journal: Jour
 
 
 def _finish_worktree(ctx: RepoContext, session: Session, root: Path, journal: Journal) -> list[str]:
-    from gitsess.git.apply import apply_worktree
+    from gitsess.git.apply_worktree import apply_worktree
 
     paths = journal.paths
     expect = journal.expect
     changed: tuple[str, ...] = ()
-    from gitsess.git.apply import merge_onto_head
+    from gitsess.git.merge import merge_onto_head
 
     with open_view(ctx, session, root) as view:
         still = [p for p in paths if p not in expect or stamp(view.entry(p)) == expect[p]]

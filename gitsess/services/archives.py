@@ -32,8 +32,8 @@ from gitsess.git.archive import (
 )
 from gitsess.git.blob_parts import blob_parts
 from gitsess.git.changes import GIT_EXEC, GIT_LINK, compute_changes
-from gitsess.git.diff import scratch_repo
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
+from gitsess.git.scratch import scratch_repo
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
 from gitsess.services import live
@@ -97,7 +97,7 @@ class Snapshot:
 def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
     """The session's work as a git tree, built like an archive's; with `keep` its objects are
     written to the repository, else only its id is computed (to compare it with another)."""
-    from gitsess.git.apply import commit_tree, copy_objects
+    from gitsess.git.objects import commit_tree, copy_objects
     from gitsess.services import session_git
 
     with prepare(ctx, session) as p:

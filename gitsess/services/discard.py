@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from gitsess.git.changes import Change, Pathspec, compute_changes, touched_roots
+from gitsess.git.changes import Change, compute_changes, touched_roots
 from gitsess.git.diff import read_real
+from gitsess.git.pathspec import Pathspec
 from gitsess.git.repo import RepoContext
 from gitsess.services import live
 from gitsess.services.apply_journal import Stamp, droppable, new_stamp, prepare, reconcile, stamp

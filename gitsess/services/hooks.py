@@ -29,8 +29,7 @@ import pygit2
 
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
-from gitsess.git.changes import common_dir
-from gitsess.git.repo import RepoContext, discover, open_worktree
+from gitsess.git.repo import RepoContext, common_dir, discover, open_worktree
 from gitsess.services import gc
 
 HOOKS = ("post-checkout", "post-commit", "post-merge", "post-rewrite", "reference-transaction")

@@ -18,7 +18,7 @@ from gitsess.git.session_refs import SessionHead, ahead_commits, read_head
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:  # `ls` counts commits without loading apply's machinery
-    from gitsess.git.changes import Pathspec
+    from gitsess.git.pathspec import Pathspec
     from gitsess.git.replay import Replayed
     from gitsess.git.view import SessionView
     from gitsess.overlay.view import OverlayView
@@ -97,7 +97,7 @@ def upstream(repo: pygit2.Repository, session: Session) -> str | None:
 
 def replay(repo: pygit2.Repository, git: SessionGit, onto: str | None) -> Replayed:
     """The session's commits rebuilt on `onto` (or a fast-forward to them); no ref moves."""
-    from gitsess.git.apply import signature
+    from gitsess.git.objects import signature
     from gitsess.git.replay import replay_commits
 
     return replay_commits(

@@ -9,9 +9,9 @@ import pygit2
 import pytest
 
 from gitsess.errors import GitsessError
-from gitsess.git.apply import CommitResult, apply_commit, finish_commit
+from gitsess.git.apply_commit import CommitResult, apply_commit, finish_commit
 from gitsess.git.changes import KEEP_LIMIT, compute_changes
-from gitsess.git.diff import scratch_repo
+from gitsess.git.scratch import scratch_repo
 from tests.util import git, make_repo, write
 
 from .dirview import DirView

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pygit2
 
-from gitsess.git.apply import PatchResult, make_patch
 from gitsess.git.changes import compute_changes
+from gitsess.git.patch import PatchResult, make_patch
 from tests.util import git, write
 
 from .dirview import DirView

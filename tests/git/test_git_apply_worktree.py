@@ -10,7 +10,7 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from gitsess.git.apply import WorktreeResult, apply_worktree
+from gitsess.git.apply_worktree import WorktreeResult, apply_worktree
 from gitsess.git.changes import compute_changes
 from gitsess.git.view import Entry
 from tests.util import git, write

@@ -8,7 +8,7 @@ import pygit2
 import pytest
 
 from gitsess.git.blobid import blob_id, file_blob_id, stream_blob_id
-from gitsess.git.diff import scratch_repo
+from gitsess.git.scratch import scratch_repo
 from tests.util import git
 
 

@@ -9,7 +9,8 @@ import pygit2
 import pytest
 
 from gitsess.errors import GitsessError
-from gitsess.git.changes import Change, Pathspec, compute_changes
+from gitsess.git.changes import Change, compute_changes
+from gitsess.git.pathspec import Pathspec
 from tests.util import git, write
 
 from .dirview import DirView

@@ -7,7 +7,8 @@ from pathlib import Path
 import pygit2
 
 from gitsess.git.changes import compute_changes
-from gitsess.git.diff import DiffResult, diff_changes, scratch_repo
+from gitsess.git.diff import DiffResult, diff_changes
+from gitsess.git.scratch import scratch_repo
 from tests.util import git, write
 
 from .dirview import DirView

@@ -19,8 +19,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gitsess.git.apply import apply_commit, apply_worktree, make_patch
+from gitsess.git.apply_commit import apply_commit
+from gitsess.git.apply_worktree import apply_worktree
 from gitsess.git.changes import compute_changes
+from gitsess.git.patch import make_patch
 from tests.util import git, make_repo
 
 from .dirview import DirView, walk

@@ -12,9 +12,11 @@ from typing import TypeVar
 import pygit2
 import pytest
 
-from gitsess.git.apply import apply_commit, apply_worktree, make_patch
+from gitsess.git.apply_commit import apply_commit
+from gitsess.git.apply_worktree import apply_worktree
 from gitsess.git.changes import compute_changes
 from gitsess.git.diff import diff_changes
+from gitsess.git.patch import make_patch
 from tests.util import git, make_repo
 
 from .dirview import DirView

@@ -305,7 +305,7 @@ def test_new_read_only_mount_refuses_writes(repo: Path) -> None:
 # The apply's first real-tree write happens, then the process dies as in a power cut.
 _KILLED_APPLY = """
 import os, sys
-import gitsess.git.apply as apply
+import gitsess.git.apply_commit as apply
 real = apply.write_targets
 def dying(root, targets):
     real(root, list(targets)[:1])

@@ -323,12 +323,12 @@ def test_diff_and_apply_from_inside_the_session(repo: Path, ctx: RepoContext) ->
 
 _KILL_IN_WRITES = """
 import os, sys
-import gitsess.git.apply as apply
-real = apply.write_targets
+import gitsess.git.apply_commit as apply_commit, gitsess.git.apply_worktree as apply_worktree
+real = apply_commit.write_targets
 def dying(root, targets):
     real(root, list(targets)[:1])  # the first real-tree write happens, then the lights go out
     os.kill(os.getpid(), 9)
-apply.write_targets = dying
+apply_commit.write_targets = apply_worktree.write_targets = dying
 from gitsess.cli import main
 main(sys.argv[1:])
 """

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess.git.diff import BIG_FILE
+from gitsess.git.scratch import BIG_FILE
 from tests.util import GITSESS, git, gitsess
 
 pytestmark = pytest.mark.fuse
