@@ -199,7 +199,7 @@ held = tempfile.TemporaryDirectory(prefix="gitsess-exit-")
 print(held.name, flush=True)
 atexit.register(lambda: print("atexit ran"))
 if sys.argv[1] == "thread":
-    threading.Thread(target=lambda: (threading.Event().wait(0.3), print("thread done"))).start()
+    threading.Thread(target=lambda: (threading.Event().wait(2.0), print("thread done"))).start()
 sys.argv = ["gitsess", *sys.argv[2:]]
 main()
 """
