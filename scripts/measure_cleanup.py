@@ -33,7 +33,8 @@ from pathlib import Path
 
 from gitsess.overlay import mounttable
 from gitsess.overlay.delta import DeltaStore, data_bytes
-from gitsess.overlay.tree import ROOT_INODE, Tree
+from gitsess.overlay.nodes import ROOT_INODE
+from gitsess.overlay.tree import Tree
 from gitsess.runtime import mount
 
 MB = 1000 * 1000

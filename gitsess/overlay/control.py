@@ -16,7 +16,11 @@ import json
 import os
 import socket
 import struct
-from typing import Any
+
+# (`typing` itself would cost the fsmonitor hook some 10 ms; see protocol.py)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 TIMEOUT = 30.0
 
@@ -79,9 +83,11 @@ def send(sock: socket.socket, message: dict[str, Any]) -> dict[str, Any]:
     return answer
 
 
-def request(session_id: str, message: dict[str, Any]) -> dict[str, Any] | None:
+def request(
+    session_id: str, message: dict[str, Any], timeout: float = TIMEOUT
+) -> dict[str, Any] | None:
     """One request to the daemon; None when it is not running."""
-    sock = connect(session_id)
+    sock = connect(session_id, timeout)
     if sock is None:
         return None
     with sock:

@@ -25,7 +25,7 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, guard, hostloop, listahead
+from gitsess.overlay import control, guard, hostloop, listahead, protocol
 from gitsess.overlay.audit import Participant
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
@@ -412,87 +412,121 @@ async def _linger_then_stop(state: State) -> None:
         _stop(state, "last participant left")
 
 
-def _handle(state: State, msg: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
+Reply = tuple[dict[str, Any], int | None]  # the answer, and the participant a join added
+
+
+def _handle(state: State, msg: dict[str, Any]) -> Reply:
     op = msg.get("op")
-    if state.stopping and op in ("join", "status", "persist"):
+    if state.stopping and op in (protocol.JOIN, protocol.STATUS, protocol.PERSIST):
         return {"ok": False, "stopping": True, "error": "the session daemon is stopping"}, None
-    if op == "join":
-        pid = state.next_id
-        state.next_id += 1
-        state.tree.audit.participants[int(msg.get("pid") or 0)] = Participant(
-            msg.get("role"), msg.get("run_id")
-        )
-        state.tree.audit.forget_participants()
-        state.participants[pid] = {
-            "pid": msg.get("pid"),
-            "role": msg.get("role"),
-            "read_only": bool(msg.get("read_only")),
-            "command": msg.get("command"),
-            "run_id": msg.get("run_id"),
-            "joined_at": time.time(),
-        }
-        state.ever_joined = True
-        return {"ok": True, "daemon_pid": os.getpid(), "mountpoint": state.mountpoint}, pid
-    if op == "sync":
-        state.tree.commit(durable=True, settle=False)
-        return {"ok": True}, None
-    if op == "copy":
-        dest = msg.get("dest")
-        if not isinstance(dest, str) or not _copy_target(state, dest):
-            return {"ok": False, "error": "copy goes to delta.db of a new session's dir"}, None
-        # On the event loop: no request is served until the copy is whole (see derive.fork).
-        state.tree.commit(durable=True, settle=False)
-        try:
-            copy_delta(state.tree.store.path, dest)
-        except (OSError, apsw.Error) as e:
-            return {"ok": False, "error": f"{dest}: {e}"}, None
-        return {"ok": True}, None
-    if op == "status":
+    handler = HANDLERS.get(op) if isinstance(op, str) else None
+    if handler is None:
+        return {"ok": False, "error": f"unknown op {op!r}"}, None
+    return handler(state, msg)
+
+
+def _join(state: State, msg: dict[str, Any]) -> Reply:
+    pid = state.next_id
+    state.next_id += 1
+    state.tree.audit.participants[int(msg.get("pid") or 0)] = Participant(
+        msg.get("role"), msg.get("run_id")
+    )
+    state.tree.audit.forget_participants()
+    state.participants[pid] = {
+        "pid": msg.get("pid"),
+        "role": msg.get("role"),
+        "read_only": bool(msg.get("read_only")),
+        "command": msg.get("command"),
+        "run_id": msg.get("run_id"),
+        "joined_at": time.time(),
+    }
+    state.ever_joined = True
+    return {"ok": True, "daemon_pid": os.getpid(), "mountpoint": state.mountpoint}, pid
+
+
+def _sync(state: State, msg: dict[str, Any]) -> Reply:
+    state.tree.commit(durable=True, settle=False)
+    return {"ok": True}, None
+
+
+def _copy(state: State, msg: dict[str, Any]) -> Reply:
+    dest = msg.get("dest")
+    if not isinstance(dest, str) or not _copy_target(state, dest):
+        return {"ok": False, "error": "copy goes to delta.db of a new session's dir"}, None
+    # On the event loop: no request is served until the copy is whole (see derive.fork).
+    state.tree.commit(durable=True, settle=False)
+    try:
+        copy_delta(state.tree.store.path, dest)
+    except (OSError, apsw.Error) as e:
+        return {"ok": False, "error": f"{dest}: {e}"}, None
+    return {"ok": True}, None
+
+
+def _status(state: State, msg: dict[str, Any]) -> Reply:
+    return {
+        "ok": True,
+        "daemon_pid": os.getpid(),
+        "mountpoint": state.mountpoint,
+        "persistent": state.persistent,
+        "read_only": state.read_only,
+        # Whether the worktree watch is in place (until then, answers are cached 1 s).
+        "watched": state.tree.watched,
+        "participants": list(state.participants.values()),
+    }, None
+
+
+def _drop(state: State, msg: dict[str, Any]) -> Reply:
+    # Checked here, between two requests, not by the asker: a write that came in since
+    # it looked must not be dropped (see `Tree.written_since`).
+    expect: dict[bytes, tuple[int, int, int] | None] = {
+        os.fsencode(p): None if s is None else (int(s[0]), int(s[1]), int(s[2]))
+        for p, s in (msg.get("expect") or {}).items()
+    }
+    kept = state.tree.written_since(expect)
+    drop = [p for p in (os.fsencode(p) for p in msg.get("paths", [])) if p not in kept]
+    dropped = state.tree.drop(drop)
+    state.tree.restamp([os.fsencode(p) for p in msg.get("restamp", [])])
+    state.tree.commit(durable=True, settle=False)
+    state.stale_entries.extend(dropped)
+    return {"ok": True, "dropped": len(dropped), "kept": [os.fsdecode(p) for p in kept]}, None
+
+
+def _fsmonitor(state: State, msg: dict[str, Any]) -> Reply:
+    journal = state.tree.journal
+    paths = journal.since(str(msg.get("token", "")))
+    return {
+        "ok": True,
+        "token": journal.token(),
+        "paths": None if paths is None else [os.fsdecode(p) for p in paths],
+    }, None
+
+
+def _persist(state: State, msg: dict[str, Any]) -> Reply:
+    state.persistent = True
+    return {"ok": True}, None
+
+
+def _stop_op(state: State, msg: dict[str, Any]) -> Reply:
+    failed = _stop(state, "asked to", until_saved=False)
+    if failed is not None:
         return {
-            "ok": True,
-            "daemon_pid": os.getpid(),
-            "mountpoint": state.mountpoint,
-            "persistent": state.persistent,
-            "read_only": state.read_only,
-            # Whether the worktree watch is in place (until then, answers are cached 1 s).
-            "watched": state.tree.watched,
-            "participants": list(state.participants.values()),
+            "ok": False,
+            "error": f"cannot save the session's changes ({failed.strerror}), so it stays"
+            f" mounted at {state.mountpoint} and keeps them; free space and retry",
         }, None
-    if op == "drop":
-        # Checked here, between two requests, not by the asker: a write that came in since
-        # it looked must not be dropped (see `Tree.written_since`).
-        expect: dict[bytes, tuple[int, int, int] | None] = {
-            os.fsencode(p): None if s is None else (int(s[0]), int(s[1]), int(s[2]))
-            for p, s in (msg.get("expect") or {}).items()
-        }
-        kept = state.tree.written_since(expect)
-        drop = [p for p in (os.fsencode(p) for p in msg.get("paths", [])) if p not in kept]
-        dropped = state.tree.drop(drop)
-        state.tree.restamp([os.fsencode(p) for p in msg.get("restamp", [])])
-        state.tree.commit(durable=True, settle=False)
-        state.stale_entries.extend(dropped)
-        return {"ok": True, "dropped": len(dropped), "kept": [os.fsdecode(p) for p in kept]}, None
-    if op == "fsmonitor":
-        journal = state.tree.journal
-        paths = journal.since(str(msg.get("token", "")))
-        return {
-            "ok": True,
-            "token": journal.token(),
-            "paths": None if paths is None else [os.fsdecode(p) for p in paths],
-        }, None
-    if op == "persist":
-        state.persistent = True
-        return {"ok": True}, None
-    if op == "stop":
-        failed = _stop(state, "asked to", until_saved=False)
-        if failed is not None:
-            return {
-                "ok": False,
-                "error": f"cannot save the session's changes ({failed.strerror}), so it stays"
-                f" mounted at {state.mountpoint} and keeps them; free space and retry",
-            }, None
-        return {"ok": True}, None
-    return {"ok": False, "error": f"unknown op {op!r}"}, None
+    return {"ok": True}, None
+
+
+HANDLERS: dict[str, Callable[[State, dict[str, Any]], Reply]] = {
+    protocol.JOIN: _join,
+    protocol.STATUS: _status,
+    protocol.SYNC: _sync,
+    protocol.COPY: _copy,
+    protocol.DROP: _drop,
+    protocol.FSMONITOR: _fsmonitor,
+    protocol.PERSIST: _persist,
+    protocol.STOP: _stop_op,
+}
 
 
 def _copy_target(state: State, dest: str) -> bool:

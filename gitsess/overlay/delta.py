@@ -16,7 +16,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import apsw
 
@@ -365,3 +365,109 @@ class DeltaStore:
             os.close(self._wal_fd)
             self._wal_fd = None
         self.conn.close()
+
+
+# ---------------------------------------------------------------- queries on a connection of
+# their own, beside a live daemon: the audit log and drift (`services/timeline.py`, read only)
+# and the `kv` table (`services/kv.py`), which the daemon never touches
+
+_EVENT_COLUMNS = (
+    "e.id, e.time_ns, e.op, e.path, e.target, e.bytes, e.pid, p.name, p.cmdline, e.role, e.run_id"
+)
+
+
+def max_event_id(conn: apsw.Connection) -> int:
+    rows = conn.execute("SELECT coalesce(max(id), 0) FROM events").fetchall()
+    return int(rows[0][0]) if rows else 0  # type: ignore[arg-type]
+
+
+def event_rows(
+    conn: apsw.Connection,
+    *,
+    after_id: int,
+    upto_id: int | None,
+    since_ns: int | None,
+    path: str | None,
+    pid: int | None,
+    ops: tuple[str, ...],
+    run_id: int | None,
+) -> list[tuple[Any, ...]]:
+    """Events (as _EVENT_COLUMNS) with ids in (after_id, upto_id], matching every given filter;
+    `path` is a glob, and matches what is below it too."""
+    where = ["e.id > ?"]
+    args: list[Any] = [after_id]
+    if upto_id is not None:
+        where.append("e.id <= ?")
+        args.append(upto_id)
+    if since_ns is not None:
+        where.append("e.time_ns >= ?")
+        args.append(since_ns)
+    if path is not None:
+        # A rename or link matches by either end (a symlink's target is no path of ours).
+        where.append(
+            "(e.path GLOB ? OR e.path GLOB ? || '/*' OR (e.op IN ('rename', 'link')"
+            " AND (e.target GLOB ? OR e.target GLOB ? || '/*')))"
+        )
+        args += [path] * 4
+    if pid is not None:
+        where.append("e.pid = ?")
+        args.append(pid)
+    if ops:
+        where.append(f"e.op IN ({', '.join('?' * len(ops))})")
+        args += ops
+    if run_id is not None:
+        where.append("e.run_id = ?")
+        args.append(run_id)
+    sql = (
+        f"SELECT {_EVENT_COLUMNS} FROM events e LEFT JOIN processes p ON p.id = e.process"
+        f" WHERE {' AND '.join(where)} ORDER BY e.id"
+    )
+    return conn.execute(sql, tuple(args)).fetchall()
+
+
+def op_counts(conn: apsw.Connection) -> dict[str, int]:
+    """How many events of each operation the log holds."""
+    rows = conn.execute("SELECT op, count(*) FROM events GROUP BY op").fetchall()
+    return {str(op): int(n) for op, n in rows}  # type: ignore[arg-type]
+
+
+def last_event_ns(conn: apsw.Connection) -> int | None:
+    rows = conn.execute("SELECT max(time_ns) FROM events").fetchall()
+    return rows[0][0] if rows else None  # type: ignore[return-value]
+
+
+def drift_rows(conn: apsw.Connection, *, after_ns: int) -> list[tuple[str, int]]:
+    return conn.execute(  # type: ignore[return-value]
+        "SELECT path, time_ns FROM drift WHERE time_ns > ? ORDER BY time_ns, path", (after_ns,)
+    ).fetchall()
+
+
+def kv_get(conn: apsw.Connection, key: str) -> tuple[str, int] | None:
+    """The JSON text and update time of `key`, None if absent."""
+    rows = conn.execute("SELECT value, updated_ns FROM kv WHERE key = ?", (key,)).fetchall()
+    return rows[0] if rows else None  # type: ignore[return-value]
+
+
+def kv_put(conn: apsw.Connection, key: str, text: str, updated_ns: int) -> None:
+    with conn:
+        conn.execute(
+            "INSERT INTO kv (key, value, updated_ns) VALUES (?, ?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
+            " updated_ns = excluded.updated_ns",
+            (key, text, updated_ns),
+        )
+
+
+def kv_remove(conn: apsw.Connection, key: str) -> bool:
+    """Remove `key`; whether it was there."""
+    with conn:
+        conn.execute("DELETE FROM kv WHERE key = ?", (key,))
+        removed = conn.changes()
+    return removed > 0
+
+
+def kv_items(conn: apsw.Connection) -> list[tuple[str, str, int]]:
+    """(key, JSON text, update time) of every key, in key order."""
+    return conn.execute(  # type: ignore[return-value]
+        "SELECT key, value, updated_ns FROM kv ORDER BY key"
+    ).fetchall()

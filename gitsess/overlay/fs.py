@@ -31,8 +31,10 @@ from pyfuse3 import (
 )
 
 from gitsess.overlay import passthrough as pt
+from gitsess.overlay.gitdir import in_git
 from gitsess.overlay.listahead import SUBDIRS, ListAhead
-from gitsess.overlay.tree import SHARED_OBJECTS, Node, Tree, in_git
+from gitsess.overlay.nodes import Node
+from gitsess.overlay.tree import Tree
 
 log = logging.getLogger("gitsess.fs")
 T = TypeVar("T")
@@ -144,10 +146,10 @@ class Filesystem(pyfuse3.Operations):
     # ---------------------------------------------------------------- helpers
 
     def _entry(self, n: Node) -> EntryAttributes:
-        follows = _follows_git(n)
+        follows = pt.follows_git(n)
         timeout = GIT_TIMEOUT if follows or not self.tree.watched else TIMEOUT
         e = self._attributes(n, timeout)
-        if follows and INODE_FH and stat.S_ISREG(n.mode) and not _lasting(n.lower):
+        if follows and INODE_FH and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
             # their pages until their attributes change: each open(2) or stat(2) of one by
             # name is a LOOKUP, whose changed mtime or size drops them (FUSE_AUTO_INVAL_DATA).
@@ -223,7 +225,7 @@ class Filesystem(pyfuse3.Operations):
             self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
         n = self.tree.find(parent_inode, name)
         if n is None:
-            return self._negative(_follows_git(self.tree.node(parent_inode)))
+            return self._negative(pt.follows_git(self.tree.node(parent_inode)))
         entry = self._entry(n)
         self.tree.count_lookup(n)
         return entry
@@ -231,7 +233,7 @@ class Filesystem(pyfuse3.Operations):
     def _list_ahead(self, ahead: ListAhead, d: Node, *, for_lookup: bool = False) -> None:
         # Not below .git (git writes there from both sides, so its entries are kept for a
         # second only), nor a huge directory, of which one name says little.
-        if _follows_git(d) or not d.is_dir or len(d.entries or ()) > LIST_AHEAD_MAX:
+        if pt.follows_git(d) or not d.is_dir or len(d.entries or ()) > LIST_AHEAD_MAX:
             return
         size = self.tree.lower_size(d)
         if size is None or size <= LIST_AHEAD_MAX_BYTES:
@@ -243,7 +245,7 @@ class Filesystem(pyfuse3.Operations):
         # thread of C now, so that the daemon's own listing and lstats of it find them cached
         # instead of waiting for the disk one directory at a time.
         st = n.st
-        if n.upper or _follows_git(n) or n.lower is None or st is None:
+        if n.upper or pt.follows_git(n) or n.lower is None or st is None:
             return
         if stat.S_ISDIR(st.st_mode) and st.st_size <= LIST_AHEAD_MAX_BYTES:
             ahead.stat_below(self._real(n))
@@ -268,7 +270,7 @@ class Filesystem(pyfuse3.Operations):
         n = self.tree.node(inode)
         if n.passthrough:
             if fields.update_size:
-                _refuse_object_change(n)
+                pt.refuse_object_change(n)
             h = self.handles.get(fh) if fh is not None else None
             self._setattr_real(n, attr, fields, h.fd if h else None)
             return self._entry(n)
@@ -396,7 +398,7 @@ class Filesystem(pyfuse3.Operations):
         p = self.tree.node(parent_inode)
         if p.passthrough:
             path = self._real_child(p, name)
-            real = _real_flags(flags) | os.O_CREAT | (flags & os.O_EXCL)
+            real = pt.real_flags(flags) | os.O_CREAT | (flags & os.O_EXCL)
             fd = pt.call(os.open, path, real, mode & ~ctx.umask)
             pt.chown(path, ctx.uid, ctx.gid)
             n = self.tree.lookup(parent_inode, name)
@@ -430,7 +432,7 @@ class Filesystem(pyfuse3.Operations):
     async def unlink(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
         p = self.tree.node(parent_inode)
         if p.passthrough:
-            if not _scratch(name):
+            if not pt.scratch(name):
                 raise FUSEError(errno.EPERM)
             self._forget_real(p, name)
             pt.call(os.unlink, self._real_child(p, name))
@@ -441,7 +443,7 @@ class Filesystem(pyfuse3.Operations):
     async def rmdir(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
         p = self.tree.node(parent_inode)
         if p.passthrough:
-            if not _scratch(name):
+            if not pt.scratch(name):
                 raise FUSEError(errno.EPERM)
             self._forget_real(p, name)
             pt.call(os.rmdir, self._real_child(p, name))
@@ -467,7 +469,7 @@ class Filesystem(pyfuse3.Operations):
         if op.passthrough != np.passthrough:
             raise FUSEError(errno.EXDEV)
         if op.passthrough:
-            if not _scratch(name_old):
+            if not pt.scratch(name_old):
                 raise FUSEError(errno.EPERM)
             moved = self.tree.find(parent_inode_old, name_old)
             self._forget_real(op, name_old)
@@ -498,7 +500,7 @@ class Filesystem(pyfuse3.Operations):
 
     async def _open_node(self, n: Node, flags: int, pid: int) -> FileInfo:
         if n.passthrough:
-            fd = pt.call(os.open, self._real(n), _real_flags(flags))
+            fd = pt.call(os.open, self._real(n), pt.real_flags(flags))
             return self._open_handle(n, fd, pid, keep_cache=self._keeps_pages(n, fd))
         if flags & os.O_TRUNC and flags & os.O_ACCMODE != os.O_RDONLY:
             self.tree.truncate(n, 0)
@@ -567,7 +569,7 @@ class Filesystem(pyfuse3.Operations):
         if h is not None and h.fd is not None:
             return pt.call(os.pwrite, h.fd, buf, off)
         if n.passthrough:
-            _refuse_object_change(n)
+            pt.refuse_object_change(n)
             return pt.write(self._real(n), buf, off)
         written = self.tree.write(n, off, buf)
         pid = ctx.pid if ctx is not None else h.pid if h is not None else 0
@@ -689,39 +691,3 @@ class Filesystem(pyfuse3.Operations):
             return
         self.tree.removexattr(n, name)
         self.tree.audit.record("removexattr", self.tree.path_of(n), ctx.pid)
-
-
-def _follows_git(n: Node) -> bool:
-    """Whether `n` shows a real object below `.git` (the session's own files excepted): git
-    changes those from outside the session, where no worktree watch sees it."""
-    return n.passthrough or (in_git(n.worktree_rel) and not (n.upper and n.entries is None))
-
-
-def _scratch(name: bytes) -> bool:
-    """Whether a name in the shared object store is one of git's temporary or lock files,
-    which git removes or renames; every other file there may be the real repository's only
-    copy of an object, so the session can add objects but never take or change one."""
-    return name.startswith(b"tmp_") or name.endswith((b".lock", b".tmp"))
-
-
-def _refuse_object_change(n: Node) -> None:
-    if not _scratch(n.name):
-        raise FUSEError(errno.EPERM)
-
-
-def _lasting(rel: bytes | None) -> bool:
-    """Whether a file below `.git` never changes while it has that name: a loose object or a
-    pack's file, named for their content (git writes them aside and renames them in)."""
-    top = next((t + b"/" for t in SHARED_OBJECTS if rel and rel.startswith(t + b"/")), None)
-    if rel is None or top is None:
-        return False
-    below = rel[len(top) :]
-    return below.startswith(b"pack/pack-") or (below[2:3] == b"/" and below[:2].isalnum())
-
-
-def _real_flags(flags: int) -> int:
-    """Flags for opening a real file: the kernel already did O_CREAT/O_EXCL checks."""
-    flags &= ~(os.O_CREAT | os.O_EXCL | os.O_NOCTTY)
-    # The kernel gives every WRITE its offset (the end, for an append), and a page of a shared
-    # mapping may be written back through any handle of the file: pwrite must honour it.
-    return (flags & ~os.O_APPEND) | os.O_CLOEXEC

@@ -1,13 +1,20 @@
 """git's core.fsmonitor hook (protocol version 2), answered by the session's daemon.
 
-Run by git for every status inside a session, so it starts lean: `python -S`, standard library
-only, no gitsess import. Any failure answers "everything may have changed" (git then scans).
+Run by git for every status inside a session, so it starts lean: `python -S` (no site
+packages, so the directory that holds `gitsess` is put on the path by hand), and of gitsess
+only `overlay/protocol.py`, which needs the standard library alone. Any failure answers
+"everything may have changed" (git then scans).
 """
 
-import json
 import os
-import socket
 import sys
+
+if __name__ == "__main__":  # run by git; imported, it is only named (`live.FSMONITOR_CONFIG`)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from gitsess.overlay import protocol
+
+TIMEOUT = 5.0
 
 
 def main() -> int:
@@ -16,20 +23,11 @@ def main() -> int:
     token, paths = "", None
     session_id = os.environ.get("GITSESS_SESSION_ID", "")
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(5)
-            sock.connect(b"\0gitsess-" + session_id.encode())
-            sock.sendall(json.dumps({"op": "fsmonitor", "token": sys.argv[2]}).encode() + b"\n")
-            buf = b""
-            while not buf.endswith(b"\n"):
-                part = sock.recv(1 << 20)
-                if not part:
-                    break
-                buf += part
-        reply = json.loads(buf)
-        token, paths = reply["token"], reply["paths"]
-    except (OSError, ValueError, KeyError):
-        pass
+        changes = protocol.fsmonitor(session_id, sys.argv[2], TIMEOUT)
+    except (OSError, ValueError, KeyError, protocol.Refused):
+        changes = None
+    if changes is not None:
+        token, paths = changes.token, changes.paths
     out = sys.stdout.buffer
     out.write(token.encode() + b"\0")
     if paths is None:

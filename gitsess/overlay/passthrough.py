@@ -1,4 +1,5 @@
-"""Operations on the real files below the worktree's `.git`, which a session shares, not copies."""
+"""The real files below the worktree's `.git` that a session shares, not copies: which they are
+(the shared object store, git's scratch names there) and the calls that reach them."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from pyfuse3 import FUSEError
 
 from gitsess.libc import LIBC
 from gitsess.overlay.fdcache import FdCache, same_file
+from gitsess.overlay.gitdir import SHARED_OBJECTS, in_git
+from gitsess.overlay.nodes import Node
 
 T = TypeVar("T")
 
@@ -85,3 +88,39 @@ def fsync(path: bytes) -> None:
         call(os.fsync, fd)
     finally:
         os.close(fd)
+
+
+def follows_git(n: Node) -> bool:
+    """Whether `n` shows a real object below `.git` (the session's own files excepted): git
+    changes those from outside the session, where no worktree watch sees it."""
+    return n.passthrough or (in_git(n.worktree_rel) and not (n.upper and n.entries is None))
+
+
+def scratch(name: bytes) -> bool:
+    """Whether a name in the shared object store is one of git's temporary or lock files,
+    which git removes or renames; every other file there may be the real repository's only
+    copy of an object, so the session can add objects but never take or change one."""
+    return name.startswith(b"tmp_") or name.endswith((b".lock", b".tmp"))
+
+
+def refuse_object_change(n: Node) -> None:
+    if not scratch(n.name):
+        raise FUSEError(errno.EPERM)
+
+
+def lasting(rel: bytes | None) -> bool:
+    """Whether a file below `.git` never changes while it has that name: a loose object or a
+    pack's file, named for their content (git writes them aside and renames them in)."""
+    top = next((t + b"/" for t in SHARED_OBJECTS if rel and rel.startswith(t + b"/")), None)
+    if rel is None or top is None:
+        return False
+    below = rel[len(top) :]
+    return below.startswith(b"pack/pack-") or (below[2:3] == b"/" and below[:2].isalnum())
+
+
+def real_flags(flags: int) -> int:
+    """Flags for opening a real file: the kernel already did O_CREAT/O_EXCL checks."""
+    flags &= ~(os.O_CREAT | os.O_EXCL | os.O_NOCTTY)
+    # The kernel gives every WRITE its offset (the end, for an append), and a page of a shared
+    # mapping may be written back through any handle of the file: pwrite must honour it.
+    return (flags & ~os.O_APPEND) | os.O_CLOEXEC

@@ -20,7 +20,9 @@ import apsw
 from gitsess.errors import GitsessError
 from gitsess.git.view import Entry, kind_of
 from gitsess.overlay.delta import DeltaStore
-from gitsess.overlay.tree import GIT, ROOT_INODE, Node, Tree
+from gitsess.overlay.gitdir import GIT
+from gitsess.overlay.nodes import ROOT_INODE, Node
+from gitsess.overlay.tree import Tree
 
 # How much of a file is read at once when it is read in parts.
 READ_CHUNK = 1 << 20

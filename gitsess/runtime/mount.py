@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from gitsess.errors import GitsessError
-from gitsess.overlay import control, mounttable
+from gitsess.overlay import control, mounttable, protocol
 from gitsess.runtime import prestart
 
 READY_TIMEOUT = 30.0
@@ -72,24 +72,25 @@ def status(session_id: str) -> Status | None:
     until it exited, after its last commit.
     """
     try:
-        reply = control.request(session_id, {"op": "status"})
+        reply = protocol.status(session_id)
     except ConnectionError:
         # It stopped with our request unread: it closes the connection as it exits.
         _wait_gone(session_id)
         return None
     except OSError:
         return None
-    if reply is not None and reply.get("stopping"):
-        _wait_gone(session_id)
+    except protocol.Refused as e:
+        if e.stopping:
+            _wait_gone(session_id)
         return None
-    if reply is None or not reply.get("ok"):
+    if reply is None:
         return None
     return Status(
-        reply["daemon_pid"],
-        reply["mountpoint"],
-        reply["persistent"],
-        reply["read_only"],
-        reply["participants"],
+        reply.daemon_pid,
+        reply.mountpoint,
+        reply.persistent,
+        reply.read_only,
+        reply.participants,
     )
 
 
@@ -107,7 +108,9 @@ def _wait_gone(session_id: str) -> None:
 def sync(session_id: str) -> bool:
     """Ask a live daemon to commit everything now, so delta.db readers see the latest state."""
     try:
-        return control.request(session_id, {"op": "sync"}) is not None
+        return protocol.sync(session_id)
+    except protocol.Refused:
+        return True  # it answered; what it could not commit stays pending in it
     except (OSError, ConnectionError):
         return False
 
@@ -120,21 +123,14 @@ def copy_delta(session_id: str, dest_dir: Path) -> bool:
     """Have the live daemon copy its delta (delta.db and data files) into `dest_dir`, serving no
     request meanwhile, so no write lands in the copy in part; False when no daemon serves it."""
     try:
-        sock = control.connect(session_id, timeout=COPY_TIMEOUT)
-        if sock is None:
-            return False
-        with sock:
-            reply = control.send(sock, {"op": "copy", "dest": str(dest_dir / "delta.db")})
+        return protocol.copy(session_id, str(dest_dir / "delta.db"), COPY_TIMEOUT)
     except ConnectionError:
         # It was stopping (its last participant had just left) and closed with our request
         # unread: once it is gone, after its last commit, the caller copies delta.db itself.
         _wait_gone(session_id)
         return False
-    except OSError as e:
+    except (OSError, protocol.Refused) as e:
         raise GitsessError(f"copying the live session's changes: {e}") from e
-    if not reply.get("ok"):
-        raise GitsessError(f"copying the live session's changes: {reply.get('error')}")
-    return True
 
 
 @contextlib.contextmanager
@@ -169,10 +165,12 @@ def _persist(session_id: str) -> bool:
     """Make the live daemon stay without participants; False when it was stopping (and is
     gone now)."""
     try:
-        reply = control.request(session_id, {"op": "persist"})
+        answered = protocol.persist(session_id)
     except ConnectionError:
-        reply = {"stopping": True}
-    if reply is not None and not reply.get("stopping"):
+        answered = False
+    except protocol.Refused as e:
+        answered = not e.stopping
+    if answered:
         return True
     _wait_gone(session_id)
     return False
@@ -252,36 +250,38 @@ def _log_tail(log: Path) -> str:
     return lines[-1] if lines else "the daemon exited"
 
 
-def join(session_id: str, info: dict[str, Any]) -> socket.socket:
+def join(session_id: str, participant: protocol.Participant) -> socket.socket:
     """Register a participant. The returned connection is the registration: keep it open (and
     inheritable by the command) for as long as the participant uses the mount."""
     sock = control.connect(session_id)
     if sock is None:
         raise DaemonStopping("the session daemon is not running")
     try:
-        reply = control.send(sock, {"op": "join", **info})
+        protocol.join(sock, participant)
     except ConnectionError:
         sock.close()
         raise DaemonStopping("the session daemon stopped") from None
+    except protocol.Refused as e:
+        sock.close()
+        if e.stopping:
+            raise DaemonStopping(str(e)) from None
+        raise GitsessError(f"the session daemon refused: {e}") from None
     except BaseException:
         sock.close()
         raise
-    if not reply.get("ok"):
-        sock.close()
-        if reply.get("stopping"):
-            raise DaemonStopping(str(reply.get("error")))
-        raise GitsessError(f"the session daemon refused: {reply.get('error')}")
     sock.settimeout(None)
     return sock
 
 
-def mount_and_join(spec: MountSpec, info: dict[str, Any]) -> tuple[Status, socket.socket]:
+def mount_and_join(
+    spec: MountSpec, participant: protocol.Participant
+) -> tuple[Status, socket.socket]:
     """`ensure_mounted`, then `join`; a daemon that stops in between is replaced by a new one."""
     attempts = JOIN_ATTEMPTS
     while True:
         live = ensure_mounted(spec)
         try:
-            return live, join(spec.session_id, info)
+            return live, join(spec.session_id, participant)
         except DaemonStopping:
             attempts -= 1
             if not attempts:
@@ -294,12 +294,12 @@ def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:
     if live is None:
         return clean_stale(mountpoint)
     try:
-        reply = control.request(session_id, {"op": "stop"})
+        protocol.stop(session_id)
     except (OSError, ConnectionError):
-        reply = None
-    if reply is not None and not reply.get("ok"):
+        pass
+    except protocol.Refused as e:
         # It could not save the changes it holds (a full disk): it stays, and so do they.
-        raise GitsessError(str(reply.get("error")))
+        raise GitsessError(str(e)) from None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if not control.serving(session_id) and not mounttable.is_mount_point(mountpoint):

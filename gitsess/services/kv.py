@@ -19,7 +19,7 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import schema
+from gitsess.overlay import delta, schema
 from gitsess.services.timeline import delta_path
 from gitsess.store.registry import Session
 
@@ -86,16 +86,10 @@ def _store(ctx: RepoContext, session: Session, *, create: bool) -> Iterator[apsw
 
 def get(ctx: RepoContext, session: Session, key: str) -> Item:
     with _store(ctx, session, create=False) as conn:
-        rows = (
-            []
-            if conn is None
-            else conn.execute(
-                "SELECT value, updated_ns FROM kv WHERE key = ?", (_check_key(key),)
-            ).fetchall()
-        )
-    if not rows:
+        row = None if conn is None else delta.kv_get(conn, _check_key(key))
+    if row is None:
         raise GitsessError(f"session {session.name} has no key {key!r}")
-    return _item(key, *rows[0])
+    return _item(key, *row)
 
 
 def put(ctx: RepoContext, session: Session, key: str, value: object) -> Item:
@@ -104,23 +98,13 @@ def put(ctx: RepoContext, session: Session, key: str, value: object) -> Item:
     stamp = time.time_ns()
     with _store(ctx, session, create=True) as conn:
         assert conn is not None
-        with conn:
-            conn.execute(
-                "INSERT INTO kv (key, value, updated_ns) VALUES (?, ?, ?)"
-                " ON CONFLICT (key) DO UPDATE SET value = excluded.value,"
-                " updated_ns = excluded.updated_ns",
-                (_check_key(key), text, stamp),
-            )
+        delta.kv_put(conn, _check_key(key), text, stamp)
     return Item(key, json.loads(text), stamp)
 
 
 def remove(ctx: RepoContext, session: Session, key: str) -> None:
-    removed = 0
     with _store(ctx, session, create=False) as conn:
-        if conn is not None:
-            with conn:
-                conn.execute("DELETE FROM kv WHERE key = ?", (_check_key(key),))
-                removed = conn.changes()
+        removed = conn is not None and delta.kv_remove(conn, _check_key(key))
     if not removed:
         raise GitsessError(f"session {session.name} has no key {key!r}")
 
@@ -130,7 +114,7 @@ def items(ctx: RepoContext, session: Session) -> list[Item]:
     with _store(ctx, session, create=False) as conn:
         if conn is None:
             return []
-        rows = conn.execute("SELECT key, value, updated_ns FROM kv ORDER BY key").fetchall()
+        rows = delta.kv_items(conn)
     return [_item(*row) for row in rows]
 
 

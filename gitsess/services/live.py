@@ -19,7 +19,7 @@ import pygit2
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import control, fsmonitor_hook
+from gitsess.overlay import fsmonitor_hook, protocol
 from gitsess.runtime import mount
 from gitsess.store.registry import Session
 
@@ -140,14 +140,7 @@ def run(
 
     spec = spec_for(ctx, session)
     live, conn = mount.mount_and_join(
-        spec,
-        {
-            "pid": os.getpid(),
-            "role": role,
-            "read_only": read_only,
-            "command": list(argv),
-            "run_id": run_id,
-        },
+        spec, protocol.Participant(os.getpid(), role, read_only, list(argv), run_id)
     )
     hidden = hidden_paths(ctx, session)
     state = session.worktree / hidden[0] if hidden else None
@@ -262,22 +255,21 @@ def drop_paths(
 
     session_dir = ctx.session_dir(session.id)
     with mount.locked(session_dir):
-        request = {
-            "op": "drop", "paths": list(paths), "restamp": list(restamp),
-            "expect": dict(expect or {}),
-        }  # fmt: skip
         try:
-            reply = control.request(session.id, request)
-        except ConnectionError:
-            # It was stopping and closed with our request unread: once it is gone (after its
-            # last commit) delta.db is ours to write; a daemon started meanwhile is asked.
-            reply = (
-                None if mount.status(session.id) is None else control.request(session.id, request)
-            )
+            try:
+                reply = protocol.drop(session.id, paths, restamp, expect)
+            except ConnectionError:
+                # It was stopping and closed with our request unread: once it is gone (after
+                # its last commit) delta.db is ours to write; a daemon started meanwhile is asked.
+                reply = (
+                    None
+                    if mount.status(session.id) is None
+                    else protocol.drop(session.id, paths, restamp, expect)
+                )
+        except protocol.Refused as e:
+            raise GitsessError(f"the session daemon refused: {e}") from None
         if reply is not None:
-            if not reply.get("ok"):
-                raise GitsessError(f"the session daemon refused: {reply.get('error')}")
-            return [str(p) for p in reply.get("kept", [])]
+            return [str(p) for p in reply.kept]
         store = DeltaStore(str(session_dir / "delta.db"))
         try:
             tree = Tree(store, str(session.worktree), set())

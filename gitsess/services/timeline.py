@@ -9,21 +9,23 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import apsw
 
 from gitsess import processes
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import schema
+from gitsess.overlay import delta, schema
 from gitsess.overlay.view import DamagedDelta
 from gitsess.runtime import mount
 from gitsess.store.registry import Registry, Run, Session
+
+T = TypeVar("T")
 
 # What the overlay records (gitsess/overlay/fs.py); `--op` accepts only these.
 OPS = frozenset(
@@ -61,10 +63,6 @@ TICK_MS = 50
 _DURATION = re.compile(r"(?:\d+(?:\.\d+)?(?:s|m|min|h|d|w))+")
 _PART = re.compile(r"(\d+(?:\.\d+)?)(s|min|m|h|d|w)")
 _UNIT_SECONDS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 604800}
-
-_EVENT_COLUMNS = (
-    "e.id, e.time_ns, e.op, e.path, e.target, e.bytes, e.pid, p.name, p.cmdline, e.role, e.run_id"
-)
 
 
 @dataclass(frozen=True)
@@ -193,12 +191,12 @@ class DeltaReader:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    def _read(self, query: Callable[[apsw.Connection], T], empty: T) -> T:
         conn = self._connection()
         if conn is None:
-            return []
+            return empty
         try:
-            return conn.execute(sql, args).fetchall()
+            return query(conn)
         except apsw.Error as e:
             raise DamagedDelta(self.path, e) from e
 
@@ -208,64 +206,46 @@ class DeltaReader:
                 return None
             try:
                 conn = schema.connect(str(self.path), readonly=True)
-                version = conn.execute("PRAGMA user_version").fetchall()[0][0]
+                version = schema.pragma(conn, "user_version")
             except apsw.Error as e:
                 raise DamagedDelta(self.path, e) from e
             # A delta from before the audit log has no events yet: the daemon migrates it when
             # it next mounts the session, and a reader must not write.
-            if not isinstance(version, int) or version < 2:
+            if version < 2:
                 conn.close()
                 return None
             self._conn = conn
         return self._conn
 
     def max_event_id(self) -> int:
-        rows = self._rows("SELECT coalesce(max(id), 0) FROM events")
-        return int(rows[0][0]) if rows else 0
+        return self._read(delta.max_event_id, 0)
 
     def events(self, flt: Filter, *, after_id: int = 0, upto_id: int | None = None) -> list[Event]:
-        where = ["e.id > ?"]
-        args: list[Any] = [after_id]
-        if upto_id is not None:
-            where.append("e.id <= ?")
-            args.append(upto_id)
-        if flt.since_ns is not None:
-            where.append("e.time_ns >= ?")
-            args.append(flt.since_ns)
-        if flt.path is not None:
-            # A rename or link matches by either end (a symlink's target is no path of ours).
-            where.append(
-                "(e.path GLOB ? OR e.path GLOB ? || '/*' OR (e.op IN ('rename', 'link')"
-                " AND (e.target GLOB ? OR e.target GLOB ? || '/*')))"
-            )
-            args += [flt.path] * 4
-        if flt.pid is not None:
-            where.append("e.pid = ?")
-            args.append(flt.pid)
-        if flt.ops:
-            where.append(f"e.op IN ({', '.join('?' * len(flt.ops))})")
-            args += flt.ops
-        if flt.run_id is not None:
-            where.append("e.run_id = ?")
-            args.append(flt.run_id)
-        sql = (
-            f"SELECT {_EVENT_COLUMNS} FROM events e LEFT JOIN processes p ON p.id = e.process"
-            f" WHERE {' AND '.join(where)} ORDER BY e.id"
+        rows: list[tuple[Any, ...]] = self._read(
+            lambda conn: delta.event_rows(
+                conn,
+                after_id=after_id,
+                upto_id=upto_id,
+                since_ns=flt.since_ns,
+                path=flt.path,
+                pid=flt.pid,
+                ops=flt.ops,
+                run_id=flt.run_id,
+            ),
+            [],
         )
-        return [Event(*row) for row in self._rows(sql, tuple(args))]
+        return [Event(*row) for row in rows]
 
     def op_counts(self) -> dict[str, int]:
         """How many events of each operation the log holds."""
-        rows = self._rows("SELECT op, count(*) FROM events GROUP BY op")
-        return {str(op): int(n) for op, n in rows}
+        return self._read(delta.op_counts, {})
 
     def last_event_ns(self) -> int | None:
-        rows = self._rows("SELECT max(time_ns) FROM events")
-        return rows[0][0] if rows else None
+        return self._read(delta.last_event_ns, None)
 
     def drift(self, *, after_ns: int = 0) -> list[Drift]:
-        rows = self._rows(
-            "SELECT path, time_ns FROM drift WHERE time_ns > ? ORDER BY time_ns, path", (after_ns,)
+        rows: list[tuple[str, int]] = self._read(
+            lambda conn: delta.drift_rows(conn, after_ns=after_ns), []
         )
         return [Drift(path, time_ns) for path, time_ns in rows]
 

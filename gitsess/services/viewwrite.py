@@ -23,7 +23,8 @@ from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Kind, kind_of
 from gitsess.overlay.delta import DeltaStore
-from gitsess.overlay.tree import Node, Tree
+from gitsess.overlay.nodes import Node
+from gitsess.overlay.tree import Tree
 from gitsess.runtime import mount
 from gitsess.services import live
 from gitsess.store.registry import Session

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess.overlay import control, mounttable
+from gitsess.overlay import control, mounttable, protocol
 from gitsess.runtime import mount
 from tests.live_util import eventually
 from tests.util import Link, make_repo
@@ -86,9 +86,12 @@ class Mounted:
     def wait_watched(self) -> None:
         """Wait until the worktree watch is in place: it then has the kernel forget what it
         learnt before (and until then, the kernel keeps what it learns for a second only)."""
-        assert eventually(
-            lambda: (control.request(self.spec.session_id, {"op": "status"}) or {})["watched"]
-        )
+
+        def watched() -> bool:
+            status = protocol.status(self.spec.session_id)
+            return status is not None and status.watched
+
+        assert eventually(watched)
 
 
 def _teardown(m: Mounted) -> None:

@@ -14,8 +14,8 @@ import apsw
 import pyfuse3
 import pytest
 
-from gitsess.overlay import control, daemon, fs
-from gitsess.overlay.tree import INLINE_MAX
+from gitsess.overlay import control, daemon, fs, protocol
+from gitsess.overlay.tree_data import INLINE_MAX
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
 from tests.util import git
@@ -413,12 +413,6 @@ def test_changes_made_while_unmounted_show_as_drift(mounted: Mounted) -> None:
     assert (mounted.mnt / "src" / "main.py").read_text() == "not the session's\n"
 
 
-def _drop(m: Mounted, paths: list[str]) -> dict[str, object] | None:
-    from gitsess.overlay import control
-
-    return control.request(m.spec.session_id, {"op": "drop", "paths": paths})
-
-
 def test_dropping_applied_paths_leaves_the_delta(mounted: Mounted) -> None:
     (mounted.mnt / "README").write_text("changed\n")
     (mounted.mnt / "src" / "pkg" / "new.py").write_text("new\n")
@@ -432,8 +426,9 @@ def test_dropping_applied_paths_leaves_the_delta(mounted: Mounted) -> None:
     os.unlink(mounted.lower / "bin" / "tool")
     (mounted.lower / "fresh").mkdir()
     (mounted.lower / "fresh" / "f").write_text("f\n")
-    reply = _drop(mounted, ["README", "src/pkg/new.py", "bin/tool", "fresh", "fresh/f"])
-    assert reply is not None and reply["ok"]
+    paths = ["README", "src/pkg/new.py", "bin/tool", "fresh", "fresh/f"]
+    reply = protocol.drop(mounted.spec.session_id, paths)
+    assert reply is not None and reply.kept == []
     assert rows(mounted, "SELECT name, ino FROM dentries WHERE ino != 0 AND parent = 1") == []
     assert data_files(mounted) == {}
     assert rows(mounted, "SELECT count(*) FROM drift") == [(0,)]
@@ -520,6 +515,16 @@ def test_a_malformed_control_request_is_an_error_reply(mounted: Mounted) -> None
         assert b'"ok": false' in sock.recv(65536)
     assert control.request(session, {"op": "status"}) is not None  # the daemon still serves
     assert (mounted.mnt / "README").read_text() == "readme\n"
+
+
+def test_an_unknown_op_is_an_error_reply(mounted: Mounted) -> None:
+    session = mounted.spec.session_id
+    for op in ("nope", ["status"], None):
+        assert control.request(session, {"op": op}) == {
+            "ok": False,
+            "error": f"unknown op {op!r}",
+        }
+    assert protocol.status(session) is not None  # the daemon still serves
 
 
 def _attrs(st: os.stat_result) -> tuple[int, ...]:

@@ -10,7 +10,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, DeltaStore, copy_data, data_bytes
-from gitsess.overlay.tree import INLINE_MAX, ROOT_INODE, Tree
+from gitsess.overlay.nodes import ROOT_INODE
+from gitsess.overlay.tree import Tree
+from gitsess.overlay.tree_data import INLINE_MAX
 
 
 def test_copy_keeps_content_and_holes(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ import pytest
 
 from gitsess.overlay import schema
 from gitsess.overlay.delta import DeltaStore
-from gitsess.overlay.tree import ROOT_INODE, Tree
+from gitsess.overlay.nodes import ROOT_INODE
+from gitsess.overlay.tree import Tree
 
 CHUNK = 128 * 1024
 INO = (1 << 44) + 5

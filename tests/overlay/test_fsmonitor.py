@@ -71,16 +71,17 @@ def test_fsmonitor_agrees_with_a_full_scan(mounted: Mounted) -> None:
 
 
 def test_unknown_token_means_everything(mounted: Mounted) -> None:
-    from gitsess.overlay import control
+    from gitsess.overlay import protocol
 
-    reply = control.request(mounted.spec.session_id, {"op": "fsmonitor", "token": "stale"})
+    session = mounted.spec.session_id
+    reply = protocol.fsmonitor(session, "stale", 5)
     assert reply is not None
-    assert reply["paths"] is None
-    fresh = control.request(mounted.spec.session_id, {"op": "fsmonitor", "token": reply["token"]})
-    assert fresh is not None and fresh["paths"] == []
+    assert reply.paths is None
+    fresh = protocol.fsmonitor(session, reply.token, 5)
+    assert fresh is not None and fresh.paths == []
     (mounted.mnt / "README").write_text("x")
-    after = control.request(mounted.spec.session_id, {"op": "fsmonitor", "token": fresh["token"]})
-    assert after is not None and "README" in after["paths"]
+    after = protocol.fsmonitor(session, fresh.token, 5)
+    assert after is not None and after.paths is not None and "README" in after.paths
     mounted.remount()
-    again = control.request(mounted.spec.session_id, {"op": "fsmonitor", "token": after["token"]})
-    assert again is not None and again["paths"] is None
+    again = protocol.fsmonitor(session, after.token, 5)
+    assert again is not None and again.paths is None

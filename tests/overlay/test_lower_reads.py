@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from gitsess.overlay.delta import DeltaStore
-from gitsess.overlay.tree import ROOT_INODE, Node, Tree
+from gitsess.overlay.nodes import ROOT_INODE, Node
+from gitsess.overlay.tree import Tree
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from gitsess.libc import fallocate
 from gitsess.overlay.passthrough import renameat2
-from gitsess.overlay.tree import INLINE_MAX
+from gitsess.overlay.tree_data import INLINE_MAX
 from tests.overlay.conftest import Mounted
 
 pytestmark = pytest.mark.fuse

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from gitsess.overlay import control
+from gitsess.overlay import protocol
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
 
@@ -231,8 +231,8 @@ def test_deep_worktree_changes_show_through(mounted: Mounted) -> None:
     with contextlib.chdir(mounted.mnt):
         assert eventually(lambda: _read(f"{deep}/f") == b"two, longer\n")
         assert os.listdir(deep) == ["f"]
-    status = control.request(mounted.spec.session_id, {"op": "status"})
-    assert status is not None and status["watched"]
+    status = protocol.status(mounted.spec.session_id)
+    assert status is not None and status.watched
 
 
 def test_view_serves_any_depth(mounted: Mounted) -> None:

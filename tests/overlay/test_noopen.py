@@ -15,7 +15,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from gitsess.overlay import tree as tree_module
+from gitsess.overlay import tree_lookup
 from gitsess.overlay.fs import INODE_FH
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted, make_worktree
@@ -143,16 +143,16 @@ def test_the_shared_objects_take_new_objects_and_keep_old_ones(mounted: Mounted)
 def test_worktree_files_held_open_stay_few(mounted: Mounted, tmp_path: Path) -> None:
     many = mounted.lower / "wide"
     many.mkdir()
-    for i in range(tree_module.LOWER_FDS_OPEN + 100):
+    for i in range(tree_lookup.LOWER_FDS_OPEN + 100):
         (many / f"w{i}").write_text(f"{i}\n")
-    for i in range(tree_module.LOWER_FDS_OPEN + 100):
+    for i in range(tree_lookup.LOWER_FDS_OPEN + 100):
         assert (mounted.mnt / "wide" / f"w{i}").read_text() == f"{i}\n"
     fds = Path(f"/proc/{mounted.daemon_pid()}/fd")
     held = []
     for fd in fds.iterdir():
         with contextlib.suppress(FileNotFoundError):  # the listing threads' come and go
             held.append(os.readlink(fd))
-    assert 0 < sum(str(many) in link for link in held) <= tree_module.LOWER_FDS_OPEN
+    assert 0 < sum(str(many) in link for link in held) <= tree_lookup.LOWER_FDS_OPEN
 
 
 def _resident(path: Path) -> bool:

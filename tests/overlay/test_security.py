@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess.overlay import control
+from gitsess.overlay import control, protocol
 from tests.util import gitsess
 
 pytestmark = pytest.mark.fuse
@@ -95,8 +95,7 @@ def test_another_user_gets_nothing_from_the_control_socket(
     out = as_user(other_uid, ask(mounted, {"op": op, "paths": ["README.md"]}))
     # closed unanswered: an empty reply, or the write or read failing on the closed socket
     assert out == b"reply: " or b"BrokenPipe" in out or b"ConnectionReset" in out, out
-    status = control.request(mounted, {"op": "status"})
-    assert status is not None and status["ok"]  # still serving its owner
+    assert protocol.status(mounted) is not None  # still serving its owner
     assert str(repo) not in out.decode(errors="replace")
 
 
@@ -104,8 +103,8 @@ def test_copy_goes_only_to_a_new_session_dir(repo: Path, mounted: str, tmp_path:
     target = tmp_path / "elsewhere"
     target.mkdir()
     for dest in (target / "delta.db", tmp_path / "x" / "delta.db", Path("/etc/gitsess-owned")):
-        reply = control.request(mounted, {"op": "copy", "dest": str(dest)})
-        assert reply is not None and not reply["ok"]
+        with pytest.raises(protocol.Refused):
+            protocol.copy(mounted, str(dest), 30)
         assert not dest.exists()
 
 
@@ -133,7 +132,7 @@ def test_a_name_bound_by_another_user_is_not_believed(other_uid: tuple[int, int]
     os.close(ready_w)
     os.read(ready_r, 1)
     try:
-        assert control.request(fake, {"op": "status"}) is None
+        assert protocol.status(fake) is None
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)

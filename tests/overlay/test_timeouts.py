@@ -12,7 +12,8 @@ import trio
 
 from gitsess.overlay import fs
 from gitsess.overlay.delta import DeltaStore
-from gitsess.overlay.tree import ROOT_INODE, Tree
+from gitsess.overlay.nodes import ROOT_INODE
+from gitsess.overlay.tree import Tree
 
 
 def _timeouts(filesystem: fs.Filesystem, name: bytes) -> tuple[float, float]:

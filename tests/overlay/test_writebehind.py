@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from gitsess.overlay.delta import DeltaStore
-from gitsess.overlay.tree import ROOT_INODE, Tree
+from gitsess.overlay.nodes import ROOT_INODE
+from gitsess.overlay.tree import Tree
 from gitsess.overlay.writebehind import EVERY, WriteBehind
 from tests.live_util import eventually
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gitsess.git.repo import RepoContext, discover
-from gitsess.overlay import control, mounttable
+from gitsess.overlay import control, mounttable, protocol
 from gitsess.runtime import mount, prestart
 from gitsess.services import live, sessions
 from tests.live_util import InProcess, eventually
@@ -177,7 +177,7 @@ def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: In
     gs.ok("mount", "brief")
     first = mount.status(made["id"])
     assert first is not None
-    assert control.request(made["id"], {"op": "stop"}) == {"ok": True}
+    assert protocol.stop(made["id"])
     # Stopping, it still holds the session's name and may still commit: no one may write
     # delta.db or start another daemon until it is gone.
     assert mount.status(made["id"]) is None
@@ -188,10 +188,12 @@ def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: In
 def test_joining_a_daemon_as_it_stops_starts_another(repo: Path, ctx: RepoContext) -> None:
     session = sessions.create(ctx, "quick")
     first = mount.ensure_mounted(live.spec_for(ctx, session, persistent=True))
-    assert control.request(session.id, {"op": "stop"}) == {"ok": True}
+    assert protocol.stop(session.id)
     with pytest.raises(mount.DaemonStopping):
-        mount.join(session.id, {"pid": os.getpid()})
-    status, conn = mount.mount_and_join(live.spec_for(ctx, session), {"pid": os.getpid()})
+        mount.join(session.id, protocol.Participant(os.getpid(), None, False, [], None))
+    status, conn = mount.mount_and_join(
+        live.spec_for(ctx, session), protocol.Participant(os.getpid(), None, False, [], None)
+    )
     with conn:
         assert status.daemon_pid != first.daemon_pid
         assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"

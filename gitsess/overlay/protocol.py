@@ -1,0 +1,155 @@
+"""The daemon's control protocol: one client function per op, each with its typed answer.
+
+On the wire (`control.py`) a request is one JSON line `{"op": OP, ...}` and its answer one
+JSON line, `{"ok": true, ...}`, or `{"ok": false, "error": TEXT}` with `"stopping": true` when
+the daemon turned it down because it is stopping; such an answer raises `Refused` here. The
+daemon serves the same ops from one table (`daemon.HANDLERS`). A client function returns None
+(or False) when no daemon serves the session.
+
+The fsmonitor hook imports this on every `git status`, so it needs the standard library only,
+and not even `typing` at run time (nor dataclasses).
+"""
+
+from __future__ import annotations
+
+from gitsess.overlay import control
+
+# (`typing` itself would cost the hook some 10 ms; mypy takes any name TYPE_CHECKING as true)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import socket
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+JOIN = "join"
+STATUS = "status"
+SYNC = "sync"
+COPY = "copy"
+DROP = "drop"
+FSMONITOR = "fsmonitor"
+PERSIST = "persist"
+STOP = "stop"
+
+
+class Refused(Exception):
+    """The daemon answered `ok: false`."""
+
+    def __init__(self, error: str, *, stopping: bool) -> None:
+        super().__init__(error)
+        self.stopping = stopping
+
+
+class Participant:
+    """Who joins: a `gitsess run` command, under `role`."""
+
+    __slots__ = ("command", "pid", "read_only", "role", "run_id")
+
+    def __init__(
+        self, pid: int, role: str | None, read_only: bool, command: list[str], run_id: int | None
+    ) -> None:
+        self.pid, self.role, self.read_only = pid, role, read_only
+        self.command, self.run_id = command, run_id
+
+
+class Status:
+    __slots__ = ("daemon_pid", "mountpoint", "participants", "persistent", "read_only", "watched")
+
+    def __init__(self, reply: dict[str, Any]) -> None:
+        self.daemon_pid: int = reply["daemon_pid"]
+        self.mountpoint: str = reply["mountpoint"]
+        self.persistent: bool = reply["persistent"]
+        self.read_only: bool = reply["read_only"]
+        # Whether the worktree watch is in place (until then, answers are cached 1 s).
+        self.watched: bool = reply["watched"]
+        self.participants: list[dict[str, Any]] = reply["participants"]
+
+
+class Dropped:
+    __slots__ = ("dropped", "kept")
+
+    def __init__(self, reply: dict[str, Any]) -> None:
+        self.dropped: int = reply["dropped"]  # names taken out of the delta
+        self.kept: list[str] = reply["kept"]  # paths written to since the apply read them
+
+
+class Changes:
+    """What changed in the view since a token: `paths` None when anything may have."""
+
+    __slots__ = ("paths", "token")
+
+    def __init__(self, reply: dict[str, Any]) -> None:
+        self.token: str = reply["token"]
+        self.paths: list[str] | None = reply["paths"]
+
+
+def _answer(reply: dict[str, Any]) -> dict[str, Any]:
+    if not reply.get("ok"):
+        raise Refused(str(reply.get("error")), stopping=bool(reply.get("stopping")))
+    return reply
+
+
+def _request(
+    session_id: str, op: str, timeout: float = control.TIMEOUT, **fields: object
+) -> dict[str, Any] | None:
+    reply = control.request(session_id, {"op": op, **fields}, timeout)
+    return None if reply is None else _answer(reply)
+
+
+def join(sock: socket.socket, participant: Participant) -> None:
+    """Register a participant on `sock`, which stays its registration while it is open."""
+    p = participant
+    message = {
+        "op": JOIN, "pid": p.pid, "role": p.role, "read_only": p.read_only,
+        "command": p.command, "run_id": p.run_id,
+    }  # fmt: skip
+    _answer(control.send(sock, message))
+
+
+def status(session_id: str) -> Status | None:
+    reply = _request(session_id, STATUS)
+    if reply is None:
+        return None
+    return Status(reply)
+
+
+def sync(session_id: str) -> bool:
+    """Have the daemon commit everything now, durably."""
+    return _request(session_id, SYNC) is not None
+
+
+def copy(session_id: str, dest: str, timeout: float) -> bool:
+    """Have the daemon copy its delta to `dest` (a new session's `delta.db`), serving no
+    request meanwhile."""
+    return _request(session_id, COPY, timeout, dest=dest) is not None
+
+
+def drop(
+    session_id: str,
+    paths: Sequence[str],
+    restamp: Sequence[str] = (),
+    expect: Mapping[str, tuple[int, int, int] | None] | None = None,
+) -> Dropped | None:
+    """Take applied paths out of the delta, but those `expect` shows written since."""
+    reply = _request(
+        session_id, DROP, paths=list(paths), restamp=list(restamp), expect=dict(expect or {})
+    )
+    if reply is None:
+        return None
+    return Dropped(reply)
+
+
+def fsmonitor(session_id: str, token: str, timeout: float) -> Changes | None:
+    reply = _request(session_id, FSMONITOR, timeout, token=token)
+    if reply is None:
+        return None
+    return Changes(reply)
+
+
+def persist(session_id: str) -> bool:
+    """Have the daemon stay without participants (until `stop`)."""
+    return _request(session_id, PERSIST) is not None
+
+
+def stop(session_id: str) -> bool:
+    """Have the daemon commit, unmount and exit."""
+    return _request(session_id, STOP) is not None
