@@ -279,6 +279,10 @@ async def _commit_loop(state: State) -> None:
                 tree.commit()
             except OSError as e:
                 _saving_failed(state, e)
+                # The WAL holds pages already in delta.db: giving them back may be the room
+                # the next commit needs (a removal's commit is what frees its data file).
+                with contextlib.suppress(apsw.Error):
+                    tree.store.checkpoint()
                 continue
             _saved(state)
         if state.stop_wanted is not None and not state.stopping:
@@ -453,7 +457,7 @@ def _copy(state: State, msg: dict[str, Any]) -> Reply:
     dest = msg.get("dest")
     if not isinstance(dest, str) or not _copy_target(state, dest):
         return {"ok": False, "error": "copy goes to delta.db of a new session's dir"}, None
-    # On the event loop: no request is served until the copy is whole (see derive.fork).
+    # On the event loop: no request is served until the copy is whole (see services/fork.py).
     state.tree.commit(durable=True, settle=False)
     try:
         copy_delta(state.tree.store.path, dest)

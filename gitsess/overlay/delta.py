@@ -207,8 +207,12 @@ class DeltaStore:
         else:  # a delta.db made before: converted once
             self.conn.execute("PRAGMA auto_vacuum=INCREMENTAL").fetchall()
             self.conn.execute("VACUUM").fetchall()
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        self.checkpoint()
         return True
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into delta.db and truncate it: its disk space back."""
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def holds_changes(self) -> bool:
         """Whether the session changed any name, or keeps any key-value."""

@@ -192,13 +192,14 @@ def keep_mounted(
     return mount.ensure_mounted(spec)
 
 
-# apply.JOURNAL, which tests/runtime/test_run.py checks this against: importing apply (and the git
-# code it needs) costs more than starting a mount, and it is needed only when the file exists.
+# apply_journal.JOURNAL, which tests/runtime/test_run.py checks this against: importing the journal
+# (and the git code it needs) costs more than starting a mount, and it is needed only when the
+# file exists.
 APPLY_JOURNAL = "apply-journal.json"
 
 
 def apply_interrupted(ctx: RepoContext, session: Session) -> bool:
-    """Whether an apply was killed half-way: `apply.reconcile` must complete it first."""
+    """Whether an apply was killed half-way: `apply_journal.reconcile` must complete it first."""
     return (ctx.session_dir(session.id) / APPLY_JOURNAL).exists()
 
 

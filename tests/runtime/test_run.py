@@ -416,6 +416,8 @@ def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> N
 _NOT_FOR_STARTING = (
     "rich",
     "gitsess.services.apply",
+    "gitsess.services.apply_journal",
+    "gitsess.services.real_tree",
     "gitsess.services.agents",
     "gitsess.overlay.tree",
     "trio",
@@ -442,3 +444,9 @@ def test_new_and_mount_load_only_what_they_need(repo: Path) -> None:
     assert loaded("new", "lean", "--mount") == []
     assert "rich.console" in loaded("umount", "lean")  # what the check sees when it is there
     assert loaded("mount", "lean") == []
+
+
+def test_run_looks_for_the_journal_apply_writes() -> None:
+    from gitsess.services import apply_journal, live
+
+    assert live.APPLY_JOURNAL == apply_journal.JOURNAL
