@@ -13,13 +13,12 @@ from typing import BinaryIO
 
 import pygit2
 
+from gitsess.git.blobid import CHUNK
 from gitsess.git.repo import common_dir
-
-PART = 1 << 20
 
 
 def blob_parts(repo: pygit2.Repository, oid: str) -> Iterator[bytes]:
-    """The content of blob `oid` of `repo`, a part (at most `PART` bytes) at a time."""
+    """The content of blob `oid` of `repo`, a part (at most `CHUNK` bytes) at a time."""
     path = common_dir(repo) / "objects" / oid[:2] / oid[2:]
     try:
         f = open(path, "rb")  # noqa: SIM115 (closed by the generator below)
@@ -38,10 +37,10 @@ def _inflated(f: BinaryIO, oid: str) -> Iterator[bytes]:
     header = b""
     in_content = False
     while True:
-        data = inflate.unconsumed_tail or f.read(PART)
+        data = inflate.unconsumed_tail or f.read(CHUNK)
         if not data:
             break
-        out = inflate.decompress(data, PART)
+        out = inflate.decompress(data, CHUNK)
         if not in_content:
             header += out
             if b"\0" not in header:

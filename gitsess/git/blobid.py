@@ -16,7 +16,8 @@ from typing import BinaryIO
 
 import pygit2
 
-_CHUNK = 1 << 20
+# How much of a file too big to hold is read at once (hashed, copied, inflated).
+CHUNK = 1 << 20
 
 
 def blob_id(data: bytes) -> pygit2.Oid:
@@ -34,15 +35,16 @@ def file_blob_id(path: str) -> pygit2.Oid:
 def stream_blob_id(stream: BinaryIO, size: int, name: str) -> pygit2.Oid:
     """The id of the next `size` bytes of `stream`. A file that shrank since its size was
     taken raises OSError (as libgit2's `hashfile` does); one that grew is hashed up to `size`."""
-    sha = hashlib.sha1(b"blob %d\0" % size, usedforsecurity=False)
+    hashed = HashingReader(stream, size)
     left = size
     while left:
-        chunk = stream.read(min(left, _CHUNK))
+        chunk = hashed.read(min(left, CHUNK))
         if not chunk:
             raise OSError(f"{name} shrank while it was read")
-        sha.update(chunk)
         left -= len(chunk)
-    return pygit2.Oid(raw=sha.digest())
+    oid = hashed.blob_id()
+    assert oid is not None  # exactly `size` bytes were read
+    return oid
 
 
 class HashingReader:

@@ -23,8 +23,9 @@ from pygit2.enums import DeltaStatus, DiffFind, DiffOption, DiffStatsFormat, Fil
 
 from gitsess import progress
 from gitsess.git.binary_patch import write_literal
+from gitsess.git.blobid import CHUNK
 from gitsess.git.changes import Change, ChangeSet, State
-from gitsess.git.scratch import BIG_FILE, CHUNK, BigFile, scratch_repo
+from gitsess.git.scratch import BIG_FILE, BigFile, scratch_repo
 from gitsess.git.view import SessionView
 
 _STATUS = {

@@ -15,11 +15,11 @@ from pygit2.enums import ObjectType
 
 from gitsess import progress
 from gitsess.errors import GitsessError
-from gitsess.git.blobid import HashingReader
+from gitsess.git.blobid import CHUNK, HashingReader
 from gitsess.git.changes import GIT_EXEC, GIT_LINK, Change, StateKind
 from gitsess.git.conflicts import Conflict, lstat_entry
 from gitsess.git.diff import read_view
-from gitsess.git.scratch import BIG_FILE, CHUNK, BigFile
+from gitsess.git.scratch import BIG_FILE, BigFile
 from gitsess.git.view import SessionView
 
 

@@ -21,10 +21,6 @@ from gitsess.git.repo import common_dir
 BIG_FILE = 16 << 20
 
 
-# How much of a big file is read at once.
-CHUNK = 1 << 20
-
-
 @dataclass(frozen=True)
 class BigFile:
     """A file past `BIG_FILE`: read in parts, never whole."""
