@@ -3,7 +3,12 @@
 
 Writes every batch of changed paths (relative to ROOT) to stdout, each path ended by a NUL and
 the batch by one more, after an empty batch once the watch is in place; exits when its stdin
-closes (the daemon stopped or died). A process, not a thread of the daemon: setting up a
+closes (the daemon stopped or died). Each byte read on stdin asks for a sync: every change made
+before it is reported at once, in a batch of its own, then `SYNCED` (a name no relative path
+can be) follows. The kernel queues an inotify event before the call that made the change
+returns, so whatever the queue holds when the request is read covers every change made before
+the request was sent: git's fsmonitor answers wait for this, as Watchman's wait for a cookie
+file (a file of ours written in the worktree would show in its `git status`). A process, not a thread of the daemon: setting up a
 recursive watch walks the whole tree (about 0.1 s on 50,000 files), which would hold the daemon's
 GIL and stall the filesystem's requests.
 
@@ -67,6 +72,9 @@ _EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len; then the name, NUL-pad
 SETTLE_S = 0.03
 BATCH_MAX_S = 0.1
 
+# What follows a sync's batch on stdout (see the module's text).
+SYNCED = b"/"
+
 _NO_WATCHES = "out of inotify watches (raise fs.inotify.max_user_watches)"
 
 
@@ -81,9 +89,12 @@ def _is_git(parent: bytes, name: bytes) -> bool:
 class Watch:
     """One inotify watch per directory below `root`, except the top-level `.git`."""
 
-    def __init__(self, root: bytes, on_change: OnChange) -> None:
+    def __init__(
+        self, root: bytes, on_change: OnChange, on_synced: Callable[[int], None]
+    ) -> None:
         self.root = root
         self.on_change = on_change
+        self.on_synced = on_synced
         self.fd = check(LIBC.inotify_init1(IN_CLOEXEC))
         self._dirs: dict[int, bytes] = {}  # watch descriptor -> directory (relative to root)
         self._wds: dict[bytes, int] = {}
@@ -97,7 +108,8 @@ class Watch:
         os.close(self.fd)
 
     def serve(self, stop_fd: int) -> None:
-        """Reports changes in batches until `stop_fd` is readable and at its end."""
+        """Reports changes in batches until `stop_fd` is at its end; each byte read from it
+        asks for a sync."""
         pending: set[bytes] = set()
         opened = 0.0
         while True:
@@ -105,8 +117,17 @@ class Watch:
             if pending:
                 timeout = max(0.0, min(SETTLE_S, opened + BATCH_MAX_S - time.monotonic()))
             ready, _, _ = select.select([self.fd, stop_fd], [], [], timeout)
-            if stop_fd in ready and not os.read(stop_fd, 4096):
-                return
+            if stop_fd in ready:
+                asked = len(os.read(stop_fd, 4096))
+                if not asked:
+                    return
+                while select.select([self.fd], [], [], 0)[0]:
+                    pending |= self._read()
+                if pending:
+                    self.on_change(pending)
+                    pending = set()
+                self.on_synced(asked)
+                continue
             if self.fd in ready:
                 if not pending:
                     opened = time.monotonic()
@@ -207,7 +228,11 @@ def main() -> None:
         out.write(b"".join(rel + b"\0" for rel in rels) + b"\0")
         out.flush()
 
-    watch = Watch(root, report)
+    def synced(count: int) -> None:
+        out.write((SYNCED + b"\0") * count)
+        out.flush()
+
+    watch = Watch(root, report, synced)
     try:
         try:
             watch.start()

@@ -20,7 +20,7 @@ import pygit2
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import fsmonitor_hook, protocol
-from gitsess.runtime import mount
+from gitsess.runtime import mount, strays
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
@@ -311,3 +311,8 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
         return Counts(None, None, damaged=True)
     except (OSError, GitsessError):
         return Counts(None, None)
+
+
+def stray_daemons() -> list[strays.Stray]:
+    """Daemons of this user whose view is gone (`gitsess gc` ends them)."""
+    return strays.find()

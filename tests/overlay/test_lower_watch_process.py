@@ -27,6 +27,7 @@ class Reports:
         )
         self.batches: list[set[bytes]] = []
         self.ready = threading.Event()
+        self.synced = threading.Semaphore(0)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -36,13 +37,21 @@ class Reports:
         while chunk := os.read(self.proc.stdout.fileno(), 65536):
             *names, pending = (pending + chunk).split(b"\0")
             for name in names:
-                if name:
+                if name == b"/":
+                    self.synced.release()
+                elif name:
                     batch.add(name)
                 elif batch:
                     self.batches.append(batch)
                     batch = set()
                 else:
                     self.ready.set()
+
+    def sync(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(b"s")
+        self.proc.stdin.flush()
+        assert self.synced.acquire(timeout=10), "the watch never answered a sync"
 
     @property
     def seen(self) -> set[bytes]:
@@ -181,3 +190,12 @@ def test_a_file_written_without_pause_is_reported_while_it_is_written(
     finally:
         stop.set()
         writer.join()
+
+
+def test_a_sync_answers_after_every_change_made_before_it(tree: Path, reports: Reports) -> None:
+    """No waiting for the batch to settle: the changes are reported before the answer."""
+    for i in range(20):
+        name = f"f{i}".encode()
+        (tree / "src" / f"f{i}").write_text("x\n")
+        reports.sync()
+        assert b"src/" + name in reports.seen
