@@ -91,6 +91,7 @@ class Config:
     create_files: int = 2000
     bulk_files: int = 2000  # the lower directory `rm -rf` removes
     wide_files: int = 50_000  # the second repository for session creation
+    fleet_sessions: int = 50  # sessions mounted at once for their memory
     changed_files: int = 1000  # diff / apply --commit
     extra: bool = False  # also the workloads beyond issue 8's list
 
@@ -1405,6 +1406,103 @@ def _git_cold(
                 _wait_unmounted(session.id)
 
 
+# ---------------------------------------------------------------------------------- fleets
+
+FLEET = "fleet"
+
+
+def _family(pid: int) -> list[int]:
+    """`pid` and every process below it (a daemon: its guard and its watch process)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+    return found
+
+
+def _memory_kib(pids: Sequence[int]) -> tuple[int, int]:
+    """Resident and proportional set size (RSS, PSS) of `pids` together, in KiB: RSS counts a
+    page shared by two processes twice (a forked guard's every page), PSS half in each."""
+    rss = pss = 0
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key == "Rss":
+                    rss += int(rest.split()[0])
+                elif key == "Pss":
+                    pss += int(rest.split()[0])
+    return rss, pss
+
+
+def _watched(session_id: str) -> bool:
+    from gitsess.overlay import protocol
+
+    st = protocol.status(session_id)
+    return st is not None and st.watched
+
+
+def run_fleet(b: Bench, corpus: Corpus) -> list[Result]:
+    """`fleet_sessions` sessions of one repository mounted at once (idle, each watch in
+    place): their processes' memory, against as many fuse-overlayfs mounts of it; then the
+    first `git status` in a session just mounted, against native and a fresh fuse-overlayfs."""
+    n = b.cfg.fleet_sessions
+    for target in (OVERLAYFS, GITSESS):
+        with contextlib.ExitStack() as stack:
+            views = [stack.enter_context(b.view(target, corpus.repo)) for _ in range(n)]
+            deadline = time.monotonic() + 120
+            if target == GITSESS:
+                ids = [_session_id_of(v) for v in views]
+                while not all(_watched(i) for i in ids) and time.monotonic() < deadline:
+                    time.sleep(0.2)
+            time.sleep(1.0)
+            pids = [p for v in views if v.pid is not None for p in _family(v.pid)]
+            rss, pss = _memory_kib(pids)
+            b.notes.append(
+                f"{n} sessions mounted ({target}, {len(pids)} processes): RSS {rss / 1024:.0f} "
+                f"MiB in all, {rss / 1024 / n:.1f} per session; PSS {pss / 1024:.0f} MiB in all,"
+                f" {pss / 1024 / n:.1f} per session"
+            )
+            console.log(b.notes[-1])
+    return [_first_status(b, corpus)]
+
+
+def _session_id_of(view: View) -> str:
+    """The session whose daemon serves `view` (its mount point is SESSION_DIR/mnt)."""
+    assert view.pid is not None
+    with open(f"/proc/{view.pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    return argv[argv.index(b"--session-id") + 1].decode()
+
+
+def _first_status(b: Bench, corpus: Corpus) -> Result:
+    """`git status` once in a view just mounted (the page cache warm), the way a coding
+    agent's first command goes; natively, the same `git status` in the repository."""
+    from gitsess.services import live
+
+    res = Result(
+        "first-status", "first git status in a new session (warm)", [Goal(NATIVE, 2.0)]
+    )
+    config = live.git_config_env(b.env, live.git_config_for(corpus.repo))
+    _run(["git", "status", "--porcelain"], cwd=corpus.repo)  # the page cache warm
+    for run in range(b.cfg.runs):
+        for target in rotation(run):
+            with b.view(target, corpus.repo) as view:
+                env = {**b.env, **config}
+                if target == GITSESS:
+                    env["GITSESS_SESSION_ID"] = _session_id_of(view)
+                res.add(
+                    target,
+                    timed(lambda: _run(["git", "status", "--porcelain"], view.root, env)),
+                )
+    progress(res)
+    return res
+
+
 # ---------------------------------------------------------------------------------- profiles
 
 
@@ -1754,7 +1852,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY",
-        help="only this workload (repeatable; also `session-start`, `apply`, `git-session`)",
+        help="only this workload (repeatable; also `session-start`, `apply`, `git-session`,"
+        " `fleet`)",
     )
     p.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
@@ -1801,7 +1900,7 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
     chosen = select(b.cfg, only, cold_ok)
     results: list[Result] = []
     creation: list[Creation] = []
-    if chosen or not only or {"session-start", "apply"} & set(only):
+    if chosen or not only or {"session-start", "apply", FLEET} & set(only):
         console.log(f"building the corpus in {b.tmp}")
         corpus = build_corpus(b.tmp / "corpus", b.cfg, b.env)
         results += run_shared(b, [w for w in chosen if not w.mutates], corpus)
@@ -1824,7 +1923,10 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
     if git_session_selected(only) and (only or not b.cfg.quick):
         results += run_git_session(b, only, cold_ok)
+    if FLEET in only or not (only or b.cfg.quick):
+        results += run_fleet(b, corpus)
     order = [w.key for w in workloads()] + ["diff", "apply-commit"] + [g.key for g in git_ops()]
+    order.append("first-status")
     results.sort(key=lambda r: order.index(r.key))
     return Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
 
