@@ -58,7 +58,7 @@ from rich.table import Table
 
 import gitsess
 from gitsess.overlay import mounttable
-from gitsess.runtime import mount, prestart
+from gitsess.runtime import mount, prestart, spare
 
 console = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 150)
@@ -393,8 +393,8 @@ def ensure_stopped(spec: mount.MountSpec, pid: int | None) -> None:
         mount.stop(spec.session_id, spec.target)
     finally:
         if pid is not None and not _exited(pid, timeout=30):
-            # `gitsess mount` prestarts its daemon, which then shows as the launcher
-            _kill_if(pid, prestart.DAEMON_MODULE, prestart.ARGS_FD_OPTION)
+            # `gitsess mount` has the spare fork its daemon, which then shows as the spare
+            _kill_if(pid, prestart.DAEMON_MODULE, spare.MODULE)
         _force_unmount(spec.target)
 
 

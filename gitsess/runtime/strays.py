@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 from gitsess import processes
 from gitsess.overlay import control, mounttable, protocol
-from gitsess.runtime import prestart
+from gitsess.runtime import prestart, spare
 from gitsess.runtime.mount import FSTYPE
 
-# The modules a daemon's process runs (`python -m MODULE`).
-MODULES = (prestart.DAEMON_MODULE.encode(), prestart.__name__.encode())
+# The modules a daemon's process runs (`python -m MODULE`): its own, or the spare's it was
+# forked from.
+MODULES = (prestart.DAEMON_MODULE.encode(), spare.MODULE.encode())
 DELETED = " (deleted)"
 # How long a stray may take to save and exit after SIGTERM before it is killed.
 TERM_WAIT_S = 5.0
