@@ -1448,27 +1448,60 @@ def _watched(session_id: str) -> bool:
 
 def run_fleet(b: Bench, corpus: Corpus) -> list[Result]:
     """`fleet_sessions` sessions of one repository mounted at once (idle, each watch in
-    place): their processes' memory, against as many fuse-overlayfs mounts of it; then the
-    first `git status` in a session just mounted, against native and a fresh fuse-overlayfs."""
+    place): their processes' memory, against as many fuse-overlayfs mounts of it, with each
+    daemon a process of its own (as a library call starts it) and forked from the user's spare
+    (as `gitsess new --mount` starts it); then the first `git status` in a session just
+    mounted, against native and a fresh fuse-overlayfs."""
     n = b.cfg.fleet_sessions
     for target in (OVERLAYFS, GITSESS):
         with contextlib.ExitStack() as stack:
             views = [stack.enter_context(b.view(target, corpus.repo)) for _ in range(n)]
-            deadline = time.monotonic() + 120
             if target == GITSESS:
-                ids = [_session_id_of(v) for v in views]
-                while not all(_watched(i) for i in ids) and time.monotonic() < deadline:
-                    time.sleep(0.2)
-            time.sleep(1.0)
+                _wait_watched([_session_id_of(v) for v in views])
             pids = [p for v in views if v.pid is not None for p in _family(v.pid)]
-            rss, pss = _memory_kib(pids)
-            b.notes.append(
-                f"{n} sessions mounted ({target}, {len(pids)} processes): RSS {rss / 1024:.0f} "
-                f"MiB in all, {rss / 1024 / n:.1f} per session; PSS {pss / 1024:.0f} MiB in all,"
-                f" {pss / 1024 / n:.1f} per session"
-            )
-            console.log(b.notes[-1])
+            what = "daemons started by themselves" if target == GITSESS else target
+            _fleet_note(b, n, what, pids)
+    names = [f"fleet-{i}" for i in range(n)]
+    try:
+        ids = [
+            str(json.loads(gitsess_cli(b, corpus.repo, "new", name, "--mount", "--json"))["id"])
+            for name in names
+        ]
+        _wait_watched(ids)
+        daemons = [st.daemon_pid for st in (mount.status(i) for i in ids) if st is not None]
+        spares = {_parent(pid) for pid in daemons}
+        _fleet_note(b, n, "daemons forked from the spare", [
+            *spares, *(p for pid in daemons for p in _family(pid))
+        ])  # fmt: skip
+    finally:
+        for name in names:
+            subprocess.run(
+                [GITSESS_CLI, "rm", name, "--force"], cwd=corpus.repo, env=b.env,
+                capture_output=True, check=False,
+            )  # fmt: skip
     return [_first_status(b, corpus)]
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[1])
+
+
+def _wait_watched(ids: Sequence[str]) -> None:
+    deadline = time.monotonic() + 120
+    while not all(_watched(i) for i in ids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+
+
+def _fleet_note(b: Bench, n: int, what: str, pids: Sequence[int]) -> None:
+    rss, pss = _memory_kib(pids)
+    b.notes.append(
+        f"{n} sessions mounted, {what} ({len(pids)} processes): RSS {rss / 1024:.0f} MiB in "
+        f"all, {rss / 1024 / n:.1f} per session; PSS {pss / 1024:.0f} MiB in all, "
+        f"{pss / 1024 / n:.1f} per session"
+    )
+    console.log(b.notes[-1])
 
 
 def _session_id_of(view: View) -> str:
@@ -1484,9 +1517,7 @@ def _first_status(b: Bench, corpus: Corpus) -> Result:
     agent's first command goes; natively, the same `git status` in the repository."""
     from gitsess.services import live
 
-    res = Result(
-        "first-status", "first git status in a new session (warm)", [Goal(NATIVE, 2.0)]
-    )
+    res = Result("first-status", "first git status in a new session (warm)", [Goal(NATIVE, 2.0)])
     config = live.git_config_env(b.env, live.git_config_for(corpus.repo))
     _run(["git", "status", "--porcelain"], cwd=corpus.repo)  # the page cache warm
     for run in range(b.cfg.runs):
@@ -1495,10 +1526,8 @@ def _first_status(b: Bench, corpus: Corpus) -> Result:
                 env = {**b.env, **config}
                 if target == GITSESS:
                     env["GITSESS_SESSION_ID"] = _session_id_of(view)
-                res.add(
-                    target,
-                    timed(lambda: _run(["git", "status", "--porcelain"], view.root, env)),
-                )
+                status = functools.partial(_run, ["git", "status", "--porcelain"], view.root, env)
+                res.add(target, timed(status))
     progress(res)
     return res
 

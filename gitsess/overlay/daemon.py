@@ -544,9 +544,7 @@ async def _lower_synced(state: State) -> bool:
     watcher = state.watcher
     if watcher is None or not state.tree.watched:
         return False
-    return await trio.to_thread.run_sync(
-        watcher.sync, LOWER_SYNC_TIMEOUT, abandon_on_cancel=True
-    )
+    return await trio.to_thread.run_sync(watcher.sync, LOWER_SYNC_TIMEOUT, abandon_on_cancel=True)
 
 
 def _fsmonitor(state: State, msg: dict[str, Any], synced: bool) -> Reply:

@@ -8,9 +8,11 @@ before it is reported at once, in a batch of its own, then `SYNCED` (a name no r
 can be) follows. The kernel queues an inotify event before the call that made the change
 returns, so whatever the queue holds when the request is read covers every change made before
 the request was sent: git's fsmonitor answers wait for this, as Watchman's wait for a cookie
-file (a file of ours written in the worktree would show in its `git status`). A process, not a thread of the daemon: setting up a
-recursive watch walks the whole tree (about 0.1 s on 50,000 files), which would hold the daemon's
-GIL and stall the filesystem's requests.
+file (a file of ours written in the worktree would show in its `git status`).
+
+A process, not a thread of the daemon: setting up a recursive watch walks the whole tree
+(about 0.1 s on 50,000 files), which would hold the daemon's GIL and stall the filesystem's
+requests.
 
 The watch is inotify, one watch per directory, with a mask of our own: changes only. watchfiles
 (notify) also asks for IN_OPEN and IN_CLOSE_NOWRITE and cannot be told otherwise, so every
@@ -89,9 +91,7 @@ def _is_git(parent: bytes, name: bytes) -> bool:
 class Watch:
     """One inotify watch per directory below `root`, except the top-level `.git`."""
 
-    def __init__(
-        self, root: bytes, on_change: OnChange, on_synced: Callable[[int], None]
-    ) -> None:
+    def __init__(self, root: bytes, on_change: OnChange, on_synced: Callable[[int], None]) -> None:
         self.root = root
         self.on_change = on_change
         self.on_synced = on_synced

@@ -162,7 +162,10 @@ def serve() -> int:
     idle_since = time.monotonic()
     while True:
         for pid in list(children):
-            if os.waitpid(pid, os.WNOHANG)[0]:
+            try:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    children.discard(pid)
+            except ChildProcessError:
                 children.discard(pid)
         if children:
             idle_since = time.monotonic()
@@ -174,14 +177,15 @@ def serve() -> int:
         with conn:
             if not control.trusted(control.peer_uid(conn)):
                 continue
-            pid = _take(listener, conn)
-            if pid is not None:
-                children.add(pid)
+            child = _take(listener, conn)
+            if child is not None:
+                children.add(child)
                 idle_since = time.monotonic()
 
 
 def _take(listener: socket.socket, conn: socket.socket) -> int | None:
     """Read one request and fork its daemon; the child's pid, None for a bad request."""
+    import contextlib
     import json
     import socket
 
@@ -201,10 +205,8 @@ def _take(listener: socket.socket, conn: socket.socket) -> int | None:
     if pid == 0:
         _daemon(listener, conn, argv, log, cwd, ready)
     os.close(ready)
-    try:
+    with contextlib.suppress(OSError):
         conn.sendall(b"ok")
-    except OSError:
-        pass
     return pid
 
 

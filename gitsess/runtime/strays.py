@@ -113,7 +113,7 @@ def _judge(pid: int, sockets: dict[str, str]) -> Stray | None:
             target = os.readlink(fd.path)
             if target.startswith("socket:[") and target[8:-1] in sockets:
                 session_id = sockets[target[8:-1]]
-            elif target.endswith("/delta.db") or target.endswith("/delta.db" + DELETED):
+            elif target.endswith(("/delta.db", "/delta.db" + DELETED)):
                 delta = target
     except OSError:
         return None

@@ -112,4 +112,3 @@ def test_a_file_made_in_the_worktree_shows_in_the_next_status(mounted: Mounted) 
     for i in range(5):
         (mounted.lower / f"new{i}.txt").write_text("made in the real tree\n")
         assert f"? new{i}.txt" in status(mounted, monitored=True)
-

@@ -18,7 +18,7 @@ import pytest
 
 from gitsess.git.repo import RepoContext, discover
 from gitsess.overlay import control, mounttable, protocol
-from gitsess.runtime import mount, prestart, spare
+from gitsess.runtime import mount, spare
 from gitsess.services import live, sessions
 from tests.live_util import InProcess, eventually
 from tests.util import GITSESS, git, gitsess
