@@ -41,6 +41,7 @@ import os
 import platform
 import pstats
 import random
+import shlex
 import shutil
 import signal
 import statistics
@@ -1479,7 +1480,37 @@ def run_fleet(b: Bench, corpus: Corpus) -> list[Result]:
                 [GITSESS_CLI, "rm", name, "--force"], cwd=corpus.repo, env=b.env,
                 capture_output=True, check=False,
             )  # fmt: skip
-    return [_first_status(b, corpus)]
+    return [_first_status(b, corpus), _commits(b, corpus)]
+
+
+COMMITS = 200
+
+
+def _commits(b: Bench, corpus: Corpus) -> Result:
+    """`COMMITS` commits of one changed file each, one after another, inside a view: natively
+    in a copy of the repository made for each run, in fuse-overlayfs and gitsess over it, each
+    run a fresh view (the commits stay in its upper layer or delta)."""
+    res = Result("commits", f"{COMMITS} commits inside", [Goal(NATIVE, 1.3)])
+    rel = corpus.files[0]
+    script = (
+        f"for i in $(seq {COMMITS}); do echo $i >> {shlex.quote(rel)};"
+        " git commit -qam c$i || exit 1; done"
+    )
+    for run in range(b.cfg.slow_runs):
+        for target in rotation(run):
+            lower = corpus.repo
+            if target == NATIVE:
+                lower = b.scratch / f"commits-{run}"
+                _run(["cp", "-a", str(corpus.repo), str(lower)])
+            try:
+                with b.view(target, lower) as view:
+                    step = functools.partial(_run, ["sh", "-c", script], view.root, b.env)
+                    res.add(target, timed(step))
+            finally:
+                if target == NATIVE:
+                    shutil.rmtree(lower, ignore_errors=True)
+    progress(res)
+    return res
 
 
 def _parent(pid: int) -> int:
@@ -1955,7 +1986,7 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
     if FLEET in only or not (only or b.cfg.quick):
         results += run_fleet(b, corpus)
     order = [w.key for w in workloads()] + ["diff", "apply-commit"] + [g.key for g in git_ops()]
-    order.append("first-status")
+    order += ["first-status", "commits"]
     results.sort(key=lambda r: order.index(r.key))
     return Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
 
