@@ -66,31 +66,33 @@ class LowerWatcher:
                 self._asked = self._answered = 0
             if not self._read(sock):
                 return
+            if self._started is not None:
+                self._started.poll()  # reaped, if it was the one that ended
+                self._started = None  # its exit says nothing of the next one's
             self.on_lost()
 
     def _open(self) -> socket.socket | None:
-        """A connection to the worktree's watch process, started first if no one serves it;
-        None when none could be had (the view then keeps its short cache timeouts)."""
-        if self._started is not None:
-            self._started.poll()  # a watch process this daemon started that ended: reaped
+        """A connection to the worktree's watch process, started first if no one serves it
+        (again if the one started was killed before it took its name); None when none could
+        be had (the view then keeps its short cache timeouts)."""
         name = address(self.root)
-        sock = _connect(name)
-        if sock is not None:
-            return sock
-        self._started = started = subprocess.Popen(
-            [sys.executable, "-P", "-m", "gitsess.overlay.lower_watch_process", self.root],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
-            if started.poll() is not None:  # it found the name taken, or failed
-                return _connect(name)
-            time.sleep(0.005)
             sock = _connect(name)
             if sock is not None:
                 return sock
+            started = self._started
+            if started is None or started.poll() is not None:
+                if started is not None and started.returncode > 0:
+                    self._started = None
+                    return None  # it could not set the watch up, and said why in the log
+                self._started = subprocess.Popen(
+                    [sys.executable, "-P", "-m", "gitsess.overlay.lower_watch_process", self.root],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            time.sleep(0.005)
         return None
 
     def stop(self) -> None:
