@@ -74,6 +74,7 @@ def fleet(ctx: RepoContext) -> Iterator[Fleet]:
                 mount.unmount(Path(status.mountpoint))
 
 
+@pytest.mark.timeout(1200)
 def test_fifty_sessions_written_and_applied_leave_nothing_behind(
     ctx: RepoContext, repo: Path, fleet: Fleet, capsys: pytest.CaptureFixture[str]
 ) -> None:
