@@ -470,10 +470,14 @@ def sweep_old_archives(
 
 
 def sweep_stray_daemons(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
-    """Daemons of this user (of any repository) whose view is gone: they save what they can
-    and exit (see runtime/strays.py). Before the mounts: what a killed one leaves is stale."""
+    """Daemons of this repository's sessions whose view is gone: they save what they can and
+    exit (see runtime/strays.py). Those of other repositories are theirs to end (`gitsess ps`
+    lists every one of the user's). Before the mounts: what a killed one leaves is stale."""
     actions = []
+    ours = os.path.realpath(ctx.sessions_dir)
     for stray in strays.find():
+        if os.path.dirname(os.path.dirname(os.path.realpath(stray.delta))) != ours:
+            continue
         name = f"{stray.pid} (session {stray.session_id})"
         action = Action("stray-daemon", "daemon", name, "end", stray.reason)
         actions.append(_attempt(action, dry_run, partial(strays.end, stray)))

@@ -87,11 +87,13 @@ def test_ps_lists_and_gc_finds_a_stray_daemon(tmp_path: Path, worktree: Path) ->
     """A daemon that cannot notice (stopped here, as one stuck would be) is a stray once its
     session dir is gone: `ps` and `gc --dry-run` name it, and `strays.end` ends it. Only this
     test's own stray is ended: the machine's other daemons are not this test's."""
-    session_dir = tmp_path / "session"
-    session_dir.mkdir(mode=0o700)
+    session_id = str(uuid.uuid4())
+    # Where the repository's sessions are: `gc` ends the strays of its repository only.
+    session_dir = worktree / ".git" / "gitsess" / "sessions" / session_id
+    session_dir.mkdir(mode=0o700, parents=True)
     mnt = tmp_path / "view"
     spec = mount.MountSpec(
-        session_id=str(uuid.uuid4()),
+        session_id=session_id,
         lower=worktree,
         session_dir=session_dir,
         persistent=True,
