@@ -10,8 +10,10 @@ import click
 from rich.table import Table
 
 from gitsess.cli.base import (
+    complete_role,
     SessionCommand,
     ago,
+    complete_session,
     console,
     escape,
     print_json,
@@ -41,7 +43,7 @@ def _json(info: agents.AgentInfo) -> dict[str, object]:
 
 
 @cli.command("agents", cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def agents_cmd(
@@ -94,9 +96,11 @@ def agents_cmd(
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
-@click.option("--role", required=True, metavar="ROLE", help="The role to stop.")
+@click.option(
+    "--role", required=True, metavar="ROLE", help="The role to stop.", shell_complete=complete_role
+)
 def stop(
     session: str | None, offsets: tuple[str, ...], session_option: str | None, role: str
 ) -> None:

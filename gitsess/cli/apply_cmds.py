@@ -15,8 +15,10 @@ import click
 import pygit2
 
 from gitsess.cli.base import (
+    complete_archive,
     SessionCommand,
     ago,
+    complete_session_first,
     console,
     escape,
     print_json,
@@ -182,7 +184,7 @@ def colour_patch(patch: bytes) -> bytes:
 
 
 @cli.command(cls=PathspecCommand, epilog=PATHSPEC_HELP)
-@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]")
+@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first)
 @takes_session
 @click.option("--stat", "show_stat", is_flag=True, help="Files changed and lines added/removed.")
 @click.option("--name-status", is_flag=True, help="Status letter and path of each file.")
@@ -267,7 +269,7 @@ def parse_author(text: str) -> pygit2.Signature:
 
 
 @cli.command(cls=PathspecCommand, epilog=PATHSPEC_HELP)
-@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]")
+@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first)
 @takes_session
 @click.option("--commit", "to_commit", is_flag=True, help="Commit on the session's branch.")
 @click.option("--patch", "to_patch", is_flag=True, help="Write a patch (stdout or -o).")
@@ -474,7 +476,7 @@ def status_letter(change: Change) -> str:
 
 
 @cli.command(cls=PathspecCommand, epilog=PATHSPEC_HELP)
-@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]")
+@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first)
 @takes_session
 @click.option("-y", "--yes", is_flag=True, help="Do not ask first.")
 @click.option(
@@ -530,7 +532,7 @@ def discard(
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] NEW_NAME")
+@click.argument("args", nargs=-1, metavar="[SESSION] NEW_NAME", shell_complete=complete_session_first)
 @takes_session
 @click.option("--json", "as_json", is_flag=True, help="Print the new session as JSON.")
 def fork(
@@ -587,7 +589,7 @@ def archives_command(as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_archive)
 @click.option("--as", "new_name", metavar="NEW_NAME", help="Name the restored session this.")
 @click.option("--json", "as_json", is_flag=True, help="Print the session as JSON.")
 def restore(name: str, new_name: str | None, as_json: bool) -> None:

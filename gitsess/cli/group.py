@@ -16,6 +16,7 @@ import click
 
 from gitsess import __version__
 from gitsess.errors import GitsessError
+from gitsess.suggest import did_you_mean
 
 # name: (module under gitsess.cli, the summary `gitsess --help` lists, None when hidden).
 # `gitsess --help` prints these without importing the modules; tests/test_cli.py checks them
@@ -32,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "archives": (
         "apply_cmds",
         "List archived sessions (`rm` archives unapplied changes; `restore` brings them back).",
+    ),
+    "completion": (
+        "completion_cmds",
+        "Print the shell code that completes commands, options and names (sessions, archives,"
+        " agent kinds, roles).",
     ),
     "diff": (
         "apply_cmds",
@@ -115,6 +121,16 @@ class LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMANDS, *self.commands})
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        if name not in COMMANDS and name not in self.commands and not name.startswith("-"):
+            if not ctx.resilient_parsing:
+                hint = did_you_mean(name, self.list_commands(ctx))
+                raise click.UsageError(f"No such command {name!r}{hint or '.'}", ctx)
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:

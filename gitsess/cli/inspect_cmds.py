@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 import click
+from click.shell_completion import CompletionItem
 from rich.cells import cell_len, set_cell_size
 from rich.console import Group as Stack
 from rich.live import Live
@@ -19,6 +20,7 @@ from rich.text import Text
 from gitsess.cli.base import (
     SessionCommand,
     ago,
+    complete_session,
     console,
     escape,
     print_json,
@@ -26,6 +28,7 @@ from gitsess.cli.base import (
     takes_session,
 )
 from gitsess.cli.group import cli
+from gitsess.errors import GitsessError
 from gitsess.services import inspection, kv, sessions, timeline
 from gitsess.services.feed import Change, Feed
 from gitsess.services.sessions import RepoContext, Session, discover
@@ -50,6 +53,13 @@ class SessionGroup(click.Group):
             args = [f"{_SESSION_ARG}={first}", *args[1:]]
         return super().parse_args(ctx, args)
 
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """Subcommands, and before one, the session's name."""
+        found = super().shell_complete(ctx, incomplete)
+        if ctx.params.get("session_arg") is None and ctx.params.get("session_option") is None:
+            found += complete_session(ctx, self, incomplete)
+        return found
+
 
 def _group_session(f: click.decorators.FC) -> click.decorators.FC:
     f = click.option(_SESSION_ARG, "session_arg", hidden=True)(f)
@@ -59,6 +69,7 @@ def _group_session(f: click.decorators.FC) -> click.decorators.FC:
         "session_option",
         metavar="SESSION",
         help="NAME, ID, ID prefix or -N (-1: newest). Default: $GITSESS_SESSION.",
+        shell_complete=complete_session,
     )(f)
 
 
@@ -198,7 +209,7 @@ def _line(c: Change) -> str:
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
 @click.option(
     "--since",
@@ -236,7 +247,10 @@ def log(
 ) -> None:
     """What happened in a session: its file changes, grouped by run."""
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
-    flt = timeline.make_filter(since=since, path=path_glob, pid=pid, ops=ops, run_id=run_id)
+    try:
+        flt = timeline.make_filter(since=since, path=path_glob, pid=pid, ops=ops, run_id=run_id)
+    except GitsessError as e:
+        raise click.UsageError(str(e)) from e
     ctx, found = _session(ref)
     past = timeline.timeline(ctx, found, flt)
     if as_json:
@@ -469,7 +483,7 @@ def _watch_view(name: str, recent: Iterable[Change], total: int, paths: int) -> 
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per change and line.")
 def watch(

@@ -14,7 +14,11 @@ from pathlib import Path
 import click
 
 from gitsess.cli.base import (
+    complete_agent_kind,
+    complete_role,
     SessionCommand,
+    complete_session,
+    complete_session_first,
     console,
     echo_mounted,
     escape,
@@ -38,12 +42,14 @@ from gitsess.services.sessions import RepoContext, Session, discover
     "--agent",
     "agent_kind",
     metavar="KIND",
+    shell_complete=complete_agent_kind,
     help="Run an agent CLI (claude, cline, codex, gemini, agy, hermes, home, or one of your"
     " agents.toml) with its own state directory.",
 )
 @click.option(
     "--role",
     metavar="ROLE",
+    shell_complete=complete_role,
     help="The agent's role in the session (default: KIND); running a role again resumes it.",
 )
 @click.option(
@@ -137,7 +143,7 @@ def run(
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] [DIR]")
+@click.argument("args", nargs=-1, metavar="[SESSION] [DIR]", shell_complete=complete_session_first)
 @takes_session
 @click.option("--allow-other", is_flag=True, help="Let other users reach the mount.")
 @click.option("--read-only", is_flag=True, help="Mount read-only.")
@@ -175,7 +181,7 @@ def _reconciled(ctx: RepoContext, session: Session) -> Session:
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
 def umount(session: str | None, offsets: tuple[str, ...], session_option: str | None) -> None:
     """Unmount a session's view (participants still inside lose it)."""

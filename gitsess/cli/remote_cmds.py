@@ -16,6 +16,7 @@ from rich.table import Table
 from gitsess.cli.base import (
     SessionCommand,
     ago,
+    complete_session_first,
     console,
     escape,
     first_line,
@@ -89,7 +90,7 @@ def _notes(notes: tuple[str, ...]) -> None:
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] [REMOTE]")
+@click.argument("args", nargs=-1, metavar="[SESSION] [REMOTE]", shell_complete=complete_session_first)
 @takes_session
 @click.option("--with-kv", is_flag=True, help="Send the session's key-value store along.")
 @click.option(

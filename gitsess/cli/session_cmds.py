@@ -17,6 +17,8 @@ from gitsess.cli.base import (
     SessionCommand,
     ago,
     branch_label,
+    complete_session,
+    complete_session_first,
     console,
     echo_mounted,
     escape,
@@ -213,7 +215,7 @@ def _table(infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_workt
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def show(
@@ -314,7 +316,7 @@ def _made(session: Session) -> str:
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
 @click.option(
     "--force", is_flag=True, help="Also remove a gitsess-made worktree and branch holding work."
@@ -336,7 +338,7 @@ def rm(
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] NEW_NAME")
+@click.argument("args", nargs=-1, metavar="[SESSION] NEW_NAME", shell_complete=complete_session_first)
 @takes_session
 def rename(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
     """Rename a session (its worktree and branch keep their names)."""
@@ -346,7 +348,7 @@ def rename(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str 
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] TEXT")
+@click.argument("args", nargs=-1, metavar="[SESSION] TEXT", shell_complete=complete_session_first)
 @takes_session
 def title(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
     """Set a session's title ("" clears it)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import apsw
 
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext
+from gitsess.git.location import RepoContext
 from gitsess.git.view import Entry, Kind
 from gitsess.overlay.delta import DeltaStore, data_bytes
 from gitsess.overlay.view import DamagedDelta, OverlayView

@@ -15,10 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pygit2
-
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext
+from gitsess.git.location import RepoContext
 from gitsess.overlay import fsmonitor_hook, protocol
 from gitsess.runtime import mount
 from gitsess.store.registry import Session
@@ -91,6 +89,8 @@ FSMONITOR_CONFIG = {
 
 
 def git_config_for(worktree: Path) -> dict[str, str]:
+    import pygit2
+
     try:
         gitdir = Path(pygit2.Repository(str(worktree)).path)
         with open(gitdir / "index", "rb") as f:
@@ -292,6 +292,8 @@ class Counts:
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
     """What `ls` and `show` count of a session: its touched paths and its own commits."""
+    import pygit2
+
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import session_git
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitsess.errors import GitsessError
+from gitsess.suggest import did_you_mean
 from gitsess.git.repo import RepoContext, discover
 from gitsess.git.worktree import (
     Binding,
@@ -47,6 +48,7 @@ __all__ = [
     "SessionInfo",
     "WorktreeSpec",
     "check_bound",
+    "close_names",
     "create",
     "discover",
     "info",
@@ -253,8 +255,8 @@ def resolve(
         ref = _ref(ref, env)
         with _registry(ctx, create=False) as registry:
             found = _lookup(registry, ref)
-        if found is None:
-            raise GitsessError(f"no session {ref!r} in {ctx.common_dir}")
+            if found is None:
+                raise _unknown(ctx, registry, ref)
         return found
     return resolve_or_create(ctx, ref, worktree=worktree, env=env)[0]
 
@@ -292,8 +294,19 @@ def _ref(ref: str | None, env: Mapping[str, str] | None) -> str:
 def _find(ctx: RepoContext, registry: Registry, ref: str) -> Session:
     session = _lookup(registry, ref)
     if session is None:
-        raise GitsessError(f"no session {ref!r} in {ctx.common_dir}")
+        raise _unknown(ctx, registry, ref)
     return session
+
+
+def _unknown(ctx: RepoContext, registry: Registry | None, ref: str) -> GitsessError:
+    hint = did_you_mean(ref, set() if registry is None else registry.names())
+    return GitsessError(f"no session {ref!r} in {ctx.common_dir}{hint}")
+
+
+def close_names(ctx: RepoContext, name: str) -> str:
+    """The "did you mean" hint for a session name about to be created (`run -s NAME`)."""
+    with _registry(ctx, create=False) as registry:
+        return "" if registry is None else did_you_mean(name, registry.names())
 
 
 def _lookup(registry: Registry | None, ref: str) -> Session | None:
