@@ -161,3 +161,23 @@ def _bare(git_dir: Path) -> bool:
         name.strip().lower() == "core" and _BARE.search(body) is not None
         for name, body in zip(sections[1::2], sections[2::2], strict=True)
     )
+
+
+def read_ref(common_dir: Path, ref: str) -> str | None:
+    """The commit a ref (such as refs/heads/main) names, read from its loose file or from
+    packed-refs; None when neither has it (or it is symbolic)."""
+    try:
+        text = (common_dir / ref).read_text().strip()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        text = ""
+    if text:
+        return None if text.startswith("ref:") else text
+    try:
+        packed = (common_dir / "packed-refs").read_text()
+    except FileNotFoundError:
+        return None
+    for line in packed.splitlines():
+        commit, _, name = line.partition(" ")
+        if name == ref and not line.startswith(("#", "^")):
+            return commit
+    return None

@@ -210,3 +210,35 @@ def drift(session: Session, session_dir: Path) -> list[Drift]:
     with OverlayView(delta, session.worktree) as view:
         changes = _Changes(view)
     return [d for d in rows if changes.inside(d.path)]
+
+
+@dataclass(frozen=True)
+class OwnCommit:
+    """A commit made inside the session that its branch lacks."""
+
+    commit: str
+    subject: str
+
+
+def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
+    """The session's own commits, oldest first (`gitsess show` lists them)."""
+    from gitsess.services import session_git
+
+    if not (ctx.session_dir(session.id) / "delta.db").exists():
+        return []
+    repo = ctx.open()
+    with live.open_view(ctx, session) as view:
+        if not view.touched_git():
+            return []
+        git = session_git.state(view, repo, session)
+    if git is None:
+        return []
+
+    def subject(commit: str) -> str:
+        # The commit's object may be the session's own, not yet in the real store.
+        try:
+            return str(repo[commit].message).partition("\n")[0]
+        except (KeyError, ValueError):
+            return ""
+
+    return [OwnCommit(c, subject(c)) for c in git.commits]

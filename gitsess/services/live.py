@@ -285,25 +285,27 @@ def drop_paths(
 
 @dataclass(frozen=True)
 class Counts:
-    changed_files: int | None  # paths the session touched; None when it has no delta yet
+    changed_files: int | None  # files that differ from the worktree's; None: no delta yet
     commits: int | None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read
 
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
     """What `ls` and `show` count of a session: its touched paths and its own commits."""
-    import pygit2
-
     from gitsess.overlay.view import DamagedDelta
-    from gitsess.services import session_git
+    from gitsess.services.changecount import changed_files
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return Counts(None, None)
     try:
         with open_view(ctx, session) as view:
-            changed = sum(1 for _ in view.touched_paths())
+            changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
             if not view.touched_git():  # its git is the real one: no commits, no repository read
                 return Counts(changed, 0)
+            import pygit2
+
+            from gitsess.services import session_git
+
             try:
                 git = session_git.state(view, ctx.open(), session)
             except (GitsessError, pygit2.GitError, KeyError, ValueError):
