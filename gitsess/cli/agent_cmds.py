@@ -10,9 +10,9 @@ import click
 from rich.table import Table
 
 from gitsess.cli.base import (
-    complete_role,
     SessionCommand,
     ago,
+    complete_role,
     complete_session,
     console,
     escape,

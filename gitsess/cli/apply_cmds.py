@@ -15,9 +15,9 @@ import click
 import pygit2
 
 from gitsess.cli.base import (
-    complete_archive,
     SessionCommand,
     ago,
+    complete_archive,
     complete_session_first,
     console,
     escape,
@@ -184,7 +184,9 @@ def colour_patch(patch: bytes) -> bytes:
 
 
 @cli.command(cls=PathspecCommand, epilog=PATHSPEC_HELP)
-@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first)
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first
+)
 @takes_session
 @click.option("--stat", "show_stat", is_flag=True, help="Files changed and lines added/removed.")
 @click.option("--name-status", is_flag=True, help="Status letter and path of each file.")
@@ -269,7 +271,9 @@ def parse_author(text: str) -> pygit2.Signature:
 
 
 @cli.command(cls=PathspecCommand, epilog=PATHSPEC_HELP)
-@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first)
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first
+)
 @takes_session
 @click.option("--commit", "to_commit", is_flag=True, help="Commit on the session's branch.")
 @click.option("--patch", "to_patch", is_flag=True, help="Write a patch (stdout or -o).")
@@ -476,7 +480,9 @@ def status_letter(change: Change) -> str:
 
 
 @cli.command(cls=PathspecCommand, epilog=PATHSPEC_HELP)
-@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first)
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first
+)
 @takes_session
 @click.option("-y", "--yes", is_flag=True, help="Do not ask first.")
 @click.option(
@@ -532,7 +538,9 @@ def discard(
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] NEW_NAME", shell_complete=complete_session_first)
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] NEW_NAME", shell_complete=complete_session_first
+)
 @takes_session
 @click.option("--json", "as_json", is_flag=True, help="Print the new session as JSON.")
 def fork(

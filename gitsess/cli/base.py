@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gitsess.services.sessions import SESSION_ENV, Session, SessionInfo, WorktreeSpec
+from gitsess.services.sessions import (
+    SESSION_ENV,
+    RepoContext,
+    Session,
+    SessionInfo,
+    WorktreeSpec,
+)
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
@@ -179,6 +185,59 @@ def takes_worktree(f: F) -> F:
         metavar="[BRANCH]",
         help="A new session works in a new worktree on a new branch (default gitsess/NAME).",
     )(f)
+
+
+# Where `SessionGroup` moves a leading positional session, so that click does not take it for
+# the subcommand's name.
+_SESSION_ARG = "--session-arg"
+
+
+class SessionGroup(click.Group):
+    """A group that takes a session before its subcommand: `kv [SESSION] get KEY`.
+
+    A first argument that is no subcommand is the session; a session named like a subcommand
+    is given with `-s`.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        first = args[0] if args else None
+        offset = first is not None and first.startswith("-") and first[1:].isdigit()
+        if first is not None and first not in self.commands and (offset or first[:1] != "-"):
+            args = [f"{_SESSION_ARG}={first}", *args[1:]]
+        return super().parse_args(ctx, args)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """Subcommands, and before one, the session's name."""
+        found = super().shell_complete(ctx, incomplete)
+        if ctx.params.get("session_arg") is None and ctx.params.get("session_option") is None:
+            found += complete_session(ctx, self, incomplete)
+        return found
+
+
+def group_session(f: F) -> F:
+    """A `SessionGroup`'s session: positional (moved to a hidden option) or `--session/-s`."""
+    f = click.option(_SESSION_ARG, "session_arg", hidden=True)(f)
+    return click.option(
+        "--session",
+        "-s",
+        "session_option",
+        metavar="SESSION",
+        help="NAME, ID, ID prefix or -N (-1: newest). Default: $GITSESS_SESSION.",
+        shell_complete=complete_session,
+    )(f)
+
+
+def session_of(ref: str | None) -> tuple[RepoContext, Session]:
+    from gitsess.services import sessions
+
+    ctx = sessions.discover()
+    return ctx, sessions.resolve(ctx, ref)
+
+
+def group_ref() -> str | None:
+    """The session given to the `fs` or `kv` group (its context's obj, which subcommands share)."""
+    ref: str | None = click.get_current_context().obj
+    return ref
 
 
 def worktree_spec(worktree_branch: str | None, from_rev: str | None) -> WorktreeSpec | None:

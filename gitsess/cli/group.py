@@ -68,7 +68,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
         "Git hooks that let sessions follow what git does to their branches and worktrees.",
     ),
     "kv": (
-        "inspect_cmds",
+        "kv_cmds",
         "A session's key-value store of JSON values: kv [SESSION] get|set|rm|ls.",
     ),
     "log": ("inspect_cmds", "What happened in a session: its file changes, grouped by run."),
@@ -126,10 +126,10 @@ class LazyGroup(click.Group):
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
         name = args[0]
-        if name not in COMMANDS and name not in self.commands and not name.startswith("-"):
-            if not ctx.resilient_parsing:
-                hint = did_you_mean(name, self.list_commands(ctx))
-                raise click.UsageError(f"No such command {name!r}{hint or '.'}", ctx)
+        known = name in COMMANDS or name in self.commands
+        if not known and not name.startswith("-") and not ctx.resilient_parsing:
+            hint = did_you_mean(name, self.list_commands(ctx))
+            raise click.UsageError(f"No such command {name!r}{hint or '.'}", ctx)
         return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:

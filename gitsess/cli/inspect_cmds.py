@@ -10,7 +10,6 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 
 import click
-from click.shell_completion import CompletionItem
 from rich.cells import cell_len, set_cell_size
 from rich.console import Group as Stack
 from rich.live import Live
@@ -19,69 +18,23 @@ from rich.text import Text
 
 from gitsess.cli.base import (
     SessionCommand,
+    SessionGroup,
     ago,
     complete_session,
     console,
     escape,
+    group_ref,
+    group_session,
     print_json,
+    session_of,
     session_ref,
     takes_session,
 )
 from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
-from gitsess.services import inspection, kv, sessions, timeline
+from gitsess.services import inspection, timeline
 from gitsess.services.feed import Change, Feed
-from gitsess.services.sessions import RepoContext, Session, discover
 from gitsess.services.timeline import Drift, Event
-
-# Where `SessionGroup` moves a leading positional session, so that click does not take it for
-# the subcommand's name.
-_SESSION_ARG = "--session-arg"
-
-
-class SessionGroup(click.Group):
-    """A group that takes a session before its subcommand: `kv [SESSION] get KEY`.
-
-    A first argument that is no subcommand is the session; a session named like a subcommand
-    is given with `-s`.
-    """
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        first = args[0] if args else None
-        offset = first is not None and first.startswith("-") and first[1:].isdigit()
-        if first is not None and first not in self.commands and (offset or first[:1] != "-"):
-            args = [f"{_SESSION_ARG}={first}", *args[1:]]
-        return super().parse_args(ctx, args)
-
-    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
-        """Subcommands, and before one, the session's name."""
-        found = super().shell_complete(ctx, incomplete)
-        if ctx.params.get("session_arg") is None and ctx.params.get("session_option") is None:
-            found += complete_session(ctx, self, incomplete)
-        return found
-
-
-def _group_session(f: click.decorators.FC) -> click.decorators.FC:
-    f = click.option(_SESSION_ARG, "session_arg", hidden=True)(f)
-    return click.option(
-        "--session",
-        "-s",
-        "session_option",
-        metavar="SESSION",
-        help="NAME, ID, ID prefix or -N (-1: newest). Default: $GITSESS_SESSION.",
-        shell_complete=complete_session,
-    )(f)
-
-
-def _session(ref: str | None) -> tuple[RepoContext, Session]:
-    ctx = discover()
-    return ctx, sessions.resolve(ctx, ref)
-
-
-def _group_ref() -> str | None:
-    """The session given to the `fs` or `kv` group (its context's obj, which subcommands share)."""
-    ref: str | None = click.get_current_context().obj
-    return ref
 
 
 def _emit(data: object) -> None:
@@ -251,7 +204,7 @@ def log(
         flt = timeline.make_filter(since=since, path=path_glob, pid=pid, ops=ops, run_id=run_id)
     except GitsessError as e:
         raise click.UsageError(str(e)) from e
-    ctx, found = _session(ref)
+    ctx, found = session_of(ref)
     past = timeline.timeline(ctx, found, flt)
     if as_json:
         events = sorted((e for g in past.groups for e in g.events), key=lambda e: e.id)
@@ -286,7 +239,7 @@ def log(
 
 
 @cli.group(cls=SessionGroup, subcommand_metavar="[SESSION] ls|cat|stat [ARGS]...")
-@_group_session
+@group_session
 @click.pass_context
 def fs(ctx: click.Context, session_arg: str | None, session_option: str | None) -> None:
     """Read a session's files without mounting it: fs [SESSION] ls|cat|stat."""
@@ -320,7 +273,7 @@ def _fs_json(e: inspection.FsEntry) -> dict[str, object]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def fs_ls(path: str, as_json: bool) -> None:
     """List a directory of the session's view (* marks what the session changed)."""
-    ctx, found = _session(_group_ref())
+    ctx, found = session_of(group_ref())
     entries = inspection.ls(ctx, found, path)
     if as_json:
         print_json([_fs_json(e) for e in entries])
@@ -342,7 +295,7 @@ def fs_ls(path: str, as_json: bool) -> None:
 @click.argument("path")
 def fs_cat(path: str) -> None:
     """Print a file of the session's view, as bytes."""
-    ctx, found = _session(_group_ref())
+    ctx, found = session_of(group_ref())
     data = inspection.cat(ctx, found, path)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
@@ -353,7 +306,7 @@ def fs_cat(path: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def fs_stat(path: str, as_json: bool) -> None:
     """Describe one path of the session's view."""
-    ctx, found = _session(_group_ref())
+    ctx, found = session_of(group_ref())
     info = inspection.stat(ctx, found, path)
     e = info.entry
     origin = info.copied_from
@@ -395,73 +348,6 @@ def fs_stat(path: str, as_json: bool) -> None:
     console().print(grid)
 
 
-# ---------------------------------------------------------------- kv
-
-
-@cli.group("kv", cls=SessionGroup, subcommand_metavar="[SESSION] get|set|rm|ls [ARGS]...")
-@_group_session
-@click.pass_context
-def kv_group(ctx: click.Context, session_arg: str | None, session_option: str | None) -> None:
-    """A session's key-value store of JSON values: kv [SESSION] get|set|rm|ls.
-
-    Inside a session (gitsess run) the session is that one.
-    """
-    ref, _ = session_ref([session_arg] if session_arg else [], 0, [], session_option)
-    ctx.obj = ref
-
-
-def _kv_text(value: object) -> str:
-    """A string as itself, anything else as its JSON."""
-    return value if isinstance(value, str) else kv.encode(value)
-
-
-@kv_group.command("get")
-@click.argument("key")
-@click.option("--json", "as_json", is_flag=True, help="Print the value as JSON.")
-def kv_get(key: str, as_json: bool) -> None:
-    """Print KEY's value (a string as itself unless --json)."""
-    ctx, found = _session(_group_ref())
-    value = kv.get(ctx, found, key).value
-    click.echo(kv.encode(value) if as_json else _kv_text(value))
-
-
-@kv_group.command("set")
-@click.argument("key")
-@click.argument("value")
-@click.option("--json", "as_json", is_flag=True, help="VALUE is JSON (else it is a string).")
-def kv_set(key: str, value: str, as_json: bool) -> None:
-    """Set KEY to VALUE."""
-    decoded = kv.decode(value) if as_json else value
-    ctx, found = _session(_group_ref())
-    kv.put(ctx, found, key, decoded)
-
-
-@kv_group.command("rm")
-@click.argument("key")
-def kv_rm(key: str) -> None:
-    """Remove KEY."""
-    ctx, found = _session(_group_ref())
-    kv.remove(ctx, found, key)
-
-
-@kv_group.command("ls")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object of every key.")
-def kv_ls(as_json: bool) -> None:
-    """List the keys and their values."""
-    ctx, found = _session(_group_ref())
-    items = kv.items(ctx, found)
-    if as_json:
-        print_json({i.key: i.value for i in items})
-        return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("KEY", no_wrap=True)
-    table.add_column("VALUE", overflow="fold")
-    table.add_column("SET", no_wrap=True)
-    for i in items:
-        table.add_row(escape(i.key), escape(_kv_text(i.value)), ago(i.updated))
-    console().print(table)
-
-
 # ---------------------------------------------------------------- watch
 
 
@@ -491,7 +377,7 @@ def watch(
 ) -> None:
     """Watch a session's changes live, from any terminal, without joining it."""
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
-    ctx, found = _session(ref)
+    ctx, found = session_of(ref)
     feed = Feed(ctx, found)
     live = not as_json and console().is_terminal
     if not live:

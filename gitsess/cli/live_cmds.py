@@ -14,9 +14,9 @@ from pathlib import Path
 import click
 
 from gitsess.cli.base import (
+    SessionCommand,
     complete_agent_kind,
     complete_role,
-    SessionCommand,
     complete_session,
     complete_session_first,
     console,
@@ -85,7 +85,8 @@ def run(
     else:
         session, created = sessions.resolve_or_create(ctx, ref, worktree=spec)
     if created:  # a typo of a name must not go unnoticed
-        click.echo(f"gitsess: new session {session.name} ({session.id[:8]})", err=True)
+        hint = sessions.close_names(ctx, session.name)
+        click.echo(f"gitsess: new session {session.name} ({session.id[:8]}){hint}", err=True)
     session = sessions.touch(ctx, sessions.check_bound(ctx, session, rebind=rebind))
     session = _reconciled(ctx, session)
     argv = list(command)

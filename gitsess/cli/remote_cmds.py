@@ -90,7 +90,9 @@ def _notes(notes: tuple[str, ...]) -> None:
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] [REMOTE]", shell_complete=complete_session_first)
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] [REMOTE]", shell_complete=complete_session_first
+)
 @takes_session
 @click.option("--with-kv", is_flag=True, help="Send the session's key-value store along.")
 @click.option(

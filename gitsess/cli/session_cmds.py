@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gitsess.cli import table
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -31,7 +32,6 @@ from gitsess.cli.base import (
     takes_worktree,
     worktree_spec,
 )
-from gitsess.cli import table
 from gitsess.cli.group import cli
 from gitsess.services import live, sessions
 from gitsess.services.sessions import Session, SessionInfo, discover
@@ -169,8 +169,7 @@ def _styled(text: str, colour: str) -> str:
 
 
 _DRIFT_NOTE = (
-    "! the real worktree changed paths that the session changed too"
-    " (gitsess show NAME lists them)"
+    "! the real worktree changed paths that the session changed too (gitsess show NAME lists them)"
 )
 
 
@@ -387,7 +386,9 @@ def rm(
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] NEW_NAME", shell_complete=complete_session_first)
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] NEW_NAME", shell_complete=complete_session_first
+)
 @takes_session
 def rename(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
     """Rename a session (its worktree and branch keep their names)."""

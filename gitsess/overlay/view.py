@@ -17,7 +17,6 @@ from typing import Any, BinaryIO
 
 import apsw
 
-from gitsess.errors import GitsessError
 from gitsess.git.view import Entry, kind_of
 from gitsess.overlay.delta import DamagedDelta, DeltaStore
 from gitsess.overlay.gitdir import GIT

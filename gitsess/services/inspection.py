@@ -11,19 +11,22 @@ import posixpath
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
 from gitsess.git.view import Entry, Kind
-from gitsess.overlay.delta import DeltaStore, data_bytes
-from gitsess.overlay.view import DamagedDelta, OverlayView
+from gitsess.overlay.delta import DamagedDelta, DeltaStore, data_bytes
 from gitsess.runtime import mount
 from gitsess.services import live
 from gitsess.services.sessions import SessionInfo
 from gitsess.services.timeline import DeltaReader, Drift, delta_path, runs
 from gitsess.store.registry import Session
+
+if TYPE_CHECKING:
+    from gitsess.overlay.view import OverlayView
 
 # Like the kernel's ELOOP limit.
 MAX_SYMLINKS = 40
@@ -207,6 +210,8 @@ def drift(session: Session, session_dir: Path) -> list[Drift]:
     if not rows or not session.worktree.is_dir():
         return []
     # What is hidden from the view (the state dir) never drifts: the watcher skips `.git`.
+    from gitsess.overlay.view import OverlayView
+
     with OverlayView(delta, session.worktree) as view:
         changes = _Changes(view)
     return [d for d in rows if changes.inside(d.path)]

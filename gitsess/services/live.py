@@ -292,7 +292,7 @@ class Counts:
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
     """What `ls` and `show` count of a session: its touched paths and its own commits."""
-    from gitsess.overlay.view import DamagedDelta
+    from gitsess.overlay.delta import DamagedDelta
     from gitsess.services.changecount import changed_files
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():

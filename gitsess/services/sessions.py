@@ -22,13 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitsess.errors import GitsessError
-from gitsess.suggest import did_you_mean
 from gitsess.git.binding import Binding, NameInUse, WorktreeSpec
 from gitsess.git.location import RepoContext, discover, read_ref
 from gitsess.runtime import mount
 from gitsess.store.db import private_dir
 from gitsess.store.registry import NameTaken, Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
+from gitsess.suggest import did_you_mean
 
 __all__ = [
     "SESSION_ENV",

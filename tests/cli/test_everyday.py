@@ -1,0 +1,233 @@
+"""Everyday use (issue 40): a readable `ls`, completion, hints, usage errors, light imports."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import pty
+import struct
+import subprocess
+import sys
+import termios
+from pathlib import Path
+
+import pytest
+from click.shell_completion import ShellComplete
+
+from gitsess.cli.group import cli
+from gitsess.cli.table import Cell, Column, render, width_of
+from gitsess.suggest import did_you_mean, edit_distance
+from tests.util import GITSESS, git, gitsess
+
+LONG_NAME = "fix-login-timeout-in-oauth-flow"
+LONG_TITLE = "Fix the login timeout in the OAuth flow when the identity provider is slow to answer"
+
+
+def on_terminal(cwd: Path, *args: str, columns: int = 80) -> str:
+    """The program's output on a pseudo-terminal `columns` wide, as a user sees it."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, columns, 0, 0))
+    env = {**os.environ, "NO_COLOR": "1", "COLUMNS": str(columns)}
+    proc = subprocess.Popen(
+        [*GITSESS, *args], cwd=cwd, env=env, stdin=follower, stdout=follower, stderr=follower
+    )
+    os.close(follower)
+    chunks = []
+    try:
+        while True:
+            try:
+                data = os.read(leader, 4096)
+            except OSError:  # EIO: the follower side closed
+                break
+            if not data:
+                break
+            chunks.append(data)
+    finally:
+        os.close(leader)
+        proc.wait(timeout=60)
+    assert proc.returncode == 0, b"".join(chunks)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_ls_at_80_columns_never_cuts_what_a_user_types(repo: Path) -> None:
+    assert gitsess(repo, "new", LONG_NAME, "-t", LONG_TITLE).returncode == 0
+    assert gitsess(repo, "new", "short", "--worktree", "-t", LONG_TITLE).returncode == 0
+    ids = {row["name"]: row["id"] for row in json.loads(gitsess(repo, "ls", "--json").stdout)}
+    out = on_terminal(repo, "ls")
+    lines = out.splitlines()
+    # The headings' paths are printed whole, to be copied; the tables fit.
+    rows = [line for line in lines if line.lstrip().startswith(("#", "-"))]
+    assert len(rows) == 4 and all(width_of(line) <= 80 for line in rows), out
+    header = next(line for line in lines if line.lstrip().startswith("#"))
+    for column in ("NAME", "ID", "STATE", "CHANGES"):
+        assert column in header
+    mine = next(line for line in lines if LONG_NAME in line)
+    assert mine.split()[:3] == ["-2", LONG_NAME, ids[LONG_NAME][:8]]
+    other = next(line for line in lines if " short " in line)
+    assert other.split()[:3] == ["-1", "short", ids["short"][:8]]
+    assert LONG_TITLE not in out  # the title gave up its room first
+    assert "idle" in mine and "none" in mine
+
+
+def test_ls_columns_shrink_title_first_then_drop_it() -> None:
+    columns = [Column("NAME"), Column("BRANCH", shrink=2, minimum=6), Column("TITLE", shrink=1)]
+    rows = [[Cell("a-name"), Cell("a-long-branch-name"), Cell("t" * 40)]]
+    wide = render(columns, rows, None)
+    assert wide[1] == "a-name  a-long-branch-name  " + "t" * 40
+    narrow = render(columns, rows, 40)
+    assert narrow[1] == "a-name  a-long-branch-name  " + "t" * 11 + "…"
+    tight = render(columns, rows, 20)
+    assert tight[1] == "a-name  a-long-bra…"  # TITLE dropped, BRANCH cut, NAME whole
+    assert render(columns, rows, 5)[1].startswith("a-name")
+
+
+@pytest.mark.fuse
+def test_ls_counts_real_changes_and_says_files_and_commits(repo: Path) -> None:
+    rewrite = "cat README.md > /tmp/.x$$ && cat /tmp/.x$$ > README.md && rm /tmp/.x$$"
+    assert gitsess(repo, "run", "-s", "same", "--", "sh", "-c", rewrite).returncode == 0
+    changed = "echo more >> README.md && echo new > added.txt"
+    assert gitsess(repo, "run", "-s", "two", "--", "sh", "-c", changed).returncode == 0
+    rows = {r["name"]: r for r in json.loads(gitsess(repo, "ls", "--json").stdout)}
+    assert rows["same"]["changed_files"] == 0  # touched, but the bytes are the worktree's
+    assert rows["two"]["changed_files"] == 2
+    out = gitsess(repo, "ls").stdout
+    assert "2 files" in next(line for line in out.splitlines() if " two " in line)
+    assert "none" in next(line for line in out.splitlines() if " same " in line)
+
+
+def test_ls_shows_how_far_the_branch_moved(repo: Path) -> None:
+    assert gitsess(repo, "new", "early").returncode == 0
+    git(repo, "commit", "-q", "--allow-empty", "-m", "later")
+    [row] = json.loads(gitsess(repo, "ls", "--json").stdout)
+    assert row["behind"] == 1
+    assert "main ↓1" in gitsess(repo, "ls").stdout
+
+
+def test_ls_in_a_bare_repository_does_not_suggest_what_fails_there(tmp_path: Path) -> None:
+    bare = tmp_path / "bare.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    done = gitsess(bare, "ls")
+    assert done.returncode == 0
+    assert "Create one: gitsess new" not in done.stdout
+    assert "--worktree" in done.stdout
+
+
+# ----------------------------------------------------------------------------- completion
+
+
+def completions(args: list[str], incomplete: str) -> list[str]:
+    complete = ShellComplete(cli, {}, "gitsess", "_GITSESS_COMPLETE")
+    return [c.value for c in complete.get_completions(args, incomplete)]
+
+
+def test_completion_of_sessions_archives_agents_and_roles(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("alpha", "alpine", "beta"):
+        assert gitsess(repo, "new", name).returncode == 0
+    monkeypatch.chdir(repo)
+    assert completions(["show"], "al") == ["alpha", "alpine"]
+    assert completions(["diff", "-s"], "b") == ["beta"]
+    assert completions(["rename"], "") == ["alpha", "alpine", "beta"]
+    assert completions(["rename", "alpha"], "") == []  # NEW_NAME: nothing to offer
+    assert "alpha" in completions(["kv"], "a")
+    assert completions(["kv"], "g") == ["get"]
+    assert "claude" in completions(["run", "--agent"], "cl")
+    assert completions(["stop", "alpha", "--role"], "") == []
+    assert gitsess(repo, "rm", "beta").returncode == 0
+    assert completions(["restore"], "") == []  # nothing was unapplied: no archive
+
+
+def test_completion_command_prints_each_shells_script(repo: Path) -> None:
+    for shell, marker in (("bash", "complete -o"), ("zsh", "compdef"), ("fish", "complete --no-files")):
+        done = gitsess(repo, "completion", shell)
+        assert done.returncode == 0
+        assert marker in done.stdout and "_GITSESS_COMPLETE" in done.stdout
+    assert gitsess(repo, "completion", "tcsh").returncode == 2
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+def test_did_you_mean_by_edit_distance() -> None:
+    assert edit_distance("kitten", "sitting") == 3
+    assert did_you_mean("fix-logn", ["fix-login", "other"]) == "; did you mean 'fix-login'?"
+    assert did_you_mean("zzz", ["fix-login"]) == ""
+
+
+def test_unknown_session_and_command_suggest_a_close_name(repo: Path) -> None:
+    assert gitsess(repo, "new", LONG_NAME).returncode == 0
+    done = gitsess(repo, "show", "fix-login-timeout-in-oauth-flw")
+    assert done.returncode == 1
+    assert f"did you mean '{LONG_NAME}'?" in done.stderr
+    done = gitsess(repo, "mont")
+    assert done.returncode == 2 and "did you mean 'mount'?" in done.stderr
+
+
+@pytest.mark.fuse
+def test_run_names_a_close_session_when_it_creates_one(repo: Path) -> None:
+    assert gitsess(repo, "new", "experiment").returncode == 0
+    done = gitsess(repo, "run", "-s", "experimnt", "--", "true")
+    assert done.returncode == 0
+    assert "new session experimnt" in done.stderr
+    assert "did you mean 'experiment'?" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "missing"),
+    [
+        (["rename", "exp"], "NEW_NAME"),
+        (["title", "exp"], "TEXT"),
+        (["fork", "exp"], "NEW_NAME"),
+        (["rename"], "[SESSION] NEW_NAME"),
+    ],
+)
+def test_a_missing_second_argument_is_a_usage_error(
+    repo: Path, args: list[str], missing: str
+) -> None:
+    assert gitsess(repo, "new", "exp").returncode == 0
+    done = gitsess(repo, *args)
+    assert done.returncode == 2
+    assert f"missing {missing}" in done.stderr
+
+
+def test_inside_a_session_the_one_word_is_the_new_name(repo: Path) -> None:
+    assert gitsess(repo, "new", "exp").returncode == 0
+    done = gitsess(repo, "rename", "renamed", env={"GITSESS_SESSION": "exp"})
+    assert done.returncode == 0, done.stderr
+    assert "renamed" in gitsess(repo, "ls").stdout
+
+
+@pytest.mark.parametrize("args", [["--since", "yesterday-ish"], ["--op", "frobnicate"]])
+def test_bad_log_filters_are_usage_errors(repo: Path, args: list[str]) -> None:
+    assert gitsess(repo, "new", "exp").returncode == 0
+    done = gitsess(repo, "log", "exp", *args)
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+
+
+# ----------------------------------------------------------------------------- imports
+
+LOADED = """
+import contextlib, io, sys
+from gitsess.cli.group import run
+with contextlib.redirect_stdout(io.StringIO()):
+    code = run(sys.argv[1:])
+heavy = ("pygit2", "rich", "trio", "pyfuse3", "gitsess.overlay.view", "gitsess.overlay.tree")
+print(code, sorted(m for m in sys.modules if m in heavy))
+"""
+
+
+@pytest.mark.parametrize(
+    "args", [["ls"], ["ls", "--json"], ["show", "exp"], ["kv", "exp", "get", "k"], ["--version"]]
+)
+def test_small_commands_import_no_pygit2_rich_or_overlay(repo: Path, args: list[str]) -> None:
+    """What they do not use they do not load: pygit2 alone took longer than `ls` does."""
+    assert gitsess(repo, "new", "exp").returncode == 0
+    if args[0] == "kv":
+        assert gitsess(repo, "kv", "exp", "set", "k", "v").returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED, *args], cwd=repo, capture_output=True, text=True
+    )
+    assert done.stdout.split(None, 1) == ["0", "[]\n"], done.stderr
