@@ -78,7 +78,7 @@ def test_ls_columns_shrink_title_first_then_drop_it() -> None:
     narrow = render(columns, rows, 40)
     assert narrow[1] == "a-name  a-long-branch-name  " + "t" * 11 + "…"
     tight = render(columns, rows, 20)
-    assert tight[1] == "a-name  a-long-bra…"  # TITLE dropped, BRANCH cut, NAME whole
+    assert tight[1] == "a-name  a-long-bran…"  # TITLE dropped, BRANCH cut, NAME whole
     assert render(columns, rows, 5)[1].startswith("a-name")
 
 
