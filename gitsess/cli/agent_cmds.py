@@ -34,10 +34,13 @@ def _seeded(info: agents.AgentInfo) -> str:
 
 def _json(info: agents.AgentInfo) -> dict[str, object]:
     fields = asdict(info.participant)
+    # The participant's row id is the registry's business; `name` and `id` are the session's.
+    del fields["id"], fields["state"]
     return {
+        "name": info.session_name,
+        "id": fields.pop("session_id"),
         **fields,
-        "session": info.session_name,
-        "state": "running" if info.running else "idle",
+        "status": "running" if info.running else "idle",
         "lever": json.loads(info.participant.lever),
     }
 

@@ -562,6 +562,10 @@ def fork(
     )
 
 
+# The archive's fields in the JSON vocabulary (docs/json.md).
+_ARCHIVE_KEYS = {"base": "base_commit", "session_id": "id"}
+
+
 @cli.command("archives")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def archives_command(as_json: bool) -> None:
@@ -573,7 +577,14 @@ def archives_command(as_json: bool) -> None:
     found = archives.archives(discover())
     if as_json:
         print_json(
-            [{**asdict(a.info), "files": a.files, "restore": a.info.ref_name} for a in found]
+            [
+                {
+                    **{_ARCHIVE_KEYS.get(k, k): v for k, v in asdict(a.info).items()},
+                    "changed_files": a.files,
+                    "restore": a.info.ref_name,
+                }
+                for a in found
+            ]
         )
         return
     if not found:

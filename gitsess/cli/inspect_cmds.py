@@ -47,7 +47,7 @@ def _emit(data: object) -> None:
 
 def event_json(e: Event) -> dict[str, object]:
     return {
-        "id": e.id,
+        "event": e.id,
         "time": e.time.isoformat(),
         "time_ns": e.time_ns,
         "op": e.op,

@@ -211,7 +211,7 @@ def ps(as_json: bool) -> None:
                     "id": m.session.id,
                     "daemon_pid": m.status.daemon_pid,
                     "mountpoint": m.status.mountpoint,
-                    "persistent": m.status.persistent,
+                    "kept": m.status.persistent,
                     "read_only": m.status.read_only,
                     "participants": m.status.participants,
                 }

@@ -137,7 +137,7 @@ class DiffResult:
         return {
             "files": [f.to_json(with_patch=with_patch) for f in self.files],
             "summary": {
-                "files": len(self.files),
+                "changed_files": len(self.files),
                 "additions": self.additions,
                 "deletions": self.deletions,
             },

@@ -140,7 +140,11 @@ def test_completion_of_sessions_archives_agents_and_roles(
 
 
 def test_completion_command_prints_each_shells_script(repo: Path) -> None:
-    for shell, marker in (("bash", "complete -o"), ("zsh", "compdef"), ("fish", "complete --no-files")):
+    for shell, marker in (
+        ("bash", "complete -o"),
+        ("zsh", "compdef"),
+        ("fish", "complete --no-files"),
+    ):
         done = gitsess(repo, "completion", shell)
         assert done.returncode == 0
         assert marker in done.stdout and "_GITSESS_COMPLETE" in done.stdout

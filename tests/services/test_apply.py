@@ -66,7 +66,7 @@ def test_diff_compares_content_in_every_format(live_exp: Mounted, repo: Path, cl
     out, _ = cli("diff", "exp", "--stat")
     assert "4 files changed" in out
     data = json.loads(cli("diff", "exp", "--json")[0])
-    assert data["summary"]["files"] == 4
+    assert data["summary"]["changed_files"] == 4
     assert {f["path"] for f in data["files"]} >= {"README.md", "src/tool.sh"}
     out, _ = cli("diff", "exp", "--color=always")
     assert "\x1b[32m+world\x1b[m" in out

@@ -199,7 +199,7 @@ def test_follow_prints_changes_as_they_happen(repo: Path) -> None:
         ("write", "after.txt"),
         ("unlink", "before.txt"),
     ]
-    ids = [r["id"] for r in f.records()]
+    ids = [r["event"] for r in f.records()]
     assert ids == sorted(set(ids))
 
 
