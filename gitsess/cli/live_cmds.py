@@ -148,12 +148,14 @@ def run(
 @takes_session
 @click.option("--allow-other", is_flag=True, help="Let other users reach the mount.")
 @click.option("--read-only", is_flag=True, help="Mount read-only.")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def mount(
     args: tuple[str, ...],
     offsets: tuple[str, ...],
     session_option: str | None,
     allow_other: bool,
     read_only: bool,
+    as_json: bool,
 ) -> None:
     """Mount a session's view (at DIR, default its session dir) until `gitsess umount`."""
     given = list(args)
@@ -166,6 +168,9 @@ def mount(
     status = live.keep_mounted(
         ctx, session, mountpoint=directory, allow_other=allow_other, read_only=read_only
     )
+    if as_json:
+        print_json({"name": session.name, "id": session.id, "mountpoint": status.mountpoint})
+        return
     echo_mounted(session, status.mountpoint)
 
 
@@ -184,12 +189,19 @@ def _reconciled(ctx: RepoContext, session: Session) -> Session:
 @cli.command(cls=SessionCommand)
 @click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
-def umount(session: str | None, offsets: tuple[str, ...], session_option: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def umount(
+    session: str | None, offsets: tuple[str, ...], session_option: str | None, as_json: bool
+) -> None:
     """Unmount a session's view (participants still inside lose it)."""
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     ctx = discover()
     found = sessions.resolve(ctx, ref)
-    if live.unmount(ctx, found):
+    unmounted = live.unmount(ctx, found)
+    if as_json:
+        print_json({"name": found.name, "id": found.id, "unmounted": unmounted})
+        return
+    if unmounted:
         console().print(f"Unmounted session [bold]{escape(found.name)}[/]")
     else:
         console().print(f"Session [bold]{escape(found.name)}[/] was not mounted")

@@ -369,13 +369,23 @@ def _made(session: Session) -> str:
 @click.option(
     "--force", is_flag=True, help="Also remove a gitsess-made worktree and branch holding work."
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def rm(
-    session: str | None, offsets: tuple[str, ...], session_option: str | None, force: bool
+    session: str | None,
+    offsets: tuple[str, ...],
+    session_option: str | None,
+    force: bool,
+    as_json: bool,
 ) -> None:
     """Remove a session, and the worktree and branch gitsess made for it when nothing is lost."""
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     removal = sessions.remove(discover(), ref, force=force)
     s = removal.session
+    if as_json:
+        fields = asdict(removal)
+        del fields["session"]
+        print_json({**asdict(s), **fields})
+        return
     console().print(f"Removed session [bold]{escape(s.name)}[/] ({s.id[:8]})")
     if removal.removed_worktree:
         console().print(f"Removed worktree {escape(str(s.worktree))}")
@@ -390,20 +400,32 @@ def rm(
     "args", nargs=-1, metavar="[SESSION] NEW_NAME", shell_complete=complete_session_first
 )
 @takes_session
-def rename(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def rename(
+    args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None, as_json: bool
+) -> None:
     """Rename a session (its worktree and branch keep their names)."""
     ref, (new_name,) = session_ref(args, 1, offsets, session_option)
     session = sessions.rename(discover(), ref, new_name)
+    if as_json:
+        print_json(asdict(session))
+        return
     console().print(f"Session {session.id[:8]} is now named [bold]{escape(session.name)}[/]")
 
 
 @cli.command(cls=SessionCommand)
 @click.argument("args", nargs=-1, metavar="[SESSION] TEXT", shell_complete=complete_session_first)
 @takes_session
-def title(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def title(
+    args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None, as_json: bool
+) -> None:
     """Set a session's title ("" clears it)."""
     ref, (text,) = session_ref(args, 1, offsets, session_option)
     session = sessions.set_title(discover(), ref, text)
+    if as_json:
+        print_json(asdict(session))
+        return
     console().print(
         f"Session [bold]{escape(session.name)}[/]: {escape(session.title or '(no title)')}"
     )
