@@ -1108,7 +1108,7 @@ def run_cli_start(b: Bench, repo: Path) -> CliStart:
         for run in range(max(b.cfg.runs, 5) * 2):
             k = run % len(labels)
             for label in [*labels[k:], *labels[:k]]:
-                result.add(label, timed(lambda c=commands[label]: _run(c, repo, b.env)))
+                result.add(label, timed(functools.partial(_run, commands[label], repo, b.env)))
     finally:
         gitsess_cli(b, repo, "rm", "bench-cli", "--force")
     console.log(

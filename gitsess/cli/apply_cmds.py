@@ -522,7 +522,11 @@ def discard(
     from gitsess.services import inspection
 
     own = inspection.own_commits(ctx, session) if commits or everything else []
-    say = (lambda _: None) if as_json else console().print
+
+    def say(text: str) -> None:
+        if not as_json:
+            console().print(text)
+
     for c in own:
         say(f"commit {c.commit[:10]} {escape(c.subject)}")
     if commits:
@@ -531,11 +535,11 @@ def discard(
             _discard_json(as_json, session, [], None)
             return
         _confirm(yes, f"Drop these {len(own)} commit(s) from session {session.name}?")
-        dropped = discarding.discard_commits(ctx, session)
-        _discard_json(as_json, session, dropped, None)
+        gone = discarding.discard_commits(ctx, session)
+        _discard_json(as_json, session, gone, None)
         if not as_json:
             click.echo(
-                f"Dropped {len(dropped)} commit(s) from session {session.name}; "
+                f"Dropped {len(gone)} commit(s) from session {session.name}; "
                 "their changes stay in its files"
             )
         return

@@ -113,6 +113,10 @@ def complete_session(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:
     """Completes a session's name (shell completion loads the services; a command does not)."""
+    return _session_items(incomplete)
+
+
+def _session_items(incomplete: str) -> list[CompletionItem]:
     from gitsess.services import completion
 
     return _items(completion.sessions(incomplete))
@@ -210,7 +214,7 @@ class SessionGroup(click.Group):
         """Subcommands, and before one, the session's name."""
         found = super().shell_complete(ctx, incomplete)
         if ctx.params.get("session_arg") is None and ctx.params.get("session_option") is None:
-            found += complete_session(ctx, self, incomplete)
+            found += _session_items(incomplete)
         return found
 
 

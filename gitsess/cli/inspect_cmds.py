@@ -202,8 +202,8 @@ def log(
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     try:
         flt = timeline.make_filter(since=since, path=path_glob, pid=pid, ops=ops, run_id=run_id)
-    except GitsessError as e:
-        raise click.UsageError(str(e)) from e
+    except GitsessError as bad:
+        raise click.UsageError(str(bad)) from bad
     ctx, found = session_of(ref)
     past = timeline.timeline(ctx, found, flt)
     if as_json:

@@ -242,7 +242,7 @@ def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
     def subject(commit: str) -> str:
         # The commit's object may be the session's own, not yet in the real store.
         try:
-            return str(repo[commit].message).partition("\n")[0]
+            return str(getattr(repo[commit], "message", "")).partition("\n")[0]
         except (KeyError, ValueError):
             return ""
 

@@ -16,7 +16,7 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "json.md"
 ROW = re.compile(r"^\| `([a-z_]+)` \| ([a-z, ]+) \|", re.MULTILINE)
 # Values whose keys are the user's or a profile's, not gitsess's vocabulary.
 FREE = {"lever", "ops", "value"}
-TYPES = {
+TYPES: dict[str, type | tuple[type, ...]] = {
     "string": str,
     "integer": int,
     "number": (int, float),
