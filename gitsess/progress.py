@@ -38,7 +38,9 @@ def reporting(reporter: Reporter) -> Iterator[None]:
 
 @contextmanager
 def reading(stream: BinaryIO, label: str, total: int) -> Iterator[BinaryIO]:
-    """`stream`, reporting how much of its `total` bytes was read."""
+    """`stream`, reporting how much of its `total` bytes was read. `label` names the pass
+    (such as "hashing PATH", then "storing PATH"), so that a second pass over one file reads
+    as a new piece of work rather than a bar starting again at 0."""
     reporter = _REPORTER.get()
     if reporter is None:
         yield stream

@@ -200,7 +200,7 @@ def colour_patch(patch: bytes) -> bytes:
     type=click.Choice(["auto", "always", "never"]),
     default="auto",
     show_default=True,
-    help="Colour the patch (auto: on a terminal).",
+    help="Colour the patch (auto: on a terminal, unless NO_COLOR is set).",
 )
 def diff(
     args: tuple[str, ...],
@@ -242,7 +242,8 @@ def diff(
             click.echo(line)
     else:
         patch = result.patch()
-        _out(colour_patch(patch) if color == "always" or (color == "auto" and tty) else patch)
+        auto = tty and not os.environ.get("NO_COLOR")  # https://no-color.org, as ls and doctor
+        _out(colour_patch(patch) if color == "always" or (color == "auto" and auto) else patch)
 
 
 def _warn_drift(ctx: RepoContext, session: Session) -> None:
@@ -354,7 +355,17 @@ def apply(
     if not outcome.ok:
         for c in outcome.conflicts:
             click.echo(f"gitsess: conflict: {c.path}: {c.detail} ({c.reason})", err=True)
+        if {c.reason for c in outcome.conflicts} & _DIRTY:
+            click.echo(
+                "gitsess: the real worktree has changes of its own there: commit or stash them"
+                " (git stash) and apply again, or pass --force to overwrite them",
+                err=True,
+            )
         sys.exit(1)
+
+
+# What a user can do about a conflict the real worktree's own changes cause.
+_DIRTY = {"local-change", "worktree-changed", "worktree-exists", "parent-changed"}
 
 
 def _check_options(

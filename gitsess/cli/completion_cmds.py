@@ -12,11 +12,8 @@ COMPLETE_VAR = "_GITSESS_COMPLETE"
 
 
 @cli.command(
-    epilog="""\b
-Examples:
-  eval "$(gitsess completion bash)"     # in ~/.bashrc
-  eval "$(gitsess completion zsh)"      # in ~/.zshrc
-  gitsess completion fish > ~/.config/fish/completions/gitsess.fish"""
+    epilog="bash: in ~/.bashrc; zsh: in ~/.zshrc; fish: gitsess completion fish >"
+    " ~/.config/fish/completions/gitsess.fish"
 )
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
 def completion(shell: str) -> None:

@@ -148,6 +148,7 @@ def run(
 @takes_session
 @click.option("--allow-other", is_flag=True, help="Let other users reach the mount.")
 @click.option("--read-only", is_flag=True, help="Mount read-only.")
+@click.option("--force", is_flag=True, help="Mount over a DIR that holds files (hiding them).")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def mount(
     args: tuple[str, ...],
@@ -155,6 +156,7 @@ def mount(
     session_option: str | None,
     allow_other: bool,
     read_only: bool,
+    force: bool,
     as_json: bool,
 ) -> None:
     """Mount a session's view (at DIR, default its session dir) until `gitsess umount`."""
@@ -166,7 +168,12 @@ def mount(
     ctx = discover()
     session = _reconciled(ctx, sessions.resolve(ctx, ref))
     status = live.keep_mounted(
-        ctx, session, mountpoint=directory, allow_other=allow_other, read_only=read_only
+        ctx,
+        session,
+        mountpoint=directory,
+        allow_other=allow_other,
+        read_only=read_only,
+        force=force,
     )
     if as_json:
         print_json({"name": session.name, "id": session.id, "mountpoint": status.mountpoint})

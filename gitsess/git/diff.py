@@ -267,7 +267,7 @@ def _write_whole(big: BigFile | None, out: BinaryIO) -> None:
     if big is None:
         write_literal(out, 0, ())
         return
-    with big.open() as f, progress.reading(f, big.path, big.size) as read:
+    with big.open() as f, progress.reading(f, f"patching {big.path}", big.size) as read:
         write_literal(out, big.size, iter(partial(read.read, CHUNK), b""))
 
 

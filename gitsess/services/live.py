@@ -178,9 +178,27 @@ def keep_mounted(
     mountpoint: Path | None,
     allow_other: bool,
     read_only: bool,
+    force: bool = False,
 ) -> mount.Status:
     """`gitsess mount`: a mount that stays until `gitsess umount`; read-only when asked or
-    when the session is."""
+    when the session is.
+
+    A mount hides what its directory held: a directory with files is refused unless `force`.
+    A session mounts in one place: asked for another while mounted, it says where it is.
+    """
+    if mountpoint is not None:
+        current = mount.status(session.id)
+        if current is not None:
+            if Path(current.mountpoint).resolve() != mountpoint.resolve():
+                raise GitsessError(
+                    f"session {session.name} is mounted at {current.mountpoint}, not at "
+                    f"{mountpoint}; `gitsess umount {session.name}` first to mount it there"
+                )
+        elif not force and mountpoint.is_dir() and any(mountpoint.iterdir()):
+            raise GitsessError(
+                f"{mountpoint} is not empty: the mount would hide its files; choose an empty "
+                "directory, or pass --force to mount over them"
+            )
     spec = spec_for(
         ctx,
         session,

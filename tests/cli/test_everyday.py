@@ -235,3 +235,75 @@ def test_small_commands_import_no_pygit2_rich_or_overlay(repo: Path, args: list[
         [sys.executable, "-c", LOADED, *args], cwd=repo, capture_output=True, text=True
     )
     assert done.stdout.split(None, 1) == ["0", "[]\n"], done.stderr
+
+
+# ----------------------------------------------------------------------------- help
+
+
+def test_help_at_80_columns_cuts_no_summary_and_every_command_has_examples(
+    repo: Path,
+) -> None:
+    done = gitsess(repo, "--help", env={"COLUMNS": "80"})
+    listed = done.stdout.split("Commands:")[1].splitlines()
+    assert listed and not any(line.endswith("...") for line in listed), done.stdout
+    from gitsess.cli.group import COMMANDS
+
+    for name, (_, summary) in COMMANDS.items():
+        if summary is None:
+            continue
+        shown = gitsess(repo, name, "--help").stdout
+        assert "Examples:\n  gitsess " in shown or "Examples:\n  eval " in shown, name
+
+
+# ----------------------------------------------------------------------------- mount, diff
+
+
+@pytest.mark.fuse
+def test_mount_refuses_a_directory_with_files_and_a_second_place(
+    repo: Path, tmp_path: Path
+) -> None:
+    assert gitsess(repo, "new", "exp").returncode == 0
+    full = tmp_path / "full"
+    full.mkdir()
+    (full / "mine.txt").write_text("keep me\n")
+    done = gitsess(repo, "mount", "exp", str(full))
+    assert done.returncode == 1 and "is not empty" in done.stderr and "--force" in done.stderr
+    assert (full / "mine.txt").read_text() == "keep me\n"
+    first, other = tmp_path / "first", tmp_path / "other"
+    first.mkdir()
+    other.mkdir()
+    try:
+        assert gitsess(repo, "mount", "exp", str(first)).returncode == 0
+        again = gitsess(repo, "mount", "exp", str(other))
+        assert again.returncode == 1
+        assert f"mounted at {first}" in again.stderr
+        assert list(other.iterdir()) == []
+        assert gitsess(repo, "mount", "exp", str(first)).returncode == 0  # where it is: fine
+    finally:
+        gitsess(repo, "umount", "exp")
+
+
+@pytest.mark.fuse
+def test_diff_on_a_terminal_respects_no_color(repo: Path) -> None:
+    assert (
+        gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", "echo more >> README.md").returncode
+        == 0
+    )
+    out = on_terminal(repo, "diff", "exp")
+    assert "+more" in out and "\x1b[" not in out
+
+
+@pytest.mark.fuse
+def test_discard_all_drops_the_sessions_commits_and_changes(repo: Path) -> None:
+    work = "echo more >> README.md && git commit -qam inside && echo again >> README.md"
+    assert gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", work).returncode == 0
+    plain = gitsess(repo, "discard", "exp")  # not a terminal: it asks, so it refuses
+    assert plain.returncode == 1 and "asks first" in plain.stderr
+    asked = gitsess(repo, "discard", "exp", "--commits")
+    assert asked.returncode == 1 and "asks first" in asked.stderr
+    assert "commit " in asked.stdout and "inside" in asked.stdout  # what it would drop
+    done = json.loads(gitsess(repo, "discard", "exp", "--all", "-y", "--json").stdout)
+    assert len(done["dropped_commits"]) == 1 and "README.md" in done["dropped"]
+    [row] = json.loads(gitsess(repo, "ls", "--json").stdout)
+    assert (row["changed_files"], row["commits"]) == (0, 0)
+    assert gitsess(repo, "diff", "exp").stdout == ""
