@@ -6,7 +6,7 @@ import json
 import stat as st
 import sys
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
 import click
@@ -32,8 +32,9 @@ from gitsess.cli.base import (
 )
 from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
-from gitsess.services import inspection, timeline
+from gitsess.services import gitfold, inspection, timeline
 from gitsess.services.feed import Change, Feed
+from gitsess.services.gitfold import GitActivity
 from gitsess.services.timeline import Drift, Event
 
 
@@ -114,23 +115,23 @@ def _header(group: timeline.Group) -> tuple[str, datetime]:
     return " · ".join(parts), run.started_at
 
 
-def _events_text(events: Sequence[Event], start: datetime) -> Text:
+def _row(item: Event | GitActivity, start: datetime) -> tuple[str, str, str, str, str, str]:
+    e = item.first if isinstance(item, GitActivity) else item
+    when = _offset(max(0.0, (e.time - start).total_seconds()))
+    if isinstance(item, GitActivity):
+        what = f"{item.command}: {item.files} file{'' if item.files == 1 else 's'} in .git"
+        return when, "git", what, "", _who(e), e.cmdline or ""
+    size = "" if e.bytes is None else str(e.bytes)
+    return when, e.op, _what(e), size, _who(e), e.cmdline or ""
+
+
+def _events_text(events: Sequence[Event | GitActivity], start: datetime) -> Text:
     """The group's events in aligned columns.
 
     Not a rich Table: one renders 10,000 rows in ~10 s, this in a fraction of one.
     """
     header = ("WHEN", "OP", "PATH", "BYTES", "PROCESS", "COMMAND")
-    rows = [
-        (
-            _offset(max(0.0, (e.time - start).total_seconds())),
-            e.op,
-            _what(e),
-            "" if e.bytes is None else str(e.bytes),
-            _who(e),
-            e.cmdline or "",
-        )
-        for e in events
-    ]
+    rows = [_row(e, start) for e in events]
     widths = [max(cell_len(r[i]) for r in [header, *rows]) for i in range(5)]
     room = max(20, console().width - sum(widths) - 2 * len(widths))
     text = Text(no_wrap=True, overflow="ellipsis")
@@ -184,6 +185,15 @@ def _line(c: Change) -> str:
     help="Only this operation (repeatable): create, write, rename, unlink, mkdir, ...",
 )
 @click.option("--run", "run_id", type=int, metavar="ID", help="Only this run.")
+@click.option(
+    "--git",
+    "with_git",
+    is_flag=True,
+    help="Also git's own files below .git, one by one (else one line per git command).",
+)
+@click.option(
+    "--exclude", multiple=True, metavar="GLOB", help="Leave out these paths (repeatable)."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per change and line.")
 @click.option("--follow", "-f", is_flag=True, help="Then print changes as they happen.")
 def log(
@@ -195,10 +205,16 @@ def log(
     pid: int | None,
     ops: tuple[str, ...],
     run_id: int | None,
+    with_git: bool,
+    exclude: tuple[str, ...],
     as_json: bool,
     follow: bool,
 ) -> None:
-    """What happened in a session: its file changes, grouped by run."""
+    """What happened in a session: its file changes, grouped by run.
+
+    git's own files below .git are shown as one line per git command (--git lists them, and
+    --json has them only with --git); the session's own commits are in `gitsess show`.
+    """
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     try:
         flt = timeline.make_filter(since=since, path=path_glob, pid=pid, ops=ops, run_id=run_id)
@@ -206,16 +222,22 @@ def log(
         raise click.UsageError(str(bad)) from bad
     ctx, found = session_of(ref)
     past = timeline.timeline(ctx, found, flt)
+
+    def listed(e: Event) -> bool:
+        return gitfold.shown(e.path, git=with_git, exclude=exclude)
+
     if as_json:
-        events = sorted((e for g in past.groups for e in g.events), key=lambda e: e.id)
+        events = sorted((e for g in past.groups for e in g.events if listed(e)), key=lambda e: e.id)
         if events:
             click.echo("\n".join(json.dumps(event_json(e), ensure_ascii=False) for e in events))
     elif past.groups:
         for n, group in enumerate(past.groups):
             heading, start = _header(group)
             console().print(("\n" if n else "") + heading)
-            if group.events:
-                console().print(_events_text(group.events, start), end="")
+            kept = [e for e in group.events if not gitfold.excluded(e.path, exclude)]
+            items = list(kept) if with_git else gitfold.fold(kept)
+            if items:
+                console().print(_events_text(items, start), end="")
     elif not follow:
         console().print(
             f"Nothing matches in session {escape(found.name)}."
@@ -226,7 +248,7 @@ def log(
         return
     try:
         for batch in timeline.follow(ctx, found, flt, after_id=past.last_id):
-            for e in batch:
+            for e in filter(listed, batch):
                 if as_json:
                     _emit(event_json(e))
                 else:
@@ -371,9 +393,18 @@ def _watch_view(name: str, recent: Iterable[Change], total: int, paths: int) -> 
 @cli.command(cls=SessionCommand)
 @click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
+@click.option("--git", "with_git", is_flag=True, help="Also git's own files below .git.")
+@click.option(
+    "--exclude", multiple=True, metavar="GLOB", help="Leave out these paths (repeatable)."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per change and line.")
 def watch(
-    session: str | None, offsets: tuple[str, ...], session_option: str | None, as_json: bool
+    session: str | None,
+    offsets: tuple[str, ...],
+    session_option: str | None,
+    with_git: bool,
+    exclude: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Watch a session's changes live, from any terminal, without joining it."""
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
@@ -383,9 +414,16 @@ def watch(
     if not live:
         # Said once the starting point is taken: nothing committed after this line is missed.
         click.echo(f"gitsess: watching session {found.name} (ctrl-c stops)", err=True)
+
+    def listed(batches: Iterable[list[Change]]) -> Iterator[list[Change]]:
+        for batch in batches:
+            kept = [c for c in batch if gitfold.shown(c.path, git=with_git, exclude=exclude)]
+            if kept:
+                yield kept
+
     try:
         if not live:
-            for batch in feed:
+            for batch in listed(feed):
                 for c in batch:
                     if as_json:
                         _emit(change_json(c))
@@ -398,7 +436,7 @@ def watch(
         with Live(
             _watch_view(found.name, recent, total, 0), console=console(), auto_refresh=False
         ) as screen:
-            for batch in feed:
+            for batch in listed(feed):
                 recent.extend(batch)
                 total += len(batch)
                 for c in batch:

@@ -307,3 +307,47 @@ def test_discard_all_drops_the_sessions_commits_and_changes(repo: Path) -> None:
     [row] = json.loads(gitsess(repo, "ls", "--json").stdout)
     assert (row["changed_files"], row["commits"]) == (0, 0)
     assert gitsess(repo, "diff", "exp").stdout == ""
+
+
+# ----------------------------------------------------------------------------- log
+
+
+def test_git_files_fold_into_one_line_per_git_command() -> None:
+    from gitsess.services.gitfold import GitActivity, excluded, fold
+    from gitsess.services.timeline import Event
+
+    def event(n: int, path: str, pid: int, cmdline: str) -> Event:
+        return Event(n, n, "write", path, None, 1, pid, "x", cmdline, None, 1)
+
+    events = [
+        event(1, "README.md", 10, "sh -c edit"),
+        event(2, ".git/index.lock", 11, "git commit -q -m x"),
+        event(3, ".git/HEAD.lock", 11, "git commit -q -m x"),
+        event(4, ".git/index.lock", 11, "git commit -q -m x"),
+        event(5, "notes.txt", 10, "sh -c edit"),
+    ]
+    folded = fold(events)
+    assert [type(i).__name__ for i in folded] == ["Event", "GitActivity", "Event"]
+    activity = folded[1]
+    assert isinstance(activity, GitActivity)
+    assert (activity.command, activity.files) == ("git commit", 2)
+    assert excluded("build/out/a.o", ["build"]) and excluded("x.log", ["*.log"])
+    assert not excluded("src/build.py", ["build"])
+
+
+@pytest.mark.fuse
+def test_log_hides_gits_own_files_unless_asked(repo: Path) -> None:
+    work = "echo more >> README.md && echo t > tmp.log && git commit -qam inside"
+    assert gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", work).returncode == 0
+    text = gitsess(repo, "log", "exp").stdout
+    assert "git commit:" in text and "in .git" in text
+    assert ".git/index" not in text and "README.md" in text
+    assert ".git/" in gitsess(repo, "log", "exp", "--git").stdout
+    assert "tmp.log" not in gitsess(repo, "log", "exp", "--exclude", "*.log").stdout
+    paths = [
+        json.loads(line)["path"]
+        for line in gitsess(repo, "log", "exp", "--json").stdout.splitlines()
+    ]
+    assert "README.md" in paths and not any(p.startswith(".git") for p in paths)
+    shown = json.loads(gitsess(repo, "show", "exp", "--json").stdout)
+    assert [c["subject"] for c in shown["own_commits"]] == ["inside"]
