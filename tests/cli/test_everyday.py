@@ -351,3 +351,51 @@ def test_log_hides_gits_own_files_unless_asked(repo: Path) -> None:
     assert "README.md" in paths and not any(p.startswith(".git") for p in paths)
     shown = json.loads(gitsess(repo, "show", "exp", "--json").stdout)
     assert [c["subject"] for c in shown["own_commits"]] == ["inside"]
+
+
+# ----------------------------------------------------------------------------- progress
+
+
+class Recorder:
+    """A progress reporter that keeps what it was told."""
+
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+        self.done: dict[int, int] = {}
+
+    def start(self, label: str, total: int) -> object:
+        self.labels.append(label)
+        return len(self.labels) - 1
+
+    def advance(self, handle: object, done: int) -> None:
+        assert isinstance(handle, int)
+        self.done[handle] = done
+
+    def finish(self, handle: object) -> None:
+        pass
+
+
+@pytest.mark.fuse
+def test_restore_of_a_big_file_reports_progress_and_passes_are_named(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gitsess import progress
+    from gitsess.git.location import discover
+    from gitsess.git.scratch import BIG_FILE
+    from gitsess.services import apply, archives, sessions
+
+    size = BIG_FILE + (1 << 20)
+    make = f"head -c {size} /dev/urandom > big.bin"
+    assert gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", make).returncode == 0
+    monkeypatch.chdir(repo)
+    ctx = discover()
+    seen = Recorder()
+    with progress.reporting(seen):
+        apply.diff(ctx, sessions.resolve(ctx, "exp"), [])
+    assert "hashing big.bin" in seen.labels
+    assert gitsess(repo, "rm", "exp").returncode == 0
+    seen = Recorder()
+    with progress.reporting(seen):
+        archives.restore(ctx, "exp")
+    index = seen.labels.index("restoring big.bin")
+    assert seen.done[index] == size
