@@ -399,3 +399,17 @@ def test_restore_of_a_big_file_reports_progress_and_passes_are_named(
         archives.restore(ctx, "exp")
     index = seen.labels.index("restoring big.bin")
     assert seen.done[index] == size
+
+
+@pytest.mark.fuse
+def test_an_apply_over_the_worktrees_own_change_says_what_to_do(repo: Path) -> None:
+    assert (
+        gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", "echo mine >> README.md").returncode
+        == 0
+    )
+    (repo / "README.md").write_text("theirs\n")
+    done = gitsess(repo, "apply", "exp", "--worktree")
+    assert done.returncode == 1
+    assert "conflict: README.md" in done.stderr
+    assert "commit or stash them" in done.stderr and "--force" in done.stderr
+    assert (repo / "README.md").read_text() == "theirs\n"  # nothing lost
