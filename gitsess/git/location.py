@@ -102,10 +102,14 @@ def discover(cwd: Path | None = None, env: Mapping[str, str] | None = None) -> R
 
 
 def find(cwd: Path) -> Found | None:
-    """The repository `cwd` is in, as git finds it."""
+    """The repository `cwd` is in, as git (and libgit2) find it: the search stops at a
+    filesystem boundary."""
     start = Path(os.path.realpath(cwd))
     try:
+        device = os.stat(start).st_dev
         for d in (start, *start.parents):
+            if os.stat(d).st_dev != device:
+                return None
             dotgit = d / ".git"
             if dotgit.is_dir() and is_git_dir(dotgit):
                 return Found(dotgit, d)
