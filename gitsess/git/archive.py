@@ -56,7 +56,6 @@ class ArchiveInfo:
     head: str | None = None  # the last commit made inside the session, which it keeps
     kv: str | None = None  # the commit holding the session's key-value store
 
-
     @property
     def ref_name(self) -> str:
         """What `restore` takes: the ref without its prefix."""

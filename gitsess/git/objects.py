@@ -143,7 +143,8 @@ def copy_objects(src: ScratchRepository, dest: pygit2.Repository, tree: str) -> 
             if src.in_real(oid):
                 continue
             # a session's own object (see `ScratchRepository`), which `dest` lacks too
-            kind, data = src.odb.read(oid)
+            raw_kind, data = src.odb.read(oid)
+            kind = int(raw_kind)
         else:
             kind, data = found
         if kind == ObjectType.TREE:

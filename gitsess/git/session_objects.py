@@ -166,20 +166,15 @@ def needed_objects(
         if oid in seen or have(oid):
             continue
         seen.add(oid)
-        kind, data = repo.odb.read(oid)
-        kind = int(kind)
+        raw_kind, data = repo.odb.read(oid)
+        kind = int(raw_kind)
         if kind == ObjectType.COMMIT:
-            commit = repo.get(oid)
-            assert isinstance(commit, pygit2.Commit)
-            pending.append(commit.tree_id)
+            pending.append(repo[oid].peel(pygit2.Commit).tree_id)
         elif kind == ObjectType.TREE:
-            tree = repo.get(oid)
-            assert isinstance(tree, pygit2.Tree)
             # (a submodule's commit is not an object of this repository)
+            tree = repo[oid].peel(pygit2.Tree)
             pending.extend(e.id for e in tree if e.type != ObjectType.COMMIT)
         elif kind == ObjectType.TAG:
-            tag = repo.get(oid)
-            assert isinstance(tag, pygit2.Tag)
-            pending.append(tag.target)
+            pending.append(repo[oid].peel(pygit2.Tag).target)
         out.append((oid, kind, data))
     return out

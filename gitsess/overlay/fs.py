@@ -304,7 +304,6 @@ class Filesystem(pyfuse3.Operations):
     async def mknod(
         self, parent_inode: InodeT, name: FileNameT, mode: ModeT, rdev: int, ctx: RequestContext
     ) -> EntryAttributes:
-        p = self.tree.node(parent_inode)
         n = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev)
         self._record("mknod", parent_inode, name, ctx)
         return self._entry(n)
@@ -312,7 +311,6 @@ class Filesystem(pyfuse3.Operations):
     async def mkdir(
         self, parent_inode: InodeT, name: FileNameT, mode: ModeT, ctx: RequestContext
     ) -> EntryAttributes:
-        p = self.tree.node(parent_inode)
         n = self.tree.mkdir(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
         self._record("mkdir", parent_inode, name, ctx)
         return self._entry(n)
@@ -320,7 +318,6 @@ class Filesystem(pyfuse3.Operations):
     async def symlink(
         self, parent_inode: InodeT, name: FileNameT, target: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
-        p = self.tree.node(parent_inode)
         n = self.tree.symlink(parent_inode, name, target, ctx.uid, ctx.gid)
         path = self._path(parent_inode, name)
         self.tree.audit.record("symlink", path, ctx.pid, target=target)
@@ -331,7 +328,6 @@ class Filesystem(pyfuse3.Operations):
         self, inode: InodeT, new_parent_inode: InodeT, new_name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
         n = self.tree.node(inode)
-        p = self.tree.node(new_parent_inode)
         source = self.tree.path_of(n)
         linked = self.tree.link(inode, new_parent_inode, new_name)
         new = self._path(new_parent_inode, new_name)
@@ -348,7 +344,6 @@ class Filesystem(pyfuse3.Operations):
         flags: FlagT,
         ctx: RequestContext,
     ) -> tuple[FileInfo, EntryAttributes]:
-        p = self.tree.node(parent_inode)
         existing = self.tree.find(parent_inode, name)
         if existing is None:
             try:
@@ -372,12 +367,10 @@ class Filesystem(pyfuse3.Operations):
     # ---------------------------------------------------------------- removing and renaming
 
     async def unlink(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
-        p = self.tree.node(parent_inode)
         self.tree.unlink(parent_inode, name)
         self._record("unlink", parent_inode, name, ctx)
 
     async def rmdir(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
-        p = self.tree.node(parent_inode)
         self.tree.rmdir(parent_inode, name)
         self._record("rmdir", parent_inode, name, ctx)
 
@@ -390,8 +383,6 @@ class Filesystem(pyfuse3.Operations):
         flags: FlagT,
         ctx: RequestContext,
     ) -> None:
-        op = self.tree.node(parent_inode_old)
-        np = self.tree.node(parent_inode_new)
         old = self._path(parent_inode_old, name_old)
         self.tree.rename(
             parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx.uid, ctx.gid
@@ -484,8 +475,6 @@ class Filesystem(pyfuse3.Operations):
         self.tree.released(h.node)
 
     async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
-        h = self.handles.get(fh)
-        n = h.node if h is not None else self.tree.node(fh)
         self.tree.commit(durable=True, settle=False)
 
     # ---------------------------------------------------------------- directories

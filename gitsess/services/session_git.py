@@ -90,9 +90,7 @@ def files_for_head(repo: pygit2.Repository, session: Session, head: str) -> dict
     return {ref: head.encode() + b"\n", "index": data}
 
 
-def restored_git(
-    repo: pygit2.Repository, session: Session, info: ArchiveInfo
-) -> dict[str, bytes]:
+def restored_git(repo: pygit2.Repository, session: Session, info: ArchiveInfo) -> dict[str, bytes]:
     """The files of a restored session's `.git` that bring back the commits made inside the
     archived one (`info.head`): its branch ending at them, and their objects as loose
     objects of the session's own (the archive that kept them reachable goes with the restore,
