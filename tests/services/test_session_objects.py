@@ -162,7 +162,9 @@ def test_gc_and_repack_inside_work_and_leave_the_real_git_alone(worked: Path, sc
     done = run(worked, "exp", "echo x > x.txt && git add x.txt && git commit -qm inside")
     assert done.returncode == 0, done.stderr
     before = dot_git(worked)
-    done = run(worked, "exp", f"{script} && git fsck --no-dangling --no-progress && git log --format=%s")
+    done = run(
+        worked, "exp", f"{script} && git fsck --no-dangling --no-progress && git log --format=%s"
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-3:] == ["inside", "second", "initial"]
     assert dot_git(worked) == before
