@@ -1289,6 +1289,10 @@ def git_ops() -> list[GitOp]:
               cold=True),
         GitOp("git-session-commit", "git commit of 1 file in a session",
               ("git", "commit", "-q", "-m", "bench")),
+        # every file changed, then `git add -A && git commit`: 5,000 new loose objects and
+        # the trees, written into the session's delta (issue 36: objects copy-on-write)
+        GitOp("git-session-commit-all", "commit 5,000 files inside a session",
+              ("sh", "-c", "git add -A && git commit -q -m bench"), goals=(Goal(NATIVE, 1.5),)),
         GitOp("git-session-log", "git log -100 in a session", ("git", "log", "-100")),
         GitOp("git-session-diff", f"git diff of {DIFF_FILES} files in a session", ("git", "diff")),
     ]  # fmt: skip
@@ -1382,6 +1386,8 @@ def _git_op_once(
         timer.ask(
             edit=[rel], line=f"# committed by the benchmark: {tag}\n", prep=[["git", "add", rel]]
         )
+    elif op.key == "git-session-commit-all":
+        timer.ask(edit=list(rels), line=f"# all committed by the benchmark: {tag}\n")
     before = daemon_cpu_seconds(pid) if pid is not None else None
     seconds = timer.ask(cmd=list(op.cmd))
     after = daemon_cpu_seconds(pid) if pid is not None else None

@@ -17,7 +17,7 @@ from gitsess.overlay.audit import Audit
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
 from gitsess.overlay.fdcache import FdCache
 from gitsess.overlay.fsmonitor import Journal
-from gitsess.overlay.gitdir import GIT, GIT_COMMON, SHARED_OBJECTS, in_git, linked_git
+from gitsess.overlay.gitdir import GIT, GIT_COMMON, in_git, linked_git
 from gitsess.overlay.nodes import ROOT_INODE, Attr, Node, Pending, err, join, stamp
 from gitsess.overlay.writebehind import WriteBehind
 
@@ -351,7 +351,6 @@ class LookupTree:
             ino = self._allocate()
         n = Node(ino, p.ino, name)
         n.lower = rel
-        n.passthrough = p.passthrough or rel in SHARED_OBJECTS
         n.sealed = rel in self.hidden
         n.mode = st.st_mode
         n.st = st
@@ -474,7 +473,7 @@ class LookupTree:
                 and stamp(self._lower_stat(n.origin)) != n.origin_stamp
             ):
                 self._pending.drift[os.fsdecode(n.origin)] = now
-            if n.ino != ROOT_INODE and not n.passthrough:
+            if n.ino != ROOT_INODE:
                 inodes.append(n.ino)
                 if not n.is_dir:
                     entries.append((n.parent, n.name))
