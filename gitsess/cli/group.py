@@ -33,6 +33,11 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
         "apply_cmds",
         "List archived sessions (`rm` archives unapplied changes; `restore` brings them back).",
     ),
+    "checkpoint": ("checkpoint_cmds", "Make a checkpoint of a session, mounted or not."),
+    "checkpoints": (
+        "checkpoint_cmds",
+        "List a session's checkpoints, oldest first, with what changed since the one before.",
+    ),
     "diff": (
         "apply_cmds",
         "Show what a session changed against its real worktree, content compared.",
@@ -85,6 +90,10 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     ),
     "rename": ("session_cmds", "Rename a session (its worktree and branch keep their names)."),
     "restore": ("apply_cmds", "Bring back a session archived as NAME (see `gitsess archives`)."),
+    "rewind": (
+        "checkpoint_cmds",
+        "Bring a session back to a checkpoint (live if it is mounted); undo reverses it.",
+    ),
     "rm": (
         "session_cmds",
         "Remove a session, and the worktree and branch gitsess made for it when nothing is lost.",
@@ -101,6 +110,10 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     ),
     "title": ("session_cmds", 'Set a session\'s title ("" clears it).'),
     "tour": ("machine_cmds", "Walk through gitsess on a demo repository in a temporary directory."),
+    "undo": (
+        "checkpoint_cmds",
+        "Undo the last run (back to its checkpoint), or the last rewind or undo.",
+    ),
     "umount": ("live_cmds", "Unmount a session's view (participants still inside lose it)."),
     "watch": (
         "inspect_cmds",

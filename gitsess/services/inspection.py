@@ -137,10 +137,11 @@ def stat(ctx: RepoContext, session: Session, path: str) -> FsStat:
         return FsStat(entry, view.copied_from(rel))
 
 
-def cat(ctx: RepoContext, session: Session, path: str) -> bytes:
-    """A file's content in the view, following symlinks that stay inside it."""
+def cat(ctx: RepoContext, session: Session, path: str, at: int | None = None) -> bytes:
+    """A file's content in the view (at checkpoint `at`), following symlinks that stay
+    inside it."""
     rel = normalize(session, path)
-    with live.open_view(ctx, session) as view:
+    with live.open_view(ctx, session, at) as view:
         for _ in range(MAX_SYMLINKS):
             e = view.entry(rel)
             if e is None:

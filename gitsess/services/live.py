@@ -227,13 +227,17 @@ def live_sessions(sessions: Sequence[Session]) -> list[LiveSession]:
     return out
 
 
-def open_view(ctx: RepoContext, session: Session) -> OverlayView:
-    """The session's view from delta.db, after the live daemon (if any) committed its state."""
+def open_view(ctx: RepoContext, session: Session, at: int | None = None) -> OverlayView:
+    """The session's view from delta.db, after the live daemon (if any) committed its state;
+    with `at`, as it was at that checkpoint."""
     from gitsess.overlay.view import OverlayView
 
     mount.sync(session.id)
     return OverlayView(
-        ctx.session_dir(session.id) / "delta.db", session.worktree, hidden_paths(ctx, session)
+        ctx.session_dir(session.id) / "delta.db",
+        session.worktree,
+        hidden_paths(ctx, session),
+        at,
     )
 
 

@@ -1,0 +1,88 @@
+"""Commands of a session's checkpoints: checkpoint, checkpoints, rewind, undo."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import click
+
+from gitsess.cli.base import SessionCommand, console, escape, print_json, session_ref, takes_session
+from gitsess.cli.group import cli
+from gitsess.git.repo import discover
+from gitsess.services import checkpoints, sessions
+
+
+@cli.command(cls=SessionCommand)
+@click.argument("args", nargs=-1, metavar="[SESSION]")
+@click.option("--message", "-m", default="", help="What this state is.")
+@takes_session
+def checkpoint(
+    args: tuple[str, ...], message: str, offsets: tuple[str, ...], session_option: str | None
+) -> None:
+    """Make a checkpoint of a session, mounted or not."""
+    ref, _ = session_ref(args, 0, offsets, session_option)
+    ctx = discover()
+    made = checkpoints.checkpoint(ctx, sessions.resolve(ctx, ref), message)
+    console().print(f"Checkpoint {made.checkpoint} of [bold]{escape(made.session.name)}[/]")
+
+
+def _when(ns: int) -> str:
+    return datetime.fromtimestamp(ns / 1e9, UTC).astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+@cli.command("checkpoints", cls=SessionCommand)
+@click.argument("args", nargs=-1, metavar="[SESSION]")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@takes_session
+def list_checkpoints(
+    args: tuple[str, ...], as_json: bool, offsets: tuple[str, ...], session_option: str | None
+) -> None:
+    """List a session's checkpoints, oldest first, with what changed since the one before."""
+    ref, _ = session_ref(args, 0, offsets, session_option)
+    ctx = discover()
+    found = checkpoints.listing(ctx, sessions.resolve(ctx, ref))
+    if as_json:
+        print_json(
+            {
+                "checkpoints": found.checkpoints,
+                "operations": found.operations,
+                "changed_since_last": found.changed_since_last,
+            }
+        )
+        return
+    out = console()
+    for cp in found.checkpoints:
+        who = cp.kind + (f" ({cp.role})" if cp.role else "")
+        what = f"+{cp.added} -{cp.removed} ~{cp.changed}"
+        out.print(f"{cp.id:>5}  {_when(cp.time_ns)}  {who:<14} {what:<14} {escape(cp.message)}")
+    if found.changed_since_last:
+        out.print("       (changes since the last checkpoint)")
+
+
+def _report(done: checkpoints.Rewind) -> None:
+    console().print(
+        f"Session [bold]{escape(done.session.name)}[/] is back at checkpoint {done.target};"
+        f" what it replaced is checkpoint {done.before} (`gitsess undo` brings it back)"
+    )
+
+
+@cli.command(cls=SessionCommand)
+@click.argument("args", nargs=-1, metavar="[SESSION] CHECKPOINT")
+@takes_session
+def rewind(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
+    """Bring a session back to a checkpoint (live if it is mounted); undo reverses it."""
+    ref, (target,) = session_ref(args, 1, offsets, session_option)
+    if not target.isdigit():
+        raise click.UsageError(f"CHECKPOINT is a number (gitsess checkpoints), not {target!r}")
+    ctx = discover()
+    _report(checkpoints.rewind(ctx, sessions.resolve(ctx, ref), int(target)))
+
+
+@cli.command(cls=SessionCommand)
+@click.argument("args", nargs=-1, metavar="[SESSION]")
+@takes_session
+def undo(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
+    """Undo the last run (back to its checkpoint), or the last rewind or undo."""
+    ref, _ = session_ref(args, 0, offsets, session_option)
+    ctx = discover()
+    _report(checkpoints.undo(ctx, sessions.resolve(ctx, ref)))

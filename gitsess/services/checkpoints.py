@@ -1,0 +1,178 @@
+"""Checkpoints, rewind and undo of a session (`overlay/history.py` keeps the states).
+
+A mounted session is checkpointed and rewound by its daemon, between two requests of the
+processes inside; one that is not, here, under the mount lock (no daemon starts meanwhile).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from gitsess.errors import GitsessError
+from gitsess.git.repo import RepoContext
+from gitsess.overlay import history, protocol
+from gitsess.overlay.delta import DeltaStore
+from gitsess.overlay.history import Checkpoint, Operation
+from gitsess.runtime import mount
+from gitsess.store.registry import Session
+
+# Retention (git config `gitsess.checkpoints.keep` and `.maxAge`, in days).
+KEEP = 200
+MAX_AGE_DAYS = 30
+
+
+@dataclass(frozen=True)
+class Made:
+    session: Session
+    checkpoint: int | None  # None: nothing changed since the newest, which stands for it
+
+
+@dataclass(frozen=True)
+class Listing:
+    session: Session
+    checkpoints: list[Checkpoint]
+    operations: list[Operation]
+    changed_since_last: bool
+
+
+@dataclass(frozen=True)
+class Rewind:
+    session: Session
+    kind: str  # rewind or undo
+    target: int  # the checkpoint whose state the session has now
+    before: int  # the checkpoint keeping the state it replaced: `undo` goes back there
+    operation: int
+    live: bool
+
+
+def _delta(ctx: RepoContext, session: Session) -> str:
+    return str(ctx.session_dir(session.id) / "delta.db")
+
+
+@contextmanager
+def _offline(ctx: RepoContext, session: Session) -> Iterator[DeltaStore | None]:
+    """The session's delta when no daemon serves it (held under the mount lock), else None."""
+    session_dir = ctx.session_dir(session.id)
+    if not session_dir.is_dir():
+        raise GitsessError(f"session {session.name} has no session dir")
+    with mount.locked(session_dir):
+        if mount.status(session.id) is not None:
+            yield None
+            return
+        store = DeltaStore(_delta(ctx, session))
+        try:
+            assert store.history is not None
+            store.history.clear_unfinished()
+            yield store
+        finally:
+            store.close()
+
+
+def checkpoint(
+    ctx: RepoContext,
+    session: Session,
+    message: str = "",
+    *,
+    kind: str = "manual",
+    role: str | None = None,
+) -> Made:
+    """A checkpoint of the session as it is now, mounted or not."""
+    with _offline(ctx, session) as store:
+        if store is None:
+            try:
+                made = protocol.checkpoint(session.id, kind, message, None, role)
+            except protocol.Refused as e:
+                raise GitsessError(f"checkpoint of session {session.name}: {e}") from None
+            if made is not None:
+                return Made(session, made)
+            raise GitsessError(f"session {session.name} stopped while checkpointing; retry")
+        cp = store.mark(kind, message, None, role, always=True)
+        return Made(session, None if cp is None else cp.id)
+
+
+def listing(ctx: RepoContext, session: Session) -> Listing:
+    mount.sync(session.id)
+    delta = _delta(ctx, session)
+    if not os.path.exists(delta):
+        return Listing(session, [], [], False)
+    store = DeltaStore(delta, readonly=True)
+    try:
+        cps = history.checkpoints(store.conn)
+        ops = history.operations(store.conn)
+        root = history.cp_root(store.data_dir)
+        changed = bool(cps) and history.changed_since(store.conn, root, cps[-1].id)
+        return Listing(session, cps, ops, changed)
+    finally:
+        store.close()
+
+
+def rewind(ctx: RepoContext, session: Session, target: int, *, kind: str = "rewind") -> Rewind:
+    """The whole session back to checkpoint `target`; the state it replaces is kept as a
+    checkpoint first, so `undo` brings it back."""
+    if session.read_only:
+        raise GitsessError(f"session {session.name} is read-only")
+    with _offline(ctx, session) as store:
+        if store is None:
+            try:
+                op_id = protocol.rewind(session.id, target, kind)
+            except protocol.Refused as e:
+                raise GitsessError(f"{kind} of session {session.name}: {e}") from None
+            if op_id is None:
+                raise GitsessError(f"session {session.name} stopped during the {kind}; retry")
+            op = _operation(ctx, session, op_id)
+            return Rewind(session, kind, target, op.before, op.id, True)
+        try:
+            done = store.rewind(target, kind)
+        except KeyError:
+            raise history.no_such(target) from None
+        op = done.operation
+        return Rewind(session, kind, target, op.before, op.id, False)
+
+
+def _operation(ctx: RepoContext, session: Session, op_id: int) -> Operation:
+    store = DeltaStore(_delta(ctx, session), readonly=True)
+    try:
+        return next(o for o in history.operations(store.conn) if o.id == op_id)
+    finally:
+        store.close()
+
+
+def undo(ctx: RepoContext, session: Session) -> Rewind:
+    """Back to before the last run or checkpoint; right after a rewind or undo, back to
+    before that (an undo is undone the same way)."""
+    found = listing(ctx, session)
+    if not found.checkpoints:
+        raise GitsessError(f"session {session.name} has no checkpoint to go back to")
+    newest = found.checkpoints[-1].id
+    last = found.operations[-1] if found.operations else None
+    if last is not None and last.after == newest and not found.changed_since_last:
+        return rewind(ctx, session, last.before, kind="undo")
+    target = newest if found.changed_since_last else _previous_changed(ctx, session, found)
+    return rewind(ctx, session, target, kind="undo")
+
+
+def _previous_changed(ctx: RepoContext, session: Session, found: Listing) -> int:
+    """The newest checkpoint the session changed since (the newest has no change since)."""
+    store = DeltaStore(_delta(ctx, session), readonly=True)
+    try:
+        root = history.cp_root(store.data_dir)
+        for cp in reversed(found.checkpoints[:-1]):
+            if history.changed_since(store.conn, root, cp.id):
+                return cp.id
+    finally:
+        store.close()
+    raise GitsessError(f"session {session.name} has not changed since its first checkpoint")
+
+
+def prune(ctx: RepoContext, session: Session, keep: int, max_age_days: float) -> int:
+    """Retention: drop checkpoints beyond the newest `keep` or older than `max_age_days`."""
+    import time
+
+    with _offline(ctx, session) as store:
+        if store is None:
+            return 0  # a live session is pruned once it stops
+        assert store.history is not None
+        return store.history.prune(keep, int(max_age_days * 86400e9), time.time_ns())
