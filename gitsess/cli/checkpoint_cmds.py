@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime
 
 import click
@@ -44,8 +45,8 @@ def list_checkpoints(
     if as_json:
         print_json(
             {
-                "checkpoints": found.checkpoints,
-                "operations": found.operations,
+                "checkpoints": [asdict(c) for c in found.checkpoints],
+                "operations": [asdict(o) for o in found.operations],
                 "changed_since_last": found.changed_since_last,
             }
         )

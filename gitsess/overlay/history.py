@@ -179,10 +179,12 @@ class History:
                 "SELECT name FROM dentries WHERE parent = ?", (ino,)
             ).fetchall():
                 names.add((ino, bytes(name)))  # type: ignore[arg-type]
-        new_nodes = {i for i in (*node_inos, *deleted) if i not in self._nodes}
+        written = set(node_inos)
+        new_nodes = {i for i in (*written, *deleted) if i not in self._nodes}
         new_names = names - self._dentries
         for ino in new_nodes:
-            _save_node(c, ino, epoch)
+            # (deleting a node that has no row, one a rewind took away, changes nothing)
+            _save_node(c, ino, epoch, absent=ino in written)
         for parent, name in new_names:
             c.execute(
                 "INSERT OR IGNORE INTO cp_dentries (parent, name, epoch, ino)"
@@ -497,7 +499,8 @@ def _reads_data(conn: apsw.Connection, ino: int) -> bool:
     return bool(rows) and rows[0][1] == 1 and stat.S_ISREG(int(rows[0][0]))  # type: ignore[arg-type]
 
 
-def _save_node(c: apsw.Connection, ino: int, epoch: int) -> None:
+def _save_node(c: apsw.Connection, ino: int, epoch: int, *, absent: bool) -> None:
+    """Save node `ino` as it is (`absent`: also when it has no row)."""
     c.execute(
         f"INSERT OR IGNORE INTO cp_nodes (ino, epoch, present, {_NODE_VALUES})"
         f" SELECT ino, ?, 1, {_NODE_VALUES} FROM nodes WHERE ino = ?",
@@ -514,7 +517,7 @@ def _save_node(c: apsw.Connection, ino: int, epoch: int) -> None:
             " SELECT ino, ?, bytes FROM inline_data WHERE ino = ?",
             (epoch, ino),
         )
-    else:
+    elif absent:
         c.execute(
             "INSERT OR IGNORE INTO cp_nodes (ino, epoch, present) VALUES (?, ?, 0)", (ino, epoch)
         )
@@ -539,26 +542,30 @@ def _restore_node(c: apsw.Connection, ino: int, epoch: int) -> None:
 
 
 def _counts(c: apsw.Connection, prev: int) -> tuple[int, int, int]:
-    """Names added and removed, and files changed, since checkpoint `prev`."""
-    if not prev:
-        rows = c.execute("SELECT NULL, ino FROM dentries").fetchall()
-        changed = 0
-    else:
-        rows = c.execute(
-            "SELECT h.ino, d.ino FROM cp_dentries h LEFT JOIN dentries d"
-            " ON d.parent = h.parent AND d.name = h.name WHERE h.epoch = ?",
+    """Names the session added (made, not copied from the worktree) and removed, and files it
+    changed otherwise, since checkpoint `prev` (all it holds, without one)."""
+    if prev:
+        names = c.execute(
+            "SELECT h.ino, d.ino, n.origin IS NULL, n.mode FROM cp_dentries h"
+            " LEFT JOIN dentries d ON d.parent = h.parent AND d.name = h.name"
+            " LEFT JOIN nodes n ON n.ino = d.ino WHERE h.epoch = ?",
             (prev,),
         ).fetchall()
-        changed = int(
-            c.execute(
-                "SELECT count(*) FROM cp_nodes h JOIN nodes n ON n.ino = h.ino"
-                " WHERE h.epoch = ? AND h.present AND (n.mode & 61440) != 16384",
-                (prev,),
-            ).fetchall()[0][0]  # type: ignore[arg-type]
-        )
-    added = sum(1 for was, now in rows if not was and now)
-    removed = sum(1 for was, now in rows if was and not now)
-    return added, removed, changed
+        files = c.execute(
+            "SELECT n.ino FROM cp_nodes h JOIN nodes n ON n.ino = h.ino"
+            " WHERE h.epoch = ? AND (n.mode & 61440) != 16384",
+            (prev,),
+        ).fetchall()
+    else:
+        names = c.execute(
+            "SELECT NULL, d.ino, n.origin IS NULL, n.mode FROM dentries d"
+            " LEFT JOIN nodes n ON n.ino = d.ino"
+        ).fetchall()
+        files = c.execute("SELECT ino FROM nodes WHERE (mode & 61440) != 16384").fetchall()
+    added = {now for was, now, made, _ in names if not was and now and made}
+    removed = sum(1 for was, now, _, _ in names if was != 0 and not now)
+    changed = sum(1 for (ino,) in files if ino not in added)
+    return len(added), removed, changed
 
 
 def checkpoints(conn: apsw.Connection) -> list[Checkpoint]:
