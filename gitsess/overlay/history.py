@@ -587,18 +587,11 @@ def operations(conn: apsw.Connection) -> list[Operation]:
     ]
 
 
-def checkpoint_bytes(conn: apsw.Connection, root: str) -> int:
-    """Bytes the checkpoints hold: their rows (as SQLite stores them) and saved data files."""
+def saved_bytes(root: str) -> int:
+    """Disk space the saved data files take."""
     total = 0
-    with contextlib.suppress(apsw.SQLError):
-        for (n,) in conn.execute(
-            "SELECT sum(pgsize) FROM dbstat WHERE name LIKE 'cp\\_%' ESCAPE '\\'"
-            " OR name IN ('checkpoints', 'operations')"
-        ):
-            total += int(n or 0)
     for e in epochs_on_disk(root):
-        d = os.path.join(root, str(e))
-        with os.scandir(d) as it:
+        with os.scandir(os.path.join(root, str(e))) as it:
             total += sum(entry.stat(follow_symlinks=False).st_blocks * 512 for entry in it)
     return total
 

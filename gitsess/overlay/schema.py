@@ -127,8 +127,8 @@ MIGRATIONS: list[Migration] = [
     # creating a file on disk cost more than everything else a small file's creation does.
     "CREATE TABLE inline_data (ino INTEGER PRIMARY KEY, bytes BLOB NOT NULL)",
     # 5: checkpoints (`overlay/history.py`): each key's state saved once per epoch, before its
-    # first change after a checkpoint (ino NULL / present 0: there was none), and the
-    # operation log of rewinds.
+    # first change after a checkpoint (ino NULL / present 0: there was none), the operation
+    # log of rewinds, and what the audit log's retention keeps of the events it drops.
     """
     CREATE TABLE checkpoints (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -175,6 +175,14 @@ MIGRATIONS: list[Migration] = [
         before INTEGER NOT NULL,
         after INTEGER NOT NULL,
         keys INTEGER NOT NULL
+    );
+    CREATE TABLE run_summaries (
+        run_id INTEGER PRIMARY KEY,
+        events INTEGER NOT NULL,
+        first_ns INTEGER NOT NULL,
+        last_ns INTEGER NOT NULL,
+        bytes INTEGER NOT NULL,
+        ops TEXT NOT NULL
     );
     """,
 ]

@@ -7,21 +7,24 @@ processes inside; one that is not, here, under the mount lock (no daemon starts 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import history, protocol
+from gitsess.overlay import history, protocol, retention
 from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.history import Checkpoint, Operation
 from gitsess.runtime import mount
 from gitsess.store.registry import Session
 
-# Retention (git config `gitsess.checkpoints.keep` and `.maxAge`, in days).
+# Retention defaults (see `Retention`).
 KEEP = 200
 MAX_AGE_DAYS = 30
+LOG_EVENTS = 200_000
 
 
 @dataclass(frozen=True)
@@ -167,12 +170,36 @@ def _previous_changed(ctx: RepoContext, session: Session, found: Listing) -> int
     raise GitsessError(f"session {session.name} has not changed since its first checkpoint")
 
 
-def prune(ctx: RepoContext, session: Session, keep: int, max_age_days: float) -> int:
-    """Retention: drop checkpoints beyond the newest `keep` or older than `max_age_days`."""
-    import time
+@dataclass(frozen=True)
+class Retention:
+    """`gitsess.checkpoints.keep` / `.maxAge`, `gitsess.log.maxEvents` / `.maxAge` (None:
+    no limit of that kind)."""
 
+    keep: int = KEEP
+    max_age: timedelta | None = timedelta(days=MAX_AGE_DAYS)
+    log_events: int = LOG_EVENTS
+    log_age: timedelta | None = timedelta(days=MAX_AGE_DAYS)
+
+
+@dataclass(frozen=True)
+class Trimmed:
+    checkpoints: int  # dropped
+    events: int  # dropped from the audit log (their runs summarised)
+    shrank: bool  # free pages given back to the disk
+
+
+def trim(ctx: RepoContext, session: Session, keep: Retention) -> Trimmed | None:
+    """Apply the retention to a session that is not mounted (None: it is, or has no delta)."""
+    if not (ctx.session_dir(session.id) / "delta.db").exists():
+        return None
+    now = time.time_ns()
     with _offline(ctx, session) as store:
         if store is None:
-            return 0  # a live session is pruned once it stops
+            return None
         assert store.history is not None
-        return store.history.prune(keep, int(max_age_days * 86400e9), time.time_ns())
+        far = 1 << 62
+        age = far if keep.max_age is None else int(keep.max_age.total_seconds() * 1e9)
+        pruned = store.history.prune(keep.keep, age, now)
+        before = 0 if keep.log_age is None else now - int(keep.log_age.total_seconds() * 1e9)
+        dropped = retention.trim_log(store.conn, keep.log_events, before)
+        return Trimmed(pruned, dropped, store.shrink())

@@ -18,6 +18,8 @@ from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Entry, Kind
 from gitsess.overlay.delta import DeltaStore, data_bytes
+from gitsess.overlay.retention import Bytes as Bytes  # (re-exported: `show` renders it)
+from gitsess.overlay.retention import bytes_by_kind
 from gitsess.overlay.view import DamagedDelta, OverlayView
 from gitsess.runtime import mount
 from gitsess.services import live
@@ -61,6 +63,8 @@ class Usage:
     running: int
     run_seconds: float  # finished runs, plus running ones so far
     last_activity: datetime | None  # the last file change, run start or run end
+    # Of delta_bytes: the live view, the checkpoints, the audit log, free pages (None: no delta).
+    by_kind: Bytes | None = None
 
 
 def normalize(session: Session, path: str) -> str:
@@ -167,6 +171,7 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
     size = sum(p.stat().st_size for p in (delta, Path(f"{delta}-wal")) if p.exists())
     size += data_bytes(str(delta))
     live = 0
+    by_kind = None
     if delta.exists():
         try:
             store = DeltaStore(str(delta), readonly=True)
@@ -174,6 +179,7 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
             raise DamagedDelta(delta, e) from e
         try:
             live = store.live_bytes() + data_bytes(str(delta))
+            by_kind = bytes_by_kind(store.conn, store.data_dir, data_bytes(str(delta)))
         finally:
             store.close()
     done = runs(ctx, session)
@@ -192,6 +198,7 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
         running=sum(1 for r in done if r.ended_at is None),
         run_seconds=seconds,
         last_activity=max(moments, default=None),
+        by_kind=by_kind,
     )
 
 

@@ -222,3 +222,19 @@ def test_checkpoints_json_counts_changes(repo: Path, gs: InProcess) -> None:
     cps = gs.json("checkpoints", "counts")["checkpoints"]
     assert (cps[-1]["added"], cps[-1]["removed"], cps[-1]["changed"]) == (2, 1, 1)
     assert json.dumps(cps)  # plain data
+
+
+def test_gc_keeps_what_the_retention_says(repo: Path, gs: InProcess) -> None:
+    run(repo, "kept", "echo 0 > f")
+    for i in range(1, 6):
+        run(repo, "kept", f"echo {i} > f")
+    assert len(gs.json("checkpoints", "kept")["checkpoints"]) == 6
+    subprocess.run(["git", "config", "gitsess.checkpoints.keep", "2"], cwd=repo, check=True)
+    gs.ok("gc")
+    cps = gs.json("checkpoints", "kept")["checkpoints"]
+    assert [c["id"] for c in cps] == [5, 6]
+    assert gs.ok("fs", "kept", "cat", "f", "--at", "5") == "3\n"
+    usage = gs.json("show", "kept")["usage"]["by_kind"]
+    assert usage["checkpoints"] > 0 and usage["files"] > 0 and usage["log"] > 0
+    subprocess.run(["git", "config", "gitsess.checkpoints.keep", "many"], cwd=repo, check=True)
+    assert "gitsess.checkpoints.keep" in gs.fails("gc")
