@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import asdict
 from datetime import UTC, datetime
 
@@ -16,14 +18,30 @@ from gitsess.services import checkpoints, sessions
 @cli.command(cls=SessionCommand)
 @click.argument("args", nargs=-1, metavar="[SESSION]")
 @click.option("--message", "-m", default="", help="What this state is.")
+# An agent's hook (see `turn_hook` in the agent profiles): the prompt comes as JSON on stdin.
+@click.option("--turn", is_flag=True, hidden=True)
 @takes_session
 def checkpoint(
-    args: tuple[str, ...], message: str, offsets: tuple[str, ...], session_option: str | None
+    args: tuple[str, ...],
+    message: str,
+    turn: bool,
+    offsets: tuple[str, ...],
+    session_option: str | None,
 ) -> None:
     """Make a checkpoint of a session, mounted or not."""
     ref, _ = session_ref(args, 0, offsets, session_option)
     ctx = discover()
-    made = checkpoints.checkpoint(ctx, sessions.resolve(ctx, ref), message)
+    session = sessions.resolve(ctx, ref)
+    if turn:
+        checkpoints.checkpoint(
+            ctx,
+            session,
+            checkpoints.turn_message(sys.stdin.read()),
+            kind="turn",
+            role=os.environ.get("GITSESS_ROLE"),
+        )
+        return
+    made = checkpoints.checkpoint(ctx, session, message)
     console().print(f"Checkpoint {made.checkpoint} of [bold]{escape(made.session.name)}[/]")
 
 

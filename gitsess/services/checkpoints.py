@@ -6,6 +6,7 @@ processes inside; one that is not, here, under the mount lock (no daemon starts 
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -94,6 +95,16 @@ def checkpoint(
             raise GitsessError(f"session {session.name} stopped while checkpointing; retry")
         cp = store.mark(kind, message, None, role, always=True)
         return Made(session, None if cp is None else cp.id)
+
+
+def turn_message(hook_input: str) -> str:
+    """A turn's checkpoint is named after its prompt's first line (an agent hook's JSON)."""
+    try:
+        prompt = json.loads(hook_input).get("prompt", "")
+    except (ValueError, AttributeError):
+        prompt = ""
+    line = str(prompt).strip().split("\n", 1)[0]
+    return line if len(line) <= 72 else line[:71] + "…"
 
 
 def listing(ctx: RepoContext, session: Session) -> Listing:
