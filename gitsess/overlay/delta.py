@@ -106,6 +106,7 @@ def copy_delta(src: str, dest: str) -> None:
     finally:
         source.close()
     copy_data(src, dest)
+    history.copy_saved(schema.data_dir(src), schema.data_dir(dest))
 
 
 def copy_data(src: str, dest: str) -> None:

@@ -587,6 +587,16 @@ def operations(conn: apsw.Connection) -> list[Operation]:
     ]
 
 
+def copy_saved(src_data_dir: str, dest_data_dir: str) -> None:
+    """The saved data files of one delta into another's (a fork keeps the checkpoints)."""
+    src, dest = cp_root(src_data_dir), cp_root(dest_data_dir)
+    for e in epochs_on_disk(src):
+        os.makedirs(os.path.join(dest, str(e)), mode=0o700, exist_ok=True)
+        for name in os.listdir(os.path.join(src, str(e))):
+            if name.isdigit():
+                copy_file(os.path.join(src, str(e), name), os.path.join(dest, str(e), name))
+
+
 def saved_bytes(root: str) -> int:
     """Disk space the saved data files take."""
     total = 0

@@ -24,6 +24,7 @@ from gitsess.runtime import mount
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
+    from gitsess.overlay.retention import Bytes
     from gitsess.overlay.view import OverlayView
 
 
@@ -292,10 +293,13 @@ class Counts:
     changed_files: int | None  # paths the session touched; None when it has no delta yet
     commits: int | None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read
+    bytes: Bytes | None = None  # where its delta's bytes go
 
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
     """What `ls` and `show` count of a session: its touched paths and its own commits."""
+    from gitsess.overlay.delta import data_bytes
+    from gitsess.overlay.retention import bytes_by_kind
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import session_git
 
@@ -304,13 +308,15 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
     try:
         with open_view(ctx, session) as view:
             changed = sum(1 for _ in view.touched_paths())
+            store = view.store
+            used = bytes_by_kind(store.conn, store.data_dir, data_bytes(store.path))
             if not view.touched_git():  # its git is the real one: no commits, no repository read
-                return Counts(changed, 0)
+                return Counts(changed, 0, bytes=used)
             try:
                 git = session_git.state(view, ctx.open(), session)
             except (GitsessError, pygit2.GitError, KeyError, ValueError):
-                return Counts(changed, None)
-            return Counts(changed, 0 if git is None else len(git.commits))
+                return Counts(changed, None, bytes=used)
+            return Counts(changed, 0 if git is None else len(git.commits), bytes=used)
     except DamagedDelta:
         return Counts(None, None, damaged=True)
     except (OSError, GitsessError):

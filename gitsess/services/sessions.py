@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext, discover
@@ -37,6 +38,9 @@ from gitsess.runtime import mount
 from gitsess.store.db import private_dir
 from gitsess.store.registry import NameTaken, Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
+
+if TYPE_CHECKING:
+    from gitsess.overlay.retention import Bytes
 
 __all__ = [
     "SESSION_ENV",
@@ -94,6 +98,8 @@ class SessionInfo:
     changed_files: int | None  # None until the overlay reports it
     commits: int | None = None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read (see `remove`'s force)
+    # Bytes of its delta by kind: live files, checkpoints, audit log, free pages.
+    bytes: Bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -358,6 +364,7 @@ def _infos(
                 changed_files=counts.changed_files,
                 commits=counts.commits,
                 damaged=counts.damaged,
+                bytes=counts.bytes,
             )
         )
     return infos

@@ -238,3 +238,18 @@ def test_gc_keeps_what_the_retention_says(repo: Path, gs: InProcess) -> None:
     assert usage["checkpoints"] > 0 and usage["files"] > 0 and usage["log"] > 0
     subprocess.run(["git", "config", "gitsess.checkpoints.keep", "many"], cwd=repo, check=True)
     assert "gitsess.checkpoints.keep" in gs.fails("gc")
+
+
+def test_a_fork_keeps_the_checkpoints(repo: Path, gs: InProcess) -> None:
+    big = "x" * 40_000
+    run(repo, "orig", f"printf {big} > big")
+    gs.ok("checkpoint", "orig")
+    run(repo, "orig", "printf y > big")  # the data file of checkpoint 1 is saved aside
+    gs.ok("fork", "orig", "copy")
+    assert gs.ok("fs", "copy", "cat", "big", "--at", "2") == big
+    gs.ok("rewind", "copy", "2")
+    assert gs.ok("fs", "copy", "cat", "big") == big
+    assert gs.ok("fs", "orig", "cat", "big") == "y"
+    listed = gs.json("ls")
+    by_name = {s["name"]: s for s in listed}
+    assert by_name["copy"]["bytes"]["checkpoints"] > 40_000
