@@ -6,10 +6,11 @@ processes inside; one that is not, here, under the mount lock (no daemon starts 
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -19,7 +20,9 @@ from gitsess.git.repo import RepoContext
 from gitsess.overlay import history, protocol, retention
 from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.history import Checkpoint, Operation
+from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
+from gitsess.services import live
 from gitsess.store.registry import Session
 
 # Retention defaults (see `Retention`).
@@ -214,3 +217,85 @@ def trim(ctx: RepoContext, session: Session, keep: Retention) -> Trimmed | None:
         before = 0 if keep.log_age is None else now - int(keep.log_age.total_seconds() * 1e9)
         dropped = retention.trim_log(store.conn, keep.log_events, before)
         return Trimmed(pruned, dropped, store.shrink())
+
+
+@dataclass(frozen=True)
+class PathChange:
+    """A path that differs between two states of a session."""
+
+    path: str
+    status: str  # A, D, M (content), T (kind), or P (mode only)
+    patch: str  # a unified diff of its text, or a line saying how it differs
+
+
+def compare(
+    ctx: RepoContext,
+    session: Session,
+    from_cp: int,
+    to_cp: int | None = None,
+    pathspecs: Sequence[str] = (),
+) -> list[PathChange]:
+    """What changed from checkpoint `from_cp` to `to_cp` (default: the session now), among the
+    paths the session touched in either (its `.git` aside)."""
+    with live.open_view(ctx, session, from_cp) as old, live.open_view(ctx, session, to_cp) as new:
+        paths = sorted(
+            {p for view in (old, new) for top in view.touched_paths() for p in _files(view, top)}
+        )
+        out = []
+        for path in paths:
+            if pathspecs and not any(
+                path == s or path.startswith(s.rstrip("/") + "/") for s in pathspecs
+            ):
+                continue
+            change = _change(old, new, path)
+            if change is not None:
+                out.append(change)
+        return out
+
+
+def _files(view: OverlayView, path: str) -> Iterator[str]:
+    entry = view.entry(path)
+    if entry is not None and entry.kind == "dir":
+        for name in view.listdir(path):
+            yield from _files(view, f"{path}/{name}")
+    elif entry is not None:
+        yield path
+
+
+def _content(view: OverlayView, path: str, kind: str) -> bytes:
+    return os.fsencode(view.readlink(path)) if kind == "symlink" else view.read(path)
+
+
+def _change(old: OverlayView, new: OverlayView, path: str) -> PathChange | None:
+    a, b = old.entry(path), new.entry(path)
+    if a is not None and a.kind == "dir":
+        a = None
+    if b is not None and b.kind == "dir":
+        b = None
+    if a is None and b is None:
+        return None
+    before = b"" if a is None else _content(old, path, a.kind)
+    after = b"" if b is None else _content(new, path, b.kind)
+    if a is None:
+        status = "A"
+    elif b is None:
+        status = "D"
+    elif a.kind != b.kind:
+        status = "T"
+    elif before != after:
+        status = "M"
+    elif a.mode != b.mode:
+        return PathChange(path, "P", f"mode {a.mode:o} -> {b.mode:o}\n")
+    else:
+        return None
+    try:
+        lines = difflib.unified_diff(
+            before.decode().splitlines(keepends=True),
+            after.decode().splitlines(keepends=True),
+            "/dev/null" if a is None else f"a/{path}",
+            "/dev/null" if b is None else f"b/{path}",
+        )
+        patch = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    except UnicodeDecodeError:
+        patch = f"Binary files a/{path} and b/{path} differ\n"
+    return PathChange(path, status, patch)

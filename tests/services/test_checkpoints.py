@@ -18,7 +18,7 @@ import pytest
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import protocol
 from gitsess.services import checkpoints, live, sessions
-from tests.live_util import InProcess, eventually
+from tests.live_util import InProcess, call, eventually
 from tests.util import GITSESS, gitsess
 
 pytestmark = pytest.mark.fuse
@@ -253,3 +253,16 @@ def test_a_fork_keeps_the_checkpoints(repo: Path, gs: InProcess) -> None:
     listed = gs.json("ls")
     by_name = {s["name"]: s for s in listed}
     assert by_name["copy"]["bytes"]["checkpoints"] > 40_000
+
+
+def test_diff_between_checkpoints(repo: Path, gs: InProcess) -> None:
+    run(repo, "d", "echo one > f; echo keep > k; mkdir -p new/dir")
+    gs.ok("checkpoint", "d")
+    run(repo, "d", "echo two > f; rm k; echo made > new/dir/m; chmod +x README.md")
+    gs.ok("checkpoint", "d")
+    names = gs.ok("diff", "d", "--from", "2", "--to", "3", "--name-status")
+    assert names.splitlines() == ["P\tREADME.md", "M\tf", "D\tk", "A\tnew/dir/m"]
+    patch = gs.ok("diff", "d", "--from", "2", "--", "f")
+    assert "-one\n+two\n" in patch and "a/f" in patch
+    code, _, err = call(gs.capsys, "diff", "d", "--to", "2")
+    assert code == 2 and "--to needs --from" in err
