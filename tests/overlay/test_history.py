@@ -261,6 +261,7 @@ def test_model(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(ops, max_size=60))
 def test_model_long(

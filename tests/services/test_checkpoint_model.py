@@ -128,6 +128,7 @@ def test_model(tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[str, 
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(ops, min_size=4, max_size=40))
 def test_model_long(
