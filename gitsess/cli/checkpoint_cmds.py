@@ -85,23 +85,32 @@ def _report(done: checkpoints.Rewind) -> None:
     )
 
 
+_FORCE_HELP = "Also while a process holds a file it changes open for writing."
+
+
 @cli.command(cls=SessionCommand)
 @click.argument("args", nargs=-1, metavar="[SESSION] CHECKPOINT")
+@click.option("--force", is_flag=True, help=_FORCE_HELP)
 @takes_session
-def rewind(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
+def rewind(
+    args: tuple[str, ...], force: bool, offsets: tuple[str, ...], session_option: str | None
+) -> None:
     """Bring a session back to a checkpoint (live if it is mounted); undo reverses it."""
     ref, (target,) = session_ref(args, 1, offsets, session_option)
     if not target.isdigit():
         raise click.UsageError(f"CHECKPOINT is a number (gitsess checkpoints), not {target!r}")
     ctx = discover()
-    _report(checkpoints.rewind(ctx, sessions.resolve(ctx, ref), int(target)))
+    _report(checkpoints.rewind(ctx, sessions.resolve(ctx, ref), int(target), force=force))
 
 
 @cli.command(cls=SessionCommand)
 @click.argument("args", nargs=-1, metavar="[SESSION]")
+@click.option("--force", is_flag=True, help=_FORCE_HELP)
 @takes_session
-def undo(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
+def undo(
+    args: tuple[str, ...], force: bool, offsets: tuple[str, ...], session_option: str | None
+) -> None:
     """Undo the last run (back to its checkpoint), or the last rewind or undo."""
     ref, _ = session_ref(args, 0, offsets, session_option)
     ctx = discover()
-    _report(checkpoints.undo(ctx, sessions.resolve(ctx, ref)))
+    _report(checkpoints.undo(ctx, sessions.resolve(ctx, ref), force=force))

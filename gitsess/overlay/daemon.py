@@ -482,6 +482,16 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
     # On the event loop, between two requests: no process in the view sees a mix of the two
     # states. The kernel forgets its caches after the switch, before the answer.
     tree = state.tree
+    assert tree.store.history is not None
+    writers = {int(ino): (pid, path) for pid, ino, path in msg.get("writers") or ()}
+    held = sorted(set(writers) & tree.store.history.changed_inodes(int(msg["target"])))
+    if held and not msg.get("force"):
+        pid, path = writers[held[0]]
+        return {
+            "ok": False,
+            "error": f"process {pid} holds {path} open for writing, and the rewind changes it"
+            " (--force rewinds anyway)",
+        }, None
     tree.commit(durable=True, settle=False)
     try:
         rewound = tree.store.rewind(int(msg["target"]), str(msg.get("kind") or "rewind"))

@@ -358,6 +358,11 @@ class History:
         entries = sorted(set(names))
         return Rewound(op, entries, sorted(set(inos) | set(prepared)))
 
+    def changed_inodes(self, target: int) -> set[int]:
+        """The nodes a rewind to `target` would change (their rows or data)."""
+        rows = self.conn.execute("SELECT DISTINCT ino FROM cp_nodes WHERE epoch >= ?", (target,))
+        return {int(r[0]) for r in rows} | set(_saved_data(self.root, target))
+
     def _rw(self, ino: int) -> str:
         return os.path.join(self.data_dir, f"{ino}{REWIND_SUFFIX}")
 

@@ -165,7 +165,17 @@ def checkpoint(
     return None if reply is None else int(reply["id"])
 
 
-def rewind(session_id: str, target: int, kind: str) -> int | None:
-    """Have the daemon rewind the session to checkpoint `target`; the operation's id."""
-    reply = _request(session_id, REWIND, target=target, kind=kind)
+def rewind(
+    session_id: str,
+    target: int,
+    kind: str,
+    writers: Sequence[tuple[int, int, str]] = (),
+    force: bool = False,
+) -> int | None:
+    """Have the daemon rewind the session to checkpoint `target`; the operation's id. It
+    refuses when one of the `writers` (pid, inode, path: files open for writing in the view)
+    holds a file it changes, unless `force`."""
+    reply = _request(
+        session_id, REWIND, target=target, kind=kind, writers=list(writers), force=force
+    )
     return None if reply is None else int(reply["operation"])

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 
+from gitsess import processes
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import history, protocol, retention
@@ -126,15 +127,22 @@ def listing(ctx: RepoContext, session: Session) -> Listing:
         store.close()
 
 
-def rewind(ctx: RepoContext, session: Session, target: int, *, kind: str = "rewind") -> Rewind:
+def rewind(
+    ctx: RepoContext, session: Session, target: int, *, kind: str = "rewind", force: bool = False
+) -> Rewind:
     """The whole session back to checkpoint `target`; the state it replaces is kept as a
-    checkpoint first, so `undo` brings it back."""
+    checkpoint first, so `undo` brings it back. A live one is refused while a process holds a
+    file it changes open for writing, unless `force`."""
     if session.read_only:
         raise GitsessError(f"session {session.name} is read-only")
     with _offline(ctx, session) as store:
         if store is None:
+            status = protocol.status(session.id)
+            device = os.stat(status.mountpoint).st_dev if status is not None else -1
             try:
-                op_id = protocol.rewind(session.id, target, kind)
+                op_id = protocol.rewind(
+                    session.id, target, kind, processes.writers_on(device), force
+                )
             except protocol.Refused as e:
                 raise GitsessError(f"{kind} of session {session.name}: {e}") from None
             if op_id is None:
@@ -157,7 +165,7 @@ def _operation(ctx: RepoContext, session: Session, op_id: int) -> Operation:
         store.close()
 
 
-def undo(ctx: RepoContext, session: Session) -> Rewind:
+def undo(ctx: RepoContext, session: Session, *, force: bool = False) -> Rewind:
     """Back to before the last run or checkpoint; right after a rewind or undo, back to
     before that (an undo is undone the same way)."""
     found = listing(ctx, session)
@@ -166,9 +174,9 @@ def undo(ctx: RepoContext, session: Session) -> Rewind:
     newest = found.checkpoints[-1].id
     last = found.operations[-1] if found.operations else None
     if last is not None and last.after == newest and not found.changed_since_last:
-        return rewind(ctx, session, last.before, kind="undo")
+        return rewind(ctx, session, last.before, kind="undo", force=force)
     target = newest if found.changed_since_last else _previous_changed(ctx, session, found)
-    return rewind(ctx, session, target, kind="undo")
+    return rewind(ctx, session, target, kind="undo", force=force)
 
 
 def _previous_changed(ctx: RepoContext, session: Session, found: Listing) -> int:

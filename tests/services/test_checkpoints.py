@@ -266,3 +266,27 @@ def test_diff_between_checkpoints(repo: Path, gs: InProcess) -> None:
     assert "-one\n+two\n" in patch and "a/f" in patch
     code, _, err = call(gs.capsys, "diff", "d", "--to", "2")
     assert code == 2 and "--to needs --from" in err
+
+
+def test_a_live_rewind_waits_for_writers_unless_forced(
+    repo: Path, ctx: RepoContext, gs: InProcess
+) -> None:
+    session = sessions.create(ctx, "busy")
+    mnt = Path(
+        live.keep_mounted(
+            ctx, session, mountpoint=None, allow_other=False, read_only=False
+        ).mountpoint
+    )
+    (mnt / "held").write_text("old\n")
+    (mnt / "other").write_text("old\n")
+    gs.ok("checkpoint", "busy")
+    (mnt / "held").write_text("new\n")
+    with open(mnt / "other", "a"):  # open for writing, but the rewind does not change it
+        with open(mnt / "held", "a"):
+            err = gs.fails("rewind", "busy", "1")
+            assert f"process {os.getpid()} holds" in err and "held" in err and "--force" in err
+            assert (mnt / "held").read_text() == "new\n"
+            gs.ok("rewind", "busy", "1", "--force")
+            assert (mnt / "held").read_text() == "old\n"
+        gs.ok("undo", "busy")  # `other` is held still, unchanged by this one
+    assert (mnt / "held").read_text() == "new\n"
