@@ -88,19 +88,34 @@ def _report(done: checkpoints.Rewind) -> None:
 _FORCE_HELP = "Also while a process holds a file it changes open for writing."
 
 
-@cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] CHECKPOINT")
+class _WithPaths(SessionCommand):
+    """What follows `--` is paths (relative to the worktree's root), kept aside."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta["paths"], args = args[at + 1 :], args[:at]
+        return super().parse_args(ctx, args)
+
+
+@cli.command(cls=_WithPaths)
+@click.argument("args", nargs=-1, metavar="[SESSION] CHECKPOINT [-- PATHSPEC...]")
 @click.option("--force", is_flag=True, help=_FORCE_HELP)
 @takes_session
 def rewind(
     args: tuple[str, ...], force: bool, offsets: tuple[str, ...], session_option: str | None
 ) -> None:
     """Bring a session back to a checkpoint (live if it is mounted); undo reverses it."""
+    specs = [p.strip("/") for p in click.get_current_context().meta.get("paths", [])]
     ref, (target,) = session_ref(args, 1, offsets, session_option)
     if not target.isdigit():
         raise click.UsageError(f"CHECKPOINT is a number (gitsess checkpoints), not {target!r}")
     ctx = discover()
-    _report(checkpoints.rewind(ctx, sessions.resolve(ctx, ref), int(target), force=force))
+    session = sessions.resolve(ctx, ref)
+    if specs:
+        _report(checkpoints.rewind_paths(ctx, session, int(target), specs))
+        return
+    _report(checkpoints.rewind(ctx, session, int(target), force=force))
 
 
 @cli.command(cls=SessionCommand)

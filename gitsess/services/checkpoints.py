@@ -157,6 +157,38 @@ def rewind(
         return Rewind(session, kind, target, op.before, op.id, False)
 
 
+def rewind_paths(
+    ctx: RepoContext, session: Session, target: int, pathspecs: Sequence[str]
+) -> Rewind:
+    """Only these paths back to checkpoint `target` (files, symlinks, deletions), written
+    into the view as any writer's changes; the state before is a checkpoint, so `undo`
+    brings it back."""
+    from gitsess.services.real_tree import real_root
+    from gitsess.services.viewwrite import view_writer
+
+    if session.read_only:
+        raise GitsessError(f"session {session.name} is read-only")
+    changes = compare(ctx, session, target, None, pathspecs)
+    before = checkpoint(ctx, session, f"before rewind of paths to {target}", kind="rewind")
+    with (
+        live.open_view(ctx, session, target) as old,
+        view_writer(ctx, session, real_root(session)) as writer,
+    ):
+        for change in changes:
+            entry = old.entry(change.path)
+            if entry is None:
+                writer.remove(change.path)
+            elif entry.kind == "symlink":
+                writer.put_symlink(change.path, os.fsencode(old.readlink(change.path)))
+            else:
+                writer.put_file(change.path, (old.read(change.path),), entry.mode & 0o7777)
+    after = checkpoint(ctx, session, f"after rewind of paths to {target}", kind="rewind")
+    assert before.checkpoint is not None and after.checkpoint is not None
+    return Rewind(
+        session, "rewind", target, before.checkpoint, 0, mount.status(session.id) is not None
+    )
+
+
 def _operation(ctx: RepoContext, session: Session, op_id: int) -> Operation:
     store = DeltaStore(_delta(ctx, session), readonly=True)
     try:

@@ -290,3 +290,13 @@ def test_a_live_rewind_waits_for_writers_unless_forced(
             assert (mnt / "held").read_text() == "old\n"
         gs.ok("undo", "busy")  # `other` is held still, unchanged by this one
     assert (mnt / "held").read_text() == "new\n"
+
+
+def test_rewind_of_some_paths(repo: Path, gs: InProcess) -> None:
+    run(repo, "p", "mkdir -p d; echo one > d/a; echo one > b; echo one > c")
+    gs.ok("checkpoint", "p")
+    run(repo, "p", "echo two > d/a; echo two > b; rm c; ln -s b l")
+    gs.ok("rewind", "p", "2", "--", "d", "c")
+    assert run(repo, "p", "cat d/a b c; ls").stdout == "one\ntwo\none\nREADME.md\nb\nc\nd\nl\nsrc\n"
+    gs.ok("undo", "p")
+    assert run(repo, "p", "cat d/a b; ls").stdout == "two\ntwo\nREADME.md\nb\nd\nl\nsrc\n"
