@@ -11,8 +11,8 @@ import click
 
 from gitsess.cli.base import SessionCommand, console, escape, print_json, session_ref, takes_session
 from gitsess.cli.group import cli
-from gitsess.git.repo import discover
 from gitsess.services import checkpoints, sessions
+from gitsess.services.sessions import discover
 
 
 @cli.command(cls=SessionCommand)
