@@ -455,9 +455,13 @@ def _join(state: State, msg: dict[str, Any]) -> Reply:
     }
     state.ever_joined = True
     if not state.read_only:
-        # Every run starts with a checkpoint (none when nothing changed since the last one).
-        state.tree.commit(settle=False)
-        state.tree.store.mark("run", _run_label(msg), msg.get("run_id"), msg.get("role"))
+        # Every run starts with a checkpoint (none when nothing changed since the last one);
+        # a full disk costs the run its checkpoint, not its start.
+        try:
+            state.tree.commit(settle=False)
+            state.tree.store.mark("run", _run_label(msg), msg.get("run_id"), msg.get("role"))
+        except (OSError, apsw.Error) as e:
+            log.warning("no checkpoint at the start of run %s: %s", msg.get("run_id"), e)
     return {"ok": True, "daemon_pid": os.getpid(), "mountpoint": state.mountpoint}, pid
 
 

@@ -340,7 +340,7 @@ class DeltaStore:
 
     def _save(self, b: Batch) -> tuple[set[int], set[tuple[int, bytes]]]:
         """What the checkpoints need of the rows this batch changes, saved first."""
-        if self.history is None:
+        if self.history is None or not self.history.current_epoch():
             return set(), set()
         inos = {n.ino for n in b.nodes}
         inos.update(ino for ino, _ in b.xattrs)

@@ -159,6 +159,11 @@ class History:
             self._data = set()
         self._loaded_epoch = epoch
 
+    def current_epoch(self) -> int:
+        """The epoch as delta.db has it (inside the writer's transaction)."""
+        self.epoch = epoch_of(self.conn)
+        return self.epoch
+
     def save_rows(
         self,
         node_inos: Iterable[int],
