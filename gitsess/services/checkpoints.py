@@ -10,10 +10,11 @@ import difflib
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import TypeVar
 
 from gitsess import processes
 from gitsess.errors import GitsessError
@@ -88,17 +89,49 @@ def checkpoint(
     role: str | None = None,
 ) -> Made:
     """A checkpoint of the session as it is now, mounted or not."""
-    with _offline(ctx, session) as store:
-        if store is None:
-            try:
-                made = protocol.checkpoint(session.id, kind, message, None, role)
-            except protocol.Refused as e:
-                raise GitsessError(f"checkpoint of session {session.name}: {e}") from None
+    for _ in range(ATTEMPTS):
+        with _offline(ctx, session) as store:
+            if store is not None:
+                cp = store.mark(kind, message, None, role, always=True)
+                return Made(session, None if cp is None else cp.id)
+            made = _ask(session, "checkpoint", protocol.checkpoint, kind, message, None, role)
             if made is not None:
                 return Made(session, made)
-            raise GitsessError(f"session {session.name} stopped while checkpointing; retry")
-        cp = store.mark(kind, message, None, role, always=True)
-        return Made(session, None if cp is None else cp.id)
+        mount.status(session.id)  # (waits for a stopping daemon to be gone)
+    raise _gone(session, "checkpoint")
+
+
+# A daemon may stop (its last participant left) between "is it live" and the request: then the
+# request is made again, to the next daemon or offline.
+ATTEMPTS = 3
+T = TypeVar("T")
+
+
+def _ask(session: Session, what: str, op: Callable[..., T | None], *args: object) -> T | None:
+    """`op` of the live daemon; None when it was gone or stopping before it read the request."""
+    try:
+        return op(session.id, *args)
+    except protocol.Refused as e:
+        if e.stopping:
+            return None
+        raise GitsessError(f"{what} of session {session.name}: {e}") from None
+    except ConnectionError:
+        return None
+
+
+def _writers(session: Session) -> list[tuple[int, int, str]]:
+    """The files of the live view some process holds open for writing."""
+    try:
+        status = protocol.status(session.id)
+        if status is None:
+            return []
+        return processes.writers_on(os.stat(status.mountpoint).st_dev)
+    except (OSError, protocol.Refused):
+        return []  # it is stopping: the request that follows finds out
+
+
+def _gone(session: Session, what: str) -> GitsessError:
+    return GitsessError(f"session {session.name} kept stopping during the {what}; retry")
 
 
 def turn_message(hook_input: str) -> str:
@@ -135,26 +168,22 @@ def rewind(
     file it changes open for writing, unless `force`."""
     if session.read_only:
         raise GitsessError(f"session {session.name} is read-only")
-    with _offline(ctx, session) as store:
-        if store is None:
-            status = protocol.status(session.id)
-            device = os.stat(status.mountpoint).st_dev if status is not None else -1
-            try:
-                op_id = protocol.rewind(
-                    session.id, target, kind, processes.writers_on(device), force
-                )
-            except protocol.Refused as e:
-                raise GitsessError(f"{kind} of session {session.name}: {e}") from None
-            if op_id is None:
-                raise GitsessError(f"session {session.name} stopped during the {kind}; retry")
-            op = _operation(ctx, session, op_id)
-            return Rewind(session, kind, target, op.before, op.id, True)
-        try:
-            done = store.rewind(target, kind)
-        except KeyError:
-            raise history.no_such(target) from None
-        op = done.operation
-        return Rewind(session, kind, target, op.before, op.id, False)
+    for _ in range(ATTEMPTS):
+        with _offline(ctx, session) as store:
+            if store is not None:
+                try:
+                    done = store.rewind(target, kind)
+                except KeyError:
+                    raise history.no_such(target) from None
+                op = done.operation
+                return Rewind(session, kind, target, op.before, op.id, False)
+            writers = _writers(session)
+            op_id = _ask(session, kind, protocol.rewind, target, kind, writers, force)
+            if op_id is not None:
+                found = _operation(ctx, session, op_id)
+                return Rewind(session, kind, target, found.before, found.id, True)
+        mount.status(session.id)
+    raise _gone(session, kind)
 
 
 def rewind_paths(

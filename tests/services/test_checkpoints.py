@@ -151,7 +151,9 @@ def test_rewind_inside_a_running_session(repo: Path, ctx: RepoContext, tmp_path:
         assert eventually(started.exists)
         mnt = Path(protocol.status(session.id).mountpoint)  # type: ignore[union-attr]
         for n in names[:3]:
-            (mnt / n).write_bytes(_content(n, b"2"))
+            # whole or not at all for the reader: a rename over it
+            (mnt / f"{n}.tmp").write_bytes(_content(n, b"2"))
+            os.replace(mnt / f"{n}.tmp", mnt / n)
         time.sleep(0.5)
         checkpoints.rewind(ctx, session, cp)
         time.sleep(0.5)
@@ -293,6 +295,8 @@ def test_a_live_rewind_waits_for_writers_unless_forced(
 
 
 def test_rewind_of_some_paths(repo: Path, gs: InProcess) -> None:
+    gs.ok("new", "p")
+    gs.ok("mount", "p")  # (the runs join it: no daemon stops under the rewind's writes)
     run(repo, "p", "mkdir -p d; echo one > d/a; echo one > b; echo one > c")
     gs.ok("checkpoint", "p")
     run(repo, "p", "echo two > d/a; echo two > b; rm c; ln -s b l")
