@@ -112,7 +112,9 @@ class DataTree(LookupTree):
         self._pending.nodes.add(n.ino)
 
     def _data_fd(self, n: Node) -> int:
-        """The open data file of `n`, created empty if it has none yet."""
+        """The open data file of `n`, created empty if it has none yet; saved first when a
+        checkpoint needs it as it is."""
+        self.store.keep_data(n.ino)
         fd = self._open_data(n, create=True)
         assert fd is not None
         return fd
@@ -180,6 +182,7 @@ class DataTree(LookupTree):
             if len(content) > size:
                 self._pending.inline[n.ino] = content[:size]
         else:
+            self.store.keep_data(n.ino)
             fd = self._open_data(n, create=size > 0)
             if fd is not None:
                 os.ftruncate(fd, size)

@@ -19,7 +19,7 @@ from typing import Any, BinaryIO
 import apsw
 
 from gitsess.git.view import Entry, kind_of
-from gitsess.overlay.delta import DamagedDelta, DeltaStore
+from gitsess.overlay.delta import DamagedDelta, DeltaAt, DeltaStore
 from gitsess.overlay.gitdir import GIT
 from gitsess.overlay.nodes import ROOT_INODE, Node
 from gitsess.overlay.tree import Tree
@@ -31,9 +31,12 @@ READ_CHUNK = 1 << 20
 
 
 class OverlayView:
-    def __init__(self, delta: Path, lower: Path, hidden: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, delta: Path, lower: Path, hidden: tuple[str, ...] = (), at: int | None = None
+    ) -> None:
+        """`at`: the view as it was at that checkpoint."""
         try:
-            self.store = DeltaStore(str(delta))
+            self.store = DeltaStore(str(delta)) if at is None else DeltaAt(str(delta), at)
         except apsw.Error as e:
             raise DamagedDelta(delta, e) from e
         try:
