@@ -540,10 +540,15 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
             " (--force rewinds anyway)",
         }, None
     tree.commit(durable=True, settle=False)
+    kept = tree.keep_content(tree.store.history.gone_at(int(msg["target"])))
     try:
         rewound = tree.store.rewind(int(msg["target"]), str(msg.get("kind") or "rewind"))
     except KeyError:
+        tree.let_go(*kept)
         return {"ok": False, "error": f"no checkpoint {msg['target']}"}, None
+    except BaseException:
+        tree.let_go(*kept)
+        raise
     state.stale_inodes.extend(tree.reload(rewound.inodes))
     state.stale_entries.extend(rewound.entries)
     return {"ok": True, "operation": rewound.operation.id}, None

@@ -368,6 +368,16 @@ class History:
         rows = self.conn.execute("SELECT DISTINCT ino FROM cp_nodes WHERE epoch >= ?", (target,))
         return {int(r[0]) for r in rows} | set(_saved_data(self.root, target))
 
+    def gone_at(self, target: int) -> set[int]:
+        """The nodes a rewind to `target` removes: their earliest save since says they did not
+        exist then."""
+        rows = self.conn.execute(
+            "SELECT ino FROM cp_nodes h WHERE epoch >= ? AND NOT present"
+            " AND epoch = (SELECT min(epoch) FROM cp_nodes WHERE ino = h.ino AND epoch >= ?)",
+            (target, target),
+        )
+        return {int(r[0]) for r in rows}
+
     def _rw(self, ino: int) -> str:
         return os.path.join(self.data_dir, f"{ino}{REWIND_SUFFIX}")
 

@@ -7,6 +7,7 @@ import errno
 import os
 import stat
 import time
+from collections.abc import Iterable
 
 from gitsess import libc
 from gitsess.overlay import acl, longpath
@@ -78,6 +79,8 @@ class DataTree(LookupTree):
 
         `keep` bounds how much of the lower file matters (0 for O_TRUNC: nothing is copied).
         """
+        if n.ino in self._kept:
+            raise err(errno.ESTALE)  # a file a rewind removed (see `keep_content`)
         self.make_upper(n)
         if n.data:
             return
@@ -273,13 +276,37 @@ class DataTree(LookupTree):
         self._pending.nodes.add(n.ino)
         return written
 
+    def keep_content(self, inodes: Iterable[int]) -> list[int]:
+        """Before a rewind that removes these nodes: the content of those the kernel holds,
+        so that each reads whole as it was, as an open unlinked file does, until the kernel
+        forgets it. Until its invalidation a process may still reach it by a name it looked up
+        before. A descriptor opened now keeps the old bytes: the rewind renames data files.
+        Returns the nodes it kept content of (for `let_go`, should the rewind not happen)."""
+        kept = []
+        for ino in inodes:
+            n = self.nodes.get(ino)
+            if n is None or not (n.lookups or n.opens) or not stat.S_ISREG(n.mode):
+                continue
+            if not n.upper or n.origin is not None or not n.data or ino in self._kept:
+                continue
+            if n.data == INLINE:
+                self._kept[ino] = self._inline(n)
+            else:
+                try:
+                    self._kept[ino] = os.open(self.store.data_path(ino), os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    continue
+            kept.append(ino)
+        return kept
+
     def _inline(self, n: Node) -> bytes:
         """An inline file's bytes (up to its size; any shorter, the rest reads as zeros)."""
         if n.ino in self._pending.inline:
             return self._pending.inline[n.ino] or b""
         if not n.size:
             return b""  # a file just made, say: no query of delta.db for its first write
-        return self.store.inline(n.ino)
+        kept = self._kept.get(n.ino)
+        return kept if isinstance(kept, bytes) else self.store.inline(n.ino)
 
     def _to_data_file(self, n: Node) -> None:
         """Move an inline file that grows past INLINE_MAX into a data file."""

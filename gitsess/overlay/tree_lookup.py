@@ -75,6 +75,9 @@ class LookupTree:
         self._lower_fds = FdCache(LOWER_FDS_OPEN)
         self._unsynced: set[int] = set()  # data files written since the last durable commit
         self._stray: set[int] = set()  # data files of no node, still to remove (see _load)
+        # The content a rewind took away from files the kernel holds (see `keep_content`):
+        # inline bytes, or a descriptor of the old data file.
+        self._kept: dict[int, bytes | int] = {}
         self._write_behind = WriteBehind()
         self.audit = Audit(next_process_id=store.next_process_id())
         self.journal = Journal()
@@ -134,11 +137,19 @@ class LookupTree:
         if self.writer:
             self._tidy_data_files()
 
+    def let_go(self, *inodes: int) -> None:
+        """Drop the content `keep_content` kept of these nodes."""
+        for ino in inodes:
+            kept = self._kept.pop(ino, None)
+            if isinstance(kept, int):
+                os.close(kept)
+
     def reload(self, inodes: Iterable[int]) -> list[int]:
         """After delta.db changed under this tree (a rewind): take the upper layer from it
         anew. Nodes the kernel holds keep their lookups; one the session no longer has turns
         back into the worktree's object it was copied from, or, made by the session, lives on
-        without a name until the kernel forgets it. Returns the inodes whose caches are stale:
+        without a name until the kernel forgets it, with the content `keep_content` kept of it
+        (else none). Returns the inodes whose caches are stale:
         `inodes`, and every node that changed layer."""
         old = self.nodes
         self.nodes = {}
@@ -150,6 +161,7 @@ class LookupTree:
         for ino, n in old.items():
             new = self.nodes.get(ino)
             if new is not None:
+                self.let_go(ino)
                 new.lookups, new.opens = n.lookups, n.opens
                 if not n.upper:
                     stale.add(ino)
@@ -157,6 +169,7 @@ class LookupTree:
                         del self.lower_index[n.lower]
                 continue
             if not (n.lookups or n.opens) or ino == ROOT_INODE:
+                self.let_go(ino)
                 continue
             if not n.upper:
                 self.nodes[ino] = n
@@ -168,8 +181,11 @@ class LookupTree:
                 lower.lookups, lower.opens = n.lookups, n.opens
                 self.nodes[ino] = lower
                 self.lower_index.setdefault(n.origin, ino)
+                self.let_go(ino)
             else:
-                n.nlink, n.data, n.entries = 0, 0, ({} if n.is_dir else None)
+                if ino not in self._kept:
+                    n.data = 0
+                n.nlink, n.entries = 0, ({} if n.is_dir else None)
                 self.nodes[ino] = n
         return sorted(stale)
 
@@ -201,6 +217,7 @@ class LookupTree:
 
     def close(self) -> None:
         self._write_behind.close()
+        self.let_go(*self._kept)
         self._data_fds.close_all()
         self._lower_fds.close_all()
 
@@ -440,7 +457,10 @@ class LookupTree:
     def _delete_upper(self, n: Node) -> None:
         del self.nodes[n.ino]
         self._pending.deleted.add(n.ino)
-        if stat.S_ISREG(n.mode) and n.data == 1:
+        if n.ino in self._kept:
+            # a file a rewind removed: its data file, if any, is no longer this node's
+            self.let_go(n.ino)
+        elif stat.S_ISREG(n.mode) and n.data == 1:
             self._pending.data_files.add(n.ino)
         self._pending.nodes.discard(n.ino)
         self._pending.inline.pop(n.ino, None)
@@ -658,6 +678,9 @@ class LookupTree:
         """The open data file of `n`: None when it has none (it reads as zeros)."""
         fd = self._data_fds.get(n.ino)
         if fd is None:
+            kept = self._kept.get(n.ino)
+            if isinstance(kept, int):
+                return kept
             path = self.store.data_path(n.ino)
             flags = (os.O_RDWR if self.writer else os.O_RDONLY) | os.O_CLOEXEC
             if create:

@@ -118,6 +118,32 @@ def test_live_rewind_is_seen_whole_by_a_reader(repo: Path, ctx: RepoContext) -> 
     assert all((mnt / n).read_bytes() == _content(n, b"2") for n in names)
 
 
+def test_a_file_the_rewind_removes_reads_as_it_was_while_open(
+    repo: Path, ctx: RepoContext
+) -> None:
+    # As an open unlinked file does: what a process holds keeps its content (a name it looked
+    # up before the kernel's invalidation reaches the same node).
+    session = sessions.create(ctx, "held")
+    mnt = Path(
+        live.keep_mounted(
+            ctx, session, mountpoint=None, allow_other=False, read_only=False
+        ).mountpoint
+    )
+    cp = checkpoints.checkpoint(ctx, session, "none yet").checkpoint
+    assert cp is not None
+    contents = {"inline": b"small\n", "data": os.urandom(300_000)}
+    for name, content in contents.items():
+        (mnt / name).write_bytes(content)
+    with contextlib.ExitStack() as stack:
+        held = {n: stack.enter_context(open(mnt / n, "rb", buffering=0)) for n in contents}
+        checkpoints.rewind(ctx, session, cp)
+        assert not any((mnt / n).exists() for n in contents)
+        for name, f in held.items():
+            assert f.read() == contents[name]
+    checkpoints.undo(ctx, session)
+    assert all((mnt / n).read_bytes() == c for n, c in contents.items())
+
+
 def test_rewind_inside_a_running_session(repo: Path, ctx: RepoContext, tmp_path: Path) -> None:
     names = [f"r{i}" for i in range(50)]
     write = "; ".join(f"printf '%s' {_content(n, b'1').decode()} > {n}" for n in names[:3])
