@@ -118,9 +118,7 @@ def test_live_rewind_is_seen_whole_by_a_reader(repo: Path, ctx: RepoContext) -> 
     assert all((mnt / n).read_bytes() == _content(n, b"2") for n in names)
 
 
-def test_a_file_the_rewind_removes_reads_as_it_was_while_open(
-    repo: Path, ctx: RepoContext
-) -> None:
+def test_a_file_the_rewind_removes_reads_as_it_was_while_open(repo: Path, ctx: RepoContext) -> None:
     # As an open unlinked file does: what a process holds keeps its content (a name it looked
     # up before the kernel's invalidation reaches the same node).
     session = sessions.create(ctx, "held")
