@@ -295,7 +295,7 @@ class DataTree(LookupTree):
                 try:
                     self._kept[ino] = os.open(self.store.data_path(ino), os.O_RDONLY | os.O_CLOEXEC)
                 except FileNotFoundError:
-                    continue
+                    self._kept[ino] = b""  # no data file: it reads as zeros, as it did
             kept.append(ino)
         return kept
 
