@@ -174,10 +174,11 @@ _DRIFT_NOTE = (
 
 
 def _drifted(info: SessionInfo) -> list[str]:
+    # A session without a delta has changed nothing that could drift (and needs no reader).
+    if info.damaged or not (info.session_dir / "delta.db").exists():
+        return []
     from gitsess.services import inspection
 
-    if info.damaged:
-        return []
     return [d.path for d in inspection.drift(info.session, info.session_dir)]
 
 
