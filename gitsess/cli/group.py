@@ -66,6 +66,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gitsess apply exp --patch -o exp.patch -- src/",
     ),
     "archives": ("gitsess archives", "gitsess restore exp --as exp-again"),
+    "checkpoint": ('gitsess checkpoint exp -m "before the refactor"',),
+    "checkpoints": ("gitsess checkpoints exp", "gitsess checkpoints exp --json"),
     "completion": ('eval "$(gitsess completion bash)"',),
     "diff": ("gitsess diff exp", "gitsess diff exp --stat -- src/"),
     "discard": ("gitsess discard exp -- build/", "gitsess discard exp --all -y"),
@@ -84,6 +86,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "push": ("gitsess push exp", "gitsess push exp origin --with-kv"),
     "rename": ("gitsess rename exp parser",),
     "restore": ("gitsess restore exp", "gitsess restore exp --as exp-again"),
+    "rewind": ("gitsess rewind exp 3", "gitsess rewind exp 3 -- src/"),
     "rm": ("gitsess rm exp", "gitsess rm -1 --force"),
     "run": ("gitsess run -s exp -- pytest", "gitsess run -s exp --agent claude --role reviewer"),
     "show": ("gitsess show exp", "gitsess show -1 --json"),
@@ -91,6 +94,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "title": ('gitsess title exp "parse twice as fast"',),
     "tour": ("gitsess tour",),
     "umount": ("gitsess umount exp",),
+    "undo": ("gitsess undo exp",),
     "watch": ("gitsess watch exp", "gitsess watch exp --json"),
 }
 

@@ -302,7 +302,7 @@ def show(
         ("behind", "-" if info.behind is None else _plural(info.behind, "commit")),
         ("commits", _commits(info.commits)),
         ("delta size", f"{_size(usage.delta_bytes)} ({_size(usage.live_bytes)} in use)"),
-        *([("of which", _kinds(usage.by_kind))] if usage.by_kind is not None else []),
+        *([("of which", _kinds(usage.bytes_by_kind))] if usage.bytes_by_kind is not None else []),
         ("runs", _runs(usage)),
         ("last activity", _when(usage.last_activity)),
         ("session dir", str(info.session_dir)),
@@ -336,8 +336,8 @@ def _size(n: int) -> str:
 
 def _kinds(b: inspection.Bytes) -> str:
     return (
-        f"files {_size(b.files)}, checkpoints {_size(b.checkpoints)}, log {_size(b.log)},"
-        f" free {_size(b.free)}"
+        f"files {_size(b.files_bytes)}, checkpoints {_size(b.checkpoints_bytes)},"
+        f" log {_size(b.log_bytes)}, free {_size(b.free_bytes)}"
     )
 
 
