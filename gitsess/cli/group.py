@@ -72,6 +72,11 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
         "Mount a session's view (at DIR, default its session dir) until `gitsess umount`.",
     ),
     "new": ("session_cmds", "Create a session (NAME, or a generated one; a UUID becomes its id)."),
+    "overlaps": (
+        "radar_cmds",
+        "Paths that two sessions (or a session and its branch's new commits) both changed, and"
+        " whether applying both would conflict. Computed in memory: nothing is written.",
+    ),
     "ps": ("live_cmds", "List mounted sessions of this repository and who is inside."),
     "pull": (
         "remote_cmds",

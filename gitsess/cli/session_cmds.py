@@ -31,12 +31,13 @@ from gitsess.cli.base import (
 )
 from gitsess.cli.group import cli
 from gitsess.services import live, sessions
-from gitsess.services.sessions import Session, SessionInfo, discover
+from gitsess.services.sessions import RepoContext, Session, SessionInfo, discover
 
 if TYPE_CHECKING:
     from rich.table import Table
 
     from gitsess.services import inspection
+    from gitsess.services.timeline import Drift
 
 
 @cli.command()
@@ -132,8 +133,9 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
         return
     ctx = discover()
     infos = sessions.list_sessions(ctx)
+    clash = _clashes(ctx)
     if as_json:
-        print_json([_with_drift(i) for i in infos])
+        print_json(ls_json(infos, clash))
         return
     if not infos:
         console().print(
@@ -145,18 +147,52 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
     others = [i for i in infos if not i.here]
     if here:
         console().print(f"[bold]This worktree[/] {escape(str(here[0].session.worktree))}")
-        console().print(_table(here, drift, with_worktree=False))
+        console().print(_table(here, drift, with_worktree=False, clash=clash))
     if others:
         console().print("[bold]Other worktrees[/]")
-        console().print(_table(others, drift, with_worktree=True))
+        console().print(_table(others, drift, with_worktree=True, clash=clash))
     if any(drift.values()):
         console().print(_DRIFT_NOTE)
+    if clash:
+        console().print(_CLASH_NOTE)
 
 
 _DRIFT_NOTE = (
     "[yellow]![/] the real worktree changed paths that the session changed too"
     " (gitsess show NAME lists them)"
 )
+
+
+def ls_json(
+    infos: Sequence[SessionInfo], clash: Mapping[str, Sequence[str]]
+) -> list[dict[str, object]]:
+    """What `ls --json` (and the MCP tool `sessions`) gives."""
+    return [
+        {**_with_drift(i), "conflicts_with": list(clash.get(i.session.name, ()))} for i in infos
+    ]
+
+
+def show_json(
+    info: SessionInfo, usage: inspection.Usage, drift: Sequence[Drift]
+) -> dict[str, object]:
+    """What `show --json` (and the MCP tool `show`) gives."""
+    return {
+        **info_json(info),
+        "usage": asdict(usage),
+        "drift": [{"path": d.path, "time": d.time} for d in drift],
+    }
+
+
+_CLASH_NOTE = (
+    "[red]x[/] applying both would conflict: the paths are in `gitsess overlaps`"
+)
+
+
+def _clashes(ctx: RepoContext) -> dict[str, list[str]]:
+    """What each session would conflict with (sessions, or its branch), by the radar."""
+    from gitsess.services import overlaps
+
+    return overlaps.conflicting(overlaps.overlaps(ctx))
 
 
 def _drifted(info: SessionInfo) -> list[str]:
@@ -175,7 +211,13 @@ def _with_drift(info: SessionInfo) -> dict[str, object]:
     return {**info_json(info), "drift": _drifted(info)}
 
 
-def _table(infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_worktree: bool) -> Table:
+def _table(
+    infos: Sequence[SessionInfo],
+    drift: Mapping[str, int],
+    *,
+    with_worktree: bool,
+    clash: Mapping[str, Sequence[str]] | None = None,
+) -> Table:
     from rich.table import Table
 
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -201,7 +243,8 @@ def _table(infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_workt
                 else str(info.changed_files)
             )
             + (f" +{info.commits} commit(s)" if info.commits else "")
-            + (f" [yellow]! {drifted} drifted[/]" if drifted else ""),
+            + (f" [yellow]! {drifted} drifted[/]" if drifted else "")
+            + _clash_cell((clash or {}).get(s.name, ())),
             ago(s.last_used_at),
         ]
         if with_worktree:
@@ -229,13 +272,7 @@ def show(
     usage = inspection.usage(ctx, info)
     drift = inspection.drift(info.session, info.session_dir)
     if as_json:
-        print_json(
-            {
-                **info_json(info),
-                "usage": asdict(usage),
-                "drift": [{"path": d.path, "time": d.time} for d in drift],
-            }
-        )
+        print_json(show_json(info, usage, drift))
         return
     s = info.session
     rows = [
@@ -268,6 +305,10 @@ def show(
         )
         for d in drift:
             console().print(f"  {escape(d.path)} ({ago(d.time)})")
+
+
+def _clash_cell(others: Sequence[str]) -> str:
+    return f" [red]x conflicts with {escape(', '.join(others))}[/]" if others else ""
 
 
 def _size(n: int) -> str:
