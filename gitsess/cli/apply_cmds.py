@@ -330,7 +330,8 @@ def apply(
     Gated applies to one branch wait for each other, in the order they came.
     """
     if (squash or test is not None) and not to_commit:
-        raise click.UsageError(f"{'--squash' if squash else '--test'} does not apply to this target")
+        given = "--squash" if squash else "--test"
+        raise click.UsageError(f"{given} does not apply to this target")
     if sum((to_commit, to_patch, to_worktree)) != 1:
         raise click.UsageError("give one of --commit, --patch, --worktree")
     _check_options(
@@ -385,7 +386,8 @@ def _report_radar(outcome: applying.Applied) -> None:
         )
     if outcome.now_conflicts:
         click.echo(
-            "gitsess: the branch now conflicts with session(s): " + ", ".join(outcome.now_conflicts),
+            "gitsess: the branch now conflicts with session(s): "
+            + ", ".join(outcome.now_conflicts),
             err=True,
         )
 

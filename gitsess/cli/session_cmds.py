@@ -183,9 +183,7 @@ def show_json(
     }
 
 
-_CLASH_NOTE = (
-    "[red]x[/] applying both would conflict: the paths are in `gitsess overlaps`"
-)
+_CLASH_NOTE = "[red]x[/] applying both would conflict: the paths are in `gitsess overlaps`"
 
 
 def _clashes(ctx: RepoContext) -> dict[str, list[str]]:

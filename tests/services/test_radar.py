@@ -71,7 +71,7 @@ def test_apply_commit_names_the_sessions_it_now_conflicts_with(
     _write(ctx, "alpha", {"README.md": "alpha\n"})
     _write(ctx, "beta", {"README.md": "beta\n"})
     _write(ctx, "gamma", {"other.txt": "x\n"})
-    out, err = cli("apply", "alpha", "--commit", "-m", "alpha", "--json")
+    out, _ = cli("apply", "alpha", "--commit", "-m", "alpha", "--json")
     assert json.loads(out)["now_conflicts"] == ["beta"]
     out, err = cli("apply", "gamma", "--commit", "-m", "gamma")
     assert "now conflicts with session(s): beta" in err
@@ -86,7 +86,7 @@ def test_gated_apply_lands_only_a_passing_test(ctx: RepoContext, repo: Path, cli
     tip = git(repo, "rev-parse", "main")
     # The test sees the result (the branch's files plus the session's) and a usable .git.
     check = 'test "$(cat feature.txt)" = works && test -f README.md && git log -1 --format=%s'
-    out, err = cli("apply", "good", "--commit", "-m", "feature", "--test", check, "--json")
+    out, _ = cli("apply", "good", "--commit", "-m", "feature", "--test", check, "--json")
     data = json.loads(out)
     assert data["ok"] is True and data["test"]["passed"] is True
     assert data["test"]["tip"] == tip and data["test"]["output"] == "feature\n"
