@@ -147,6 +147,12 @@ def session_ref(
 
 
 def print_json(data: object) -> None:
+    click.echo(json_text(data))
+
+
+def json_text(data: object) -> str:
+    """What `--json` prints (and the MCP server answers): paths and times as strings."""
+
     def plain(value: object) -> object:
         if isinstance(value, Path):
             return str(value)
@@ -154,7 +160,7 @@ def print_json(data: object) -> None:
             return value.isoformat()
         raise TypeError(f"cannot encode {type(value).__name__}")
 
-    click.echo(json.dumps(data, indent=2, default=plain))
+    return json.dumps(data, indent=2, default=plain)
 
 
 def info_json(info: SessionInfo) -> dict[str, object]:

@@ -72,6 +72,10 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
         "Mount a session's view (at DIR, default its session dir) until `gitsess umount`.",
     ),
     "new": ("session_cmds", "Create a session (NAME, or a generated one; a UUID becomes its id)."),
+    "mcp": (
+        "mcp_cmds",
+        "Serve gitsess's tools to an agent over MCP (stdio); inside a session, for that session.",
+    ),
     "overlaps": (
         "radar_cmds",
         "Paths that two sessions (or a session and its branch's new commits) both changed, and"
@@ -167,6 +171,15 @@ def _library_error(e: Exception) -> str | None:
     if pygit2 is not None and isinstance(e, pygit2.GitError):
         return f"git: {e}"
     return None
+
+
+def one_line(e: Exception) -> str | None:
+    """The message `run` shows for an anticipated error, None for anything else (a bug)."""
+    if isinstance(e, GitsessError):
+        return str(e)
+    if isinstance(e, OSError):
+        return f"{e.filename}: {e.strerror}" if e.filename else str(e)
+    return _library_error(e)
 
 
 def _progress_bars() -> contextlib.AbstractContextManager[None]:

@@ -133,7 +133,7 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
         return
     ctx = discover()
     infos = sessions.list_sessions(ctx)
-    clash = _clashes(ctx)
+    clash = clashes(ctx)
     if as_json:
         print_json(ls_json(infos, clash))
         return
@@ -186,7 +186,7 @@ def show_json(
 _CLASH_NOTE = "[red]x[/] applying both would conflict: the paths are in `gitsess overlaps`"
 
 
-def _clashes(ctx: RepoContext) -> dict[str, list[str]]:
+def clashes(ctx: RepoContext) -> dict[str, list[str]]:
     """What each session would conflict with (sessions, or its branch), by the radar."""
     from gitsess.services import overlaps
 
