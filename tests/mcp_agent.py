@@ -21,19 +21,21 @@ async def calls(plan: list[list[Any]], errlog: str) -> list[list[Any]]:
     )
     answers: list[list[Any]] = []
     with open(errlog, "a") as err:
-        async with stdio_client(params, errlog=err) as (read, write):
-            async with ClientSession(read, write) as client:
-                await client.initialize()
-                for name, arguments in plan:
-                    if name == "list_tools":
-                        listed = await client.list_tools()
-                        answers.append([False, sorted(t.name for t in listed.tools)])
-                        continue
-                    result = await client.call_tool(name, arguments)
-                    text = "".join(getattr(c, "text", "") for c in result.content)
-                    answers.append([result.is_error, text if result.is_error else json.loads(text)])
+        async with (
+            stdio_client(params, errlog=err) as (read, write),
+            ClientSession(read, write) as client,
+        ):
+            await client.initialize()
+            for name, arguments in plan:
+                if name == "list_tools":
+                    listed = await client.list_tools()
+                    answers.append([False, sorted(t.name for t in listed.tools)])
+                    continue
+                result = await client.call_tool(name, arguments)
+                text = "".join(getattr(c, "text", "") for c in result.content)
+                answers.append([result.is_error, text if result.is_error else json.loads(text)])
     return answers
 
 
 if __name__ == "__main__":
-    print(json.dumps(anyio.run(calls, json.loads(sys.argv[1]), sys.argv[2])))
+    sys.stdout.write(json.dumps(anyio.run(calls, json.loads(sys.argv[1]), sys.argv[2])) + "\n")

@@ -20,7 +20,14 @@ from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 
 ROOT_MARK = "{root}"
-KEYS = ("description", "aliases", "command", "env", "args", "source", "seeds", "env_allow")
+KEYS = (
+    "description", "aliases", "command", "env", "args", "source", "seeds", "env_allow",
+    "mcp_args", "mcp_env",
+)  # fmt: skip
+# In `mcp_args`: the path of the JSON file naming gitsess's MCP server (`mcpServers`), and
+# the same server as an inline TOML table (for `codex -c mcp_servers.gitsess=...`).
+MCP_CONFIG_MARK = "{mcp_config}"
+MCP_TOML_MARK = "{mcp_toml}"
 
 _KIND = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -71,6 +78,10 @@ class Profile:
     # Names (globs) of the caller's environment variables the agent sees; empty: all of them.
     # gitsess's own (the session's, the lever's, the git config it adds) are always set.
     env_allow: tuple[str, ...] = ()
+    # How the CLI is told of gitsess's MCP server: arguments (with MCP_CONFIG_MARK or
+    # MCP_TOML_MARK), or an environment variable set to the JSON file's path.
+    mcp_args: tuple[str, ...] = ()
+    mcp_env: str | None = None
 
     def visible_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """What of the caller's environment the agent's command gets (see `env_allow`)."""
@@ -195,7 +206,16 @@ def _profile(kind: str, t: dict[str, object], origin: str) -> Profile:
         seeds=seeds,
         origin=origin,
         env_allow=_strings(t, "env_allow", where),
+        mcp_args=_strings(t, "mcp_args", where),
+        mcp_env=_mcp_env(t, where),
     )
+
+
+def _mcp_env(t: dict[str, object], where: str) -> str | None:
+    value = t.get("mcp_env")
+    if value is not None and not (isinstance(value, str) and _ENV_NAME.fullmatch(value)):
+        raise GitsessError(f"{where}: mcp_env must be an environment variable name")
+    return value if isinstance(value, str) else None
 
 
 def _strings(t: dict[str, object], key: str, where: str) -> tuple[str, ...]:

@@ -44,6 +44,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--wait-relink", action="store_true")
     parser.add_argument("--ready", metavar="FILE")
     parser.add_argument("--until", metavar="FILE")
+    parser.add_argument("--mcp-config", metavar="FILE")  # claude's: MCP servers to start
     args = parser.parse_args(rest)
     cwd = os.getcwd()
     if kind == "claude":
@@ -81,6 +82,7 @@ def main(argv: list[str]) -> int:
                 "messages": [json.loads(line)["say"] for line in lines],
                 "token": credential.read_text() if credential.exists() else None,
                 "state": str(state),
+                "mcp": json.loads(Path(args.mcp_config).read_text()) if args.mcp_config else None,
             }
         )
         + "\n"

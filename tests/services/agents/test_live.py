@@ -182,3 +182,16 @@ def test_a_run_without_an_agent_is_left_alone(live: Live, home: Path) -> None:
     assert done.stdout == f"{home}|none|none\n"
     assert live.agents() == {}
     assert not homes_dir(discover(live.repo).state_dir).exists()
+
+
+def test_the_agent_is_given_gitsess_mcp_server_unless_no_mcp(live: Live) -> None:
+    given = live.run("claude")["mcp"]
+    server = given["mcpServers"]["gitsess"]
+    assert server["args"] == ["-m", "gitsess", "mcp"]
+    # the registered command starts a server that answers (its --help, as a smoke check)
+    done = subprocess.run([server["command"], *server["args"], "--help"], capture_output=True)
+    assert done.returncode == 0 and b"MCP" in done.stdout
+    argv = [*GITSESS, "run", "-s", "S", "--agent", "claude", "--no-mcp", "--", "claude"]
+    done = subprocess.run(argv, cwd=live.repo, env=live.env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["mcp"] is None
