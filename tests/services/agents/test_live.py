@@ -185,7 +185,7 @@ def test_a_run_without_an_agent_is_left_alone(live: Live, home: Path) -> None:
 
 
 def test_the_agent_is_given_gitsess_mcp_server_unless_no_mcp(live: Live) -> None:
-    given = live.run("claude")["mcp"]
+    given = live.run("c1")["mcp"]
     server = given["mcpServers"]["gitsess"]
     assert server["args"] == ["-m", "gitsess", "mcp"]
     # the registered command starts a server that answers (its --help, as a smoke check)

@@ -71,7 +71,8 @@ def test_a_new_role_gets_a_private_seeded_root_and_its_lever(
         "running",
     )
     assert p.participant.pid == os.getpid()
-    assert p.argv == ["claude", "--continue"]
+    # the MCP server's registration, a file in the root
+    assert p.argv == ["claude", "--mcp-config", str(root / "gitsess-mcp.json"), "--continue"]
     assert p.env["CLAUDE_CONFIG_DIR"] == str(root)
     assert (p.env["GITSESS_ROLE"], p.env["GITSESS_AGENT_ROOT"]) == ("claude", str(root))
     assert os.readlink(root / ".credentials.json") == str(home / ".claude/.credentials.json")
