@@ -189,8 +189,8 @@ def test_the_agent_is_given_gitsess_mcp_server_unless_no_mcp(live: Live) -> None
     server = given["mcpServers"]["gitsess"]
     assert server["args"] == ["-m", "gitsess", "mcp"]
     # the registered command starts a server that answers (its --help, as a smoke check)
-    done = subprocess.run([server["command"], *server["args"], "--help"], capture_output=True)
-    assert done.returncode == 0 and b"MCP" in done.stdout
+    helped = subprocess.run([server["command"], *server["args"], "--help"], capture_output=True)
+    assert helped.returncode == 0 and b"MCP" in helped.stdout
     argv = [*GITSESS, "run", "-s", "S", "--agent", "claude", "--no-mcp", "--", "claude"]
     done = subprocess.run(argv, cwd=live.repo, env=live.env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
