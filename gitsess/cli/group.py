@@ -79,7 +79,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "overlaps": (
         "radar_cmds",
         "Paths that two sessions (or a session and its branch's new commits) both changed, and"
-        " whether applying both would conflict. Computed in memory: nothing is written.",
+        " whether applying both would conflict.",
     ),
     "ps": ("live_cmds", "List mounted sessions of this repository and who is inside."),
     "pull": (
