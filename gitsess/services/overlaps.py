@@ -10,17 +10,18 @@ one exception, as for a diff: the scratch repository streams those to the object
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Literal
 
 import pygit2
+from pygit2.enums import FileMode
 
 from gitsess.errors import GitsessError
 from gitsess.git.apply_commit import branch_tip
 from gitsess.git.changes import compute_changes
-from gitsess.git.objects import commit_tree, edit_tree, store_view_blob
+from gitsess.git.objects import store_view_blob, tree_entry
 from gitsess.git.repo import RepoContext
 from gitsess.git.scratch import ScratchRepository, scratch_repo
 from gitsess.services.real_tree import open_real, open_view, real_root
@@ -54,14 +55,16 @@ class Overlap:
         }
 
 
+Entry = tuple[str, int] | None  # (blob id, git mode); None: absent
+
+
 @dataclass(frozen=True)
 class _Side:
-    """A session as the radar sees it: its base and the tree its changes make of it."""
+    """A session as the radar sees it: its base and the git state of each path it changed."""
 
     session: Session
     base: str | None
-    tree: str
-    paths: frozenset[str]
+    entries: dict[str, Entry]
 
 
 def overlaps(ctx: RepoContext, only: Iterable[str] = ()) -> list[Overlap]:
@@ -102,14 +105,15 @@ def _group_overlaps(ctx: RepoContext, group: list[Session], wanted: set[str]) ->
         for a, b in combinations(sides, 2):
             if wanted and not wanted & {a.session.id, b.session.id}:
                 continue
-            shared = a.paths & b.paths
+            shared = sorted(a.entries.keys() & b.entries.keys())
             if shared:
-                ancestor = _merge_base_tree(scratch, a.base, b.base)
-                conflicts = _conflicts(scratch, ancestor, a.tree, b.tree)
+                ancestor = _tree(repo, _merge_base(repo, a.base, b.base))
+                conflicts = _conflicts(
+                    scratch, shared, _entries(ancestor, shared), a.entries, b.entries
+                )
                 found.append(
-                    Overlap(a.session.name, b.session.name, "session", tuple(sorted(shared)),
-                            conflicts)
-                )  # fmt: skip
+                    Overlap(a.session.name, b.session.name, "session", tuple(shared), conflicts)
+                )
         for side in sides:
             if not wanted or side.session.id in wanted:
                 branch = _branch_overlap(repo, scratch, side)
@@ -130,26 +134,54 @@ def _side(
             entries = {c.path: store_view_blob(scratch, view, c) for c in git_changes}
     except GitsessError:
         return None  # a damaged or unreachable session: `ls` and `show` say why
-    tree = edit_tree(scratch, commit_tree(scratch, session.base_commit), entries)
-    return _Side(session, session.base_commit, tree, frozenset(entries))
+    return _Side(session, session.base_commit, entries)
 
 
-def _merge_base_tree(scratch: pygit2.Repository, a: str | None, b: str | None) -> str:
+def _tree(repo: pygit2.Repository, commit: str | None) -> pygit2.Tree | None:
+    return None if commit is None else repo[commit].peel(pygit2.Tree)
+
+
+def _merge_base(repo: pygit2.Repository, a: str | None, b: str | None) -> str | None:
     if a == b or a is None or b is None:
-        return commit_tree(scratch, a if a == b else None)
-    base = scratch.merge_base(a, b)
-    return commit_tree(scratch, str(base) if base is not None else None)
+        return a if a == b else None
+    base = repo.merge_base(a, b)
+    return str(base) if base is not None else None
+
+
+def _entries(tree: pygit2.Tree | None, paths: Sequence[str]) -> dict[str, Entry]:
+    return {p: tree_entry(tree, p) if tree is not None else None for p in paths}
 
 
 def _conflicts(
-    scratch: pygit2.Repository, ancestor: str, ours: str, theirs: str
+    scratch: pygit2.Repository,
+    paths: Sequence[str],
+    base: Mapping[str, Entry],
+    ours: Mapping[str, Entry],
+    theirs: Mapping[str, Entry],
 ) -> tuple[str, ...]:
-    index = scratch.merge_trees(ancestor, ours, theirs)
+    """Which of `paths` a three-way merge cannot merge. Only those paths are merged, each side
+    a tree of them alone: a path's merge depends on its three versions, and trees of the whole
+    worktree cost a tree write per directory of it, per session."""
+    contested = [p for p in paths if ours[p] != theirs[p] and base[p] not in (ours[p], theirs[p])]
+    if not contested:
+        return ()
+    ancestor, one, other = (
+        _small_tree(scratch, {p: side[p] for p in contested}) for side in (base, ours, theirs)
+    )
+    index = scratch.merge_trees(ancestor, one, other)
     if index.conflicts is None:
         return ()
     return tuple(
         sorted({next(str(e.path) for e in entry if e is not None) for entry in index.conflicts})
     )
+
+
+def _small_tree(scratch: pygit2.Repository, entries: Mapping[str, Entry]) -> pygit2.Oid:
+    index = pygit2.Index()
+    for path, entry in entries.items():
+        if entry is not None:
+            index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry[0]), FileMode(entry[1])))
+    return index.write_tree(scratch)
 
 
 def _branch_overlap(
@@ -162,11 +194,14 @@ def _branch_overlap(
     tip = branch_tip(repo, branch)
     if tip is None or tip == side.base:
         return None
-    base_tree, tip_tree = commit_tree(scratch, side.base), commit_tree(scratch, tip)
-    deltas = scratch.diff(base_tree, tip_tree).deltas
+    base_tree, tip_tree = _tree(repo, side.base), _tree(repo, tip)
+    assert base_tree is not None and tip_tree is not None
+    deltas = base_tree.diff_to_tree(tip_tree).deltas
     moved = {path for d in deltas for path in (d.old_file.path, d.new_file.path)}
-    shared = side.paths & moved
+    shared = sorted(side.entries.keys() & moved)
     if not shared:
         return None
-    conflicts = _conflicts(scratch, base_tree, side.tree, tip_tree)
-    return Overlap(side.session.name, branch, "branch", tuple(sorted(shared)), conflicts)
+    conflicts = _conflicts(
+        scratch, shared, _entries(base_tree, shared), side.entries, _entries(tip_tree, shared)
+    )
+    return Overlap(side.session.name, branch, "branch", tuple(shared), conflicts)
