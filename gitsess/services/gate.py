@@ -86,12 +86,6 @@ def commit(
         raise GitsessError("--test needs a command")
     if retries < 0:
         raise GitsessError("--retries cannot be negative")
-    target = branch or session.branch
-    if target is None:
-        raise GitsessError(
-            f"session {session.name} is on a detached HEAD; give --branch to commit on"
-        )
-
     attempt = functools.partial(
         apply_to_commit, ctx, session, pathspecs, message=message, author=author,
         include_ignored=include_ignored, squash=squash,
@@ -99,11 +93,20 @@ def commit(
     if test is None or dry_run:
         outcome = attempt(branch=branch, force=force, dry_run=dry_run)
     else:
+        target = branch or session.branch
+        if target is None:
+            raise GitsessError(
+                f"session {session.name} is on a detached HEAD; give --branch to commit on"
+            )
         with branch_queue.turn(ctx, target):
             land = functools.partial(attempt, branch=branch, force=force)
             outcome = _gated(ctx, session, target, test, retries, attempt, land)
     if outcome.ok and not dry_run and outcome.commit is not None and outcome.commit.commit:
-        found = overlaps.overlaps(ctx)
+        try:
+            found = overlaps.overlaps(ctx)
+        except GitsessError as e:
+            # The commit landed: the radar's failure is worth a note, not a failed apply.
+            return replace(outcome, notes=(*outcome.notes, f"conflict radar: {e}"))
         now = sorted({o.name for o in found if o.kind == "branch" and o.conflict} - {session.name})
         outcome = replace(outcome, now_conflicts=tuple(now))
     return outcome
