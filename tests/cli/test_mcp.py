@@ -232,3 +232,13 @@ def test_two_agents_collide_the_radar_sees_it_and_the_gate_keeps_the_branch_gree
     assert git(repo, "rev-parse", "main^") == tip
     assert (repo / "calc.py").read_text() == CALC.replace("add(", "plus(")
     assert gitsess(repo, "diff", "two", "--name-only").stdout == "calc.py\n"
+
+
+def test_run_kills_a_command_past_its_timeout(repo: Path, tmp_path: Path) -> None:
+    assert gitsess(repo, "new", "slow").returncode == 0
+    plan = [["run", {"session": "slow", "command": ["sleep", "7731"], "timeout": 2}]]
+    ran = ok(agent(repo, plan, tmp_path / "server.err")[0])
+    assert (ran["timed_out"], ran["exit_code"]) == (True, -9)
+    # the command went with the `gitsess run` that ran it
+    left = subprocess.run(["pgrep", "-f", "sleep 7731"], capture_output=True, check=False)
+    assert left.stdout == b""
