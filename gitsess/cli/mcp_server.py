@@ -47,7 +47,8 @@ def sessions_tool() -> Any:
     from gitsess.cli.session_cmds import clashes, ls_json
 
     ctx = discover()
-    return ls_json(sessions.list_sessions(ctx), clashes(ctx))
+    infos = sessions.list_sessions(ctx)
+    return ls_json(infos, clashes(ctx, infos))
 
 
 def show(session: str | None = None) -> Any:

@@ -133,7 +133,7 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
         return
     ctx = discover()
     infos = sessions.list_sessions(ctx)
-    clash = clashes(ctx)
+    clash = clashes(ctx, infos)
     if as_json:
         print_json(ls_json(infos, clash))
         return
@@ -186,8 +186,11 @@ def show_json(
 _CLASH_NOTE = "[red]x[/] applying both would conflict: the paths are in `gitsess overlaps`"
 
 
-def clashes(ctx: RepoContext) -> dict[str, list[str]]:
-    """What each session would conflict with (sessions, or its branch), by the radar."""
+def clashes(ctx: RepoContext, infos: Sequence[SessionInfo]) -> dict[str, list[str]]:
+    """What each session would conflict with (sessions, or its branch), by the radar; not
+    even loaded when no session has changes (`ls` of an empty repository stays quick)."""
+    if all(i.changed_files == 0 for i in infos):
+        return {}
     from gitsess.services import overlaps
 
     return overlaps.conflicting(overlaps.overlaps(ctx))

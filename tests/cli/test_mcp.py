@@ -133,13 +133,23 @@ def test_every_tool_answers_what_the_cli_json_gives(repo: Path, tmp_path: Path) 
     assert "Traceback" not in errlog.read_text()
 
 
+def _state(repo: Path) -> tuple[object, ...]:
+    """What a user could see change: refs, the worktree, the sessions, exp's delta and kv (not
+    SQLite's own files, which a read may touch)."""
+    files = {k: v for k, v in snapshot(repo).items() if not k.startswith(".git")}
+    return (
+        git(repo, "for-each-ref"), files, cli_json(repo, "ls", "--json"),
+        cli_json(repo, "diff", "exp", "--json"), cli_json(repo, "kv", "exp", "ls", "--json"),
+    )  # fmt: skip
+
+
 @pytest.mark.timeout(300)
 def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
     repo: Path, tmp_path: Path
 ) -> None:
     errlog = tmp_path / "server.err"
     assert gitsess(repo, "new", "exp").returncode == 0
-    state = git(repo, "for-each-ref"), snapshot(repo), cli_json(repo, "ls", "--json")
+    state = _state(repo)
     answers = agent(
         repo,
         [
@@ -172,7 +182,7 @@ def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
     # (the SDK's own argument checks, 6, 8 and 11, answer pydantic's several lines)
     sdk = (6, 8, 11)
     assert [n for n, (_, text) in enumerate(errors) if "\n" in text and n not in sdk] == []
-    assert (git(repo, "for-each-ref"), snapshot(repo), cli_json(repo, "ls", "--json")) == state
+    assert _state(repo) == state
     assert "Traceback" not in errlog.read_text()
 
 
