@@ -137,9 +137,11 @@ def _state(repo: Path) -> tuple[object, ...]:
     """What a user could see change: refs, the worktree, the sessions, exp's delta and kv (not
     SQLite's own files, which a read may touch)."""
     files = {k: v for k, v in snapshot(repo).items() if not k.startswith(".git")}
+    # (ls last: reading exp's delta the first time creates it, and ls counts 0 changes then
+    # where it said null before)
     return (
-        git(repo, "for-each-ref"), files, cli_json(repo, "ls", "--json"),
-        cli_json(repo, "diff", "exp", "--json"), cli_json(repo, "kv", "exp", "ls", "--json"),
+        git(repo, "for-each-ref"), files, cli_json(repo, "diff", "exp", "--json"),
+        cli_json(repo, "kv", "exp", "ls", "--json"), cli_json(repo, "ls", "--json"),
     )  # fmt: skip
 
 
