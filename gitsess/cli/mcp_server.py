@@ -60,7 +60,9 @@ def show(session: str | None = None) -> Any:
     ctx = discover()
     info = sessions.info(ctx, session)
     usage = inspection.usage(ctx, info)
-    return show_json(info, usage, inspection.drift(info.session, info.session_dir))
+    drift = inspection.drift(info.session, info.session_dir)
+    commits = inspection.own_commits(ctx, info.session) if info.commits else []
+    return show_json(info, usage, drift, commits)
 
 
 def new(name: str | None = None, title: str = "") -> Any:
