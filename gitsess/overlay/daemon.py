@@ -549,15 +549,7 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
     except BaseException:
         tree.let_go(*kept)
         raise
-    stale = tree.reload(rewound.inodes)
-    # Their attributes go before any other request is served: the kernel asks for them anew
-    # before a read, and drops the pages of a file whose size or mtime changed. This part never
-    # waits for a request in flight; names and pages, which may, go from a thread before the
-    # answer (see `_client`).
-    for ino in stale:
-        with contextlib.suppress(OSError):
-            pyfuse3.invalidate_inode(pyfuse3.InodeT(ino), attr_only=True)
-    state.stale_inodes.extend(stale)
+    state.stale_inodes.extend(tree.reload(rewound.inodes))
     state.stale_entries.extend(rewound.entries)
     return {"ok": True, "operation": rewound.operation.id}, None
 
