@@ -25,7 +25,7 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, guard, hostloop, listahead, presence, protocol
+from gitsess.overlay import control, guard, history, hostloop, listahead, presence, protocol
 from gitsess.overlay.audit import Participant
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
@@ -543,7 +543,8 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
     try:
         rewound = tree.store.rewind(int(msg["target"]), str(msg.get("kind") or "rewind"))
     except KeyError:
-        return {"ok": False, "error": f"no checkpoint {msg['target']}"}, None
+        missing = str(history.no_such(int(msg["target"])))
+        return {"ok": False, "error": missing, "whole": True}, None
     state.stale_inodes.extend(tree.reload(rewound.inodes))
     state.stale_entries.extend(rewound.entries)
     return {"ok": True, "operation": rewound.operation.id}, None

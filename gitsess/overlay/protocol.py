@@ -34,11 +34,12 @@ REWIND = "rewind"
 
 
 class Refused(Exception):
-    """The daemon answered `ok: false`."""
+    """The daemon answered `ok: false`; `whole`: its error is the user's whole message (the
+    one an offline command gives), not a detail of the request."""
 
-    def __init__(self, error: str, *, stopping: bool) -> None:
+    def __init__(self, error: str, *, stopping: bool, whole: bool = False) -> None:
         super().__init__(error)
-        self.stopping = stopping
+        self.stopping, self.whole = stopping, whole
 
 
 class Participant:
@@ -86,7 +87,11 @@ class Changes:
 
 def _answer(reply: dict[str, Any]) -> dict[str, Any]:
     if not reply.get("ok"):
-        raise Refused(str(reply.get("error")), stopping=bool(reply.get("stopping")))
+        raise Refused(
+            str(reply.get("error")),
+            stopping=bool(reply.get("stopping")),
+            whole=bool(reply.get("whole")),
+        )
     return reply
 
 

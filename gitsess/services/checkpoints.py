@@ -114,6 +114,8 @@ def _ask(session: Session, what: str, op: Callable[..., T | None], *args: object
     except protocol.Refused as e:
         if e.stopping:
             return None
+        if e.whole:
+            raise GitsessError(str(e)) from None
         raise GitsessError(f"{what} of session {session.name}: {e}") from None
     except ConnectionError:
         return None

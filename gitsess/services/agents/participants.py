@@ -135,14 +135,20 @@ def prepare(
     run_argv, run_env = lever.apply(
         list(argv) or list(profile.command), profile.visible_env(env), root
     )
-    if profile.turn_hook and run_argv:
+    # The CLI's own options go only to the CLI itself, not to another command run as it.
+    own = bool(run_argv) and _program(run_argv[0]) in {_program(c) for c in profile.command[:1]}
+    if profile.turn_hook and own:
         _write_turn_hooks(root)
         hook = [a.replace(profiles.ROOT_MARK, str(root)) for a in profile.turn_hook]
         run_argv = [run_argv[0], *hook, *run_argv[1:]]
     run_env |= {ROLE_ENV: role, ROOT_ENV: str(root)}
     if mcp:
-        run_argv, run_env = _with_mcp(profile, root, run_argv, run_env)
+        run_argv, run_env = _with_mcp(profile, root, run_argv, run_env, own)
     return Prepared(started, run_argv, run_env, notes, fd, watcher)
+
+
+def _program(arg: str) -> str:
+    return os.path.basename(arg)
 
 
 def _write_turn_hooks(root: Path) -> None:
@@ -156,9 +162,9 @@ MCP_CONFIG = "gitsess-mcp.json"
 
 
 def _with_mcp(
-    profile: profiles.Profile, root: Path, argv: list[str], env: dict[str, str]
+    profile: profiles.Profile, root: Path, argv: list[str], env: dict[str, str], own: bool
 ) -> tuple[list[str], dict[str, str]]:
-    if not profile.mcp_args and profile.mcp_env is None:
+    if profile.mcp_env is None and not (profile.mcp_args and own):
         return argv, env
     server = {"command": sys.executable, "args": ["-m", "gitsess", "mcp"]}
     config = root / MCP_CONFIG
@@ -169,7 +175,7 @@ def _with_mcp(
         a.replace(profiles.MCP_CONFIG_MARK, str(config)).replace(profiles.MCP_TOML_MARK, toml)
         for a in profile.mcp_args
     )
-    return profiles.Lever(env=profile.mcp_env, args=args).apply(argv, env, config)
+    return profiles.Lever(env=profile.mcp_env, args=args if own else ()).apply(argv, env, config)
 
 
 def _add(
