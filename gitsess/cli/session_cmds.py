@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from gitsess.services import inspection
+    from gitsess.services.sessions import RepoContext
 
 
 @cli.command()
@@ -151,6 +152,20 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
         console().print(_table(others, drift, with_worktree=True))
     if any(drift.values()):
         console().print(_DRIFT_NOTE)
+    _say_interrupted(ctx, [i.session for i in infos])
+
+
+def _say_interrupted(ctx: RepoContext, listed: Sequence[Session]) -> None:
+    """Until the next command on it, the real worktree of an apply killed half-way shows only
+    part of what it wrote: whoever looks is told."""
+    for s in listed:
+        if live.apply_interrupted(ctx, s):
+            click.echo(
+                f"gitsess: session {s.name}: an apply was interrupted and the real worktree may"
+                " show part of it; any gitsess command on the session (or gitsess gc) completes"
+                " it",
+                err=True,
+            )
 
 
 _DRIFT_NOTE = (
@@ -261,6 +276,7 @@ def show(
     width = max(len(key) for key, _ in rows)
     for key, value in rows:
         console().print(f"[bold]{key:<{width}}[/]  {escape(value)}", soft_wrap=True)
+    _say_interrupted(ctx, [s])
     if drift:
         console().print(
             f"[yellow]warning:[/] the real worktree changed {len(drift)} path(s) that this"

@@ -117,7 +117,6 @@ def git_config_env(env: Mapping[str, str], config: Mapping[str, str]) -> dict[st
 @dataclass(frozen=True)
 class RunResult:
     exit_code: int
-    in_place: bool
 
 
 def run(
@@ -143,13 +142,14 @@ def run(
         spec, protocol.Participant(os.getpid(), role, read_only, list(argv), run_id)
     )
     hidden = hidden_paths(ctx, session)
-    state = session.worktree / hidden[0] if hidden else None
+    # Where the command finds the state dir: its real path, in the worktree or not.
+    state = session.worktree / hidden[0] if hidden else ctx.state_dir
     placement = inplace.Placement(session.worktree, Path(live.mountpoint), read_only, state)
     child_env = {**env, **session_env(ctx, session, live.mountpoint, env)}
     with conn:
         os.set_inheritable(conn.fileno(), True)
         try:
-            proc, in_place = inplace.spawn(
+            proc = inplace.spawn(
                 argv, placement, cwd=cwd, env=child_env, pass_fds=(conn.fileno(),)
             )
         except FileNotFoundError:
@@ -168,7 +168,7 @@ def run(
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-    return RunResult(128 - code if code < 0 else code, in_place)
+    return RunResult(128 - code if code < 0 else code)
 
 
 def keep_mounted(
@@ -180,7 +180,9 @@ def keep_mounted(
     read_only: bool,
 ) -> mount.Status:
     """`gitsess mount`: a mount that stays until `gitsess umount`; read-only when asked or
-    when the session is."""
+    when the session is. A mount point given must be a directory already."""
+    if mountpoint is not None and not mountpoint.is_dir():
+        raise GitsessError(f"mount point {mountpoint} is not a directory (create it first)")
     spec = spec_for(
         ctx,
         session,
@@ -204,12 +206,12 @@ def apply_interrupted(ctx: RepoContext, session: Session) -> bool:
 
 
 def mountpoint_of(ctx: RepoContext, session: Session) -> Path:
-    live = mount.status(session.id)
+    live = mount.status(ctx.session_dir(session.id))
     return Path(live.mountpoint) if live else ctx.session_dir(session.id) / "mnt"
 
 
 def unmount(ctx: RepoContext, session: Session) -> bool:
-    return mount.stop(session.id, mountpoint_of(ctx, session))
+    return mount.stop(ctx.session_dir(session.id), mountpoint_of(ctx, session))
 
 
 @dataclass(frozen=True)
@@ -218,10 +220,10 @@ class LiveSession:
     status: mount.Status
 
 
-def live_sessions(sessions: Sequence[Session]) -> list[LiveSession]:
+def live_sessions(ctx: RepoContext, sessions: Sequence[Session]) -> list[LiveSession]:
     out = []
     for s in sessions:
-        st = mount.status(s.id)
+        st = mount.status(ctx.session_dir(s.id))
         if st is not None:
             out.append(LiveSession(s, st))
     return out
@@ -231,7 +233,7 @@ def open_view(ctx: RepoContext, session: Session) -> OverlayView:
     """The session's view from delta.db, after the live daemon (if any) committed its state."""
     from gitsess.overlay.view import OverlayView
 
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     return OverlayView(
         ctx.session_dir(session.id) / "delta.db", session.worktree, hidden_paths(ctx, session)
     )
@@ -258,14 +260,14 @@ def drop_paths(
     with mount.locked(session_dir):
         try:
             try:
-                reply = protocol.drop(session.id, paths, restamp, expect)
+                reply = protocol.drop(str(ctx.session_dir(session.id)), paths, restamp, expect)
             except ConnectionError:
                 # It was stopping and closed with our request unread: once it is gone (after
                 # its last commit) delta.db is ours to write; a daemon started meanwhile is asked.
                 reply = (
                     None
-                    if mount.status(session.id) is None
-                    else protocol.drop(session.id, paths, restamp, expect)
+                    if mount.status(ctx.session_dir(session.id)) is None
+                    else protocol.drop(str(ctx.session_dir(session.id)), paths, restamp, expect)
                 )
         except protocol.Refused as e:
             raise GitsessError(f"the session daemon refused: {e}") from None

@@ -42,6 +42,7 @@ __all__ = [
     "SESSION_ENV",
     "Removal",
     "RepoContext",
+    "NoSuchSession",
     "RepoSessions",
     "Session",
     "SessionInfo",
@@ -54,6 +55,7 @@ __all__ = [
     "list_sessions",
     "remove",
     "rename",
+    "registry_problems",
     "resolve",
     "set_title",
     "touch",
@@ -254,7 +256,7 @@ def resolve(
         with _registry(ctx, create=False) as registry:
             found = _lookup(registry, ref)
         if found is None:
-            raise GitsessError(f"no session {ref!r} in {ctx.common_dir}")
+            raise NoSuchSession(f"no session {ref!r} in {ctx.common_dir}")
         return found
     return resolve_or_create(ctx, ref, worktree=worktree, env=env)[0]
 
@@ -279,6 +281,16 @@ def resolve_or_create(
         return resolve(ctx, ref, env=env), False
 
 
+def registry_problems(ctx: RepoContext) -> list[str]:
+    """What a full read of the registry finds wrong (none when there is no registry)."""
+    with _registry(ctx, create=False) as registry:
+        return [] if registry is None else registry.problems()
+
+
+class NoSuchSession(GitsessError):
+    """A reference that names no session (the registry itself was read)."""
+
+
 def _ref(ref: str | None, env: Mapping[str, str] | None) -> str:
     env = os.environ if env is None else env
     ref = ref or env.get(SESSION_ENV)
@@ -292,7 +304,7 @@ def _ref(ref: str | None, env: Mapping[str, str] | None) -> str:
 def _find(ctx: RepoContext, registry: Registry, ref: str) -> Session:
     session = _lookup(registry, ref)
     if session is None:
-        raise GitsessError(f"no session {ref!r} in {ctx.common_dir}")
+        raise NoSuchSession(f"no session {ref!r} in {ctx.common_dir}")
     return session
 
 
@@ -398,7 +410,11 @@ def rename(ctx: RepoContext, ref: str | None, new_name: str) -> Session:
     """Give a session a new name. Its worktree and branch keep theirs: a branch may be shared."""
     validate_name(new_name)
     with _existing_registry(ctx) as registry:
-        return registry.update(_find(ctx, registry, _ref(ref, None)).id, name=new_name)
+        session = _find(ctx, registry, _ref(ref, None))
+        if session.name == new_name:
+            # `rename base -1` names the newest session (-1), not a new name: say so.
+            raise GitsessError(f"session {session.name} is already named {new_name}")
+        return registry.update(session.id, name=new_name)
 
 
 def set_title(ctx: RepoContext, ref: str | None, title: str) -> Session:
@@ -449,7 +465,7 @@ def _unmount_for_removal(ctx: RepoContext, session: Session) -> None:
     """A mounted session is unmounted first; one with people inside is refused."""
     from gitsess.services import live
 
-    status = mount.status(session.id)
+    status = mount.status(ctx.session_dir(session.id))
     if status is not None and status.participants:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
         raise GitsessError(

@@ -292,7 +292,7 @@ def timeline(ctx: RepoContext, session: Session, flt: Filter) -> Timeline:
     """
     all_runs = runs(ctx, session)
     _check_run(session, flt, all_runs)
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     with DeltaReader(delta_path(ctx, session)) as reader:
         last_id = reader.max_event_id()
         events = reader.events(flt, upto_id=last_id)

@@ -24,6 +24,17 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def keep_private(path: Path) -> None:
+    """Make an existing directory of ours 0700, whatever it was made with (a `.git/gitsess`
+    made 0755 by hand or by an old version would show titles and command lines to everyone)."""
+    try:
+        st = path.stat()
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            path.chmod(0o700)
+    except OSError as e:
+        raise GitsessError(f"cannot make {path} private: {e.strerror}") from e
+
+
 def connect(path: Path) -> apsw.Connection:
     """A connection in WAL mode with foreign keys on and a busy timeout.
 

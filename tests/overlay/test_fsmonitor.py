@@ -73,7 +73,7 @@ def test_fsmonitor_agrees_with_a_full_scan(mounted: Mounted) -> None:
 def test_unknown_token_means_everything(mounted: Mounted) -> None:
     from gitsess.overlay import protocol
 
-    session = mounted.spec.session_id
+    session = str(mounted.spec.session_dir)
     reply = protocol.fsmonitor(session, "stale", 5)
     assert reply is not None
     assert reply.paths is None
