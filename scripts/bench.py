@@ -57,6 +57,7 @@ from rich.console import Console
 from rich.table import Table
 
 import gitsess
+from gitsess.git.repo import discover
 from gitsess.overlay import mounttable
 from gitsess.runtime import mount, prestart
 
@@ -389,7 +390,7 @@ def ensure_stopped(spec: mount.MountSpec, pid: int | None) -> None:
     """Stop the session's daemon if it still runs, then make sure of it: kill the daemon we
     know of and lazily unmount whatever is left."""
     try:
-        mount.stop(spec.session_id, spec.target)
+        mount.stop(spec.session_dir, spec.target)
     finally:
         if pid is not None and not _exited(pid, timeout=30):
             # `gitsess mount` prestarts its daemon, which then shows as the launcher
@@ -426,7 +427,7 @@ def _start_profiled_daemon(spec: mount.MountSpec, profile: Path) -> int:
     os.close(write_end)
     with os.fdopen(read_end, "rb") as ready:
         answer = ready.readline().strip()
-    live = mount.status(spec.session_id)
+    live = mount.status(spec.session_dir)
     if answer != b"ready" or live is None:
         raise RuntimeError(f"the profiled daemon did not start: {answer!r}, see {spec.log}")
     return live.daemon_pid
@@ -957,6 +958,11 @@ def gitsess_new(b: Bench, repo: Path, name: str, *extra: str) -> Session:
     return Session(name, str(data["id"]), Path(str(data["worktree"])))
 
 
+def session_dir_of(session: Session) -> Path:
+    """The session's dir, which names its daemon (its state lives under the git dir)."""
+    return discover(session.worktree).session_dir(session.id)
+
+
 def session_spec(repo: Path, session: Session) -> mount.MountSpec:
     """Where gitsess keeps and mounts the session (its state lives under the git dir)."""
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
@@ -974,7 +980,7 @@ def cli_mounted(b: Bench, repo: Path, session: Session) -> Iterator[View]:
     pid: int | None = None
     try:
         gitsess_cli(b, repo, "mount", session.name)
-        live = mount.status(session.id)
+        live = mount.status(session_dir_of(session))
         pid = live.daemon_pid if live is not None else None
         yield View(GITSESS, spec.target, pid)
     finally:
@@ -1034,7 +1040,7 @@ def time_new_mount(b: Bench, repo: Path, name: str, c: Creation) -> None:
     """`gitsess new --mount`, until the view lists its root."""
     t0 = time.perf_counter()
     with new_session(b, repo, name, "--mount") as session:
-        live = mount.status(session.id)
+        live = mount.status(session_dir_of(session))
         try:
             if live is None:
                 raise RuntimeError(f"gitsess new {name} --mount left nothing mounted")
@@ -1299,12 +1305,12 @@ class GitTimer:
             raise RuntimeError(f"the git timer exited {self.proc.returncode}")
 
 
-def _wait_unmounted(session_id: str, timeout: float = 30) -> None:
+def _wait_unmounted(session_dir: Path, timeout: float = 30) -> None:
     """Until the session's daemon is gone, so that the next `gitsess run` starts a fresh one."""
     deadline = time.monotonic() + timeout
-    while mount.status(session_id) is not None:
+    while mount.status(session_dir) is not None:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the daemon of session {session_id} did not stop")
+            raise RuntimeError(f"the daemon of session {session_dir.name} did not stop")
         time.sleep(0.05)
 
 
@@ -1373,7 +1379,7 @@ def _git_warm(
     try:
         for t in GIT_TARGETS:
             timers[t] = GitTimer(b, t, repos[t], session.name)
-        live = mount.status(session.id)
+        live = mount.status(session_dir_of(session))
         pids = {NATIVE: None, GITSESS: live.daemon_pid if live is not None else None}
         for t in GIT_TARGETS:
             _git_op_once(timers[t], op, "warm-up", rels, pids[t])  # not counted
@@ -1383,7 +1389,7 @@ def _git_warm(
     finally:
         for timer in timers.values():
             timer.close()
-        _wait_unmounted(session.id)
+        _wait_unmounted(session_dir_of(session))
 
 
 def _git_cold(
@@ -1394,7 +1400,7 @@ def _git_cold(
         for t in GIT_TARGETS[run % 2 :] + GIT_TARGETS[: run % 2]:
             timer = GitTimer(b, t, repos[t], session.name)
             try:
-                live = mount.status(session.id) if t == GITSESS else None
+                live = mount.status(session_dir_of(session)) if t == GITSESS else None
                 drop_caches()
                 res.add(
                     t,
@@ -1402,7 +1408,7 @@ def _git_cold(
                 )
             finally:
                 timer.close()
-                _wait_unmounted(session.id)
+                _wait_unmounted(session_dir_of(session))
 
 
 # ---------------------------------------------------------------------------------- profiles

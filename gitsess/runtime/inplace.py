@@ -94,27 +94,34 @@ def _unescape(field: bytes) -> str:
     return os.fsdecode(bytes(out))
 
 
-def _map_ids(pid: int | str, root: bool) -> None:
+def _map_ids(
+    pid: int | str, ids: tuple[int, int], root: bool, proc: int | None = None
+) -> None:
     """The id maps of `pid`'s new user namespace: everyone as they are for root, else the
-    user alone (all an unprivileged process may map)."""
-    uid, gid = os.getuid(), os.getgid()
-    proc = Path(f"/proc/{pid}")
+    user alone, `ids` (all an unprivileged process may map). `proc`: a descriptor of the
+    /proc to use (the process's own may show another PID namespace by then)."""
+    uid, gid = ids
     if root:
-        (proc / "uid_map").write_text(f"0 0 {FULL_RANGE}")
-        (proc / "gid_map").write_text(f"0 0 {FULL_RANGE}")
-        return
-    (proc / "setgroups").write_text("deny")
-    (proc / "uid_map").write_text(f"{uid} {uid} 1")
-    (proc / "gid_map").write_text(f"{gid} {gid} 1")
+        maps = {"uid_map": f"0 0 {FULL_RANGE}", "gid_map": f"0 0 {FULL_RANGE}"}
+    else:
+        maps = {"setgroups": "deny", "uid_map": f"{uid} {uid} 1", "gid_map": f"{gid} {gid} 1"}
+    for name, text in maps.items():
+        fd = os.open(f"{pid}/{name}" if proc is not None else f"/proc/{pid}/{name}",
+                     os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc)  # fmt: skip
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
 
 
 def _unshare() -> None:
-    if os.getuid() == 0:
+    ids = os.getuid(), os.getgid()  # (read before: in the new namespace they are unmapped)
+    if ids[0] == 0:
         check(LIBC.unshare(CLONE_NEWNS), "unshare")
         return
     # Unprivileged: a user namespace that maps us to ourselves, so files keep their owners.
     check(LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
-    _map_ids("self", root=False)
+    _map_ids("self", ids, root=False)
 
 
 @dataclass(frozen=True)
@@ -168,6 +175,8 @@ def _fork_init(reason_fd: int) -> None:
     command's process only."""
     root = os.getuid() == 0
     outer = os.getpid()
+    # The /proc of this process's PID namespace: the init mounts the new one over it.
+    proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     ended_r, ended_w = os.pipe()
     mapped_r, mapped_w = os.pipe()
     unshared_r, unshared_w = os.pipe()
@@ -178,14 +187,14 @@ def _fork_init(reason_fd: int) -> None:
         ok = os.read(unshared_r, 1) == b"u"
         if ok:
             try:
-                _map_ids(init, root)
+                _map_ids(init, (os.getuid(), os.getgid()), root, proc)
             except OSError as e:
                 os.write(reason_fd, f"user namespace: {e}".encode())
                 ok = False
         os.write(mapped_w, b"m" if ok else b"x")
         _close_all_but(ended_r)
         _relay(init, ended_r)
-    for fd in (ended_r, mapped_w, unshared_r):
+    for fd in (ended_r, mapped_w, unshared_r, proc):
         os.close(fd)
     _die_with(outer, signal.SIGKILL)
     # A failure here is raised into Popen's child code, which reports it through its error
@@ -227,7 +236,8 @@ def _relay(init: int, ended_r: int) -> NoReturn:
     status = struct.unpack("i", told)[0] if len(told) == 4 else 255 << 8
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
+        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # (these have no handler to reset)
+            signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 255)
 

@@ -92,3 +92,23 @@ def test_a_run_is_sealed_for_a_user_too(user: User, repo: Path) -> None:
     assert out.splitlines() == ["no-rm", "view"]
     assert (repo / "README.md").read_text() == "hello\n"
     assert list((repo / ".git" / "gitsess" / "sessions").glob("*/delta.db"))
+
+
+def test_doctor_and_allow_other_say_what_a_user_needs(user: User, repo: Path) -> None:
+    """Issue 37 items 9 and 10: doctor tries what a run does; --allow-other without
+    user_allow_other names the fix instead of "fuse_session_mount failed"."""
+    doctor = user.gitsess(repo, "doctor", "--json")
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)}
+    assert checks["runs in place"]["verdict"] == "ok", checks["runs in place"]
+    assert checks["/dev/fuse"]["verdict"] == "ok", checks["/dev/fuse"]
+    conf = Path("/etc/fuse.conf")
+    allowed = conf.exists() and "user_allow_other" in conf.read_text().split()
+    ok(user.gitsess(repo, "new", "exp"))
+    mounted = user.gitsess(repo, "mount", "exp", "--allow-other")
+    if allowed:
+        assert mounted.returncode == 0, mounted.stderr
+        return
+    assert checks["mount --allow-other"]["verdict"] == "warn"
+    assert "echo user_allow_other >> /etc/fuse.conf" in checks["mount --allow-other"]["detail"]
+    assert mounted.returncode == 1
+    assert "user_allow_other" in mounted.stderr and "fuse_session_mount" not in mounted.stderr
