@@ -94,9 +94,7 @@ def _unescape(field: bytes) -> str:
     return os.fsdecode(bytes(out))
 
 
-def _map_ids(
-    pid: int | str, ids: tuple[int, int], root: bool, proc: int | None = None
-) -> None:
+def _map_ids(pid: int | str, ids: tuple[int, int], root: bool, proc: int | None = None) -> None:
     """The id maps of `pid`'s new user namespace: everyone as they are for root, else the
     user alone, `ids` (all an unprivileged process may map). `proc`: a descriptor of the
     /proc to use (the process's own may show another PID namespace by then)."""
@@ -149,25 +147,41 @@ def _enter_view(p: Placement, cwd: Path, parent: int, reason_fd: int) -> None:
         _unshare()
         _mount(None, "/", MS_REC | MS_SLAVE)
         state = p.state_dir
+        # A worktree gitsess made lies in the state dir (`worktrees/`): the view goes over it
+        # after the seal, else before (the state dir in the view is the one to seal then).
+        # (The view is opened first: the seal covers the mounts below the state dir.)
+        state_first = state is not None and p.worktree.is_relative_to(state)
+        view_fd = os.open(p.mountpoint, os.O_PATH | os.O_CLOEXEC)
+        if state is not None and state_first:
+            _seal(state, os.open(state, os.O_PATH | os.O_CLOEXEC))
         state_fd = os.open(state, os.O_PATH | os.O_CLOEXEC) if state is not None else None
-        _mount(str(p.mountpoint), str(p.worktree), MS_BIND)
+        _mount(f"/proc/self/fd/{view_fd}", str(p.worktree), MS_BIND)
+        os.close(view_fd)
         if p.read_only:
             _remount_read_only(str(p.worktree))
         if state is not None and state_fd is not None:
-            # Recursive: as a user, a bind that would uncover what the views mounted below
-            # the state dir hide is refused (EINVAL: locked children). Those mounts, other
-            # sessions' views among them, are then covered by empty read-only ones.
-            _mount(f"/proc/self/fd/{state_fd}", str(state), MS_BIND | MS_REC)
-            os.close(state_fd)
-            _remount_read_only(str(state))
-            for below in _mounts_below(str(state)):
-                _mount("none", below, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "tmpfs")
+            if state_first:
+                os.close(state_fd)
+            else:
+                _seal(state, state_fd)
         check(LIBC.unshare(CLONE_NEWPID), "unshare")
     except OSError as e:
         os.write(reason_fd, str(e).encode())
         raise
     _fork_init(reason_fd)
     os.chdir(cwd)
+
+
+def _seal(state: Path, state_fd: int) -> None:
+    """Bind the state dir `state_fd` opened read-only at `state`. Recursive: as a user, a bind
+    that would uncover what the views mounted below it hide is refused (EINVAL: locked
+    children). Those mounts, other sessions' views among them, are then covered by empty
+    read-only ones."""
+    _mount(f"/proc/self/fd/{state_fd}", str(state), MS_BIND | MS_REC)
+    os.close(state_fd)
+    _remount_read_only(str(state))
+    for below in _mounts_below(str(state)):
+        _mount("none", below, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "tmpfs")
 
 
 def _fork_init(reason_fd: int) -> None:
@@ -235,10 +249,10 @@ def _relay(init: int, ended_r: int) -> NoReturn:
     told = os.read(ended_r, 4)
     status = struct.unpack("i", told)[0] if len(told) == 4 else 255 << 8
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # (these have no handler to reset)
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
+        ended_by = os.WTERMSIG(status)
+        if ended_by != signal.SIGKILL:  # (which has no handler to reset)
+            signal.signal(ended_by, signal.SIG_DFL)
+        os.kill(os.getpid(), ended_by)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 255)
 
 

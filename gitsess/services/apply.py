@@ -186,7 +186,7 @@ def apply_to_commit(
         f"refs/heads/{branch.removeprefix('refs/heads/')}"
     ):
         raise GitsessError(f"--branch {branch!r} is not a valid branch name")
-    with prepare(ctx, session, writes_real=True) as p:
+    with prepare(ctx, session) as p:
         target = branch or p.session.branch
         if target is None:
             raise GitsessError(

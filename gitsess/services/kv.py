@@ -75,7 +75,7 @@ def _store(ctx: RepoContext, session: Session, *, create: bool) -> Iterator[apsw
     if not path.parent.is_dir():
         raise GitsessError(f"the directory of session {session.name} is missing: {path.parent}")
     try:
-        conn = schema.connect(str(path))
+        conn = schema.connect(str(path), readonly=sealed.inside_run(ctx))
     except apsw.Error as e:
         raise GitsessError(f"cannot open {path}: {e}") from e
     try:

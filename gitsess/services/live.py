@@ -149,9 +149,7 @@ def run(
     with conn:
         os.set_inheritable(conn.fileno(), True)
         try:
-            proc = inplace.spawn(
-                argv, placement, cwd=cwd, env=child_env, pass_fds=(conn.fileno(),)
-            )
+            proc = inplace.spawn(argv, placement, cwd=cwd, env=child_env, pass_fds=(conn.fileno(),))
         except FileNotFoundError:
             raise GitsessError(f"command not found: {argv[0]}", exit_code=127) from None
         except PermissionError:

@@ -40,9 +40,9 @@ from gitsess.store.user_index import UserIndex, index_path
 
 __all__ = [
     "SESSION_ENV",
+    "NoSuchSession",
     "Removal",
     "RepoContext",
-    "NoSuchSession",
     "RepoSessions",
     "Session",
     "SessionInfo",
@@ -53,9 +53,9 @@ __all__ = [
     "info",
     "list_everywhere",
     "list_sessions",
+    "registry_problems",
     "remove",
     "rename",
-    "registry_problems",
     "resolve",
     "set_title",
     "touch",

@@ -247,7 +247,7 @@ class Registry:
                 for column in columns:
                     rows = self.conn.execute(
                         f'SELECT rowid, CAST("{column}" AS BLOB) FROM "{table}"'
-                        f' WHERE typeof("{column}") = \'text\''
+                        f" WHERE typeof(\"{column}\") = 'text'"
                     )
                     for rowid, raw in rows:
                         try:

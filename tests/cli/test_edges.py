@@ -170,15 +170,23 @@ def test_arguments_that_would_do_nothing_or_too_much_are_refused(
     assert gitsess(repo, "run", "-s", "base", "--", "sh", "-c", "echo x > x.txt").returncode == 0
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
     done = gitsess(repo, "apply", "base", "--commit", "--branch", "", "-m", "m")
-    assert (done.returncode, done.stderr) == (1, "gitsess: --branch '' is not a valid branch name\n")
+    assert (done.returncode, done.stderr) == (
+        1,
+        "gitsess: --branch '' is not a valid branch name\n",
+    )
     again = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
     assert again.stdout == head.stdout
     renamed = gitsess(repo, "rename", "base", "-1")
-    assert (renamed.returncode, renamed.stderr) == (1, "gitsess: session base is already named base\n")
+    assert (renamed.returncode, renamed.stderr) == (
+        1,
+        "gitsess: session base is already named base\n",
+    )
     missing = tmp_path / "nonexistent" / "dir"
     mounted = gitsess(repo, "mount", "base", str(missing))
     assert mounted.returncode == 1
-    assert mounted.stderr == f"gitsess: mount point {missing} is not a directory (create it first)\n"
+    assert (
+        mounted.stderr == f"gitsess: mount point {missing} is not a directory (create it first)\n"
+    )
     assert not missing.parent.exists()
 
 

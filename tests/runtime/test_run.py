@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -195,7 +194,9 @@ def test_joining_a_daemon_as_it_stops_starts_another(repo: Path, ctx: RepoContex
     first = mount.ensure_mounted(live.spec_for(ctx, session, persistent=True))
     assert protocol.stop(str(ctx.session_dir(session.id)))
     with pytest.raises(mount.DaemonStopping):
-        mount.join(ctx.session_dir(session.id), protocol.Participant(os.getpid(), None, False, [], None))
+        mount.join(
+            ctx.session_dir(session.id), protocol.Participant(os.getpid(), None, False, [], None)
+        )
     status, conn = mount.mount_and_join(
         live.spec_for(ctx, session), protocol.Participant(os.getpid(), None, False, [], None)
     )

@@ -99,9 +99,8 @@ def test_the_state_is_read_inside_and_written_through_the_daemon(repo: Path) -> 
 @pytest.mark.parametrize(
     "command", [["rm", "exp", "--force"], ["new", "x"], ["apply", "--worktree"], ["gc"]]
 )
-def test_commands_that_write_the_state_are_refused_inside(
-    repo: Path, command: list[str]
-) -> None:
+def test_commands_that_write_the_state_are_refused_inside(repo: Path, command: list[str]) -> None:
+    assert gitsess(repo, "new", "exp").returncode == 0
     code, _, err = run(repo, f"{GS} {shlex.join(command)}")
     assert code == 1
     assert err == (

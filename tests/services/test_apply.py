@@ -300,9 +300,7 @@ def test_bad_input_is_one_line(repo: Path, exp: Session, cli: Cli) -> None:
     assert err.strip() == "gitsess: session det is on a detached HEAD; give --branch to commit on"
 
 
-def test_diff_and_apply_from_inside_the_session_are_refused(
-    repo: Path, ctx: RepoContext
-) -> None:
+def test_diff_and_apply_from_inside_the_session_are_refused(repo: Path, ctx: RepoContext) -> None:
     """Inside `gitsess run` nothing leads to the real tree (issue 37): diff and apply say to
     run them outside, in one line, and the real tree stays as it was."""
     me = " ".join([*GITSESS])

@@ -61,7 +61,9 @@ def test_gc_finds_what_no_hook_saw(repo: Path, tmp_path: Path) -> None:
     assert status is not None
     os.kill(status.daemon_pid, signal.SIGKILL)
     stale_mount = discover(repo).session_dir(session(repo, "stale").id) / "mnt"
-    assert eventually(lambda: mount.status(discover(repo).session_dir(session(repo, "stale").id)) is None)
+    assert eventually(
+        lambda: mount.status(discover(repo).session_dir(session(repo, "stale").id)) is None
+    )
     sessions_dir = discover(repo).sessions_dir
     orphan = sessions_dir / str(uuid.uuid4())
     orphan.mkdir()
