@@ -4,6 +4,11 @@ The user gets a directory of its own (a temporary one, 0755 up to it, so its dae
 can reach it) with a virtualenv of a Python it can execute: this one's may live where only root
 goes (pyenv under /root). The virtualenv finds gitsess and its libraries where they are when
 the user can read them, else in copies made for it.
+
+Where /dev/fuse is 0600 (as in some containers; libfuse then cannot mount as a user even with a
+setuid fusermount3), the user's commands run in a mount namespace of their own where a 0666
+node of the same device is bound over it, as on a stock Debian machine: nothing of this
+machine's own is changed.
 """
 
 from __future__ import annotations
@@ -11,10 +16,12 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +43,7 @@ class User:
     gid: int
     home: Path
     python: str
+    namespace: int | None = None  # the pid of the process holding the user's mount namespace
 
     def env(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {
@@ -60,13 +68,16 @@ class User:
         env: Mapping[str, str] | None = None,
         timeout: float = 60,
     ) -> subprocess.CompletedProcess[str]:
+        become = ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", "--clear-groups"]
+        enter = (
+            []
+            if self.namespace is None
+            else ["nsenter", "-t", str(self.namespace), "-m", f"--wd={cwd}"]
+        )
         return subprocess.run(
-            args,
+            [*enter, *become, "--", *args],
             cwd=cwd,
             env=self.env(env),
-            user=self.uid,
-            group=self.gid,
-            extra_groups=[],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -110,9 +121,12 @@ def _pythons() -> Iterator[str]:
 
 
 def _try(uid: int, gid: int, args: list[str]) -> bool:
-    done = subprocess.run(
-        args, user=uid, group=gid, extra_groups=[], capture_output=True, check=False, cwd="/"
-    )
+    try:
+        done = subprocess.run(
+            args, user=uid, group=gid, extra_groups=[], capture_output=True, check=False, cwd="/"
+        )
+    except OSError:  # not executable for the user
+        return False
     return done.returncode == 0
 
 
@@ -152,10 +166,42 @@ def user_env() -> Iterator[User]:
             (target / "gitsess-shared.pth").write_text(f"{top / 'src'}\n{top / 'site'}\n")
             if not _try(uid, gid, imports):
                 pytest.fail(f"the user {USER} cannot import gitsess's libraries")
-        yield User(uid, gid, home, python)
+        with _fuse_for(uid, gid, top) as namespace:
+            yield User(uid, gid, home, python, namespace)
     finally:
-        subprocess.run(["fusermount3", "-uz", str(top)], capture_output=True, check=False)
         shutil.rmtree(top, ignore_errors=True)
+
+
+@contextmanager
+def _fuse_for(uid: int, gid: int, top: Path) -> Iterator[int | None]:
+    """None when the user can open /dev/fuse; else the pid holding a mount namespace where it
+    can (killed afterwards, which unmounts whatever the user left mounted there)."""
+    if _try(uid, gid, ["sh", "-c", "exec 3<>/dev/fuse"]):
+        yield None
+        return
+    if shutil.which("nsenter") is None or shutil.which("unshare") is None:
+        _skip("/dev/fuse is not for users here, and no nsenter/unshare to give them one")
+    node = top / "fuse"
+    st = os.stat("/dev/fuse")
+    os.mknod(node, 0o666 | stat.S_IFCHR, st.st_rdev)
+    node.chmod(0o666)
+    holder = subprocess.Popen(
+        ["unshare", "--mount", "--propagation", "slave", "sleep", "infinity"]
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while os.readlink(f"/proc/{holder.pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
+            if time.monotonic() > deadline:
+                pytest.fail("the user's mount namespace was not made")
+            time.sleep(0.01)
+        subprocess.run(
+            ["nsenter", "-t", str(holder.pid), "-m", "mount", "--bind", str(node), "/dev/fuse"],
+            check=True,
+        )
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def make_user_repo(user: User, path: Path) -> Path:
