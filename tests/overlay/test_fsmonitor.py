@@ -17,7 +17,13 @@ pytestmark = pytest.mark.fuse
 
 
 def status(m: Mounted, *, monitored: bool) -> str:
-    env = {**os.environ, "GITSESS_SESSION_ID": m.spec.session_id}
+    # The hook finds the daemon in the session dir, `$GITSESS_DIR/sessions/<id>`.
+    state = m.spec.session_dir.parent / "state"
+    link = state / "sessions" / m.spec.session_id
+    if not link.is_symlink():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(m.spec.session_dir)
+    env = {**os.environ, "GITSESS_SESSION_ID": m.spec.session_id, "GITSESS_DIR": str(state)}
     if monitored:
         env.update(git_config_env({}, FSMONITOR_CONFIG))
         env["GIT_TRACE_FSMONITOR"] = str(m.spec.session_dir / "fsmonitor.trace")
