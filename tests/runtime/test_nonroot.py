@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,3 +113,19 @@ def test_doctor_and_allow_other_say_what_a_user_needs(user: User, repo: Path) ->
     assert "echo user_allow_other >> /etc/fuse.conf" in checks["mount --allow-other"]["detail"]
     assert mounted.returncode == 1
     assert "user_allow_other" in mounted.stderr and "fuse_session_mount" not in mounted.stderr
+
+
+def test_doctor_names_the_fix_for_a_dev_fuse_users_cannot_open(user: User) -> None:
+    """Issue 37 item 10: libfuse opens /dev/fuse itself before it asks fusermount3."""
+    node = user.home / "fuse-0600"
+    os.mknod(node, 0o600 | stat.S_IFCHR, os.stat("/dev/fuse").st_rdev)
+    try:
+        code = (
+            "from pathlib import Path; from gitsess.services.doctor import check_dev_fuse; "
+            f"c = check_dev_fuse(Path({str(node)!r})); print(c.verdict); print(c.detail)"
+        )
+        verdict, detail = ok(user.run([user.python, "-c", code], user.home)).splitlines()
+    finally:
+        node.unlink()
+    assert verdict == "fail"
+    assert f"chmod 0666 {node}" in detail
