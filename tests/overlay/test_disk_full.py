@@ -160,6 +160,9 @@ def test_apply_commit_on_a_full_disk_says_no_space(tmp_path: Path) -> None:
             while True:
                 f.write(b"\0" * (1 << 16))
                 f.flush()
+        # Room for the apply's journal and lock, not for the 3 MB object.
+        filler = disk / "filler"
+        os.truncate(filler, filler.stat().st_size - (512 << 10))
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True)
         done = gitsess(repo, "apply", "exp", "--commit", "-m", "big")
         assert done.returncode == 1
