@@ -185,9 +185,7 @@ def _fuse_for(uid: int, gid: int, top: Path) -> Iterator[int | None]:
     st = os.stat("/dev/fuse")
     os.mknod(node, 0o666 | stat.S_IFCHR, st.st_rdev)
     node.chmod(0o666)
-    holder = subprocess.Popen(
-        ["unshare", "--mount", "--propagation", "slave", "sleep", "infinity"]
-    )
+    holder = subprocess.Popen(["unshare", "--mount", "--propagation", "slave", "sleep", "infinity"])
     try:
         deadline = time.monotonic() + 10
         while os.readlink(f"/proc/{holder.pid}/ns/mnt") == os.readlink("/proc/self/ns/mnt"):
