@@ -108,6 +108,7 @@ def run(
                 read_only=read_only or session.read_only,
                 role=role,
                 run_id=run_id,
+                own_state=None if agent is None else agent.participant.root,
             )
             code = result.exit_code
         except GitsessError as e:

@@ -130,6 +130,8 @@ class Placement:
     # The real state dir, bound read-only at its real path (inside the worktree too, where the
     # view hides it).
     state_dir: Path | None = None
+    # Directories in the state dir that stay writable: the agent's own isolation root.
+    writable: tuple[Path, ...] = ()
 
 
 def _die_with(parent: int, sig: int = signal.SIGTERM) -> None:
@@ -152,6 +154,8 @@ def _enter_view(p: Placement, cwd: Path, parent: int, reason_fd: int) -> None:
         # (The view is opened first: the seal covers the mounts below the state dir.)
         state_first = state is not None and p.worktree.is_relative_to(state)
         view_fd = os.open(p.mountpoint, os.O_PATH | os.O_CLOEXEC)
+        # Opened before the seal too: a bind of a path in the sealed tree would be read-only.
+        own = [(w, os.open(w, os.O_PATH | os.O_CLOEXEC)) for w in p.writable]
         if state is not None and state_first:
             _seal(state, os.open(state, os.O_PATH | os.O_CLOEXEC))
         state_fd = os.open(state, os.O_PATH | os.O_CLOEXEC) if state is not None else None
@@ -164,6 +168,9 @@ def _enter_view(p: Placement, cwd: Path, parent: int, reason_fd: int) -> None:
                 os.close(state_fd)
             else:
                 _seal(state, state_fd)
+        for path, fd in own:
+            _mount(f"/proc/self/fd/{fd}", str(path), MS_BIND)
+            os.close(fd)
         check(LIBC.unshare(CLONE_NEWPID), "unshare")
     except OSError as e:
         os.write(reason_fd, str(e).encode())

@@ -129,11 +129,13 @@ def run(
     read_only: bool = False,
     role: str | None = None,
     run_id: int | None = None,
+    own_state: Path | None = None,
 ) -> RunResult:
     """Run `argv` inside the session's view, mounting it first unless it is live.
 
     The participant registration is a connection the command inherits: the daemon keeps the
-    view mounted while the command or anything it started still holds it.
+    view mounted while the command or anything it started still holds it. `own_state`: the
+    agent's isolation root, which stays writable inside (the rest of the state dir does not).
     """
     from gitsess.runtime import inplace
 
@@ -144,7 +146,13 @@ def run(
     hidden = hidden_paths(ctx, session)
     # Where the command finds the state dir: its real path, in the worktree or not.
     state = session.worktree / hidden[0] if hidden else ctx.state_dir
-    placement = inplace.Placement(session.worktree, Path(live.mountpoint), read_only, state)
+    placement = inplace.Placement(
+        session.worktree,
+        Path(live.mountpoint),
+        read_only,
+        state,
+        writable=() if own_state is None else (own_state,),
+    )
     child_env = {**env, **session_env(ctx, session, live.mountpoint, env)}
     with conn:
         os.set_inheritable(conn.fileno(), True)
