@@ -1082,6 +1082,69 @@ def run_creation(b: Bench, repos: Sequence[tuple[Path, int]]) -> list[Creation]:
     return results
 
 
+# ---------------------------------------------------------------------- cli start
+
+CLI_START_GOAL = 0.080  # seconds, whole process, median (issue 40)
+CLI_COMMANDS = (("ls",), ("show", "bench-cli"), ("kv", "bench-cli", "get", "k"), ("--version",))
+
+
+@dataclass
+class CliStart:
+    """Whole-process wall times of the small commands, beside `git status` and `python -c
+    pass` measured in the same rotation."""
+
+    times: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, label: str, seconds: float) -> None:
+        self.times.setdefault(label, []).append(seconds)
+
+    def median(self, label: str) -> float:
+        return statistics.median(self.times[label])
+
+
+def run_cli_start(b: Bench, repo: Path) -> CliStart:
+    gitsess_cli(b, repo, "new", "bench-cli")
+    gitsess_cli(b, repo, "kv", "bench-cli", "set", "k", "v")
+    commands = {f"gitsess {' '.join(c)}": [GITSESS_CLI, *c] for c in CLI_COMMANDS}
+    commands["git status"] = ["git", "status"]
+    commands["python -c pass"] = [sys.executable, "-c", "pass"]
+    result = CliStart()
+    labels = list(commands)
+    try:
+        # Short commands swing most with the machine's load: twice the runs of a workload.
+        for run in range(b.cfg.runs * 2 + 1):
+            k = run % len(labels)
+            for label in [*labels[k:], *labels[:k]]:
+                result.add(label, timed(functools.partial(_run, commands[label], repo, b.env)))
+    finally:
+        gitsess_cli(b, repo, "rm", "bench-cli", "--force")
+    console.log(
+        "cli start: " + ", ".join(f"{label} {fmt_time(result.median(label))}" for label in labels)
+    )
+    return result
+
+
+def cli_start_rows(c: CliStart) -> list[list[str]]:
+    git_status, python = c.median("git status"), c.median("python -c pass")
+    return [
+        [
+            label,
+            fmt_time(c.median(label)),
+            fmt_time(git_status),
+            fmt_time(python),
+            fmt_ratio(c.median(label) / git_status),
+            _colour("yes" if c.median(label) < CLI_START_GOAL else "no"),
+        ]
+        for label in c.times
+        if label.startswith("gitsess")
+    ]
+
+
+CLI_START_HEADER = [
+    "command", "gitsess", "git status", "python -c pass", "/ git status", "< 80 ms"
+]  # fmt: skip
+
+
 def run_wide_memory(b: Bench, repo: Path, rels: Sequence[str]) -> None:
     """Peak memory of both daemons after find, reading every file and git status of a big
     repository through them."""
@@ -1663,6 +1726,7 @@ class Report:
     memory: Memory
     notes: list[str]
     seconds: float = 0.0
+    cli_start: CliStart | None = None
 
     def headline(self) -> str:
         m = self.machine
@@ -1677,7 +1741,9 @@ class Report:
         )
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
-        tables = [("Median wall time", RESULT_HEADER, result_rows(self.results))]
+        tables = []
+        if self.results:
+            tables.append(("Median wall time", RESULT_HEADER, result_rows(self.results)))
         cpu = cpu_rows(self.results)
         if cpu:
             tables.append(("FUSE daemon CPU time per run (median)", CPU_HEADER, cpu))
@@ -1688,6 +1754,11 @@ class Report:
             )  # fmt: skip
         if self.memory.peaks:
             tables.append(("FUSE daemon peak memory", MEMORY_HEADER, memory_rows(self.memory)))
+        if self.cli_start is not None:
+            tables.append(
+                ("cli start (whole process, median)", CLI_START_HEADER,
+                 cli_start_rows(self.cli_start))
+            )  # fmt: skip
         return tables
 
     def markdown(self) -> str:
@@ -1729,6 +1800,7 @@ class Report:
                 for c in self.creation
             ],
             "peak_memory_kib": self.memory.peaks,
+            "cli_start": None if self.cli_start is None else self.cli_start.times,
             "notes": self.notes,
             "seconds": self.seconds,
         }
@@ -1760,7 +1832,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY",
-        help="only this workload (repeatable; also `session-start`, `apply`, `git-session`)",
+        help="only this workload (repeatable; also `session-start`, `apply`, `git-session`,"
+        " `cli-start`)",
     )
     p.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
@@ -1830,9 +1903,23 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
     if git_session_selected(only) and (only or not b.cfg.quick):
         results += run_git_session(b, only, cold_ok)
+    cli_start = None
+    if not only or "cli-start" in only:
+        cli_start = run_cli_start(b, corpus.repo if chosen else build_corpus_small(b))
     order = [w.key for w in workloads()] + ["diff", "apply-commit"] + [g.key for g in git_ops()]
     results.sort(key=lambda r: order.index(r.key))
-    return Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
+    report = Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
+    report.cli_start = cli_start
+    return report
+
+
+def build_corpus_small(b: Bench) -> Path:
+    """A repository of two files: the small commands' start does not depend on its size."""
+    repo = b.tmp / "cli-start"
+    _init_repo(repo, b.env)
+    (repo / "README.md").write_text("bench\n")
+    _commit_all(repo, ["README.md"], b.env)
+    return repo
 
 
 def main(argv: Sequence[str] | None = None) -> int:

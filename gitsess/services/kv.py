@@ -19,7 +19,7 @@ from typing import Any
 import apsw
 
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext
+from gitsess.git.location import RepoContext
 from gitsess.overlay import delta, protocol, schema
 from gitsess.services import sealed
 from gitsess.services.timeline import delta_path

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 # What works inside a run: commands that only read the state, `kv` (whose writes go through
 # the daemon), and the git hooks (which do nothing inside a session).
 INSIDE = frozenset(
-    {"agents", "archives", "doctor", "fs", "hook", "kv", "log", "ls", "ps", "show", "tour",
-     "watch"}
+    {"agents", "archives", "completion", "doctor", "fs", "hook", "kv", "log", "ls", "ps",
+     "show", "tour", "watch"}
 )  # fmt: skip
 
 
