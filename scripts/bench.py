@@ -41,6 +41,7 @@ import os
 import platform
 import pstats
 import random
+import shlex
 import shutil
 import signal
 import statistics
@@ -59,7 +60,7 @@ from rich.table import Table
 import gitsess
 from gitsess.git.repo import discover
 from gitsess.overlay import mounttable
-from gitsess.runtime import mount, prestart
+from gitsess.runtime import mount, prestart, spare
 
 console = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 150)
@@ -92,6 +93,7 @@ class Config:
     create_files: int = 2000
     bulk_files: int = 2000  # the lower directory `rm -rf` removes
     wide_files: int = 50_000  # the second repository for session creation
+    fleet_sessions: int = 50  # sessions mounted at once for their memory
     changed_files: int = 1000  # diff / apply --commit
     extra: bool = False  # also the workloads beyond issue 8's list
 
@@ -393,8 +395,8 @@ def ensure_stopped(spec: mount.MountSpec, pid: int | None) -> None:
         mount.stop(spec.session_dir, spec.target)
     finally:
         if pid is not None and not _exited(pid, timeout=30):
-            # `gitsess mount` prestarts its daemon, which then shows as the launcher
-            _kill_if(pid, prestart.DAEMON_MODULE, prestart.ARGS_FD_OPTION)
+            # `gitsess mount` has the spare fork its daemon, which then shows as the spare
+            _kill_if(pid, prestart.DAEMON_MODULE, spare.MODULE)
         _force_unmount(spec.target)
 
 
@@ -1158,6 +1160,85 @@ def run_wide_memory(b: Bench, repo: Path, rels: Sequence[str]) -> None:
             b.memory.record(f"{len(rels):,}-file repo: find, read all, git status", view)
 
 
+# ---------------------------------------------------------------------------------- checkpoints
+
+
+def _disk_bytes(root: Path) -> int:
+    return sum(p.lstat().st_blocks * 512 for p in root.rglob("*") if not p.is_symlink())
+
+
+def _checkpoint(session_dir: str) -> None:
+    from gitsess.overlay import protocol
+
+    protocol.checkpoint(session_dir, "manual", "", None, None)
+
+
+def _rewind(session_dir: str, cp: int) -> None:
+    from gitsess.overlay import protocol
+
+    protocol.rewind(session_dir, cp, "rewind")
+
+
+def run_checkpoints(b: Bench) -> None:
+    """Checkpoints (overlay/history.py), gitsess alone (nothing to compare them with): the
+    time of a checkpoint over a 50,000-file worktree with 1,000 paths changed since the last
+    one, of a live rewind of 1,000 paths, and the storage 100 checkpoints of 20 files of 10 KB
+    edited each turn take."""
+    from gitsess.overlay import protocol
+
+    wide = b.tmp / "cp-wide"
+    console.log(f"checkpoints: building the {b.cfg.wide_files:,}-file repository")
+    rels = build_wide_repo(wide, b.cfg.wide_files, b.env)
+    changed = rels[:: max(1, len(rels) // 1000)][:1000]
+    with new_session(b, wide, "cp") as s, cli_mounted(b, wide, s) as view:
+        times = []
+        sd = str(session_dir_of(s))
+        for run in range(b.cfg.runs):
+            _change_files(view.root, changed, f"cp{run}")
+            protocol.sync(sd)
+            times.append(timed(functools.partial(_checkpoint, sd)))
+        cp = protocol.checkpoint(sd, "manual", "", None, None)
+        assert cp is not None
+        _change_files(view.root, changed, "rewind")
+        protocol.sync(sd)
+        rewind = timed(functools.partial(_rewind, sd, cp))
+    b.notes.append(
+        f"checkpoint, {len(rels):,}-file worktree, {len(changed):,} paths changed since the"
+        f" last: median {fmt_time(statistics.median(times))} of {len(times)} (daemon op,"
+        f" after a sync); live rewind of {len(changed):,} paths: {fmt_time(rewind)}"
+    )
+    small = b.tmp / "cp-turns"
+    _init_repo(small, b.env)
+    names = [f"f{i:02d}.txt" for i in range(20)]
+    rng = random.Random(20)
+    _write_files(small, names, 20 * 10_000, rng)
+    _commit_all(small, names, b.env)
+    turns, edited = 100, 0
+    with new_session(b, small, "turns") as s:
+        with cli_mounted(b, small, s) as view:
+            for _ in range(turns):
+                for name in names:
+                    (view.root / name).write_bytes(rng.randbytes(10_000))
+                    edited += 10_000
+                protocol.checkpoint(str(session_dir_of(s)), "turn", "", None, None)
+        # unmounted: its last commit and WAL checkpoint are done
+        session_dir = session_spec(small, s).session_dir
+        total = sum(
+            _disk_bytes(session_dir / name)
+            if (session_dir / name).is_dir()
+            else (session_dir / name).stat().st_blocks * 512
+            for name in ("delta.db", "delta.db-wal", "data", "checkpoints")
+            if (session_dir / name).exists()
+        )
+    live = 20 * 10_000
+    b.notes.append(
+        f"storage after {turns} checkpoints of 20 files x 10 KB edited each turn:"
+        f" {total / MIB:.1f} MiB on disk (delta.db, data, checkpoints) for a live view of"
+        f" {live / 1000:.0f} KB and {edited / MIB:.1f} MiB of edits:"
+        f" {total / (live + edited):.2f}x (goal < 2x)"
+    )
+
+
 # ---------------------------------------------------------------------------------- diff / apply
 
 
@@ -1293,6 +1374,10 @@ def git_ops() -> list[GitOp]:
               cold=True),
         GitOp("git-session-commit", "git commit of 1 file in a session",
               ("git", "commit", "-q", "-m", "bench")),
+        # every file changed, then `git add -A && git commit`: 5,000 new loose objects and
+        # the trees, written into the session's delta (issue 36: objects copy-on-write)
+        GitOp("git-session-commit-all", "commit 5,000 files inside a session",
+              ("sh", "-c", "git add -A && git commit -q -m bench"), goals=(Goal(NATIVE, 1.5),)),
         GitOp("git-session-log", "git log -100 in a session", ("git", "log", "-100")),
         GitOp("git-session-diff", f"git diff of {DIFF_FILES} files in a session", ("git", "diff")),
     ]  # fmt: skip
@@ -1386,6 +1471,8 @@ def _git_op_once(
         timer.ask(
             edit=[rel], line=f"# committed by the benchmark: {tag}\n", prep=[["git", "add", rel]]
         )
+    elif op.key == "git-session-commit-all":
+        timer.ask(edit=list(rels), line=f"# all committed by the benchmark: {tag}\n")
     before = daemon_cpu_seconds(pid) if pid is not None else None
     seconds = timer.ask(cmd=list(op.cmd))
     after = daemon_cpu_seconds(pid) if pid is not None else None
@@ -1472,6 +1559,165 @@ def _git_cold(
             finally:
                 timer.close()
                 _wait_unmounted(session_dir_of(session))
+
+
+# ---------------------------------------------------------------------------------- fleets
+
+FLEET = "fleet"
+
+
+def _family(pid: int) -> list[int]:
+    """`pid` and every process below it (a daemon: its guard and its watch process)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+    return found
+
+
+def _memory_kib(pids: Sequence[int]) -> tuple[int, int]:
+    """Resident and proportional set size (RSS, PSS) of `pids` together, in KiB: RSS counts a
+    page shared by two processes twice (a forked guard's every page), PSS half in each."""
+    rss = pss = 0
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key == "Rss":
+                    rss += int(rest.split()[0])
+                elif key == "Pss":
+                    pss += int(rest.split()[0])
+    return rss, pss
+
+
+def _watched(session_dir: Path) -> bool:
+    from gitsess.overlay import protocol
+
+    st = protocol.status(str(session_dir))
+    return st is not None and st.watched
+
+
+def run_fleet(b: Bench, corpus: Corpus) -> list[Result]:
+    """`fleet_sessions` sessions of one repository mounted at once (idle, each watch in
+    place): their processes' memory, against as many fuse-overlayfs mounts of it, with each
+    daemon a process of its own (as a library call starts it) and forked from the user's spare
+    (as `gitsess new --mount` starts it); then the first `git status` in a session just
+    mounted, against native and a fresh fuse-overlayfs."""
+    n = b.cfg.fleet_sessions
+    for target in (OVERLAYFS, GITSESS):
+        with contextlib.ExitStack() as stack:
+            views = [stack.enter_context(b.view(target, corpus.repo)) for _ in range(n)]
+            if target == GITSESS:
+                _wait_watched([_session_dir_of(v) for v in views])
+            pids = [p for v in views if v.pid is not None for p in _family(v.pid)]
+            what = "daemons started by themselves" if target == GITSESS else target
+            _fleet_note(b, n, what, pids)
+    names = [f"fleet-{i}" for i in range(n)]
+    try:
+        ids = [
+            str(json.loads(gitsess_cli(b, corpus.repo, "new", name, "--mount", "--json"))["id"])
+            for name in names
+        ]
+        dirs = [discover(corpus.repo).session_dir(i) for i in ids]
+        _wait_watched(dirs)
+        daemons = [st.daemon_pid for st in (mount.status(d) for d in dirs) if st is not None]
+        spares = {_parent(pid) for pid in daemons}
+        _fleet_note(b, n, "daemons forked from the spare", [
+            *spares, *(p for pid in daemons for p in _family(pid))
+        ])  # fmt: skip
+    finally:
+        for name in names:
+            subprocess.run(
+                [GITSESS_CLI, "rm", name, "--force"], cwd=corpus.repo, env=b.env,
+                capture_output=True, check=False,
+            )  # fmt: skip
+    return [_first_status(b, corpus), _commits(b, corpus)]
+
+
+COMMITS = 200
+
+
+def _commits(b: Bench, corpus: Corpus) -> Result:
+    """`COMMITS` commits of one changed file each, one after another, inside a view: natively
+    in a copy of the repository made for each run, in fuse-overlayfs and gitsess over it, each
+    run a fresh view (the commits stay in its upper layer or delta)."""
+    res = Result("commits", f"{COMMITS} commits inside", [Goal(NATIVE, 1.3)])
+    rel = corpus.files[0]
+    script = (
+        f"for i in $(seq {COMMITS}); do echo $i >> {shlex.quote(rel)};"
+        " git commit -qam c$i || exit 1; done"
+    )
+    for run in range(b.cfg.slow_runs):
+        for target in rotation(run):
+            lower = corpus.repo
+            if target == NATIVE:
+                lower = b.scratch / f"commits-{run}"
+                _run(["cp", "-a", str(corpus.repo), str(lower)])
+            try:
+                with b.view(target, lower) as view:
+                    step = functools.partial(_run, ["sh", "-c", script], view.root, b.env)
+                    res.add(target, timed(step))
+            finally:
+                if target == NATIVE:
+                    shutil.rmtree(lower, ignore_errors=True)
+    progress(res)
+    return res
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[1])
+
+
+def _wait_watched(dirs: Sequence[Path]) -> None:
+    deadline = time.monotonic() + 120
+    while not all(_watched(d) for d in dirs) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+
+
+def _fleet_note(b: Bench, n: int, what: str, pids: Sequence[int]) -> None:
+    rss, pss = _memory_kib(pids)
+    b.notes.append(
+        f"{n} sessions mounted, {what} ({len(pids)} processes): RSS {rss / 1024:.0f} MiB in "
+        f"all, {rss / 1024 / n:.1f} per session; PSS {pss / 1024:.0f} MiB in all, "
+        f"{pss / 1024 / n:.1f} per session"
+    )
+    console.log(b.notes[-1])
+
+
+def _session_dir_of(view: View) -> Path:
+    """The session dir of the daemon that serves `view` (the dir of its delta.db)."""
+    assert view.pid is not None
+    with open(f"/proc/{view.pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    return Path(os.fsdecode(argv[argv.index(b"--delta") + 1])).parent
+
+
+def _first_status(b: Bench, corpus: Corpus) -> Result:
+    """`git status` once in a view just mounted (the page cache warm), the way a coding
+    agent's first command goes; natively, the same `git status` in the repository."""
+    from gitsess.services import live
+
+    res = Result("first-status", "first git status in a new session (warm)", [Goal(NATIVE, 2.0)])
+    config = live.git_config_env(b.env, live.git_config_for(corpus.repo))
+    _run(["git", "status", "--porcelain"], cwd=corpus.repo)  # the page cache warm
+    for run in range(b.cfg.runs):
+        for target in rotation(run):
+            with b.view(target, corpus.repo) as view:
+                env = {**b.env, **config}
+                if target == GITSESS:
+                    session_dir = _session_dir_of(view)
+                    env["GITSESS_SESSION_ID"] = session_dir.name
+                    env["GITSESS_DIR"] = str(session_dir.parent.parent)
+                status = functools.partial(_run, ["git", "status", "--porcelain"], view.root, env)
+                res.add(target, timed(status))
+    progress(res)
+    return res
 
 
 # ---------------------------------------------------------------------------------- profiles
@@ -1833,7 +2079,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         default=[],
         metavar="KEY",
         help="only this workload (repeatable; also `session-start`, `apply`, `git-session`,"
-        " `cli-start`)",
+        " `cli-start`, `fleet`, `checkpoints`)",
     )
     p.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
@@ -1880,7 +2126,7 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
     chosen = select(b.cfg, only, cold_ok)
     results: list[Result] = []
     creation: list[Creation] = []
-    if chosen or not only or {"session-start", "apply"} & set(only):
+    if chosen or not only or {"session-start", "apply", FLEET} & set(only):
         console.log(f"building the corpus in {b.tmp}")
         corpus = build_corpus(b.tmp / "corpus", b.cfg, b.env)
         results += run_shared(b, [w for w in chosen if not w.mutates], corpus)
@@ -1901,12 +2147,17 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             results += run_apply(b, corpus)
         else:
             b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
+    if "checkpoints" in only or (not only and not b.cfg.quick):
+        run_checkpoints(b)
     if git_session_selected(only) and (only or not b.cfg.quick):
         results += run_git_session(b, only, cold_ok)
+    if FLEET in only or not (only or b.cfg.quick):
+        results += run_fleet(b, corpus)
     cli_start = None
     if not only or "cli-start" in only:
         cli_start = run_cli_start(b, corpus.repo if chosen else build_corpus_small(b))
     order = [w.key for w in workloads()] + ["diff", "apply-commit"] + [g.key for g in git_ops()]
+    order += ["first-status", "commits"]
     results.sort(key=lambda r: order.index(r.key))
     report = Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
     report.cli_start = cli_start

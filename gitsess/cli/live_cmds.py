@@ -217,6 +217,7 @@ def ps(as_json: bool) -> None:
 
     ctx = discover()
     mounted = live.live_sessions(ctx, [i.session for i in sessions.list_sessions(ctx)])
+    strays = live.stray_daemons()
     if as_json:
         print_json(
             [
@@ -228,11 +229,30 @@ def ps(as_json: bool) -> None:
                     "kept": m.status.persistent,
                     "read_only": m.status.read_only,
                     "participants": m.status.participants,
+                    "stray": None,
                 }
                 for m in mounted
             ]
+            + [
+                {
+                    "name": None,
+                    "id": s.session_id,
+                    "daemon_pid": s.pid,
+                    "mountpoint": None,
+                    "persistent": False,
+                    "read_only": False,
+                    "participants": [],
+                    "stray": s.reason,
+                }
+                for s in strays
+            ]
         )
         return
+    for s in strays:
+        console().print(
+            f"Stray daemon {s.pid} of session {escape(s.session_id)}: {escape(s.reason)}"
+            " (`gitsess gc` ends it)"
+        )
     if not mounted:
         console().print("No session is mounted.")
         return

@@ -34,8 +34,11 @@ NAME_FILE = "control"
 LOCK_FILE = "daemon.lock"
 
 
+PREFIX = b"\0gitsess-"
+
+
 def new_address(session_id: str) -> bytes:
-    return b"\0gitsess-" + session_id.encode() + b"-" + os.urandom(16).hex().encode()
+    return PREFIX + session_id.encode() + b"-" + os.urandom(16).hex().encode()
 
 
 def address(session_dir: str) -> bytes | None:

@@ -25,13 +25,14 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, guard, hostloop, listahead, protocol
+from gitsess.overlay import control, guard, hostloop, listahead, presence, protocol
 from gitsess.overlay.audit import Participant
 from gitsess.overlay.delta import DeltaStore, copy_delta, kv_get, kv_put, kv_remove
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.lower_watcher import LowerWatcher
+from gitsess.overlay.presence import Presence
 from gitsess.overlay.tree import Tree
 
 log = logging.getLogger("gitsess.daemon")
@@ -55,6 +56,9 @@ LISTINGS_DRAIN = 2.0
 FAILURE_LOG_INTERVAL = 60.0
 # How long the last commit, once the view is no longer served, waits between attempts.
 FINAL_RETRY = 1.0
+# How long an fsmonitor query waits for the worktree watch to report what changed before it;
+# past that, it answers "everything may have changed".
+LOWER_SYNC_TIMEOUT = 1.0
 
 
 # How often the log tells of connections refused for one cause (another user's): a loop of
@@ -88,6 +92,7 @@ class State:
     persistent: bool
     read_only: bool
     ahead: ListAhead | None
+    presence: Presence
     participants: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_id: int = 1
     ever_joined: bool = False
@@ -95,6 +100,7 @@ class State:
     # its last commit and unmount, but takes no one in.
     stopping: bool = False
     stale_entries: list[tuple[int, bytes]] = field(default_factory=list)
+    stale_inodes: list[int] = field(default_factory=list)
     stop_asked: trio.Event = field(default_factory=trio.Event)
     # Why the daemon is to stop as soon as it can save everything (a signal, the last
     # participant gone) while the delta cannot be written: a full disk.
@@ -103,6 +109,12 @@ class State:
     failing_since: float | None = None
     failure_logged: float = 0.0
     refusals: Refusals = field(default_factory=lambda: Refusals())
+    # The view left the mount table under the daemon (a lazy unmount): the mount point is not
+    # ours to unmount any more.
+    detached: bool = False
+    # delta.db was deleted under the daemon: nothing it holds can be saved anywhere.
+    abandoned: bool = False
+    watcher: LowerWatcher | None = None
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -153,7 +165,14 @@ def main(argv: list[str] | None = None) -> int:
     guarded = guard.start(args.mountpoint)
     if guarded is None:
         log.warning("no guard: %s is not in the mount table", args.mountpoint)
-    state = State(tree, args.mountpoint, args.persistent, args.read_only, ahead)
+    state = State(
+        tree,
+        args.mountpoint,
+        args.persistent,
+        args.read_only,
+        ahead,
+        Presence(args.mountpoint, args.delta),
+    )
     watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
     try:
         if hostloop.SERVES:
@@ -164,8 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         if guarded is not None:
             guard.stand_down(guarded)
         watcher.stop()
-        _commit_until_saved(tree)
-        pyfuse3.close(unmount=True)
+        if state.abandoned:
+            with contextlib.suppress(OSError, apsw.Error):
+                tree.commit(durable=True, settle=False)
+        else:
+            _commit_until_saved(tree)
+        pyfuse3.close(unmount=not state.detached)
         tree.close()
         store.close()
         log.info("unmounted %s", args.mountpoint)
@@ -204,6 +227,7 @@ async def _serve(
     """Everything but the FUSE requests, which `HostLoop` serves while this waits for
     `fuse_ended`; without it (a stock pyfuse3) they are served here, by `pyfuse3.main`."""
     token = trio.lowlevel.current_trio_token()
+    state.watcher = watcher
     watcher.on_change = lambda rels: _invalidate(state.tree, rels, token)
     watcher.on_ready = lambda: _invalidate_known(state.tree, token)
     watcher.on_lost = lambda: _watch_lost(state.tree, token)
@@ -215,6 +239,7 @@ async def _serve(
         nursery.start_soon(_commit_loop, state)
         nursery.start_soon(_stop_when_asked, state)
         nursery.start_soon(_signals, state)
+        nursery.start_soon(_watch_presence, state)
         nursery.start_soon(_control_loop, state, trio.socket.from_stdlib_socket(listener))
         if not state.persistent:
             nursery.start_soon(_first_join_deadline, state)
@@ -280,6 +305,13 @@ def _forget_in_kernel(
         entries, inodes = trio.from_thread.run_sync(stale, *args, trio_token=token)
     except trio.RunFinishedError:
         return
+    done = _invalidate_entries(entries)
+    for ino in set(inodes) - done:
+        with contextlib.suppress(OSError):
+            pyfuse3.invalidate_inode(pyfuse3.InodeT(ino))
+
+
+def _invalidate_all(entries: list[tuple[int, bytes]], inodes: list[int]) -> None:
     done = _invalidate_entries(entries)
     for ino in set(inodes) - done:
         with contextlib.suppress(OSError):
@@ -373,6 +405,21 @@ async def _stop_when_asked(state: State) -> None:
     pyfuse3.terminate()
 
 
+async def _watch_presence(state: State) -> None:
+    """Stop once the view is gone: unmounted (what the session holds is saved first), or its
+    delta.db deleted (there is nowhere left to save it)."""
+    while not state.stopping:
+        await trio.sleep(presence.INTERVAL)
+        if state.presence.deleted():
+            log.warning("%s was deleted: stopping without saving", state.presence.delta)
+            state.abandoned = True
+            state.stopping = True
+            state.stop_asked.set()
+        elif state.presence.unmounted():
+            state.detached = True
+            _stop(state, "the view was unmounted")
+
+
 async def _signals(state: State) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         # Kept open: a stop that waits for disk space must not leave a second SIGTERM to the
@@ -415,7 +462,11 @@ async def _client(state: State, stream: trio.SocketStream) -> None:
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     try:
-                        reply, joined = _handle(state, json.loads(line))
+                        msg = json.loads(line)
+                        if isinstance(msg, dict) and msg.get("op") == protocol.FSMONITOR:
+                            reply, joined = _fsmonitor(state, msg, await _lower_synced(state))
+                        else:
+                            reply, joined = _handle(state, msg)
                     except OSError as e:
                         reply, joined = {"ok": False, "error": str(e)}, None
                     except Exception as e:
@@ -424,11 +475,12 @@ async def _client(state: State, stream: trio.SocketStream) -> None:
                         reply, joined = {"ok": False, "error": f"bad request: {e!r}"}, None
                     if joined is not None:
                         participant = joined
-                    if state.stale_entries:
+                    if state.stale_entries or state.stale_inodes:
                         # Answer only once the kernel forgot them, so the caller's next read
                         # sees the worktree; from a thread, as the kernel may need the loop.
                         stale, state.stale_entries = state.stale_entries, []
-                        await trio.to_thread.run_sync(_invalidate_entries, stale)
+                        inodes, state.stale_inodes = state.stale_inodes, []
+                        await trio.to_thread.run_sync(_invalidate_all, stale, inodes)
                     await stream.send_all(json.dumps(reply).encode() + b"\n")
     except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
         return
@@ -477,7 +529,56 @@ def _join(state: State, msg: dict[str, Any]) -> Reply:
         "joined_at": time.time(),
     }
     state.ever_joined = True
+    if not state.read_only:
+        # Every run starts with a checkpoint (none when nothing changed since the last one);
+        # a full disk costs the run its checkpoint, not its start.
+        try:
+            state.tree.commit(settle=False)
+            state.tree.store.mark("run", _run_label(msg), msg.get("run_id"), msg.get("role"))
+        except (OSError, apsw.Error) as e:
+            log.warning("no checkpoint at the start of run %s: %s", msg.get("run_id"), e)
     return {"ok": True, "daemon_pid": os.getpid(), "mountpoint": state.mountpoint}, pid
+
+
+def _run_label(msg: dict[str, Any]) -> str:
+    command = msg.get("command")
+    return " ".join(map(str, command)) if isinstance(command, list) else ""
+
+
+def _checkpoint(state: State, msg: dict[str, Any]) -> Reply:
+    state.tree.commit(durable=True, settle=False)
+    cp = state.tree.store.mark(
+        str(msg.get("kind") or "manual"),
+        str(msg.get("message") or ""),
+        msg.get("run_id"),
+        msg.get("role"),
+        always=bool(msg.get("always", True)),
+    )
+    return {"ok": True, "id": None if cp is None else cp.id}, None
+
+
+def _rewind(state: State, msg: dict[str, Any]) -> Reply:
+    # On the event loop, between two requests: no process in the view sees a mix of the two
+    # states. The kernel forgets its caches after the switch, before the answer.
+    tree = state.tree
+    assert tree.store.history is not None
+    writers = {int(ino): (pid, path) for pid, ino, path in msg.get("writers") or ()}
+    held = sorted(set(writers) & tree.store.history.changed_inodes(int(msg["target"])))
+    if held and not msg.get("force"):
+        pid, path = writers[held[0]]
+        return {
+            "ok": False,
+            "error": f"process {pid} holds {path} open for writing, and the rewind changes it"
+            " (--force rewinds anyway)",
+        }, None
+    tree.commit(durable=True, settle=False)
+    try:
+        rewound = tree.store.rewind(int(msg["target"]), str(msg.get("kind") or "rewind"))
+    except KeyError:
+        return {"ok": False, "error": f"no checkpoint {msg['target']}"}, None
+    state.stale_inodes.extend(tree.reload(rewound.inodes))
+    state.stale_entries.extend(rewound.entries)
+    return {"ok": True, "operation": rewound.operation.id}, None
 
 
 def _sync(state: State, msg: dict[str, Any]) -> Reply:
@@ -527,9 +628,20 @@ def _drop(state: State, msg: dict[str, Any]) -> Reply:
     return {"ok": True, "dropped": len(dropped), "kept": [os.fsdecode(p) for p in kept]}, None
 
 
-def _fsmonitor(state: State, msg: dict[str, Any]) -> Reply:
+async def _lower_synced(state: State) -> bool:
+    """Whether every change the worktree saw before now is in the journal (see
+    `LowerWatcher.sync`); from a thread, as the watch's reports need the event loop."""
+    watcher = state.watcher
+    if watcher is None or not state.tree.watched:
+        return False
+    return await trio.to_thread.run_sync(watcher.sync, LOWER_SYNC_TIMEOUT, abandon_on_cancel=True)
+
+
+def _fsmonitor(state: State, msg: dict[str, Any], synced: bool) -> Reply:
+    """What changed since the token: unless the journal holds every change of the worktree
+    made before the query, "everything may have changed"."""
     journal = state.tree.journal
-    paths = journal.since(str(msg.get("token", "")))
+    paths = journal.since(str(msg.get("token", ""))) if synced else None
     return {
         "ok": True,
         "token": journal.token(),
@@ -575,9 +687,10 @@ HANDLERS: dict[str, Callable[[State, dict[str, Any]], Reply]] = {
     protocol.SYNC: _sync,
     protocol.COPY: _copy,
     protocol.DROP: _drop,
-    protocol.FSMONITOR: _fsmonitor,
     protocol.PERSIST: _persist,
     protocol.STOP: _stop_op,
+    protocol.CHECKPOINT: _checkpoint,
+    protocol.REWIND: _rewind,
 }
 
 

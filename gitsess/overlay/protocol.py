@@ -30,6 +30,8 @@ FSMONITOR = "fsmonitor"
 PERSIST = "persist"
 STOP = "stop"
 KV = "kv"
+CHECKPOINT = "checkpoint"
+REWIND = "rewind"
 
 
 class Refused(Exception):
@@ -106,8 +108,8 @@ def join(sock: socket.socket, participant: Participant) -> None:
     _answer(control.send(sock, message))
 
 
-def status(session_dir: str) -> Status | None:
-    reply = _request(session_dir, STATUS)
+def status(session_dir: str, timeout: float = control.TIMEOUT) -> Status | None:
+    reply = _request(session_dir, STATUS, timeout)
     if reply is None:
         return None
     return Status(reply)
@@ -164,3 +166,27 @@ def kv(session_dir: str, key: str, text: str | None, updated_ns: int) -> bool | 
     if reply is None:
         return None
     return bool(reply["existed"])
+
+
+def checkpoint(
+    session_dir: str, kind: str, message: str, run_id: int | None, role: str | None
+) -> int | None:
+    """Have the daemon commit and make a checkpoint; its id (None: no daemon)."""
+    reply = _request(session_dir, CHECKPOINT, kind=kind, message=message, run_id=run_id, role=role)
+    return None if reply is None else int(reply["id"])
+
+
+def rewind(
+    session_dir: str,
+    target: int,
+    kind: str,
+    writers: Sequence[tuple[int, int, str]] = (),
+    force: bool = False,
+) -> int | None:
+    """Have the daemon rewind the session to checkpoint `target`; the operation's id. It
+    refuses when one of the `writers` (pid, inode, path: files open for writing in the view)
+    holds a file it changes, unless `force`."""
+    reply = _request(
+        session_dir, REWIND, target=target, kind=kind, writers=list(writers), force=force
+    )
+    return None if reply is None else int(reply["operation"])

@@ -29,11 +29,10 @@ def insert(
     base_commit: str | None,
     read_only: bool,
     parent: str | None,
-    session_id: str | None = None,
+    id: str | None = None,
 ) -> Session:
     """A session row and its directory, bound to an existing worktree that it does not own
-    (`rm` of it never removes the worktree or branch). With `session_id`, its directory may
-    be there already, filled."""
+    (`rm` of it never removes the worktree or branch); `id` None gives it a new id."""
     validate_name(name)
     registry = Registry.open(ctx.registry_path, create=True)
     assert registry is not None
@@ -41,7 +40,7 @@ def insert(
     try:
         with registry.write():
             session = registry.insert(
-                id=session_id or str(uuid.uuid4()),
+                id=id or str(uuid.uuid4()),
                 name=name,
                 title=title,
                 worktree=worktree,
@@ -102,7 +101,7 @@ def fork(ctx: RepoContext, source: Session, name: str) -> Session:
             base_commit=source.base_commit,
             read_only=source.read_only,
             parent=source.id,
-            session_id=session_id,
+            id=session_id,
         )
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
