@@ -46,7 +46,7 @@ def test_a_lazily_unmounted_view_s_daemon_saves_and_exits(mounted: Mounted) -> N
         subprocess.run(["fusermount3", "-uz", str(mounted.mnt)], check=True)
         assert not mounttable.is_mount_point(mounted.mnt)
         assert eventually(lambda: exited(pid), timeout=WITHIN_S)
-        assert not control.serving(str(mounted.spec.session_dir))
+        assert eventually(lambda: not control.serving(str(mounted.spec.session_dir)))
     finally:
         os.close(held)
     with OverlayView(mounted.spec.session_dir / "delta.db", mounted.lower) as view:
