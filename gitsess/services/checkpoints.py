@@ -24,7 +24,7 @@ from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.history import Checkpoint, Operation
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
-from gitsess.services import live
+from gitsess.services import live, sealed
 from gitsess.store.registry import Session
 
 # Retention defaults (see `Retention`).
@@ -88,7 +88,16 @@ def checkpoint(
     kind: str = "manual",
     role: str | None = None,
 ) -> Made:
-    """A checkpoint of the session as it is now, mounted or not."""
+    """A checkpoint of the session as it is now, mounted or not. Inside a run (the state dir
+    is read-only there) only its daemon can make it: an agent's hook makes one each turn."""
+    if sealed.inside_run(ctx):
+        made = _ask(ctx, session, "checkpoint", protocol.checkpoint, kind, message, None, role)
+        if made is None:
+            raise GitsessError(
+                f"session {session.name} is not mounted, and inside a run only its daemon"
+                " makes checkpoints"
+            )
+        return Made(session, made)
     for _ in range(ATTEMPTS):
         with _offline(ctx, session) as store:
             if store is not None:

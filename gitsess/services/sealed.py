@@ -11,11 +11,11 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gitsess.git.repo import RepoContext
 
-# What works inside a run: commands that only read the state, `kv` (whose writes go through
-# the daemon), and the git hooks (which do nothing inside a session).
+# What works inside a run: commands that only read the state, `kv` and `checkpoint` (whose
+# writes go through the daemon), and the git hooks (which do nothing inside a session).
 INSIDE = frozenset(
-    {"agents", "archives", "completion", "doctor", "fs", "hook", "kv", "log", "ls", "ps",
-     "show", "tour", "watch"}
+    {"agents", "archives", "checkpoint", "completion", "doctor", "fs", "hook", "kv", "log",
+     "ls", "ps", "show", "tour", "watch"}
 )  # fmt: skip
 
 
