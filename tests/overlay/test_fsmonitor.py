@@ -99,7 +99,7 @@ def test_a_worktree_edit_made_just_before_a_query_is_in_its_answer(mounted: Moun
     it has what the worktree saw up to the query (item 6 of issue 41)."""
     from gitsess.overlay import protocol
 
-    session = mounted.spec.session_id
+    session = str(mounted.spec.session_dir)
     mounted.wait_watched()
     first = protocol.fsmonitor(session, "", 5)
     assert first is not None
