@@ -196,8 +196,11 @@ _CLASH_NOTE = "x applying both would conflict: the paths are in `gitsess overlap
 
 def clashes(ctx: RepoContext, infos: Sequence[SessionInfo]) -> dict[str, list[str]]:
     """What each session would conflict with (sessions, or its branch), by the radar; not
-    even loaded when no session has changes (`ls` of an empty repository stays quick)."""
-    if all(i.changed_files == 0 for i in infos):
+    even loaded when nothing could conflict: no two sessions with changes share a branch,
+    and no branch moved under one (`ls` stays quick for a single session's work)."""
+    changing = [i for i in infos if i.changed_files or i.commits]
+    branches = [i.session.branch for i in changing]
+    if len(set(branches)) == len(branches) and not any(i.behind for i in changing):
         return {}
     from gitsess.services import overlaps
 
