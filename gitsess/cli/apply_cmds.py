@@ -117,9 +117,10 @@ def _target(
     """The session and its root-relative pathspecs from a command's arguments."""
 
     def is_session(text: str) -> bool:
+        # Only "no such session": a registry that cannot be read is that error, not a guess.
         try:
             sessions.resolve(ctx, text)
-        except GitsessError:
+        except sessions.NoSuchSession:
             return False
         return True
 

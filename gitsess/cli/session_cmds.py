@@ -39,6 +39,7 @@ from gitsess.services.sessions import RepoContext, Session, SessionInfo, discove
 if TYPE_CHECKING:
     from gitsess.services import inspection
     from gitsess.services.inspection import OwnCommit
+    from gitsess.services.sessions import RepoContext
     from gitsess.services.timeline import Drift
 
 
@@ -163,6 +164,7 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
         click.echo(_DRIFT_NOTE)
     if clash:
         click.echo(_CLASH_NOTE)
+    _say_interrupted(ctx, [i.session for i in infos])
 
 
 def ls_json(
@@ -211,6 +213,19 @@ def _bold(text: str) -> str:
 
 def _styled(text: str, colour: str) -> str:
     return click.style(text, fg=colour) if table.colour() else text
+
+
+def _say_interrupted(ctx: RepoContext, listed: Sequence[Session]) -> None:
+    """Until the next command on it, the real worktree of an apply killed half-way shows only
+    part of what it wrote: whoever looks is told."""
+    for s in listed:
+        if live.apply_interrupted(ctx, s):
+            click.echo(
+                f"gitsess: session {s.name}: an apply was interrupted and the real worktree may"
+                " show part of it; any gitsess command on the session (or gitsess gc) completes"
+                " it",
+                err=True,
+            )
 
 
 _DRIFT_NOTE = (
@@ -357,6 +372,7 @@ def show(
         click.echo(f"{_bold(f'{key:<{width}}')}  {table.clean(value)}")
     for c in commits:
         click.echo(f"  {c.commit[:10]} {table.clean(c.subject)}")
+    _say_interrupted(ctx, [s])
     if drift:
         click.echo(
             f"{_styled('warning:', 'yellow')} the real worktree changed {len(drift)} path(s)"

@@ -190,7 +190,11 @@ def apply_to_commit(
     from gitsess.git.conflicts import Conflict
     from gitsess.services import session_git
 
-    with prepare(ctx, session, writes_real=True) as p:
+    if branch is not None and not pygit2.reference_is_valid_name(
+        f"refs/heads/{branch.removeprefix('refs/heads/')}"
+    ):
+        raise GitsessError(f"--branch {branch!r} is not a valid branch name")
+    with prepare(ctx, session) as p:
         target = branch or p.session.branch
         if target is None:
             raise GitsessError(

@@ -134,7 +134,7 @@ def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
     delta = ctx.session_dir(session.id) / "delta.db"
     if not delta.exists():
         return []
-    status = mount.status(session.id)
+    status = mount.status(ctx.session_dir(session.id))
     if status is not None and status.participants:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
         raise GitsessError(f"session {session.name} is in use (pid {pids})")

@@ -133,7 +133,7 @@ def _retire(ctx: RepoContext, session: Session, sweep: str, reason: str, dry_run
 @contextmanager
 def _view(ctx: RepoContext, session: Session, root: Path) -> Iterator[OverlayView]:
     """The session's view over its real worktree `root`, the live daemon's writes included."""
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     with OverlayView(
         ctx.session_dir(session.id) / "delta.db", root, live.hidden_paths(ctx, session)
     ) as view:
@@ -169,7 +169,7 @@ def sweep_stale_mounts(ctx: RepoContext, *, dry_run: bool = False) -> list[Actio
     actions = []
     for s in _sessions(ctx):
         mountpoint = ctx.session_dir(s.id) / "mnt"
-        if mount.status(s.id) is None and mounttable.is_mount_point(mountpoint):
+        if mount.status(ctx.session_dir(s.id)) is None and mounttable.is_mount_point(mountpoint):
             action = Action(
                 "stale-mount", "mount", str(mountpoint), "unmount", "its daemon is gone"
             )
@@ -383,7 +383,7 @@ def sweep_orphan_dirs(ctx: RepoContext, *, dry_run: bool = False) -> list[Action
                 replace(action, error="it holds changes; `gitsess doctor --repair` recovers it")
             )
             continue
-        status = mount.status(directory.name)
+        status = mount.status(directory)
         if status is not None and status.participants:
             pids = ", ".join(str(p.get("pid")) for p in status.participants)
             actions.append(replace(action, error=f"its view is in use (pid {pids})"))
@@ -393,8 +393,8 @@ def sweep_orphan_dirs(ctx: RepoContext, *, dry_run: bool = False) -> list[Action
 
 
 def _delete_orphan(ctx: RepoContext, directory: Path) -> None:
-    status = mount.status(directory.name)
-    mount.stop(directory.name, Path(status.mountpoint) if status else directory / "mnt")
+    status = mount.status(directory)
+    mount.stop(directory, Path(status.mountpoint) if status else directory / "mnt")
     if mounttable.is_mount_point(directory / "mnt"):
         # deleting through a live view would delete the view's files, not the directory
         raise GitsessError(f"{directory / 'mnt'} is still mounted")

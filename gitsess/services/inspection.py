@@ -171,7 +171,7 @@ def cat(ctx: RepoContext, session: Session, path: str, at: int | None = None) ->
 
 def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
     session = info.session
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     delta = delta_path(ctx, session)
     size = sum(p.stat().st_size for p in (delta, Path(f"{delta}-wal")) if p.exists())
     size += data_bytes(str(delta))
@@ -214,7 +214,7 @@ def drift(session: Session, session_dir: Path) -> list[Drift]:
     dropped) has nothing left to conflict with and is left out.
     """
     delta = session_dir / "delta.db"
-    mount.sync(session.id)
+    mount.sync(session_dir)
     with DeltaReader(delta) as reader:
         rows = reader.drift()
     if not rows or not session.worktree.is_dir():

@@ -173,7 +173,7 @@ def _same(
 def _audit(ctx: RepoContext, session: Session) -> tuple[dict[str, int], list[Run]]:
     """Events per operation, and the runs. Only counts are pushed: command lines and the
     log's paths stay here (a command line may hold a token)."""
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     with DeltaReader(delta_path(ctx, session)) as reader:
         ops = reader.op_counts()
     return ops, runs(ctx, session)
@@ -285,7 +285,7 @@ def _pull_into(
     there: Published,
     force: bool,
 ) -> Pulled:
-    status = mount.status(session.id)
+    status = mount.status(ctx.session_dir(session.id))
     if status is not None and status.participants:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
         raise GitsessError(

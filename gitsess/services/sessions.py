@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SESSION_ENV",
+    "NoSuchSession",
     "Removal",
     "RepoContext",
     "RepoSessions",
@@ -49,6 +50,7 @@ __all__ = [
     "info",
     "list_everywhere",
     "list_sessions",
+    "registry_problems",
     "remove",
     "rename",
     "resolve",
@@ -284,6 +286,16 @@ def resolve_or_create(
         return resolve(ctx, ref, env=env), False
 
 
+def registry_problems(ctx: RepoContext) -> list[str]:
+    """What a full read of the registry finds wrong (none when there is no registry)."""
+    with _registry(ctx, create=False) as registry:
+        return [] if registry is None else registry.problems()
+
+
+class NoSuchSession(GitsessError):
+    """A reference that names no session (the registry itself was read)."""
+
+
 def _ref(ref: str | None, env: Mapping[str, str] | None) -> str:
     env = os.environ if env is None else env
     ref = ref or env.get(SESSION_ENV)
@@ -301,9 +313,9 @@ def _find(ctx: RepoContext, registry: Registry, ref: str) -> Session:
     return session
 
 
-def _unknown(ctx: RepoContext, registry: Registry | None, ref: str) -> GitsessError:
+def _unknown(ctx: RepoContext, registry: Registry | None, ref: str) -> NoSuchSession:
     hint = did_you_mean(ref, set() if registry is None else registry.names())
-    return GitsessError(f"no session {ref!r} in {ctx.common_dir}{hint}")
+    return NoSuchSession(f"no session {ref!r} in {ctx.common_dir}{hint}")
 
 
 def close_names(ctx: RepoContext, name: str) -> str:
@@ -374,7 +386,7 @@ def _infos(
                 changed_files=counts.changed_files,
                 commits=counts.commits,
                 damaged=counts.damaged,
-                status="damaged" if counts.damaged else _status(s),
+                status="damaged" if counts.damaged else _status(ctx, s),
                 behind=_behind(ctx, s),
                 bytes_by_kind=counts.bytes_by_kind,
             )
@@ -382,8 +394,8 @@ def _infos(
     return infos
 
 
-def _status(session: Session) -> str:
-    status = mount.status(session.id)
+def _status(ctx: RepoContext, session: Session) -> str:
+    status = mount.status(ctx.session_dir(session.id))
     if status is None:
         return "idle"
     return "running" if status.participants else "mounted"
@@ -443,7 +455,11 @@ def rename(ctx: RepoContext, ref: str | None, new_name: str) -> Session:
     """Give a session a new name. Its worktree and branch keep theirs: a branch may be shared."""
     validate_name(new_name)
     with _existing_registry(ctx) as registry:
-        return registry.update(_find(ctx, registry, _ref(ref, None)).id, name=new_name)
+        session = _find(ctx, registry, _ref(ref, None))
+        if session.name == new_name:
+            # `rename base -1` names the newest session (-1), not a new name: say so.
+            raise GitsessError(f"session {session.name} is already named {new_name}")
+        return registry.update(session.id, name=new_name)
 
 
 def set_title(ctx: RepoContext, ref: str | None, title: str) -> Session:
@@ -494,7 +510,7 @@ def _unmount_for_removal(ctx: RepoContext, session: Session) -> None:
     """A mounted session is unmounted first; one with people inside is refused."""
     from gitsess.services import live
 
-    status = mount.status(session.id)
+    status = mount.status(ctx.session_dir(session.id))
     if status is not None and status.participants:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
         raise GitsessError(

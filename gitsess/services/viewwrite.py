@@ -249,7 +249,7 @@ def view_writer(ctx: RepoContext, session: Session, lower: Path) -> Iterator[Vie
     or where it is reachable from inside a session)."""
     session_dir = ctx.session_dir(session.id)
     with mount.locked(session_dir):
-        status = mount.status(session.id)
+        status = mount.status(ctx.session_dir(session.id))
         if status is not None:
             if status.read_only:
                 raise GitsessError(f"session {session.name} is mounted read-only")

@@ -186,6 +186,8 @@ class Registry:
                 db.private_dir(path.parent)
             except OSError as e:
                 raise GitsessError(f"cannot create {path.parent}: {e.strerror}") from e
+        if create:
+            db.keep_private(path.parent)
         registry = cls(db.connect(path), path)
         try:
             with registry.guard():
@@ -215,6 +217,56 @@ class Registry:
             yield
         except apsw.Error as e:
             raise db.db_error(self.path, e) from e
+        except UnicodeDecodeError as e:
+            raise GitsessError(
+                f"{self.path} is damaged (a text in it is not UTF-8: {e.reason}); "
+                "`gitsess doctor --repair` mends it"
+            ) from e
+
+    def problems(self) -> list[str]:
+        """What reading all of it finds: SQLite's own check (a zeroed page), text that is
+        not UTF-8 (which every command reading that row would fail on)."""
+        with self.guard():
+            found = [str(r[0]) for r in self.conn.execute("PRAGMA quick_check") if r[0] != "ok"]
+        if found:
+            return found
+        return [f"{t}.{c} of row {rowid} is not UTF-8" for t, c, rowid, _ in self._bad_text()]
+
+    def _bad_text(self) -> list[tuple[str, str, int, bytes]]:
+        bad = []
+        with self.guard():
+            tables = [
+                str(name)
+                for (name,) in self.conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                    " AND name NOT LIKE 'sqlite_%'"
+                )
+            ]
+            for table in tables:
+                columns = [str(r[1]) for r in self.conn.execute(f'PRAGMA table_info("{table}")')]
+                for column in columns:
+                    rows = self.conn.execute(
+                        f'SELECT rowid, CAST("{column}" AS BLOB) FROM "{table}"'
+                        f" WHERE typeof(\"{column}\") = 'text'"
+                    )
+                    for rowid, raw in rows:
+                        try:
+                            bytes(raw).decode()
+                        except UnicodeDecodeError:
+                            bad.append((table, column, int(rowid), bytes(raw)))
+        return bad
+
+    def mend_text(self) -> int:
+        """Replace what is not UTF-8 in text values (U+FFFD, as a reader would show it); how
+        many values it mended."""
+        bad = self._bad_text()
+        with self.write():
+            for table, column, rowid, raw in bad:
+                self.conn.execute(
+                    f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?',
+                    (raw.decode(errors="replace"), rowid),
+                )
+        return len(bad)
 
     @contextmanager
     def write(self) -> Iterator[None]:

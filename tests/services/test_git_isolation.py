@@ -200,7 +200,7 @@ def test_apply_commit_from_inside_a_session_is_refused(worked: Path) -> None:
     cmd = " ".join(GITSESS)
     done = run(worked, "exp", f"echo x > x.txt; {cmd} apply --commit -m x")
     assert done.returncode == 1
-    assert "run this apply outside it" in done.stderr
+    assert "`gitsess apply` cannot run inside a session's run" in done.stderr
     assert git(worked, "log", "-1", "--format=%s") == "second"
 
 

@@ -93,7 +93,7 @@ def prepare(
         )
     known = profiles.load(ctx, env)
     wanted = known.get(kind) if kind is not None else None
-    _refuse_inside(session, [role])
+    _refuse_inside(ctx, session, [role])
     notes: list[str] = []
     with _registry(ctx) as registry, registry.write():
         row = registry.participant(session.id, role)
@@ -204,9 +204,9 @@ def _add(
     return row
 
 
-def _refuse_inside(session: Session, roles: Collection[str]) -> None:
+def _refuse_inside(ctx: RepoContext, session: Session, roles: Collection[str]) -> None:
     """The daemon knows who is inside even when the `gitsess run` that started them died."""
-    status = mount.status(session.id)
+    status = mount.status(ctx.session_dir(session.id))
     for p in status.participants if status is not None else []:
         if p.get("role") in roles:
             raise GitsessError(
@@ -310,7 +310,7 @@ def purge_session(ctx: RepoContext, registry: Registry, session: Session) -> Non
 
 
 def _purge(ctx: RepoContext, registry: Registry, session: Session, rows: list[Participant]) -> None:
-    _refuse_inside(session, [row.role for row in rows])
+    _refuse_inside(ctx, session, [row.role for row in rows])
     held: list[int] = []
     try:
         for row in rows:

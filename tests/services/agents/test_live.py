@@ -92,7 +92,7 @@ def live(repo: Path, fake_bin: Path) -> Iterator[Live]:
                 proc.kill()
                 proc.communicate()
         gitsess(repo, "umount", "S")
-        assert mount.status(session_id) is None
+        assert mount.status(discover(repo).session_dir(session_id)) is None
 
 
 def test_four_agents_in_one_session_keep_their_own_conversations(
