@@ -252,6 +252,7 @@ def show(
         ("last used", f"{s.last_used_at:%Y-%m-%d %H:%M:%S} UTC ({ago(s.last_used_at)})"),
         ("changes", "-" if info.changed_files is None else str(info.changed_files)),
         ("commits", _commits(info.commits)),
+        *_git_rows(info),
         ("delta size", f"{_size(usage.delta_bytes)} ({_size(usage.live_bytes)} in use)"),
         ("runs", _runs(usage)),
         ("last activity", _when(usage.last_activity)),
@@ -299,6 +300,20 @@ def _commits(count: int | None) -> str:
     if not count:
         return "0"
     return f"{count} of the session's own, ahead of the branch (apply --commit promotes them)"
+
+
+def _git_rows(info: SessionInfo) -> list[tuple[str, str]]:
+    rows = []
+    if info.behind:
+        rows.append(("behind", f"by {info.behind} commit(s) of the branch made since "
+                     "(apply --commit replays onto them)"))  # fmt: skip
+    if info.head_branch:
+        rows.append(("git branch", f"{info.head_branch.removeprefix('refs/heads/')}, not the "
+                     "session's branch (apply --commit needs --branch)"))  # fmt: skip
+    if info.below_base:
+        rows.append(("reset", f"its HEAD is {info.below_base} commit(s) below its base "
+                     "(apply --commit commits the files as the view has them)"))  # fmt: skip
+    return rows
 
 
 def _made(session: Session) -> str:

@@ -71,7 +71,7 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
         if not changes.git_changes():
             return Archived(None, tuple(p.notes))
         s = p.session
-        git = session_git.own_commits(view, p.repo, s)
+        git = session_git.own_commits(view, p.repo, s, p.root)
         keep = [git.commits[-1]] if git is not None else []
         ref = create_archive(
             p.repo, view, changes, base=s.base_commit, name=s.name,
@@ -109,7 +109,7 @@ def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
             tree = snapshot_tree(scratch, view, changes, base)
             if keep:
                 copy_objects(scratch, p.repo, tree)
-            git = session_git.own_commits(view, p.repo, p.session)
+            git = session_git.own_commits(view, p.repo, p.session, p.root)
     head = git.commits[-1] if git is not None else None
     return Snapshot(p.session, tree, len(changes.git_changes()), tuple(p.notes), head)
 

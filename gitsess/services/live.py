@@ -288,12 +288,16 @@ class Counts:
     changed_files: int | None  # paths the session touched; None when it has no delta yet
     commits: int | None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read
+    behind: int = 0  # commits of the real branch its own HEAD lacks (apply replays onto them)
+    head_branch: str | None = None  # its HEAD's branch, when not the session's branch
+    below_base: int = 0  # its HEAD was reset this many commits below its base
 
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
     """What `ls` and `show` count of a session: its touched paths and its own commits."""
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import session_git
+    from gitsess.services.real_tree import real_root
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return Counts(None, None)
@@ -303,10 +307,13 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
             if not view.touched_git():  # its git is the real one: no commits, no repository read
                 return Counts(changed, 0)
             try:
-                git = session_git.state(view, ctx.open(), session)
+                git = session_git.state(view, ctx.open(), session, real_root(session))
             except (GitsessError, pygit2.GitError, KeyError, ValueError):
                 return Counts(changed, None)
-            return Counts(changed, 0 if git is None else len(git.commits))
+            if git is None:
+                return Counts(changed, 0)
+            off = (git.head.branch or "(detached)") if git.off_branch else None
+            return Counts(changed, len(git.commits), False, git.behind, off, git.below_base)
     except DamagedDelta:
         return Counts(None, None, damaged=True)
     except (OSError, GitsessError):

@@ -94,6 +94,9 @@ class SessionInfo:
     changed_files: int | None  # None until the overlay reports it
     commits: int | None = None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read (see `remove`'s force)
+    behind: int = 0  # commits of the real branch the session's own HEAD lacks
+    head_branch: str | None = None  # the session's HEAD's branch, when not the session's
+    below_base: int = 0  # the session's HEAD was reset this many commits below its base
 
 
 @dataclass(frozen=True)
@@ -358,6 +361,9 @@ def _infos(
                 changed_files=counts.changed_files,
                 commits=counts.commits,
                 damaged=counts.damaged,
+                behind=counts.behind,
+                head_branch=counts.head_branch,
+                below_base=counts.below_base,
             )
         )
     return infos
