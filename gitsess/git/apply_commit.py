@@ -386,8 +386,10 @@ def _plan_commit_worktree(
         else:
             targets.append(tree_target(tree, change.path))  # the merge changed it
     merged_paths = _tree_diff_paths(scratch, checked_out, build.tree) - set(session)
-    merged_paths -= build.undone
+    # (a path the view shows as the real file has it is written and staged as the commit has
+    # it, which is that: no local change of the real tree's)
     targets.extend(tree_target(tree, path) for path in sorted(merged_paths))
+    merged_paths -= build.undone
     plan = plan_writes(root, targets)
     conflicts = list(plan.conflicts)
     if not force:

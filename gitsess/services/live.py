@@ -294,20 +294,26 @@ class Counts:
 
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
-    """What `ls` and `show` count of a session: its touched paths and its own commits."""
+    """What `ls` and `show` count of a session: the paths it changed (compared by content
+    with the real worktree, as `diff` does: a file written back as it was, or only touched,
+    is no change) and its own commits."""
+    from gitsess.git.changes import compute_changes
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import session_git
-    from gitsess.services.real_tree import real_root
+    from gitsess.services.real_tree import open_real, real_root
+    from gitsess.services.real_tree import open_view as open_view_over
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return Counts(None, None)
     try:
-        with open_view(ctx, session) as view:
-            changed = sum(1 for _ in view.touched_paths())
+        root = real_root(session)
+        with open_view_over(ctx, session, root) as view:
+            changes = compute_changes(view, open_real(session, root), include_ignored=True)
+            changed = len(changes.changes)
             if not view.touched_git():  # its git is the real one: no commits, no repository read
                 return Counts(changed, 0)
             try:
-                git = session_git.state(view, ctx.open(), session, real_root(session))
+                git = session_git.state(view, ctx.open(), session, root)
             except (GitsessError, pygit2.GitError, KeyError, ValueError):
                 return Counts(changed, None)
             if git is None:
