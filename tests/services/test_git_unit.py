@@ -3,6 +3,7 @@ that never drop a commit (issue 36, items 5-14 and 16)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import threading
 from pathlib import Path
@@ -140,6 +141,18 @@ def test_show_and_mbox_inside_a_session_answer_as_outside(worked: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
+# 9: a --worktree session's own branch is not "checked out elsewhere"
+
+
+def test_a_worktree_session_switches_back_to_its_own_branch(worked: Path) -> None:
+    made = ok(gitsess(worked, "new", "lw", "--worktree", "--json"))
+    tree = Path(json.loads(made.stdout)["worktree"])
+    script = "git switch -q -c side && git switch -q gitsess/lw && git rev-parse --abbrev-ref HEAD"
+    done = ok(gitsess(tree, "run", "-s", "lw", "--", "sh", "-c", script))
+    assert done.stdout == "gitsess/lw\n"
+
+
+# ---------------------------------------------------------------------------------------------
 # 10: a `.git` removed inside comes back with discard
 
 
@@ -185,7 +198,11 @@ def _race(repo: Path, view: Path, rounds: int) -> None:
     applied = 0
     try:
         for i in range(rounds):
+            # a commit of the session's (replayed onto the tip) and a change on top of it
             (view / f"f{i}.txt").write_text(f"{i}\n")
+            git(view, "add", f"f{i}.txt")
+            git(view, "commit", "-q", "-m", f"session {i}")
+            (view / f"g{i}.txt").write_text(f"{i}\n")
             done = gitsess(repo, "apply", "exp", "--commit", "-m", f"apply {i}")
             assert done.returncode in (0, 1), done.stderr
             applied += done.returncode == 0
@@ -258,15 +275,15 @@ def test_commits_merged_outside_are_not_a_conflict(worked: Path) -> None:
     assert (worked / "README.md").read_text() == "b\n"
 
 
-def test_a_forks_applied_commits_are_skipped(worked: Path) -> None:
+def test_a_forks_applied_commits_are_not_a_conflict(worked: Path) -> None:
     ok(run(worked, "exp", "echo a > README.md && git commit -q -am one"))
     ok(gitsess(worked, "fork", "exp", "fk"))
-    commit(worked, "other.txt", "o\n", "outside")
     ok(gitsess(worked, "apply", "fk", "--commit", "-m", "fork"))
-    ok(run(worked, "exp", "echo b > README.md && git commit -q -am two"))
+    ok(run(worked, "exp", "echo b > README.md"))
     done = ok(gitsess(worked, "apply", "exp", "--commit", "-m", "rest"))
     assert "conflict" not in done.stderr
-    assert git(worked, "log", "--format=%s", "-3").splitlines() == ["two", "one", "outside"]
+    assert git(worked, "log", "--format=%s", "-2").splitlines() == ["rest", "one"]
+    assert (worked / "README.md").read_text() == "b\n"
 
 
 # ---------------------------------------------------------------------------------------------
