@@ -463,6 +463,8 @@ def _report(session: Session, outcome: applying.Applied, output: str | None) -> 
             click.echo(f"Would commit {count} on {branch}{merged}")
         elif c.commit is None:
             click.echo(f"Nothing to commit: {branch} already has these changes")
+        elif not outcome.promoted:
+            click.echo(f"Committed {short(c.commit)} on {branch}: {count}{merged}")
         else:
             click.echo(f"{branch} at {short(c.commit)}: {_made(outcome)}{merged}")
         if not c.worktree_updated:

@@ -95,6 +95,9 @@ def own(tree: Tree) -> None:
             _put(tree, _INDEX, index)
         if branch is not None:
             _put_ref(tree, branch, tip)
+        # a real git's lock on them is not the session's any more
+        for rel in [_HEAD, _INDEX] + ([_common(tree) + branch.encode()] if branch else []):
+            _hide_lock(tree, rel + _LOCK)
 
     _busy(tree, put)
 
@@ -206,6 +209,15 @@ def _read_real_state(tree: Tree) -> State:
 def _real_locks(tree: Tree, branch: str | None) -> bool:
     names = [_HEAD, _INDEX] + ([_common(tree) + branch.encode()] if branch else [])
     return any(os.path.lexists(tree.lower_path(rel + _LOCK)) for rel in names)
+
+
+def _hide_lock(tree: Tree, rel: bytes) -> None:
+    parent_path, _, name = rel.rpartition(b"/")
+    parent = tree.resolve(parent_path)
+    if parent is not None and parent.is_dir:
+        n = tree.find(parent.ino, name)
+        if n is None or not n.upper:
+            tree.hide(parent, name)
 
 
 def _put(tree: Tree, rel: bytes, data: bytes) -> None:

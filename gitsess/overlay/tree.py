@@ -208,9 +208,9 @@ class Tree(DataTree):
     ) -> Node:
         self._check_name(name)
         p = self._writable_dir(parent)
+        gitunit.before_name_change(self, p, name)
         if self.find(parent, name) is not None:
             raise err(errno.EEXIST)
-        gitunit.before_name_change(self, p, name)
         n = self._new_node(p, name, mode, uid, gid)
         n.rdev = rdev
         if stat.S_ISREG(mode):
@@ -221,9 +221,9 @@ class Tree(DataTree):
     def symlink(self, parent: int, name: bytes, target: bytes, uid: int, gid: int) -> Node:
         self._check_name(name)
         p = self._writable_dir(parent)
+        gitunit.before_name_change(self, p, name)
         if self.find(parent, name) is not None:
             raise err(errno.EEXIST)
-        gitunit.before_name_change(self, p, name)
         n = self._new_node(p, name, stat.S_IFLNK | 0o777, uid, gid)
         n.target = target
         n.size = len(target)
@@ -309,9 +309,9 @@ class Tree(DataTree):
             raise err(errno.EPERM)
         if n.passthrough:
             raise err(errno.EXDEV)
+        gitunit.before_name_change(self, p, new_name)
         if self.find(new_parent, new_name) is not None:
             raise err(errno.EEXIST)
-        gitunit.before_name_change(self, p, new_name)
         self._detach_from_lower(n)
         n.nlink += 1
         n.ctime_ns = time.time_ns()

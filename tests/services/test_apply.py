@@ -265,10 +265,12 @@ def test_a_file_deleted_and_written_anew_replaces_a_clean_real_file(
     m.write("src/app.py", "also anew\n")
     (repo / "src" / "app.py").write_text("edited outside\n")
     _, err = cli("apply", "exp", "--worktree", code=1)
-    assert err.strip() == (
+    conflict, next_step = err.strip().splitlines()
+    assert conflict == (
         "gitsess: conflict: src/app.py: created in the session and in the real tree "
         "(worktree-exists)"
     )
+    assert next_step.startswith("gitsess: nothing was changed; commit, stash or undo")
     cli("apply", "exp", "--worktree", "--", "README.md")
     assert (repo / "README.md").read_text() == "written anew\n"
 

@@ -191,6 +191,8 @@ def _race(repo: Path, view: Path, rounds: int) -> None:
     ok(gitsess(repo, "new", "exp"))
     view.mkdir()
     ok(gitsess(repo, "mount", "exp", str(view)))
+    # its git its own before the loop starts: a real `index.lock` is then not the session's
+    git(view, "update-ref", "refs/heads/main", "HEAD")
     stop = threading.Event()
     made: list[str] = []
     loop = threading.Thread(target=_commit_loop, args=(repo, stop, made))
