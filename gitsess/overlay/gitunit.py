@@ -74,6 +74,20 @@ def after_rename(tree: Tree, parent: Node, name: bytes) -> None:
     _busy(tree, lambda: _put_ref(tree, branch, tip))
 
 
+def hides_real_lock(tree: Tree, n: Node) -> bool:
+    """Whether lower node `n` is a real git's lock file on HEAD, the index or the branch of a
+    session that has them as its own: not the session's, so not in its view (a git inside
+    would take it for another git at work on its own state)."""
+    rel = n.lower
+    if rel is None or not rel.endswith(_LOCK) or n.upper or not is_own(tree):
+        return False
+    bare = rel.removesuffix(_LOCK)
+    if bare in (_HEAD, _INDEX):
+        return True
+    branch = _view_head(tree).branch
+    return branch is not None and bare == _common(tree) + branch.encode()
+
+
 # ---------------------------------------------------------------- taking the unit
 
 
@@ -95,9 +109,6 @@ def own(tree: Tree) -> None:
             _put(tree, _INDEX, index)
         if branch is not None:
             _put_ref(tree, branch, tip)
-        # a real git's lock on them is not the session's any more
-        for rel in [_HEAD, _INDEX] + ([_common(tree) + branch.encode()] if branch else []):
-            _hide_lock(tree, rel + _LOCK)
 
     _busy(tree, put)
 
@@ -209,15 +220,6 @@ def _read_real_state(tree: Tree) -> State:
 def _real_locks(tree: Tree, branch: str | None) -> bool:
     names = [_HEAD, _INDEX] + ([_common(tree) + branch.encode()] if branch else [])
     return any(os.path.lexists(tree.lower_path(rel + _LOCK)) for rel in names)
-
-
-def _hide_lock(tree: Tree, rel: bytes) -> None:
-    parent_path, _, name = rel.rpartition(b"/")
-    parent = tree.resolve(parent_path)
-    if parent is not None and parent.is_dir:
-        n = tree.find(parent.ino, name)
-        if n is None or not n.upper:
-            tree.hide(parent, name)
 
 
 def _put(tree: Tree, rel: bytes, data: bytes) -> None:

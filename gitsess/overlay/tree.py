@@ -179,6 +179,12 @@ class Tree(DataTree):
         gitunit.before_node_change(self, n)
         super().make_upper(n)
 
+    def find(self, parent: int, name: bytes) -> Node | None:
+        n = super().find(parent, name)
+        if n is not None and name.endswith(b".lock") and gitunit.hides_real_lock(self, n):
+            return None
+        return n
+
     def add_dir(self, parent: Node, name: bytes) -> Node:
         """A directory made by gitsess itself (the kernel holds no reference to it)."""
         self.make_upper(parent)

@@ -182,6 +182,8 @@ def _commit_loop(repo: Path, stop: threading.Event, made: list[str]) -> None:
             made.append(git(repo, "rev-parse", "HEAD"))
         else:  # the branch's lock is held by the apply: as against any other git, try again
             subprocess.run(["git", "add", "loop.txt"], cwd=repo, capture_output=True)
+        # a pause now and then: an apply that always finds the branch moved refuses each time
+        stop.wait(0.05 * (i % 4))
 
 
 def _race(repo: Path, view: Path, rounds: int) -> None:
