@@ -1,9 +1,10 @@
 """A branch ref and an index written as git writes them: under git's own lock files.
 
-`apply --commit` takes `<ref>.lock` before it compares the branch's tip with the one its commit
-was built on, and holds it (and `index.lock`, when it updates the checked-out worktree) until
-the ref has moved: a real `git commit` in between fails to lock, as against any other git, and
-is never overwritten; a held `index.lock` stops the apply before any real file is written.
+`apply --commit` takes `index.lock` (when it updates the checked-out worktree), then `<ref>.lock`,
+in `git commit`'s order, before it compares the branch's tip with the one its commit was built
+on, and holds them until the ref has moved: a real `git commit` in between fails to lock, as
+against any other git, and is never overwritten; a held `index.lock` stops the apply before any
+real file is written. A lock another git holds is waited for a second (a commit's), then refused.
 Each lock file holds a marker naming the apply's commit from the moment it is taken, so the
 apply that completes a killed one (the same commit) takes its locks over; any other holder's
 lock is refused.

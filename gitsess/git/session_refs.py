@@ -4,7 +4,8 @@ A session's `.git` keeps its own HEAD, refs, packed-refs and index (copy-on-writ
 `objects/` is the real repository's, so a commit made inside the session already exists in the
 real repository; only the session's refs know about it. HEAD is read through a callback rather
 than a path so that the caller decides which layer (the view, the session's upper directory)
-the files come from.
+the files come from; the real repository's refs are read from its files (`real_refs`), and the
+session's own commits are those no real ref reaches (`commits_not_in`).
 """
 
 from __future__ import annotations
