@@ -176,6 +176,7 @@ def check_interleaved(repos: tuple[Path, Path], chunks: list[list[str]]) -> None
     model = template.parent / f"model{n}"
     session = f"model{n}"
     outside: list[str] = []
+    start = git(template, "rev-parse", "HEAD")
     try:
         subprocess.run(["cp", "-a", str(template), str(model)], check=True)
         for k, steps in enumerate(chunks):
@@ -204,6 +205,8 @@ def check_interleaved(repos: tuple[Path, Path], chunks: list[list[str]]) -> None
     finally:
         shutil.rmtree(model, ignore_errors=True)
         gitsess(repo, "rm", "--force", session)
+        # the next example starts where the model's copy does
+        git(repo, "reset", "-q", "--hard", start)
 
 
 interleaved = st.lists(st.lists(ops, min_size=1, max_size=4), min_size=2, max_size=3)
