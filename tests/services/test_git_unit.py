@@ -43,7 +43,9 @@ def test_a_session_commit_never_reverts_a_commit_made_outside(worked: Path) -> N
     ok(run(worked, "exp", "echo s > s.txt && git add s.txt && git commit -q -m inside"))
     inside = ok(run(worked, "exp", "git show --name-status --format=%s HEAD; git log --format=%s"))
     assert inside.stdout.split() == ["inside", "A", "s.txt", "inside", "second", "initial"]
-    assert "behind" in show(worked) and "by 1 commit(s)" in show(worked)
+    assert any(
+        line.startswith("behind") and "1 commit" in line for line in show(worked).splitlines()
+    )
     ok(gitsess(worked, "apply", "exp", "--commit", "-m", "rest"))
     assert git(worked, "log", "--format=%s", "-3").splitlines() == ["inside", "outside", "second"]
     assert (worked / "a.txt").read_text() == "1\n"
