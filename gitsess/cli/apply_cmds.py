@@ -569,6 +569,8 @@ def discard(
         say(f"commit {c.commit[:10]} {escape(c.subject)}")
     if commits:
         if not own:
+            # nothing to lose: a `.git` the session broke still follows its branch again
+            discarding.discard_commits(ctx, session)
             click.echo("No commits of the session's own.", err=True)
             _discard_json(as_json, session, [], None)
             return

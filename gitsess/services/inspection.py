@@ -236,7 +236,10 @@ def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
     with live.open_view(ctx, session) as view:
         if not view.touched_git():
             return []
-        git = session_git.state(view, repo, session, real_root(session))
+        try:
+            git = session_git.state(view, repo, session, real_root(session))
+        except GitsessError:  # a `.git` the session broke: no commits to list
+            return []
     if git is None:
         return []
 
