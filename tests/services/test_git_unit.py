@@ -167,6 +167,14 @@ def test_discard_commits_after_rm_rf_git_brings_the_branch_back(worked: Path) ->
     assert git(worked, "log", "-1", "--format=%s") == "x"
 
 
+def test_discard_of_git_brings_the_branch_back(worked: Path) -> None:
+    ok(run(worked, "exp", "echo x > x.txt; rm -rf .git; true"))
+    done = ok(gitsess(worked, "discard", "exp", "-y", "--", ".git"))
+    assert "Nothing to discard" not in done.stderr
+    inside = ok(run(worked, "exp", "git log -1 --format=%s; git status --porcelain"))
+    assert inside.stdout.splitlines() == ["second", "?? x.txt"]
+
+
 # ---------------------------------------------------------------------------------------------
 # 11: a commit made during an apply is never dropped
 
