@@ -313,8 +313,6 @@ class Tree(DataTree):
         n = self.node(ino)
         if n.is_dir:
             raise err(errno.EPERM)
-        if n.passthrough:
-            raise err(errno.EXDEV)
         gitunit.before_name_change(self, p, new_name)
         if self.find(new_parent, new_name) is not None:
             raise err(errno.EEXIST)

@@ -233,7 +233,10 @@ def _apply_to_commit(
         raise GitsessError(
             f"session {p.session.name} is on a detached HEAD; give --branch to commit on"
         )
-    with open_view(ctx, p.session, p.root) as view, scratch_repo(p.repo) as scratch:
+    with (
+        open_view(ctx, p.session, p.root) as view,
+        scratch_repo(p.repo, view) as scratch,
+    ):
         changes = compute_changes(
             view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
         )
@@ -262,7 +265,12 @@ def _apply_to_commit(
         if commits is not None and not squash:
             # (squashed, they are part of the view's changes against the real worktree,
             # which is still at the session's base: one commit takes them all)
-            promoted = session_git.replay(p.repo, commits, tip or base)
+            # The commits' objects are the session's: copied into the real store first
+            # (not on a dry run, which replays in the scratch repository's memory).
+            if not dry_run:
+                session_git.promote(scratch, p.repo, commits)
+            objects = scratch if dry_run else p.repo
+            promoted = session_git.replay(p.repo, commits, tip or base, objects)
             if promoted.conflicts:
                 return Applied(
                     "commit", dry_run, (), (), tuple(
@@ -275,7 +283,7 @@ def _apply_to_commit(
             undo = session_git.reverted_in_view(
                 scratch, view, commits, set(changes.paths), Pathspec(pathspecs)
             )
-        elif git is not None and not squash and session_git.reached(p.repo, git, tip, base):
+        elif git is not None and not squash and session_git.reached(scratch, git, tip, base):
             # its commits are on the branch already (a fork applied, a `git merge` of them):
             # the view's changes are on top of its HEAD, not of its base
             onto, base = tip, git.head.commit
@@ -344,7 +352,7 @@ def apply_to_patch(
     with (
         prepare(ctx, session) as p,
         open_view(ctx, p.session, p.root) as view,
-        scratch_repo(p.repo) as scratch,
+        scratch_repo(p.repo, view) as scratch,
     ):
         changes = compute_changes(
             view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch

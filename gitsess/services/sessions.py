@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
 from gitsess.git.binding import Binding, NameInUse, WorktreeSpec
@@ -29,6 +30,9 @@ from gitsess.store.db import private_dir
 from gitsess.store.registry import NameTaken, Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
 from gitsess.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from gitsess.overlay.retention import Bytes
 
 __all__ = [
     "SESSION_ENV",
@@ -91,6 +95,8 @@ class SessionInfo:
     behind: int | None = None  # commits the branch gained since the session's base
     head_branch: str | None = None  # the session's HEAD's branch, when not the session's
     below_base: int = 0  # the session's HEAD was reset this many commits below its base
+    # Bytes of its delta by kind: live files, checkpoints, audit log, free pages.
+    bytes: Bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -374,6 +380,7 @@ def _infos(
                 behind=_behind(ctx, s),
                 head_branch=counts.head_branch,
                 below_base=counts.below_base,
+                bytes=counts.bytes,
             )
         )
     return infos
