@@ -278,11 +278,13 @@ def test_a_held_index_lock_stops_the_apply_before_any_write(worked: Path) -> Non
 # 14: commits that reached the branch by another route
 
 
-def test_commits_merged_outside_are_not_a_conflict(worked: Path) -> None:
+def test_commits_merged_outside_are_not_a_conflict(worked: Path, tmp_path: Path) -> None:
     ok(run(worked, "exp", "echo a > README.md && git commit -q -am one"))
     ok(run(worked, "exp", "echo b > README.md"))  # edited again after the commit
-    sha = ok(run(worked, "exp", "git rev-parse HEAD")).stdout.strip()
-    git(worked, "merge", "-q", "--ff-only", sha)
+    bundle = tmp_path / "s.bundle"  # its objects are the session's: carried out by a bundle
+    ok(run(worked, "exp", f"git bundle create -q {bundle} HEAD"))
+    git(worked, "fetch", "-q", str(bundle), "HEAD")
+    git(worked, "merge", "-q", "--ff-only", "FETCH_HEAD")
     done = ok(gitsess(worked, "apply", "exp", "--commit", "-m", "two"))
     assert "conflict" not in done.stderr
     assert git(worked, "log", "--format=%s", "-2").splitlines() == ["two", "one"]
