@@ -360,6 +360,7 @@ def show(
         ("changes", changes_text(info)),
         ("behind", "-" if info.behind is None else _plural(info.behind, "commit")),
         ("commits", _commits(info.commits)),
+        *_git_rows(info),
         ("delta size", f"{_size(usage.delta_bytes)} ({_size(usage.live_bytes)} in use)"),
         *([("of which", _kinds(usage.bytes_by_kind))] if usage.bytes_by_kind is not None else []),
         ("runs", _runs(usage)),
@@ -418,6 +419,17 @@ def _commits(count: int | None) -> str:
     if not count:
         return "0"
     return f"{count} of the session's own, ahead of the branch (apply --commit promotes them)"
+
+
+def _git_rows(info: SessionInfo) -> list[tuple[str, str]]:
+    rows = []
+    if info.head_branch:
+        rows.append(("git branch", f"{info.head_branch.removeprefix('refs/heads/')}, not the "
+                     "session's branch (apply --commit needs --branch)"))  # fmt: skip
+    if info.below_base:
+        rows.append(("reset", f"its HEAD is {info.below_base} commit(s) below its base "
+                     "(apply --commit commits the files as the view has them)"))  # fmt: skip
+    return rows
 
 
 def _made(session: Session) -> str:

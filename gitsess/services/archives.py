@@ -73,7 +73,7 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
     with prepare(ctx, session) as p, open_view(ctx, p.session, p.root) as view:
         changes = compute_changes(view, p.repo)
         s = p.session
-        git = session_git.own_commits(view, p.repo, s)
+        git = session_git.own_commits(view, p.repo, s, p.root)
         if not changes.git_changes() and git is None:
             return Archived(None, tuple(p.notes))
         if git is not None:
@@ -115,7 +115,7 @@ def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
         ):
             changes = compute_changes(view, p.repo)
             tree = snapshot_tree(scratch, view, changes, base)
-            git = session_git.own_commits(view, p.repo, p.session)
+            git = session_git.own_commits(view, p.repo, p.session, p.root)
             if keep:
                 copy_objects(scratch, p.repo, tree)
                 if git is not None:

@@ -238,6 +238,7 @@ class OwnCommit:
 def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
     """The session's own commits, oldest first (`gitsess show` lists them)."""
     from gitsess.services import session_git
+    from gitsess.services.real_tree import real_root
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return []
@@ -247,7 +248,10 @@ def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
     with live.open_view(ctx, session) as view:
         if not view.touched_git():
             return []
-        git = session_git.state(view, repo, session)
+        try:
+            git = session_git.state(view, repo, session, real_root(session))
+        except GitsessError:  # a `.git` the session broke: no commits to list
+            return []
         if git is None:
             return []
         # The commits' objects are the session's own, read through its view.

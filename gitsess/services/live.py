@@ -319,6 +319,8 @@ class Counts:
     changed_files: int | None  # files that differ from the worktree's; None: no delta yet
     commits: int | None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read
+    head_branch: str | None = None  # its HEAD's branch, when not the session's branch
+    below_base: int = 0  # its HEAD was reset this many commits below its base
     bytes_by_kind: Bytes | None = None  # where its delta's bytes go
 
 
@@ -340,12 +342,22 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
             import pygit2
 
             from gitsess.services import session_git
+            from gitsess.services.real_tree import real_root
 
             try:
-                git = session_git.state(view, ctx.open(), session)
+                git = session_git.state(view, ctx.open(), session, real_root(session))
             except (GitsessError, pygit2.GitError, KeyError, ValueError):
                 return Counts(changed, None, bytes_by_kind=used)
-            return Counts(changed, 0 if git is None else len(git.commits), bytes_by_kind=used)
+            if git is None:
+                return Counts(changed, 0, bytes_by_kind=used)
+            off = (git.head.branch or "(detached)") if git.off_branch else None
+            return Counts(
+                changed,
+                len(git.commits),
+                bytes_by_kind=used,
+                head_branch=off,
+                below_base=git.below_base,
+            )
     except DamagedDelta:
         return Counts(None, None, damaged=True)
     except (OSError, GitsessError):

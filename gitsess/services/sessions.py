@@ -95,6 +95,8 @@ class SessionInfo:
     damaged: bool = False  # its delta.db cannot be read (see `remove`'s force)
     status: str = "idle"  # running (someone inside), mounted, idle, damaged
     behind: int | None = None  # commits the branch gained since the session's base
+    head_branch: str | None = None  # the session's HEAD's branch, when not the session's
+    below_base: int = 0  # the session's HEAD was reset this many commits below its base
     # Bytes of its delta by kind: live files, checkpoints, audit log, free pages.
     bytes_by_kind: Bytes | None = None
 
@@ -388,6 +390,8 @@ def _infos(
                 damaged=counts.damaged,
                 status="damaged" if counts.damaged else _status(ctx, s),
                 behind=_behind(ctx, s),
+                head_branch=counts.head_branch,
+                below_base=counts.below_base,
                 bytes_by_kind=counts.bytes_by_kind,
             )
         )
