@@ -217,7 +217,8 @@ def list_remote_sessions(target: str | None, as_json: bool) -> None:
     if as_json:
         print_json(
             [
-                {**asdict(r.published), "files": r.files, "here": r.here, "remote": label}
+                {**asdict(r.published), "name": r.name, "claims": r.claims, "files": r.files,
+                 "here": r.here, "remote": label}  # fmt: skip
                 for r in found
             ]
         )
@@ -230,8 +231,9 @@ def list_remote_sessions(target: str | None, as_json: bool) -> None:
         table.add_column(column, no_wrap=column != "TITLE")
     for r in found:
         p = r.published
+        claims = f" (its commit says {p.name!r})" if r.claims is not None else ""
         table.add_row(
-            escape(p.name),
+            escape(r.name + claims),
             str(r.files),
             ago(p.pushed_at),
             escape(p.author),

@@ -91,7 +91,8 @@ def diff(
             scratch=scratch, merged=merged.entries,
         )  # fmt: skip
         git = session_git.own_commits(view, repo, session)
-    left = left_out_by_git(changes)
+    notes += repos_note(changes)
+    left = [p for p in left_out_by_git(changes) if p not in changes.repos]
     if left:
         notes.append(f"left in the session (git cannot carry them): {', '.join(left)}")
     if git is not None:
@@ -233,7 +234,8 @@ def apply_to_commit(
             )  # fmt: skip
         outcome = Applied(
             "commit", dry_run, result.applied, result.skipped, result.conflicts,
-            commit=result, base=p.session.base_commit, notes=tuple(p.notes),
+            commit=result, base=p.session.base_commit,
+            notes=(*p.notes, *repos_note(changes)),
             promoted=commits.commits if commits is not None else (), squashed=squash,
         )  # fmt: skip
         if not result.ok or dry_run or not journal_path(ctx, p.session).exists():
@@ -292,8 +294,19 @@ def apply_to_patch(
     applied = tuple(c.path for c in changes.changes if c.path not in set(result.skipped))
     return Applied(
         "patch", dry_run, applied, result.skipped, (), patch=result,
-        base=p.session.base_commit, notes=tuple(p.notes),
+        base=p.session.base_commit, notes=(*p.notes, *repos_note(changes)),
     )  # fmt: skip
+
+
+def repos_note(changes: ChangeSet) -> list[str]:
+    """What git, too, leaves alone: a nested repository is written through and deleted by
+    no apply, and a `.git` by another spelling is no content."""
+    if not changes.repos:
+        return []
+    return [
+        "left in the session, as git leaves them (a repository of its own, or a name git "
+        f"refuses): {', '.join(changes.repos)}"
+    ]
 
 
 def _commit_mails(
@@ -342,11 +355,13 @@ def apply_to_worktree(
                 p.repo, view, changes, force=force, dry_run=True, merged=merged, scratch=scratch
             )
             notes = list(p.notes)
-            if changes.special:
+            special = [p for p in changes.special if p not in changes.repos]
+            if special:
                 notes.append(
                     "left in the session (apply writes no devices, fifos or sockets): "
-                    + ", ".join(changes.special)
+                    + ", ".join(special)
                 )
+            notes += repos_note(changes)
             outcome = Applied(
                 "worktree", dry_run, plan.applied, plan.skipped, plan.conflicts,
                 base=p.session.base_commit, notes=tuple(notes),

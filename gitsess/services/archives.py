@@ -28,6 +28,7 @@ from gitsess.git.archive import (
     delete_archive,
     list_archives,
     read_archive,
+    refused_paths,
     snapshot_tree,
 )
 from gitsess.git.blob_parts import blob_parts
@@ -209,6 +210,8 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
             f"the session was on {info.branch}; its worktree now has "
             f"{head.branch or 'a detached HEAD'} checked out"
         )
+    paths = archived_paths(repo, info)
+    check_paths(paths, f"archive {info.ref_name}")
     session = insert(
         ctx,
         new_name or info.name,
@@ -220,13 +223,28 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
         parent=None,
     )
     try:
-        paths = archived_paths(repo, info)
         lay_paths(ctx, session, repo, paths)
     except BaseException:
         undo(ctx, session)
         raise
     delete_archive(repo, info)
     return Restored(session, info, len(paths), notes)
+
+
+def check_paths(paths: Sequence[ArchivedPath], what: str) -> None:
+    """Refuse the whole of `what` (nothing is laid) when it carries a path `refused_paths`
+    names: no session made it, and git's own checkout would refuse it too."""
+    check_refused(refused_paths(paths), what)
+
+
+def check_refused(refused: Sequence[str], what: str) -> None:
+    if refused:
+        shown = ", ".join(repr(p) for p in refused[:5])
+        more = f" and {len(refused) - 5} more" if len(refused) > 5 else ""
+        raise GitsessError(
+            f"{what} carries paths no session can hold (a .git in some spelling, or another "
+            f"repository's commit): {shown}{more}; refused, nothing was taken"
+        )
 
 
 def lay_paths(

@@ -258,10 +258,16 @@ def _merged(repo: pygit2.Repository, session: Session, target: str, before: str 
         return False
     if before is not None and (str(tip_id) == before or repo.descendant_of(before, tip_id)):
         return False
-    return (
-        str(tip_id) != session.base_commit
-        or branch_tip.commit_time > session.created_at.timestamp()
-    )
+    if str(tip_id) != session.base_commit:
+        return True
+    # At the session's base: merged only if that base is work on the branch (an apply moved
+    # both there), not the commit the branch was made from. The graph of ref updates says
+    # which; the clocks (a commit's whole seconds, a creation time's fraction) only when git
+    # kept no reflog.
+    moved = tracking.moved_since_created(repo, session.branch)
+    if moved is not None:
+        return moved
+    return branch_tip.commit_time > session.created_at.timestamp()
 
 
 def sweep_detached(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
@@ -472,6 +478,9 @@ def sweep_old_archives(
 # In the order `gc` runs them: sessions whose worktree or branch is gone go before the sweeps
 # that look at the branch a worktree has checked out.
 SWEEPS: tuple[Sweep, ...] = (
+    # first: an archive the sweeps below make survives the run that made it, whatever the
+    # maximum age, and a dry run lists what the run does
+    sweep_old_archives,
     sweep_interrupted_applies,
     sweep_stale_mounts,
     sweep_gone_worktrees,

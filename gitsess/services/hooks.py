@@ -54,7 +54,18 @@ _HEADER = """\
 # runs first, with the same arguments and input; its exit status is this hook's. gitsess itself
 # never fails the git command: its errors go to hooks.log in the gitsess state dir.
 
-run_gitsess() {{ {command} "$@"; }}
+run_gitsess() {{
+    if command -v {program} >/dev/null 2>&1; then
+        {command} "$@"
+        return
+    fi
+    # One line per git command (its hooks share the parent), not a "not found" per hook.
+    [ "$(cat "$state/hooks.missing" 2>/dev/null)" = "$PPID" ] && return
+    echo "$PPID" >"$state/hooks.missing" 2>/dev/null
+    echo "gitsess: the git hooks cannot run {program} (not found), so sessions do not follow" \\
+        "branches and worktrees now; put gitsess on PATH or run 'gitsess hooks install'" \\
+        "again, then 'gitsess gc' catches up" >&2
+}}
 
 user_hook="$0{suffix}"
 status=0
@@ -114,6 +125,12 @@ if [ -x "$user_hook" ]; then
 fi
 """
 
+_INSIDE = """
+# git inside a session (run sets GITSESS_SESSION_ID) changes only the session's own .git: no
+# branch or worktree the sweeps look at moved, so no Python needs to start.
+[ -z "$GITSESS_SESSION_ID" ] || exit $status
+"""
+
 _FILTERS = {
     "reference-transaction": """
 # Of all ref updates, only a deleted branch concerns sessions, once the deletion is done, and
@@ -168,11 +185,13 @@ def render(name: str, command: Sequence[str]) -> str:
         name=name,
         suffix=USER_SUFFIX,
         command=" ".join(shlex.quote(word) for word in command),
+        program=shlex.quote(command[0]),
     )
     if name in _PRE_COMMIT_ARGS:
         text += _PRE_COMMIT.format(args=_PRE_COMMIT_ARGS[name])
     text += _FIND_STATE
     text += _USER_WITH_INPUT if name in STDIN_HOOKS else _USER
+    text += _INSIDE
     text += _FILTERS.get(name, "")
     text += (_RUN_WITH_INPUT if name in STDIN_HOOKS else _RUN).format(name=name)
     return text

@@ -423,7 +423,7 @@ def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> 
     """
     if session.branch is None or not session.worktree.is_dir():
         return session
-    from gitsess.git.tracking import checked_out
+    from gitsess.git.tracking import branch_gone, checked_out
 
     head = checked_out(session.worktree)
     if head.branch == session.branch:
@@ -433,6 +433,12 @@ def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> 
             return registry.update(session.id, state="active")
     if not rebind:
         now = f"branch {head.branch}" if head.branch else "a detached HEAD"
+        if branch_gone(ctx.open(), session.branch):
+            raise GitsessError(
+                f"session {session.name} belongs to branch {session.branch}, which was deleted "
+                f"({session.worktree} has {now} checked out); pass --rebind to move the session "
+                f"onto {now}, or `gitsess rm {session.name}` (its changes are archived)"
+            )
         raise GitsessError(
             f"session {session.name} belongs to branch {session.branch}, but its worktree "
             f"{session.worktree} has {now} checked out; check out {session.branch} again, or "
