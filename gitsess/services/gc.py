@@ -489,7 +489,6 @@ SWEEPS: tuple[Sweep, ...] = (
     sweep_detached,
     sweep_committed,
     sweep_orphan_dirs,
-    sweep_old_archives,
 )
 
 
