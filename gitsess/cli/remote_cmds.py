@@ -217,8 +217,14 @@ def list_remote_sessions(target: str | None, as_json: bool) -> None:
     if as_json:
         print_json(
             [
-                {**asdict(r.published), "name": r.name, "claims": r.claims, "files": r.files,
-                 "here": r.here, "remote": label}  # fmt: skip
+                {
+                    **asdict(r.published),
+                    "name": r.name,
+                    "claims": r.claims,
+                    "files": r.files,
+                    "here": r.here,
+                    "remote": label,
+                }
                 for r in found
             ]
         )

@@ -321,7 +321,7 @@ class DeltaStore:
         c.executemany(
             "INSERT INTO events (time_ns, op, path, target, bytes, pid, process, role, run_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [(t, op, sql_path(path), sql_path(target), *rest)  # type: ignore[arg-type]
+            [(t, op, sql_path(path), sql_path(target), *rest)
              for t, op, path, target, *rest in b.events],
         )  # fmt: skip
         undrift = [sql_path(path) for path in b.undrift]

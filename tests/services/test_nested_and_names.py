@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ BAD = b"bad\xff"  # not UTF-8: a name git takes as bytes
 
 
 @pytest.fixture
-def here(repo: Path) -> Path:
+def here(repo: Path) -> Iterator[Path]:
     try:
         yield repo
     finally:
