@@ -29,6 +29,7 @@ from gitsess.git.worktree import (
     WorktreeSpec,
     bind_current,
     create_worktree,
+    keep_detached,
     keep_reasons,
     name_in_use,
     remove_created,
@@ -537,6 +538,12 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
             )
         else:
             try:
+                kept_head = keep_detached(ctx.open(), session.worktree)
+                if kept_head is not None:
+                    notes.append(
+                        f"the worktree's detached HEAD held commits no ref reaches: kept as "
+                        f"{kept_head}"
+                    )
                 remove_created(ctx, binding)
                 removed = True
             except GitsessError as e:

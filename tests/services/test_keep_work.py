@@ -134,3 +134,25 @@ def test_run_after_the_branch_was_deleted_does_not_say_check_it_out(repo: Path) 
     assert done.returncode == 1
     assert "belongs to branch gitsess/gone, which was deleted" in done.stderr
     assert "check out" not in done.stderr and "--rebind" in done.stderr
+
+
+def _detached_commit(repo: Path, name: str) -> tuple[Path, str]:
+    ok(repo, "new", name, "--worktree")
+    worktree = session(repo, name).worktree
+    git(worktree, "checkout", "-q", "--detach")
+    return worktree, commit(worktree, "detached.txt", "made on a detached HEAD\n")
+
+
+def test_commits_on_a_detached_head_outlive_the_branch_and_the_session(repo: Path) -> None:
+    worktree, made = _detached_commit(repo, "dx")
+    git(repo, "branch", "-D", "gitsess/dx")
+    done = ok(repo, "gc")
+    assert "Removed session dx" in done
+    assert "its detached HEAD has 1 commit(s) that no ref reaches" in done
+    assert worktree.is_dir() and git(worktree, "rev-parse", "HEAD") == made
+
+    worktree, made = _detached_commit(repo, "dy")
+    done = ok(repo, "rm", "dy", "--force")
+    assert not worktree.exists()
+    assert "kept as refs/gitsess/detached/dy" in done
+    assert git(repo, "rev-parse", "refs/gitsess/detached/dy") == made
