@@ -307,8 +307,7 @@ def list_participants(ctx: RepoContext, session: Session | None) -> list[AgentIn
         names = {s.id: s.name for s in registry.all()}
         rows = registry.participants(None if session is None else session.id)
     return [
-        AgentInfo(p, names[p.session_id], p.state == "running" and _running_still(p))
-        for p in rows
+        AgentInfo(p, names[p.session_id], p.state == "running" and _running_still(p)) for p in rows
     ]
 
 
