@@ -74,6 +74,10 @@ def _sessions(ctx: RepoContext) -> list[Session]:
         return [] if registry is None else registry.all()
 
 
+def sessions_by_id(ctx: RepoContext, ids: Collection[str]) -> list[Session]:
+    return [s for s in _sessions(ctx) if s.id in ids]
+
+
 def _update(ctx: RepoContext, session: Session, **values: object) -> None:
     with _registry(ctx) as registry:
         if registry is not None and registry.by_id(session.id) is not None:
@@ -201,6 +205,44 @@ def sweep_gone_branches(ctx: RepoContext, *, dry_run: bool = False) -> list[Acti
         else:
             reason = f"branch {s.branch} was deleted"
             actions.append(_retire(ctx, s, "branch-gone", reason, dry_run))
+    return actions
+
+
+def renaming(ctx: RepoContext) -> list[Session]:
+    """Sessions whose branch has no ref while their worktree's HEAD still names it: git is
+    renaming it (`branch -m` deletes the old ref before it writes the new one and moves HEAD;
+    git deletes no branch a worktree has checked out). With reflogs off nothing else says so."""
+    repo = ctx.open()
+    found = []
+    for s in _sessions(ctx):
+        if s.branch is None or not s.worktree.is_dir() or tracking.tip(repo, s.branch):
+            continue
+        try:
+            if tracking.checked_out(s.worktree).branch == s.branch:
+                found.append(s)
+        except GitsessError:
+            continue
+    return found
+
+
+def follow_heads(
+    ctx: RepoContext, renamed: list[Session], *, dry_run: bool = False
+) -> list[Action]:
+    """`renaming` sessions once the rename is done: bound to the branch their worktree's HEAD
+    names now."""
+    repo = ctx.open()
+    actions = []
+    for s in renamed:
+        try:
+            new = tracking.checked_out(s.worktree).branch
+        except GitsessError:
+            continue
+        if new is None or new == s.branch or tracking.tip(repo, new) is None:
+            continue
+        action = Action(
+            "branch-gone", "session", s.name, "rebind", f"branch {s.branch} is now {new}"
+        )
+        actions.append(_attempt(action, dry_run, partial(_update, ctx, s, branch=new)))
     return actions
 
 

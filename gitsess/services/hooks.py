@@ -351,12 +351,15 @@ def run_hook(
         return HookRun([], f"{type(e).__name__}: {e}")
     log = ctx.state_dir / LOG
     if name == "reference-transaction" and args[:1] == (FOLLOW_RENAME,):
-        return _follow_rename(ctx, log)
+        return _follow_rename(ctx, log, args[1:])
     try:
         with gc.exclusive(ctx):
             actions = _dispatch(ctx, name, list(args), stdin, cwd)
-        if name == "reference-transaction" and tracking.rename_in_progress(ctx.common_dir):
-            _follow_rename_later(cwd, env)
+        renaming = [s.id for s in gc.renaming(ctx)] if name == "reference-transaction" else []
+        if renaming or (
+            name == "reference-transaction" and tracking.rename_in_progress(ctx.common_dir)
+        ):
+            _follow_rename_later(cwd, env, renaming)
     except Exception as e:
         _log(log, name, args, [], traceback.format_exc())
         return HookRun([], f"{type(e).__name__}: {e}", log)
@@ -371,9 +374,11 @@ FOLLOW_RENAME = "--follow-rename"
 RENAME_WAIT = 10.0
 
 
-def _follow_rename_later(cwd: Path, env: Mapping[str, str]) -> None:
+def _follow_rename_later(cwd: Path, env: Mapping[str, str], renaming: Sequence[str]) -> None:
+    """`renaming`: the sessions whose worktree's HEAD still names their deleted branch now,
+    while the hook runs (`gc.renaming`): by the time this process looks, git has moved it."""
     subprocess.Popen(
-        [*default_command(), "hook", "reference-transaction", FOLLOW_RENAME],
+        [*default_command(), "hook", "reference-transaction", FOLLOW_RENAME, *renaming],
         cwd=cwd,
         env=dict(env),
         stdin=subprocess.DEVNULL,
@@ -383,13 +388,17 @@ def _follow_rename_later(cwd: Path, env: Mapping[str, str]) -> None:
     )
 
 
-def _follow_rename(ctx: RepoContext, log: Path) -> HookRun:
+def _follow_rename(ctx: RepoContext, log: Path, renaming: Sequence[str]) -> HookRun:
     deadline = time.monotonic() + RENAME_WAIT
-    while tracking.rename_in_progress(ctx.common_dir) and time.monotonic() < deadline:
+    ids = set(renaming)  # with reflogs off, their worktrees' HEADs tell the new name
+    while (
+        tracking.rename_in_progress(ctx.common_dir) or any(s.id in ids for s in gc.renaming(ctx))
+    ) and time.monotonic() < deadline:
         time.sleep(0.02)
+    pending = gc.sessions_by_id(ctx, ids)
     try:
         with gc.exclusive(ctx):
-            actions = gc.sweep_gone_branches(ctx)
+            actions = gc.follow_heads(ctx, pending) + gc.sweep_gone_branches(ctx)
     except Exception as e:
         _log(log, "reference-transaction", [FOLLOW_RENAME], [], traceback.format_exc())
         return HookRun([], f"{type(e).__name__}: {e}", log)
