@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
     from gitsess.services import inspection
 
+# git runs no hook on `git worktree remove`: what catches it up is the next hook, or gc
+GONE = "(missing; `gitsess gc` archives the session)"
+
 
 @cli.command()
 @click.argument("name", required=False)
@@ -205,7 +208,7 @@ def _table(infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_workt
             ago(s.last_used_at),
         ]
         if with_worktree:
-            gone = "" if info.worktree_exists else " [red](missing)[/]"
+            gone = "" if info.worktree_exists else f" [red]{escape(GONE)}[/]"
             row.append(escape(str(s.worktree)) + gone)
         row.append(escape(first_line(s.title)))
         table.add_row(*row)
@@ -244,7 +247,7 @@ def show(
         ("title", first_line(s.title) or "-"),
         ("offset", str(info.offset)),
         ("state", s.state + (", read-only" if s.read_only else "")),
-        ("worktree", str(s.worktree) + ("" if info.worktree_exists else " (missing)")),
+        ("worktree", str(s.worktree) + ("" if info.worktree_exists else f" {GONE}")),
         ("branch", s.branch or "(detached HEAD)"),
         ("base commit", short(s.base_commit)),
         ("made by gitsess", _made(s)),

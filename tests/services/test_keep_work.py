@@ -156,3 +156,12 @@ def test_commits_on_a_detached_head_outlive_the_branch_and_the_session(repo: Pat
     assert not worktree.exists()
     assert "kept as refs/gitsess/detached/dy" in done
     assert git(repo, "rev-parse", "refs/gitsess/detached/dy") == made
+
+
+def test_ls_says_what_catches_up_a_removed_worktree(repo: Path) -> None:
+    """git runs no hook on `git worktree remove`: until gc, ls and show say what catches it up."""
+    ok(repo, "new", "wt", "--worktree")
+    git(repo, "worktree", "remove", str(session(repo, "wt").worktree))
+    listed = ok(repo, "show", "wt")
+    assert "`gitsess gc` archives the session" in listed
+    assert "Removed session wt" in ok(repo, "gc")
