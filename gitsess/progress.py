@@ -8,7 +8,7 @@ variable, so that no service signature carries it and a test can watch it.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any, BinaryIO, Protocol, cast
@@ -38,7 +38,9 @@ def reporting(reporter: Reporter) -> Iterator[None]:
 
 @contextmanager
 def reading(stream: BinaryIO, label: str, total: int) -> Iterator[BinaryIO]:
-    """`stream`, reporting how much of its `total` bytes was read."""
+    """`stream`, reporting how much of its `total` bytes was read. `label` names the pass
+    (such as "hashing PATH", then "storing PATH"), so that a second pass over one file reads
+    as a new piece of work rather than a bar starting again at 0."""
     reporter = _REPORTER.get()
     if reporter is None:
         yield stream
@@ -46,6 +48,28 @@ def reading(stream: BinaryIO, label: str, total: int) -> Iterator[BinaryIO]:
     handle = reporter.start(label, total)
     try:
         yield cast(BinaryIO, io.BufferedReader(_Counted(stream, reporter, handle), 1 << 20))
+    finally:
+        reporter.finish(handle)
+
+
+def active() -> bool:
+    """Whether anyone shows progress (a terminal does): work may skip measuring otherwise."""
+    return _REPORTER.get() is not None
+
+
+def counting(parts: Iterable[bytes], label: str, total: int) -> Iterator[bytes]:
+    """`parts`, reporting how many of `total` bytes went by."""
+    reporter = _REPORTER.get()
+    if reporter is None:
+        yield from parts
+        return
+    handle = reporter.start(label, total)
+    done = 0
+    try:
+        for part in parts:
+            done += len(part)
+            reporter.advance(handle, done)
+            yield part
     finally:
         reporter.finish(handle)
 

@@ -41,6 +41,7 @@ import os
 import platform
 import pstats
 import random
+import shlex
 import shutil
 import signal
 import statistics
@@ -58,7 +59,7 @@ from rich.table import Table
 
 import gitsess
 from gitsess.overlay import mounttable
-from gitsess.runtime import mount, prestart
+from gitsess.runtime import mount, prestart, spare
 
 console = Console(stderr=True)
 out = Console(width=None if sys.stdout.isatty() else 150)
@@ -91,6 +92,7 @@ class Config:
     create_files: int = 2000
     bulk_files: int = 2000  # the lower directory `rm -rf` removes
     wide_files: int = 50_000  # the second repository for session creation
+    fleet_sessions: int = 50  # sessions mounted at once for their memory
     changed_files: int = 1000  # diff / apply --commit
     extra: bool = False  # also the workloads beyond issue 8's list
 
@@ -392,8 +394,8 @@ def ensure_stopped(spec: mount.MountSpec, pid: int | None) -> None:
         mount.stop(spec.session_id, spec.target)
     finally:
         if pid is not None and not _exited(pid, timeout=30):
-            # `gitsess mount` prestarts its daemon, which then shows as the launcher
-            _kill_if(pid, prestart.DAEMON_MODULE, prestart.ARGS_FD_OPTION)
+            # `gitsess mount` has the spare fork its daemon, which then shows as the spare
+            _kill_if(pid, prestart.DAEMON_MODULE, spare.MODULE)
         _force_unmount(spec.target)
 
 
@@ -1076,6 +1078,69 @@ def run_creation(b: Bench, repos: Sequence[tuple[Path, int]]) -> list[Creation]:
     return results
 
 
+# ---------------------------------------------------------------------- cli start
+
+CLI_START_GOAL = 0.080  # seconds, whole process, median (issue 40)
+CLI_COMMANDS = (("ls",), ("show", "bench-cli"), ("kv", "bench-cli", "get", "k"), ("--version",))
+
+
+@dataclass
+class CliStart:
+    """Whole-process wall times of the small commands, beside `git status` and `python -c
+    pass` measured in the same rotation."""
+
+    times: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, label: str, seconds: float) -> None:
+        self.times.setdefault(label, []).append(seconds)
+
+    def median(self, label: str) -> float:
+        return statistics.median(self.times[label])
+
+
+def run_cli_start(b: Bench, repo: Path) -> CliStart:
+    gitsess_cli(b, repo, "new", "bench-cli")
+    gitsess_cli(b, repo, "kv", "bench-cli", "set", "k", "v")
+    commands = {f"gitsess {' '.join(c)}": [GITSESS_CLI, *c] for c in CLI_COMMANDS}
+    commands["git status"] = ["git", "status"]
+    commands["python -c pass"] = [sys.executable, "-c", "pass"]
+    result = CliStart()
+    labels = list(commands)
+    try:
+        # Short commands swing most with the machine's load: twice the runs of a workload.
+        for run in range(b.cfg.runs * 2 + 1):
+            k = run % len(labels)
+            for label in [*labels[k:], *labels[:k]]:
+                result.add(label, timed(functools.partial(_run, commands[label], repo, b.env)))
+    finally:
+        gitsess_cli(b, repo, "rm", "bench-cli", "--force")
+    console.log(
+        "cli start: " + ", ".join(f"{label} {fmt_time(result.median(label))}" for label in labels)
+    )
+    return result
+
+
+def cli_start_rows(c: CliStart) -> list[list[str]]:
+    git_status, python = c.median("git status"), c.median("python -c pass")
+    return [
+        [
+            label,
+            fmt_time(c.median(label)),
+            fmt_time(git_status),
+            fmt_time(python),
+            fmt_ratio(c.median(label) / git_status),
+            _colour("yes" if c.median(label) < CLI_START_GOAL else "no"),
+        ]
+        for label in c.times
+        if label.startswith("gitsess")
+    ]
+
+
+CLI_START_HEADER = [
+    "command", "gitsess", "git status", "python -c pass", "/ git status", "< 80 ms"
+]  # fmt: skip
+
+
 def run_wide_memory(b: Bench, repo: Path, rels: Sequence[str]) -> None:
     """Peak memory of both daemons after find, reading every file and git status of a big
     repository through them."""
@@ -1405,6 +1470,162 @@ def _git_cold(
                 _wait_unmounted(session.id)
 
 
+# ---------------------------------------------------------------------------------- fleets
+
+FLEET = "fleet"
+
+
+def _family(pid: int) -> list[int]:
+    """`pid` and every process below it (a daemon: its guard and its watch process)."""
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        with contextlib.suppress(OSError):
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+    return found
+
+
+def _memory_kib(pids: Sequence[int]) -> tuple[int, int]:
+    """Resident and proportional set size (RSS, PSS) of `pids` together, in KiB: RSS counts a
+    page shared by two processes twice (a forked guard's every page), PSS half in each."""
+    rss = pss = 0
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key == "Rss":
+                    rss += int(rest.split()[0])
+                elif key == "Pss":
+                    pss += int(rest.split()[0])
+    return rss, pss
+
+
+def _watched(session_id: str) -> bool:
+    from gitsess.overlay import protocol
+
+    st = protocol.status(session_id)
+    return st is not None and st.watched
+
+
+def run_fleet(b: Bench, corpus: Corpus) -> list[Result]:
+    """`fleet_sessions` sessions of one repository mounted at once (idle, each watch in
+    place): their processes' memory, against as many fuse-overlayfs mounts of it, with each
+    daemon a process of its own (as a library call starts it) and forked from the user's spare
+    (as `gitsess new --mount` starts it); then the first `git status` in a session just
+    mounted, against native and a fresh fuse-overlayfs."""
+    n = b.cfg.fleet_sessions
+    for target in (OVERLAYFS, GITSESS):
+        with contextlib.ExitStack() as stack:
+            views = [stack.enter_context(b.view(target, corpus.repo)) for _ in range(n)]
+            if target == GITSESS:
+                _wait_watched([_session_id_of(v) for v in views])
+            pids = [p for v in views if v.pid is not None for p in _family(v.pid)]
+            what = "daemons started by themselves" if target == GITSESS else target
+            _fleet_note(b, n, what, pids)
+    names = [f"fleet-{i}" for i in range(n)]
+    try:
+        ids = [
+            str(json.loads(gitsess_cli(b, corpus.repo, "new", name, "--mount", "--json"))["id"])
+            for name in names
+        ]
+        _wait_watched(ids)
+        daemons = [st.daemon_pid for st in (mount.status(i) for i in ids) if st is not None]
+        spares = {_parent(pid) for pid in daemons}
+        _fleet_note(b, n, "daemons forked from the spare", [
+            *spares, *(p for pid in daemons for p in _family(pid))
+        ])  # fmt: skip
+    finally:
+        for name in names:
+            subprocess.run(
+                [GITSESS_CLI, "rm", name, "--force"], cwd=corpus.repo, env=b.env,
+                capture_output=True, check=False,
+            )  # fmt: skip
+    return [_first_status(b, corpus), _commits(b, corpus)]
+
+
+COMMITS = 200
+
+
+def _commits(b: Bench, corpus: Corpus) -> Result:
+    """`COMMITS` commits of one changed file each, one after another, inside a view: natively
+    in a copy of the repository made for each run, in fuse-overlayfs and gitsess over it, each
+    run a fresh view (the commits stay in its upper layer or delta)."""
+    res = Result("commits", f"{COMMITS} commits inside", [Goal(NATIVE, 1.3)])
+    rel = corpus.files[0]
+    script = (
+        f"for i in $(seq {COMMITS}); do echo $i >> {shlex.quote(rel)};"
+        " git commit -qam c$i || exit 1; done"
+    )
+    for run in range(b.cfg.slow_runs):
+        for target in rotation(run):
+            lower = corpus.repo
+            if target == NATIVE:
+                lower = b.scratch / f"commits-{run}"
+                _run(["cp", "-a", str(corpus.repo), str(lower)])
+            try:
+                with b.view(target, lower) as view:
+                    step = functools.partial(_run, ["sh", "-c", script], view.root, b.env)
+                    res.add(target, timed(step))
+            finally:
+                if target == NATIVE:
+                    shutil.rmtree(lower, ignore_errors=True)
+    progress(res)
+    return res
+
+
+def _parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rpartition(")")[2].split()[1])
+
+
+def _wait_watched(ids: Sequence[str]) -> None:
+    deadline = time.monotonic() + 120
+    while not all(_watched(i) for i in ids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+
+
+def _fleet_note(b: Bench, n: int, what: str, pids: Sequence[int]) -> None:
+    rss, pss = _memory_kib(pids)
+    b.notes.append(
+        f"{n} sessions mounted, {what} ({len(pids)} processes): RSS {rss / 1024:.0f} MiB in "
+        f"all, {rss / 1024 / n:.1f} per session; PSS {pss / 1024:.0f} MiB in all, "
+        f"{pss / 1024 / n:.1f} per session"
+    )
+    console.log(b.notes[-1])
+
+
+def _session_id_of(view: View) -> str:
+    """The session whose daemon serves `view` (its mount point is SESSION_DIR/mnt)."""
+    assert view.pid is not None
+    with open(f"/proc/{view.pid}/cmdline", "rb") as f:
+        argv = f.read().split(b"\0")
+    return argv[argv.index(b"--session-id") + 1].decode()
+
+
+def _first_status(b: Bench, corpus: Corpus) -> Result:
+    """`git status` once in a view just mounted (the page cache warm), the way a coding
+    agent's first command goes; natively, the same `git status` in the repository."""
+    from gitsess.services import live
+
+    res = Result("first-status", "first git status in a new session (warm)", [Goal(NATIVE, 2.0)])
+    config = live.git_config_env(b.env, live.git_config_for(corpus.repo))
+    _run(["git", "status", "--porcelain"], cwd=corpus.repo)  # the page cache warm
+    for run in range(b.cfg.runs):
+        for target in rotation(run):
+            with b.view(target, corpus.repo) as view:
+                env = {**b.env, **config}
+                if target == GITSESS:
+                    env["GITSESS_SESSION_ID"] = _session_id_of(view)
+                status = functools.partial(_run, ["git", "status", "--porcelain"], view.root, env)
+                res.add(target, timed(status))
+    progress(res)
+    return res
+
+
 # ---------------------------------------------------------------------------------- profiles
 
 
@@ -1657,6 +1878,7 @@ class Report:
     memory: Memory
     notes: list[str]
     seconds: float = 0.0
+    cli_start: CliStart | None = None
 
     def headline(self) -> str:
         m = self.machine
@@ -1671,7 +1893,9 @@ class Report:
         )
 
     def tables(self) -> list[tuple[str, list[str], list[list[str]]]]:
-        tables = [("Median wall time", RESULT_HEADER, result_rows(self.results))]
+        tables = []
+        if self.results:
+            tables.append(("Median wall time", RESULT_HEADER, result_rows(self.results)))
         cpu = cpu_rows(self.results)
         if cpu:
             tables.append(("FUSE daemon CPU time per run (median)", CPU_HEADER, cpu))
@@ -1682,6 +1906,11 @@ class Report:
             )  # fmt: skip
         if self.memory.peaks:
             tables.append(("FUSE daemon peak memory", MEMORY_HEADER, memory_rows(self.memory)))
+        if self.cli_start is not None:
+            tables.append(
+                ("cli start (whole process, median)", CLI_START_HEADER,
+                 cli_start_rows(self.cli_start))
+            )  # fmt: skip
         return tables
 
     def markdown(self) -> str:
@@ -1723,6 +1952,7 @@ class Report:
                 for c in self.creation
             ],
             "peak_memory_kib": self.memory.peaks,
+            "cli_start": None if self.cli_start is None else self.cli_start.times,
             "notes": self.notes,
             "seconds": self.seconds,
         }
@@ -1754,7 +1984,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         action="append",
         default=[],
         metavar="KEY",
-        help="only this workload (repeatable; also `session-start`, `apply`, `git-session`)",
+        help="only this workload (repeatable; also `session-start`, `apply`, `git-session`,"
+        " `cli-start`, `fleet`)",
     )
     p.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
@@ -1801,7 +2032,7 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
     chosen = select(b.cfg, only, cold_ok)
     results: list[Result] = []
     creation: list[Creation] = []
-    if chosen or not only or {"session-start", "apply"} & set(only):
+    if chosen or not only or {"session-start", "apply", FLEET} & set(only):
         console.log(f"building the corpus in {b.tmp}")
         corpus = build_corpus(b.tmp / "corpus", b.cfg, b.env)
         results += run_shared(b, [w for w in chosen if not w.mutates], corpus)
@@ -1824,9 +2055,26 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
     if git_session_selected(only) and (only or not b.cfg.quick):
         results += run_git_session(b, only, cold_ok)
+    if FLEET in only or not (only or b.cfg.quick):
+        results += run_fleet(b, corpus)
+    cli_start = None
+    if not only or "cli-start" in only:
+        cli_start = run_cli_start(b, corpus.repo if chosen else build_corpus_small(b))
     order = [w.key for w in workloads()] + ["diff", "apply-commit"] + [g.key for g in git_ops()]
+    order += ["first-status", "commits"]
     results.sort(key=lambda r: order.index(r.key))
-    return Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
+    report = Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
+    report.cli_start = cli_start
+    return report
+
+
+def build_corpus_small(b: Bench) -> Path:
+    """A repository of two files: the small commands' start does not depend on its size."""
+    repo = b.tmp / "cli-start"
+    _init_repo(repo, b.env)
+    (repo / "README.md").write_text("bench\n")
+    _commit_all(repo, ["README.md"], b.env)
+    return repo
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -150,6 +150,9 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
         assert set(w["daemon_cpu"]) == {"fuse-overlayfs", "gitsess"}, w
     assert data["session_start"][0]["files"] == 5000
     assert data["peak_memory_kib"]
+    cli_start = data["cli_start"]
+    assert {"gitsess ls", "gitsess --version", "git status", "python -c pass"} <= set(cli_start)
+    assert all(len(times) == 3 and min(times) > 0 for times in cli_start.values())
     # Nothing is left mounted.
     assert "gitsess-bench-" not in Path("/proc/self/mounts").read_text()
 

@@ -12,6 +12,8 @@ from rich.table import Table
 from gitsess.cli.base import (
     SessionCommand,
     ago,
+    complete_role,
+    complete_session,
     console,
     escape,
     print_json,
@@ -32,16 +34,19 @@ def _seeded(info: agents.AgentInfo) -> str:
 
 def _json(info: agents.AgentInfo) -> dict[str, object]:
     fields = asdict(info.participant)
+    # The participant's row id is the registry's business; `name` and `id` are the session's.
+    del fields["id"], fields["state"]
     return {
+        "name": info.session_name,
+        "id": fields.pop("session_id"),
         **fields,
-        "session": info.session_name,
-        "state": "running" if info.running else "idle",
+        "status": "running" if info.running else "idle",
         "lever": json.loads(info.participant.lever),
     }
 
 
 @cli.command("agents", cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def agents_cmd(
@@ -94,9 +99,11 @@ def agents_cmd(
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
-@click.option("--role", required=True, metavar="ROLE", help="The role to stop.")
+@click.option(
+    "--role", required=True, metavar="ROLE", help="The role to stop.", shell_complete=complete_role
+)
 def stop(
     session: str | None, offsets: tuple[str, ...], session_option: str | None, role: str
 ) -> None:

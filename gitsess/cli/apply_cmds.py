@@ -17,6 +17,8 @@ import pygit2
 from gitsess.cli.base import (
     SessionCommand,
     ago,
+    complete_archive,
+    complete_session_first,
     console,
     escape,
     print_json,
@@ -182,7 +184,9 @@ def colour_patch(patch: bytes) -> bytes:
 
 
 @cli.command(cls=PathspecCommand, epilog=PATHSPEC_HELP)
-@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]")
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first
+)
 @takes_session
 @click.option("--stat", "show_stat", is_flag=True, help="Files changed and lines added/removed.")
 @click.option("--name-status", is_flag=True, help="Status letter and path of each file.")
@@ -196,7 +200,7 @@ def colour_patch(patch: bytes) -> bytes:
     type=click.Choice(["auto", "always", "never"]),
     default="auto",
     show_default=True,
-    help="Colour the patch (auto: on a terminal).",
+    help="Colour the patch (auto: on a terminal, unless NO_COLOR is set).",
 )
 def diff(
     args: tuple[str, ...],
@@ -238,7 +242,8 @@ def diff(
             click.echo(line)
     else:
         patch = result.patch()
-        _out(colour_patch(patch) if color == "always" or (color == "auto" and tty) else patch)
+        auto = tty and not os.environ.get("NO_COLOR")  # https://no-color.org, as ls and doctor
+        _out(colour_patch(patch) if color == "always" or (color == "auto" and auto) else patch)
 
 
 def _warn_drift(ctx: RepoContext, session: Session) -> None:
@@ -267,7 +272,9 @@ def parse_author(text: str) -> pygit2.Signature:
 
 
 @cli.command(cls=PathspecCommand, epilog=PATHSPEC_HELP)
-@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]")
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first
+)
 @takes_session
 @click.option("--commit", "to_commit", is_flag=True, help="Commit on the session's branch.")
 @click.option("--patch", "to_patch", is_flag=True, help="Write a patch (stdout or -o).")
@@ -348,7 +355,17 @@ def apply(
     if not outcome.ok:
         for c in outcome.conflicts:
             click.echo(f"gitsess: conflict: {c.path}: {c.detail} ({c.reason})", err=True)
+        if {c.reason for c in outcome.conflicts} & _DIRTY:
+            click.echo(
+                "gitsess: the real worktree has changes of its own there: commit or stash them"
+                " (git stash) and apply again, or pass --force to overwrite them",
+                err=True,
+            )
         sys.exit(1)
+
+
+# What a user can do about a conflict the real worktree's own changes cause.
+_DIRTY = {"local-change", "worktree-changed", "worktree-exists", "parent-changed"}
 
 
 def _check_options(
@@ -474,7 +491,9 @@ def status_letter(change: Change) -> str:
 
 
 @cli.command(cls=PathspecCommand, epilog=PATHSPEC_HELP)
-@click.argument("args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]")
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] [--] [PATHSPEC...]", shell_complete=complete_session_first
+)
 @takes_session
 @click.option("-y", "--yes", is_flag=True, help="Do not ask first.")
 @click.option(
@@ -482,42 +501,84 @@ def status_letter(change: Change) -> str:
     is_flag=True,
     help="Drop the commits made inside the session instead; their changes stay as files.",
 )
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Drop the session's commits and every change: the session as it started.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON (needs -y).")
 def discard(
     args: tuple[str, ...],
     offsets: tuple[str, ...],
     session_option: str | None,
     yes: bool,
     commits: bool,
+    everything: bool,
+    as_json: bool,
 ) -> None:
-    """Drop a session's changes (all, or those PATHSPECs select; ignored paths included)."""
+    """Drop a session's changes (all, or those PATHSPECs select; ignored paths included).
+
+    The session's own commits stay (their changes are not in the files' diff): --commits drops
+    them, keeping what they changed as files; --all drops both.
+    """
+    if commits and everything:
+        raise click.UsageError("give one of --commits, --all")
+    if as_json and not yes:
+        raise click.UsageError("--json prints no question: pass -y too")
     ctx = discover()
     session, specs = _target(ctx, args, offsets, session_option)
+    if (commits or everything) and specs:
+        raise click.UsageError(f"--{'commits' if commits else 'all'} takes no pathspecs")
+    from gitsess.services import inspection
+
+    own = inspection.own_commits(ctx, session) if commits or everything else []
+
+    def say(text: str) -> None:
+        if not as_json:
+            console().print(text)
+
+    for c in own:
+        say(f"commit {c.commit[:10]} {escape(c.subject)}")
     if commits:
-        if specs:
-            raise click.UsageError("--commits takes no pathspecs")
-        dropped = discarding.discard_commits(ctx, session)
-        if not dropped:
+        if not own:
             click.echo("No commits of the session's own.", err=True)
+            _discard_json(as_json, session, [], None)
             return
-        click.echo(
-            f"Dropped {len(dropped)} commit(s) from session {session.name}; "
-            "their changes stay in its files"
-        )
+        _confirm(yes, f"Drop these {len(own)} commit(s) from session {session.name}?")
+        gone = discarding.discard_commits(ctx, session)
+        _discard_json(as_json, session, gone, None)
+        if not as_json:
+            click.echo(
+                f"Dropped {len(gone)} commit(s) from session {session.name}; "
+                "their changes stay in its files"
+            )
         return
     plan, notes = discarding.plan_discard(ctx, session, specs)
     _notes(notes)
-    if not plan.drop and not plan.revert:
+    if not plan.drop and not plan.revert and not own:
         click.echo("Nothing to discard.", err=True)
+        _discard_json(as_json, session, [], None)
         return
     for change in plan.changes:
-        console().print(f"{status_letter(change)}  {escape(change.path)}")
-    if not yes:
-        if not sys.stdin.isatty():
-            raise GitsessError("discard asks first: answer on a terminal, or pass -y")
-        click.confirm(f"Discard these changes from session {session.name}?", abort=True, err=True)
+        say(f"{status_letter(change)}  {escape(change.path)}")
+    what = "these commits and changes" if own else "these changes"
+    _confirm(yes, f"Discard {what} from session {session.name}?")
+    dropped: tuple[str, ...] = ()
+    if own:
+        dropped = discarding.discard_commits(ctx, session)
+        # What the commits changed is in the files now: the plan is made again to take it.
+        plan, notes = discarding.plan_discard(ctx, session, specs)
+        _notes(notes)
     done = discarding.discard(ctx, session, plan)
     _notes(done.notes)
-    console().print(f"Discarded {len(plan.changes)} change(s) from session {escape(session.name)}")
+    _discard_json(as_json, session, dropped, done)
+    if not as_json:
+        console().print(
+            f"Discarded {len(plan.changes)} change(s)"
+            + (f" and {len(dropped)} commit(s)" if dropped else "")
+            + f" from session {escape(session.name)}"
+        )
     if done.kept:
         click.echo(
             "gitsess: written to in the session meanwhile, so kept: " + ", ".join(done.kept),
@@ -525,12 +586,43 @@ def discard(
         )
 
 
+def _confirm(yes: bool, question: str) -> None:
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise GitsessError("discard asks first: answer on a terminal, or pass -y")
+    click.confirm(question, abort=True, err=True)
+
+
+def _discard_json(
+    as_json: bool,
+    session: Session,
+    commits: Sequence[str],
+    done: discarding.Discarded | None,
+) -> None:
+    if not as_json:
+        return
+    print_json(
+        {
+            "name": session.name,
+            "id": session.id,
+            "dropped_commits": list(commits),
+            "dropped": [] if done is None else list(done.dropped),
+            "reverted": [] if done is None else list(done.reverted),
+            "kept": [] if done is None else list(done.kept),
+            "notes": [] if done is None else list(done.notes),
+        }
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # fork, archives, restore
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] NEW_NAME")
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] NEW_NAME", shell_complete=complete_session_first
+)
 @takes_session
 @click.option("--json", "as_json", is_flag=True, help="Print the new session as JSON.")
 def fork(
@@ -552,6 +644,10 @@ def fork(
     )
 
 
+# The archive's fields in the JSON vocabulary (docs/json.md).
+_ARCHIVE_KEYS = {"base": "base_commit", "session_id": "id"}
+
+
 @cli.command("archives")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def archives_command(as_json: bool) -> None:
@@ -563,7 +659,14 @@ def archives_command(as_json: bool) -> None:
     found = archives.archives(discover())
     if as_json:
         print_json(
-            [{**asdict(a.info), "files": a.files, "restore": a.info.ref_name} for a in found]
+            [
+                {
+                    **{_ARCHIVE_KEYS.get(k, k): v for k, v in asdict(a.info).items()},
+                    "changed_files": a.files,
+                    "restore": a.info.ref_name,
+                }
+                for a in found
+            ]
         )
         return
     if not found:
@@ -587,7 +690,7 @@ def archives_command(as_json: bool) -> None:
 
 
 @cli.command()
-@click.argument("name")
+@click.argument("name", shell_complete=complete_archive)
 @click.option("--as", "new_name", metavar="NEW_NAME", help="Name the restored session this.")
 @click.option("--json", "as_json", is_flag=True, help="Print the session as JSON.")
 def restore(name: str, new_name: str | None, as_json: bool) -> None:

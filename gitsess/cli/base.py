@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -14,9 +15,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gitsess.services.sessions import Session, SessionInfo, WorktreeSpec
+from gitsess.services.sessions import (
+    SESSION_ENV,
+    RepoContext,
+    Session,
+    SessionInfo,
+    WorktreeSpec,
+)
 
 if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
     from rich.console import Console
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -95,6 +103,65 @@ def _mark_offsets(command: click.Command, args: list[str]) -> list[str]:
     return marked
 
 
+def _items(names: Sequence[str]) -> list[CompletionItem]:
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(n) for n in names]
+
+
+def complete_session(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """Completes a session's name (shell completion loads the services; a command does not)."""
+    return _session_items(incomplete)
+
+
+def _session_items(incomplete: str) -> list[CompletionItem]:
+    from gitsess.services import completion
+
+    return _items(completion.sessions(incomplete))
+
+
+def complete_archive(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    from gitsess.services import completion
+
+    return _items(completion.archives(incomplete))
+
+
+def complete_agent_kind(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    from gitsess.services import completion
+
+    return _items(completion.agent_kinds(incomplete))
+
+
+def complete_role(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """The roles of the session given so far (positionally or with -s), else of every one."""
+    from gitsess.services import completion
+
+    given = ctx.params.get("session") or ctx.params.get("session_option")
+    offsets = ctx.params.get("offsets") or ()
+    return _items(completion.roles(incomplete, given or (offsets[0] if offsets else None)))
+
+
+def complete_session_first(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """For `[SESSION] ARG...`: a session's name first, then the shell's file names where the
+    arguments are paths (`[SESSION] [DIR]`, pathspecs), else nothing (a new name, a title)."""
+    from click.shell_completion import CompletionItem
+
+    if param.name is None or not ctx.params.get(param.name):
+        return complete_session(ctx, param, incomplete)
+    paths = any(word in (param.metavar or "") for word in ("PATHSPEC", "DIR"))
+    return [CompletionItem(incomplete, type="file")] if paths else []
+
+
 def takes_session(f: F) -> F:
     """`--session/-s`, plus the hidden option that positional offsets are moved to."""
     f = click.option(_OFFSET_OPTION, "offsets", multiple=True, hidden=True)(f)
@@ -104,6 +171,7 @@ def takes_session(f: F) -> F:
         "session_option",
         metavar="SESSION",
         help="NAME, ID, ID prefix or -N (-1: newest). Default: $GITSESS_SESSION.",
+        shell_complete=complete_session,
     )(f)
 
 
@@ -123,6 +191,59 @@ def takes_worktree(f: F) -> F:
     )(f)
 
 
+# Where `SessionGroup` moves a leading positional session, so that click does not take it for
+# the subcommand's name.
+_SESSION_ARG = "--session-arg"
+
+
+class SessionGroup(click.Group):
+    """A group that takes a session before its subcommand: `kv [SESSION] get KEY`.
+
+    A first argument that is no subcommand is the session; a session named like a subcommand
+    is given with `-s`.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        first = args[0] if args else None
+        offset = first is not None and first.startswith("-") and first[1:].isdigit()
+        if first is not None and first not in self.commands and (offset or first[:1] != "-"):
+            args = [f"{_SESSION_ARG}={first}", *args[1:]]
+        return super().parse_args(ctx, args)
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """Subcommands, and before one, the session's name."""
+        found = super().shell_complete(ctx, incomplete)
+        if ctx.params.get("session_arg") is None and ctx.params.get("session_option") is None:
+            found += _session_items(incomplete)
+        return found
+
+
+def group_session(f: F) -> F:
+    """A `SessionGroup`'s session: positional (moved to a hidden option) or `--session/-s`."""
+    f = click.option(_SESSION_ARG, "session_arg", hidden=True)(f)
+    return click.option(
+        "--session",
+        "-s",
+        "session_option",
+        metavar="SESSION",
+        help="NAME, ID, ID prefix or -N (-1: newest). Default: $GITSESS_SESSION.",
+        shell_complete=complete_session,
+    )(f)
+
+
+def session_of(ref: str | None) -> tuple[RepoContext, Session]:
+    from gitsess.services import sessions
+
+    ctx = sessions.discover()
+    return ctx, sessions.resolve(ctx, ref)
+
+
+def group_ref() -> str | None:
+    """The session given to the `fs` or `kv` group (its context's obj, which subcommands share)."""
+    ref: str | None = click.get_current_context().obj
+    return ref
+
+
 def worktree_spec(worktree_branch: str | None, from_rev: str | None) -> WorktreeSpec | None:
     if from_rev is not None and worktree_branch is None:
         raise click.UsageError("--from only applies with --worktree")
@@ -134,16 +255,33 @@ def session_ref(
 ) -> tuple[str | None, list[str]]:
     """Split `[SESSION] ARG...` (`wanted` ARGs) and merge the session's three spellings."""
     args = list(positional)
+    elsewhere = [*offsets, *([option] if option is not None else [])]
     if len(args) == wanted + 1:
         given = [args.pop(0)]
-    elif len(args) == wanted:
+    elif len(args) == wanted and (elsewhere or os.environ.get(SESSION_ENV) or not wanted):
         given = []
+    elif len(args) <= wanted:
+        # `rename s`: the one word is the session (nothing else names one), NEW_NAME is missing.
+        raise click.UsageError(f"missing {_missing(wanted - len(args) + (not elsewhere))}")
     else:
         raise click.UsageError(f"expected {wanted} argument(s) after the session, got {len(args)}")
-    given += [*offsets, *([option] if option is not None else [])]
+    given += elsewhere
     if len(given) > 1:
         raise click.UsageError(f"give one session, not {len(given)}: {' '.join(given)}")
     return (given[0] if given else None), args
+
+
+def _missing(count: int) -> str:
+    """The last `count` words of the running command's `[SESSION] WORD...` metavar."""
+    words = next(
+        (
+            (p.metavar or "").split()
+            for p in click.get_current_context().command.params
+            if isinstance(p, click.Argument) and p.nargs == -1
+        ),
+        [],
+    )
+    return " ".join(words[-count:]) if words else "an argument"
 
 
 def print_json(data: object) -> None:

@@ -16,96 +16,78 @@ import click
 
 from gitsess import __version__
 from gitsess.errors import GitsessError
+from gitsess.suggest import did_you_mean
 
 # name: (module under gitsess.cli, the summary `gitsess --help` lists, None when hidden).
-# `gitsess --help` prints these without importing the modules; tests/test_cli.py checks them
-# against the commands themselves.
+# `gitsess --help` prints these without importing the modules; each command takes its summary
+# from here when it registers. Short enough that an 80-column help never cuts one.
 COMMANDS: dict[str, tuple[str, str | None]] = {
-    "agents": (
-        "agent_cmds",
-        "List the agent roles of a session (default: of every session), with their state dirs.",
-    ),
-    "apply": (
-        "apply_cmds",
-        "Apply a session's changes: to a commit, a patch, or the real worktree.",
-    ),
-    "archives": (
-        "apply_cmds",
-        "List archived sessions (`rm` archives unapplied changes; `restore` brings them back).",
-    ),
-    "diff": (
-        "apply_cmds",
-        "Show what a session changed against its real worktree, content compared.",
-    ),
-    "discard": (
-        "apply_cmds",
-        "Drop a session's changes (all, or those PATHSPECs select; ignored paths included).",
-    ),
+    "agents": ("agent_cmds", "List agent roles and their state dirs."),
+    "apply": ("apply_cmds", "Apply changes: to a commit, a patch or the real worktree."),
+    "archives": ("apply_cmds", "List archived sessions (restore brings one back)."),
+    "completion": ("completion_cmds", "Print shell code that completes gitsess's words."),
+    "diff": ("apply_cmds", "Show what a session changed against the real worktree."),
+    "discard": ("apply_cmds", "Drop a session's changes (all, or some paths)."),
     "doctor": ("machine_cmds", "Check what this machine and directory offer gitsess."),
-    "fork": (
-        "apply_cmds",
-        "A new session NEW_NAME with a copy of a session's changes, on the same worktree.",
-    ),
-    "fs": (
-        "inspect_cmds",
-        "Read a session's files without mounting it: fs [SESSION] ls|cat|stat.",
-    ),
-    "gc": (
-        "gc_cmds",
-        "Clean up: sessions whose branch or worktree is gone, merged branches, changes a commit"
-        " took, dead mounts, orphaned session and agent state dirs, archives older than"
-        " gitsess.gc.archiveMaxAge (default 30 days).",
-    ),
+    "fork": ("apply_cmds", "Copy a session's changes into a new session."),
+    "fs": ("inspect_cmds", "Read a session's files without mounting it."),
+    "gc": ("gc_cmds", "Clean up sessions, mounts and archives left behind."),
     "hook": ("hook_cmds", None),
-    "hooks": (
-        "hook_cmds",
-        "Git hooks that let sessions follow what git does to their branches and worktrees.",
-    ),
-    "kv": (
-        "inspect_cmds",
-        "A session's key-value store of JSON values: kv [SESSION] get|set|rm|ls.",
-    ),
-    "log": ("inspect_cmds", "What happened in a session: its file changes, grouped by run."),
-    "ls": ("session_cmds", "List sessions: this worktree's first, then the other worktrees'."),
-    "mount": (
-        "live_cmds",
-        "Mount a session's view (at DIR, default its session dir) until `gitsess umount`.",
-    ),
-    "new": ("session_cmds", "Create a session (NAME, or a generated one; a UUID becomes its id)."),
-    "ps": ("live_cmds", "List mounted sessions of this repository and who is inside."),
-    "pull": (
-        "remote_cmds",
-        "Bring session NAME from a git remote (default: origin): a new session on a worktree of"
-        " its branch, or a fast-forward of the one here.",
-    ),
-    "push": (
-        "remote_cmds",
-        "Publish a session on a git remote (default: the branch's remote, else origin), as a"
-        " commit under refs/gitsess/sessions/NAME.",
-    ),
-    "rename": ("session_cmds", "Rename a session (its worktree and branch keep their names)."),
-    "restore": ("apply_cmds", "Bring back a session archived as NAME (see `gitsess archives`)."),
-    "rm": (
-        "session_cmds",
-        "Remove a session, and the worktree and branch gitsess made for it when nothing is lost.",
-    ),
-    "run": (
-        "live_cmds",
-        "Run COMMAND (default: $SHELL, or the agent's CLI) inside a session, creating or"
-        " resuming it.",
-    ),
+    "hooks": ("hook_cmds", "Git hooks that keep sessions in step with git."),
+    "kv": ("kv_cmds", "A session's key-value store of JSON values."),
+    "log": ("inspect_cmds", "What happened in a session, grouped by run."),
+    "ls": ("session_cmds", "List sessions, this worktree's first."),
+    "mount": ("live_cmds", "Mount a session's view until `gitsess umount`."),
+    "new": ("session_cmds", "Create a session."),
+    "ps": ("live_cmds", "List mounted sessions and who is inside."),
+    "pull": ("remote_cmds", "Bring a session from a git remote."),
+    "push": ("remote_cmds", "Publish a session on a git remote."),
+    "rename": ("session_cmds", "Rename a session."),
+    "restore": ("apply_cmds", "Bring back an archived session."),
+    "rm": ("session_cmds", "Remove a session (its unapplied changes are archived)."),
+    "run": ("live_cmds", "Run a command inside a session, creating or resuming it."),
     "show": ("session_cmds", "Show one session."),
-    "stop": (
-        "agent_cmds",
-        "Forget an agent role: purge its state dir (conversations); shared files stay as they are.",
+    "stop": ("agent_cmds", "Forget an agent role and purge its state dir."),
+    "title": ("session_cmds", "Set a session's title."),
+    "tour": ("machine_cmds", "Walk through gitsess on a demo repository."),
+    "umount": ("live_cmds", "Unmount a session's view."),
+    "watch": ("inspect_cmds", "Watch a session's changes live."),
+}
+
+# A command's help ends with these (`gitsess COMMAND --help`).
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "agents": ("gitsess agents", "gitsess agents exp --json"),
+    "apply": (
+        'gitsess apply exp --commit -m "Parse lines"',
+        "gitsess apply exp --patch -o exp.patch -- src/",
     ),
-    "title": ("session_cmds", 'Set a session\'s title ("" clears it).'),
-    "tour": ("machine_cmds", "Walk through gitsess on a demo repository in a temporary directory."),
-    "umount": ("live_cmds", "Unmount a session's view (participants still inside lose it)."),
-    "watch": (
-        "inspect_cmds",
-        "Watch a session's changes live, from any terminal, without joining it.",
-    ),
+    "archives": ("gitsess archives", "gitsess restore exp --as exp-again"),
+    "completion": ('eval "$(gitsess completion bash)"',),
+    "diff": ("gitsess diff exp", "gitsess diff exp --stat -- src/"),
+    "discard": ("gitsess discard exp -- build/", "gitsess discard exp --all -y"),
+    "doctor": ("gitsess doctor", "gitsess doctor --repair"),
+    "fork": ("gitsess fork exp exp-b",),
+    "fs": ("gitsess fs exp ls src", "gitsess fs exp cat README.md"),
+    "gc": ("gitsess gc --dry-run", "gitsess gc"),
+    "hooks": ("gitsess hooks install", "gitsess hooks uninstall"),
+    "kv": ('gitsess kv exp set status "tests pass"', "gitsess kv exp get status"),
+    "log": ("gitsess log exp --since 10m", "gitsess log exp --op unlink --json"),
+    "ls": ("gitsess ls", "gitsess ls --everywhere"),
+    "mount": ("gitsess mount exp", "gitsess mount exp ~/views/exp"),
+    "new": ('gitsess new exp -t "try a faster parser"', "gitsess new exp --worktree --mount"),
+    "ps": ("gitsess ps",),
+    "pull": ("gitsess pull exp", "gitsess pull exp upstream --worktree"),
+    "push": ("gitsess push exp", "gitsess push exp origin --with-kv"),
+    "rename": ("gitsess rename exp parser",),
+    "restore": ("gitsess restore exp", "gitsess restore exp --as exp-again"),
+    "rm": ("gitsess rm exp", "gitsess rm -1 --force"),
+    "run": ("gitsess run -s exp -- pytest", "gitsess run -s exp --agent claude --role reviewer"),
+    "show": ("gitsess show exp", "gitsess show -1 --json"),
+    "stop": ("gitsess stop exp --role reviewer",),
+    "title": ('gitsess title exp "parse twice as fast"',),
+    "tour": ("gitsess tour",),
+    "umount": ("gitsess umount exp",),
+    "watch": ("gitsess watch exp", "gitsess watch exp --json"),
 }
 
 
@@ -113,8 +95,29 @@ class LazyGroup(click.Group):
     """Imports a command's module when the command is looked up (to run, complete or show its
     help); the group's own help lists the summaries of `COMMANDS` instead."""
 
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        """A command registers with the summary and examples of the tables above."""
+        key = name or cmd.name
+        if key in COMMANDS:
+            cmd.short_help = COMMANDS[key][1]
+        if key in EXAMPLES and not cmd.hidden:
+            lines = "\n".join(f"  {line}" for line in EXAMPLES[key])
+            # \b keeps click from rewrapping the lines.
+            cmd.epilog = (cmd.epilog or "") + f"\n\n\b\nExamples:\n{lines}"
+        super().add_command(cmd, name)
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMANDS, *self.commands})
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0]
+        known = name in COMMANDS or name in self.commands
+        if not known and not name.startswith("-") and not ctx.resilient_parsing:
+            hint = did_you_mean(name, self.list_commands(ctx))
+            raise click.UsageError(f"No such command {name!r}{hint or '.'}", ctx)
+        return super().resolve_command(ctx, args)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:

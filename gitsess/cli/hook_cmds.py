@@ -26,6 +26,7 @@ _DONE = {
     "drop": "dropped committed changes from",
     "move-base": "moved the base of",
     "complete": "completed the interrupted apply of",
+    "end": "ended",
 }
 _PLAN = {
     "remove": "would remove",
@@ -38,6 +39,7 @@ _PLAN = {
     "drop": "would drop committed changes from",
     "move-base": "would move the base of",
     "complete": "would complete the interrupted apply of",
+    "end": "would end",
 }
 
 

@@ -6,7 +6,7 @@ import json
 import stat as st
 import sys
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 
 import click
@@ -18,59 +18,24 @@ from rich.text import Text
 
 from gitsess.cli.base import (
     SessionCommand,
+    SessionGroup,
     ago,
+    complete_session,
     console,
     escape,
+    group_ref,
+    group_session,
     print_json,
+    session_of,
     session_ref,
     takes_session,
 )
 from gitsess.cli.group import cli
-from gitsess.services import inspection, kv, sessions, timeline
+from gitsess.errors import GitsessError
+from gitsess.services import gitfold, inspection, timeline
 from gitsess.services.feed import Change, Feed
-from gitsess.services.sessions import RepoContext, Session, discover
+from gitsess.services.gitfold import GitActivity
 from gitsess.services.timeline import Drift, Event
-
-# Where `SessionGroup` moves a leading positional session, so that click does not take it for
-# the subcommand's name.
-_SESSION_ARG = "--session-arg"
-
-
-class SessionGroup(click.Group):
-    """A group that takes a session before its subcommand: `kv [SESSION] get KEY`.
-
-    A first argument that is no subcommand is the session; a session named like a subcommand
-    is given with `-s`.
-    """
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        first = args[0] if args else None
-        offset = first is not None and first.startswith("-") and first[1:].isdigit()
-        if first is not None and first not in self.commands and (offset or first[:1] != "-"):
-            args = [f"{_SESSION_ARG}={first}", *args[1:]]
-        return super().parse_args(ctx, args)
-
-
-def _group_session(f: click.decorators.FC) -> click.decorators.FC:
-    f = click.option(_SESSION_ARG, "session_arg", hidden=True)(f)
-    return click.option(
-        "--session",
-        "-s",
-        "session_option",
-        metavar="SESSION",
-        help="NAME, ID, ID prefix or -N (-1: newest). Default: $GITSESS_SESSION.",
-    )(f)
-
-
-def _session(ref: str | None) -> tuple[RepoContext, Session]:
-    ctx = discover()
-    return ctx, sessions.resolve(ctx, ref)
-
-
-def _group_ref() -> str | None:
-    """The session given to the `fs` or `kv` group (its context's obj, which subcommands share)."""
-    ref: str | None = click.get_current_context().obj
-    return ref
 
 
 def _emit(data: object) -> None:
@@ -83,7 +48,7 @@ def _emit(data: object) -> None:
 
 def event_json(e: Event) -> dict[str, object]:
     return {
-        "id": e.id,
+        "event": e.id,
         "time": e.time.isoformat(),
         "time_ns": e.time_ns,
         "op": e.op,
@@ -150,23 +115,23 @@ def _header(group: timeline.Group) -> tuple[str, datetime]:
     return " · ".join(parts), run.started_at
 
 
-def _events_text(events: Sequence[Event], start: datetime) -> Text:
+def _row(item: Event | GitActivity, start: datetime) -> tuple[str, str, str, str, str, str]:
+    e = item.first if isinstance(item, GitActivity) else item
+    when = _offset(max(0.0, (e.time - start).total_seconds()))
+    if isinstance(item, GitActivity):
+        what = f"{item.command}: {item.files} file{'' if item.files == 1 else 's'} in .git"
+        return when, "git", what, "", _who(e), e.cmdline or ""
+    size = "" if e.bytes is None else str(e.bytes)
+    return when, e.op, _what(e), size, _who(e), e.cmdline or ""
+
+
+def _events_text(events: Sequence[Event | GitActivity], start: datetime) -> Text:
     """The group's events in aligned columns.
 
     Not a rich Table: one renders 10,000 rows in ~10 s, this in a fraction of one.
     """
     header = ("WHEN", "OP", "PATH", "BYTES", "PROCESS", "COMMAND")
-    rows = [
-        (
-            _offset(max(0.0, (e.time - start).total_seconds())),
-            e.op,
-            _what(e),
-            "" if e.bytes is None else str(e.bytes),
-            _who(e),
-            e.cmdline or "",
-        )
-        for e in events
-    ]
+    rows = [_row(e, start) for e in events]
     widths = [max(cell_len(r[i]) for r in [header, *rows]) for i in range(5)]
     room = max(20, console().width - sum(widths) - 2 * len(widths))
     text = Text(no_wrap=True, overflow="ellipsis")
@@ -198,7 +163,7 @@ def _line(c: Change) -> str:
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
 @click.option(
     "--since",
@@ -220,6 +185,15 @@ def _line(c: Change) -> str:
     help="Only this operation (repeatable): create, write, rename, unlink, mkdir, ...",
 )
 @click.option("--run", "run_id", type=int, metavar="ID", help="Only this run.")
+@click.option(
+    "--git",
+    "with_git",
+    is_flag=True,
+    help="Also git's own files below .git, one by one (else one line per git command).",
+)
+@click.option(
+    "--exclude", multiple=True, metavar="GLOB", help="Leave out these paths (repeatable)."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per change and line.")
 @click.option("--follow", "-f", is_flag=True, help="Then print changes as they happen.")
 def log(
@@ -231,24 +205,39 @@ def log(
     pid: int | None,
     ops: tuple[str, ...],
     run_id: int | None,
+    with_git: bool,
+    exclude: tuple[str, ...],
     as_json: bool,
     follow: bool,
 ) -> None:
-    """What happened in a session: its file changes, grouped by run."""
+    """What happened in a session: its file changes, grouped by run.
+
+    git's own files below .git are shown as one line per git command (--git lists them, and
+    --json has them only with --git); the session's own commits are in `gitsess show`.
+    """
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
-    flt = timeline.make_filter(since=since, path=path_glob, pid=pid, ops=ops, run_id=run_id)
-    ctx, found = _session(ref)
+    try:
+        flt = timeline.make_filter(since=since, path=path_glob, pid=pid, ops=ops, run_id=run_id)
+    except GitsessError as bad:
+        raise click.UsageError(str(bad)) from bad
+    ctx, found = session_of(ref)
     past = timeline.timeline(ctx, found, flt)
+
+    def listed(e: Event) -> bool:
+        return gitfold.shown(e.path, git=with_git, exclude=exclude)
+
     if as_json:
-        events = sorted((e for g in past.groups for e in g.events), key=lambda e: e.id)
+        events = sorted((e for g in past.groups for e in g.events if listed(e)), key=lambda e: e.id)
         if events:
             click.echo("\n".join(json.dumps(event_json(e), ensure_ascii=False) for e in events))
     elif past.groups:
         for n, group in enumerate(past.groups):
             heading, start = _header(group)
             console().print(("\n" if n else "") + heading)
-            if group.events:
-                console().print(_events_text(group.events, start), end="")
+            kept = [e for e in group.events if not gitfold.excluded(e.path, exclude)]
+            items = list(kept) if with_git else gitfold.fold(kept)
+            if items:
+                console().print(_events_text(items, start), end="")
     elif not follow:
         console().print(
             f"Nothing matches in session {escape(found.name)}."
@@ -259,7 +248,7 @@ def log(
         return
     try:
         for batch in timeline.follow(ctx, found, flt, after_id=past.last_id):
-            for e in batch:
+            for e in filter(listed, batch):
                 if as_json:
                     _emit(event_json(e))
                 else:
@@ -272,7 +261,7 @@ def log(
 
 
 @cli.group(cls=SessionGroup, subcommand_metavar="[SESSION] ls|cat|stat [ARGS]...")
-@_group_session
+@group_session
 @click.pass_context
 def fs(ctx: click.Context, session_arg: str | None, session_option: str | None) -> None:
     """Read a session's files without mounting it: fs [SESSION] ls|cat|stat."""
@@ -306,7 +295,7 @@ def _fs_json(e: inspection.FsEntry) -> dict[str, object]:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def fs_ls(path: str, as_json: bool) -> None:
     """List a directory of the session's view (* marks what the session changed)."""
-    ctx, found = _session(_group_ref())
+    ctx, found = session_of(group_ref())
     entries = inspection.ls(ctx, found, path)
     if as_json:
         print_json([_fs_json(e) for e in entries])
@@ -328,7 +317,7 @@ def fs_ls(path: str, as_json: bool) -> None:
 @click.argument("path")
 def fs_cat(path: str) -> None:
     """Print a file of the session's view, as bytes."""
-    ctx, found = _session(_group_ref())
+    ctx, found = session_of(group_ref())
     data = inspection.cat(ctx, found, path)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
@@ -339,7 +328,7 @@ def fs_cat(path: str) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def fs_stat(path: str, as_json: bool) -> None:
     """Describe one path of the session's view."""
-    ctx, found = _session(_group_ref())
+    ctx, found = session_of(group_ref())
     info = inspection.stat(ctx, found, path)
     e = info.entry
     origin = info.copied_from
@@ -381,73 +370,6 @@ def fs_stat(path: str, as_json: bool) -> None:
     console().print(grid)
 
 
-# ---------------------------------------------------------------- kv
-
-
-@cli.group("kv", cls=SessionGroup, subcommand_metavar="[SESSION] get|set|rm|ls [ARGS]...")
-@_group_session
-@click.pass_context
-def kv_group(ctx: click.Context, session_arg: str | None, session_option: str | None) -> None:
-    """A session's key-value store of JSON values: kv [SESSION] get|set|rm|ls.
-
-    Inside a session (gitsess run) the session is that one.
-    """
-    ref, _ = session_ref([session_arg] if session_arg else [], 0, [], session_option)
-    ctx.obj = ref
-
-
-def _kv_text(value: object) -> str:
-    """A string as itself, anything else as its JSON."""
-    return value if isinstance(value, str) else kv.encode(value)
-
-
-@kv_group.command("get")
-@click.argument("key")
-@click.option("--json", "as_json", is_flag=True, help="Print the value as JSON.")
-def kv_get(key: str, as_json: bool) -> None:
-    """Print KEY's value (a string as itself unless --json)."""
-    ctx, found = _session(_group_ref())
-    value = kv.get(ctx, found, key).value
-    click.echo(kv.encode(value) if as_json else _kv_text(value))
-
-
-@kv_group.command("set")
-@click.argument("key")
-@click.argument("value")
-@click.option("--json", "as_json", is_flag=True, help="VALUE is JSON (else it is a string).")
-def kv_set(key: str, value: str, as_json: bool) -> None:
-    """Set KEY to VALUE."""
-    decoded = kv.decode(value) if as_json else value
-    ctx, found = _session(_group_ref())
-    kv.put(ctx, found, key, decoded)
-
-
-@kv_group.command("rm")
-@click.argument("key")
-def kv_rm(key: str) -> None:
-    """Remove KEY."""
-    ctx, found = _session(_group_ref())
-    kv.remove(ctx, found, key)
-
-
-@kv_group.command("ls")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object of every key.")
-def kv_ls(as_json: bool) -> None:
-    """List the keys and their values."""
-    ctx, found = _session(_group_ref())
-    items = kv.items(ctx, found)
-    if as_json:
-        print_json({i.key: i.value for i in items})
-        return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    table.add_column("KEY", no_wrap=True)
-    table.add_column("VALUE", overflow="fold")
-    table.add_column("SET", no_wrap=True)
-    for i in items:
-        table.add_row(escape(i.key), escape(_kv_text(i.value)), ago(i.updated))
-    console().print(table)
-
-
 # ---------------------------------------------------------------- watch
 
 
@@ -469,23 +391,39 @@ def _watch_view(name: str, recent: Iterable[Change], total: int, paths: int) -> 
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
+@click.option("--git", "with_git", is_flag=True, help="Also git's own files below .git.")
+@click.option(
+    "--exclude", multiple=True, metavar="GLOB", help="Leave out these paths (repeatable)."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per change and line.")
 def watch(
-    session: str | None, offsets: tuple[str, ...], session_option: str | None, as_json: bool
+    session: str | None,
+    offsets: tuple[str, ...],
+    session_option: str | None,
+    with_git: bool,
+    exclude: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Watch a session's changes live, from any terminal, without joining it."""
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
-    ctx, found = _session(ref)
+    ctx, found = session_of(ref)
     feed = Feed(ctx, found)
     live = not as_json and console().is_terminal
     if not live:
         # Said once the starting point is taken: nothing committed after this line is missed.
         click.echo(f"gitsess: watching session {found.name} (ctrl-c stops)", err=True)
+
+    def listed(batches: Iterable[list[Change]]) -> Iterator[list[Change]]:
+        for batch in batches:
+            kept = [c for c in batch if gitfold.shown(c.path, git=with_git, exclude=exclude)]
+            if kept:
+                yield kept
+
     try:
         if not live:
-            for batch in feed:
+            for batch in listed(feed):
                 for c in batch:
                     if as_json:
                         _emit(change_json(c))
@@ -498,7 +436,7 @@ def watch(
         with Live(
             _watch_view(found.name, recent, total, 0), console=console(), auto_refresh=False
         ) as screen:
-            for batch in feed:
+            for batch in listed(feed):
                 recent.extend(batch)
                 total += len(batch)
                 for c in batch:

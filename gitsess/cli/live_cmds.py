@@ -15,6 +15,10 @@ import click
 
 from gitsess.cli.base import (
     SessionCommand,
+    complete_agent_kind,
+    complete_role,
+    complete_session,
+    complete_session_first,
     console,
     echo_mounted,
     escape,
@@ -38,12 +42,14 @@ from gitsess.services.sessions import RepoContext, Session, discover
     "--agent",
     "agent_kind",
     metavar="KIND",
+    shell_complete=complete_agent_kind,
     help="Run an agent CLI (claude, cline, codex, gemini, agy, hermes, home, or one of your"
     " agents.toml) with its own state directory.",
 )
 @click.option(
     "--role",
     metavar="ROLE",
+    shell_complete=complete_role,
     help="The agent's role in the session (default: KIND); running a role again resumes it.",
 )
 @click.option(
@@ -79,7 +85,8 @@ def run(
     else:
         session, created = sessions.resolve_or_create(ctx, ref, worktree=spec)
     if created:  # a typo of a name must not go unnoticed
-        click.echo(f"gitsess: new session {session.name} ({session.id[:8]})", err=True)
+        hint = sessions.close_names(ctx, session.name)
+        click.echo(f"gitsess: new session {session.name} ({session.id[:8]}){hint}", err=True)
     session = sessions.touch(ctx, sessions.check_bound(ctx, session, rebind=rebind))
     session = _reconciled(ctx, session)
     argv = list(command)
@@ -137,16 +144,20 @@ def run(
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] [DIR]")
+@click.argument("args", nargs=-1, metavar="[SESSION] [DIR]", shell_complete=complete_session_first)
 @takes_session
 @click.option("--allow-other", is_flag=True, help="Let other users reach the mount.")
 @click.option("--read-only", is_flag=True, help="Mount read-only.")
+@click.option("--force", is_flag=True, help="Mount over a DIR that holds files (hiding them).")
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def mount(
     args: tuple[str, ...],
     offsets: tuple[str, ...],
     session_option: str | None,
     allow_other: bool,
     read_only: bool,
+    force: bool,
+    as_json: bool,
 ) -> None:
     """Mount a session's view (at DIR, default its session dir) until `gitsess umount`."""
     given = list(args)
@@ -157,8 +168,16 @@ def mount(
     ctx = discover()
     session = _reconciled(ctx, sessions.resolve(ctx, ref))
     status = live.keep_mounted(
-        ctx, session, mountpoint=directory, allow_other=allow_other, read_only=read_only
+        ctx,
+        session,
+        mountpoint=directory,
+        allow_other=allow_other,
+        read_only=read_only,
+        force=force,
     )
+    if as_json:
+        print_json({"name": session.name, "id": session.id, "mountpoint": status.mountpoint})
+        return
     echo_mounted(session, status.mountpoint)
 
 
@@ -175,14 +194,21 @@ def _reconciled(ctx: RepoContext, session: Session) -> Session:
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
-def umount(session: str | None, offsets: tuple[str, ...], session_option: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def umount(
+    session: str | None, offsets: tuple[str, ...], session_option: str | None, as_json: bool
+) -> None:
     """Unmount a session's view (participants still inside lose it)."""
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     ctx = discover()
     found = sessions.resolve(ctx, ref)
-    if live.unmount(ctx, found):
+    unmounted = live.unmount(ctx, found)
+    if as_json:
+        print_json({"name": found.name, "id": found.id, "unmounted": unmounted})
+        return
+    if unmounted:
         console().print(f"Unmounted session [bold]{escape(found.name)}[/]")
     else:
         console().print(f"Session [bold]{escape(found.name)}[/] was not mounted")
@@ -196,6 +222,7 @@ def ps(as_json: bool) -> None:
 
     ctx = discover()
     mounted = live.live_sessions([i.session for i in sessions.list_sessions(ctx)])
+    strays = live.stray_daemons()
     if as_json:
         print_json(
             [
@@ -204,14 +231,33 @@ def ps(as_json: bool) -> None:
                     "id": m.session.id,
                     "daemon_pid": m.status.daemon_pid,
                     "mountpoint": m.status.mountpoint,
-                    "persistent": m.status.persistent,
+                    "kept": m.status.persistent,
                     "read_only": m.status.read_only,
                     "participants": m.status.participants,
+                    "stray": None,
                 }
                 for m in mounted
             ]
+            + [
+                {
+                    "name": None,
+                    "id": s.session_id,
+                    "daemon_pid": s.pid,
+                    "mountpoint": None,
+                    "persistent": False,
+                    "read_only": False,
+                    "participants": [],
+                    "stray": s.reason,
+                }
+                for s in strays
+            ]
         )
         return
+    for s in strays:
+        console().print(
+            f"Stray daemon {s.pid} of session {escape(s.session_id)}: {escape(s.reason)}"
+            " (`gitsess gc` ends it)"
+        )
     if not mounted:
         console().print("No session is mounted.")
         return

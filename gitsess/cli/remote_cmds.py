@@ -16,6 +16,7 @@ from rich.table import Table
 from gitsess.cli.base import (
     SessionCommand,
     ago,
+    complete_session_first,
     console,
     escape,
     first_line,
@@ -28,7 +29,7 @@ from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
 from gitsess.services import remote, sessions
 from gitsess.services.remote import Progress
-from gitsess.services.sessions import RepoContext, discover
+from gitsess.services.sessions import RepoContext, Session, discover
 
 
 class TransferBars:
@@ -89,7 +90,9 @@ def _notes(notes: tuple[str, ...]) -> None:
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] [REMOTE]")
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] [REMOTE]", shell_complete=complete_session_first
+)
 @takes_session
 @click.option("--with-kv", is_flag=True, help="Send the session's key-value store along.")
 @click.option(
@@ -115,7 +118,7 @@ def push(
         done = remote.push(ctx, ref, target, with_kv=with_kv, force=force, progress=progress)
     _notes(done.notes)
     if as_json:
-        print_json({**asdict(done), "session": done.session.name})
+        print_json(_session_json(done.session, asdict(done)))
         return
     s = done.session
     if not done.pushed:
@@ -185,7 +188,7 @@ def pull(name: str, target: str | None, worktree: bool, force: bool, as_json: bo
         done = remote.pull(ctx, name, target, worktree=worktree, force=force, progress=progress)
     _notes(done.notes)
     if as_json:
-        print_json({**asdict(done), "session": done.session.name})
+        print_json(_session_json(done.session, asdict(done)))
         return
     s = done.session
     what = {
@@ -210,6 +213,26 @@ def pull(name: str, target: str | None, worktree: bool, force: bool, as_json: bo
         )
 
 
+def _session_json(session: Session, fields: dict[str, object]) -> dict[str, object]:
+    """A push or pull outcome in the JSON vocabulary (docs/json.md): the session as `name` and
+    `id`, its count of changed files as `changed_files`."""
+    del fields["session"]
+    return {"name": session.name, "id": session.id, **_renamed(fields)}
+
+
+def _published_json(fields: dict[str, object]) -> dict[str, object]:
+    fields = _renamed(fields)
+    fields["id"] = fields.pop("session_id")
+    return fields
+
+
+_RENAMED = {"files": "changed_files", "base": "base_commit"}
+
+
+def _renamed(fields: dict[str, object]) -> dict[str, object]:
+    return {_RENAMED.get(k, k): v for k, v in fields.items()}
+
+
 def list_remote_sessions(target: str | None, as_json: bool) -> None:
     """`ls --remote [REMOTE]`."""
     with transfer_progress() as progress:
@@ -218,11 +241,11 @@ def list_remote_sessions(target: str | None, as_json: bool) -> None:
         print_json(
             [
                 {
-                    **asdict(r.published),
+                    **_published_json(asdict(r.published)),
                     "name": r.name,
                     "claims": r.claims,
-                    "files": r.files,
-                    "here": r.here,
+                    "changed_files": r.files,
+                    "sync": r.here,
                     "remote": label,
                 }
                 for r in found

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING
 
 import click
 
+from gitsess.cli import table
 from gitsess.cli.base import (
     SessionCommand,
     ago,
     branch_label,
+    complete_session,
+    complete_session_first,
     console,
     echo_mounted,
     escape,
@@ -34,8 +37,6 @@ from gitsess.services import live, sessions
 from gitsess.services.sessions import Session, SessionInfo, discover
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from gitsess.services import inspection
 
 # git runs no hook on `git worktree remove`: what catches it up is the next hook, or gc
@@ -122,16 +123,16 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
             )
             return
         if not repos:
-            console().print("No sessions in any repository.")
+            click.echo("No sessions in any repository.")
         for repo in repos:
-            console().print(f"[bold]{escape(str(repo.common_dir))}[/]")
+            click.echo(_bold(table.clean(str(repo.common_dir))))
             if repo.error:
-                console().print(f"  [red]{escape(repo.error)}[/]")
+                click.echo("  " + _styled(table.clean(repo.error), "red"))
             else:
                 drift = _drift_counts(repo.sessions)
-                console().print(_table(repo.sessions, drift, with_worktree=True))
+                table.echo(*_table(repo.sessions, drift, with_worktree=True))
                 if any(drift.values()):
-                    console().print(_DRIFT_NOTE)
+                    click.echo(_DRIFT_NOTE)
         return
     ctx = discover()
     infos = sessions.list_sessions(ctx)
@@ -139,26 +140,39 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
         print_json([_with_drift(i) for i in infos])
         return
     if not infos:
-        console().print(
-            f"No sessions in {escape(str(ctx.common_dir))} yet. Create one: gitsess new"
-        )
+        if ctx.worktree is None:
+            click.echo(
+                f"No sessions in {table.clean(str(ctx.common_dir))} yet. A session works on a"
+                " worktree: run gitsess in one, or `gitsess new NAME --worktree` makes one."
+            )
+        else:
+            click.echo(
+                f"No sessions in {table.clean(str(ctx.common_dir))} yet. Create one: gitsess new"
+            )
         return
     drift = _drift_counts(infos)
     here = [i for i in infos if i.here]
     others = [i for i in infos if not i.here]
     if here:
-        console().print(f"[bold]This worktree[/] {escape(str(here[0].session.worktree))}")
-        console().print(_table(here, drift, with_worktree=False))
+        click.echo(f"{_bold('This worktree')} {table.clean(str(here[0].session.worktree))}")
+        table.echo(*_table(here, drift, with_worktree=False))
     if others:
-        console().print("[bold]Other worktrees[/]")
-        console().print(_table(others, drift, with_worktree=True))
+        click.echo(_bold("Other worktrees"))
+        table.echo(*_table(others, drift, with_worktree=True))
     if any(drift.values()):
-        console().print(_DRIFT_NOTE)
+        click.echo(_DRIFT_NOTE)
+
+
+def _bold(text: str) -> str:
+    return click.style(text, bold=True) if table.colour() else text
+
+
+def _styled(text: str, colour: str) -> str:
+    return click.style(text, fg=colour) if table.colour() else text
 
 
 _DRIFT_NOTE = (
-    "[yellow]![/] the real worktree changed paths that the session changed too"
-    " (gitsess show NAME lists them)"
+    "! the real worktree changed paths that the session changed too (gitsess show NAME lists them)"
 )
 
 
@@ -178,45 +192,75 @@ def _with_drift(info: SessionInfo) -> dict[str, object]:
     return {**info_json(info), "drift": _drifted(info)}
 
 
-def _table(infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_worktree: bool) -> Table:
-    from rich.table import Table
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("#", "NAME", "ID", "BRANCH", "CHANGES", "LAST USED"):
-        table.add_column(column, no_wrap=True)
+
+def changes_text(info: SessionInfo) -> str:
+    """CHANGES: "2 files, 1 commit", "none"; a count that cannot be read is left out."""
+    parts = []
+    if info.changed_files:
+        parts.append(_plural(info.changed_files, "file"))
+    if info.commits:
+        parts.append(_plural(info.commits, "commit"))
+    return ", ".join(parts) or "none"
+
+
+def branch_text(info: SessionInfo) -> str:
+    """The branch, and how far the session is ahead of it (its own commits) and behind it
+    (commits the branch gained since the session's base), as git's status prints them."""
+    marks = []
+    if info.commits:
+        marks.append(f"↑{info.commits}")
+    if info.behind:
+        marks.append(f"↓{info.behind}")
+    return branch_label(info.session) + (f" {' '.join(marks)}" if marks else "")
+
+
+_STATE_STYLE = {"running": "green", "mounted": "cyan", "damaged": "red"}
+
+
+def _table(
+    infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_worktree: bool
+) -> tuple[list[table.Column], list[list[table.Cell]]]:
+    Col, Cell = table.Column, table.Cell
+    columns = [
+        Col("#", right=True),
+        Col("NAME"),
+        Col("ID"),
+        Col("BRANCH", shrink=3, minimum=8),
+        Col("STATE"),
+        Col("CHANGES", shrink=4, minimum=8),
+        Col("LAST USED"),
+    ]
     if with_worktree:
-        table.add_column("WORKTREE", overflow="fold", min_width=16)
-    table.add_column("TITLE", no_wrap=True, overflow="ellipsis", max_width=40)
+        columns.append(Col("WORKTREE", shrink=2, minimum=12))
+    columns.append(Col("TITLE", shrink=1, minimum=8))
+    rows = []
     for info in infos:
         s = info.session
-        name = escape(s.name) + ("" if s.state == "active" else f" [dim]({escape(s.state)})[/]")
+        name = s.name + ("" if s.state == "active" else f" ({s.state})")
         drifted = drift.get(s.id, 0)
+        changes = changes_text(info) + (f", ! {drifted} drifted" if drifted else "")
         row = [
-            str(info.offset),
-            name,
-            s.id[:8],
-            escape(branch_label(s)),
-            (
-                "[red]damaged[/]"
-                if info.damaged
-                else "-"
-                if info.changed_files is None
-                else str(info.changed_files)
-            )
-            + (f" +{info.commits} commit(s)" if info.commits else "")
-            + (f" [yellow]! {drifted} drifted[/]" if drifted else ""),
-            ago(s.last_used_at),
+            Cell(str(info.offset)),
+            Cell(name, "bold"),
+            Cell(s.id[:8]),
+            Cell(branch_text(info)),
+            Cell(info.status, _STATE_STYLE.get(info.status)),
+            Cell(changes, "yellow" if drifted else None),
+            Cell(ago(s.last_used_at), "dim"),
         ]
         if with_worktree:
-            gone = "" if info.worktree_exists else f" [red]{escape(GONE)}[/]"
-            row.append(escape(str(s.worktree)) + gone)
-        row.append(escape(first_line(s.title)))
-        table.add_row(*row)
-    return table
+            gone = "" if info.worktree_exists else f" {GONE}"
+            row.append(Cell(str(s.worktree) + gone, None if info.worktree_exists else "red"))
+        row.append(Cell(first_line(s.title)))
+        rows.append(row)
+    return columns, rows
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def show(
@@ -231,12 +275,14 @@ def show(
     info = sessions.info(ctx, ref)
     usage = inspection.usage(ctx, info)
     drift = inspection.drift(info.session, info.session_dir)
+    commits = inspection.own_commits(ctx, info.session) if info.commits else []
     if as_json:
         print_json(
             {
                 **info_json(info),
                 "usage": asdict(usage),
                 "drift": [{"path": d.path, "time": d.time} for d in drift],
+                "own_commits": [asdict(c) for c in commits],
             }
         )
         return
@@ -246,14 +292,16 @@ def show(
         ("id", s.id),
         ("title", first_line(s.title) or "-"),
         ("offset", str(info.offset)),
-        ("state", s.state + (", read-only" if s.read_only else "")),
+        ("lifecycle", s.state + (", read-only" if s.read_only else "")),
         ("worktree", str(s.worktree) + ("" if info.worktree_exists else f" {GONE}")),
         ("branch", s.branch or "(detached HEAD)"),
         ("base commit", short(s.base_commit)),
         ("made by gitsess", _made(s)),
         ("created", f"{s.created_at:%Y-%m-%d %H:%M:%S} UTC ({ago(s.created_at)})"),
         ("last used", f"{s.last_used_at:%Y-%m-%d %H:%M:%S} UTC ({ago(s.last_used_at)})"),
-        ("changes", "-" if info.changed_files is None else str(info.changed_files)),
+        ("state", info.status),
+        ("changes", changes_text(info)),
+        ("behind", "-" if info.behind is None else _plural(info.behind, "commit")),
         ("commits", _commits(info.commits)),
         ("delta size", f"{_size(usage.delta_bytes)} ({_size(usage.live_bytes)} in use)"),
         ("runs", _runs(usage)),
@@ -263,14 +311,16 @@ def show(
     # Key and value on a line, nothing after the value: a grid pads every line to its width.
     width = max(len(key) for key, _ in rows)
     for key, value in rows:
-        console().print(f"[bold]{key:<{width}}[/]  {escape(value)}", soft_wrap=True)
+        click.echo(f"{_bold(f'{key:<{width}}')}  {table.clean(value)}")
+    for c in commits:
+        click.echo(f"  {c.commit[:10]} {table.clean(c.subject)}")
     if drift:
-        console().print(
-            f"[yellow]warning:[/] the real worktree changed {len(drift)} path(s) that this"
-            " session changed too; applying may conflict:"
+        click.echo(
+            f"{_styled('warning:', 'yellow')} the real worktree changed {len(drift)} path(s)"
+            " that this session changed too; applying may conflict:"
         )
         for d in drift:
-            console().print(f"  {escape(d.path)} ({ago(d.time)})")
+            click.echo(f"  {table.clean(d.path)} ({ago(d.time)})")
 
 
 def _size(n: int) -> str:
@@ -317,18 +367,28 @@ def _made(session: Session) -> str:
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("session", required=False)
+@click.argument("session", required=False, shell_complete=complete_session)
 @takes_session
 @click.option(
     "--force", is_flag=True, help="Also remove a gitsess-made worktree and branch holding work."
 )
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def rm(
-    session: str | None, offsets: tuple[str, ...], session_option: str | None, force: bool
+    session: str | None,
+    offsets: tuple[str, ...],
+    session_option: str | None,
+    force: bool,
+    as_json: bool,
 ) -> None:
     """Remove a session, and the worktree and branch gitsess made for it when nothing is lost."""
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     removal = sessions.remove(discover(), ref, force=force)
     s = removal.session
+    if as_json:
+        fields = asdict(removal)
+        del fields["session"]
+        print_json({**asdict(s), **fields})
+        return
     console().print(f"Removed session [bold]{escape(s.name)}[/] ({s.id[:8]})")
     if removal.removed_worktree:
         console().print(f"Removed worktree {escape(str(s.worktree))}")
@@ -339,22 +399,36 @@ def rm(
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] NEW_NAME")
+@click.argument(
+    "args", nargs=-1, metavar="[SESSION] NEW_NAME", shell_complete=complete_session_first
+)
 @takes_session
-def rename(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def rename(
+    args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None, as_json: bool
+) -> None:
     """Rename a session (its worktree and branch keep their names)."""
     ref, (new_name,) = session_ref(args, 1, offsets, session_option)
     session = sessions.rename(discover(), ref, new_name)
+    if as_json:
+        print_json(asdict(session))
+        return
     console().print(f"Session {session.id[:8]} is now named [bold]{escape(session.name)}[/]")
 
 
 @cli.command(cls=SessionCommand)
-@click.argument("args", nargs=-1, metavar="[SESSION] TEXT")
+@click.argument("args", nargs=-1, metavar="[SESSION] TEXT", shell_complete=complete_session_first)
 @takes_session
-def title(args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
+def title(
+    args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None, as_json: bool
+) -> None:
     """Set a session's title ("" clears it)."""
     ref, (text,) = session_ref(args, 1, offsets, session_option)
     session = sessions.set_title(discover(), ref, text)
+    if as_json:
+        print_json(asdict(session))
+        return
     console().print(
         f"Session [bold]{escape(session.name)}[/]: {escape(session.title or '(no title)')}"
     )

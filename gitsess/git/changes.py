@@ -324,7 +324,10 @@ class _Walker:
         if entry.kind == "file":
             if entry.size > KEEP_LIMIT:
                 # Hashed in parts: a file of any size costs a buffer, not its size in memory.
-                with self.view.open(path) as f, progress.reading(f, path, entry.size) as read:
+                with (
+                    self.view.open(path) as f,
+                    progress.reading(f, f"hashing {path}", entry.size) as read,
+                ):
                     return _from_entry(entry, "file", stream_blob_id(read, entry.size, path))
             data = self.view.read(path)
             if self.store is not None:

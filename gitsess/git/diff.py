@@ -137,7 +137,7 @@ class DiffResult:
         return {
             "files": [f.to_json(with_patch=with_patch) for f in self.files],
             "summary": {
-                "files": len(self.files),
+                "changed_files": len(self.files),
                 "additions": self.additions,
                 "deletions": self.deletions,
             },
@@ -267,7 +267,7 @@ def _write_whole(big: BigFile | None, out: BinaryIO) -> None:
     if big is None:
         write_literal(out, 0, ())
         return
-    with big.open() as f, progress.reading(f, big.path, big.size) as read:
+    with big.open() as f, progress.reading(f, f"patching {big.path}", big.size) as read:
         write_literal(out, big.size, iter(partial(read.read, CHUNK), b""))
 
 

@@ -64,7 +64,10 @@ def store_view_blob(
     if change.new.kind == "file" and change.new.size > BIG_FILE:
         assert isinstance(scratch, ScratchRepository)
         size = change.new.size
-        with view.open(change.path) as f, progress.reading(f, change.path, size) as read:
+        with (
+            view.open(change.path) as f,
+            progress.reading(f, f"storing {change.path}", size) as read,
+        ):
             oid = str(scratch.store_big(read))
     else:
         oid = str(scratch.create_blob(read_view(view, change.path, change.new)))

@@ -31,7 +31,7 @@ def write_aside(base: str, target: Target, big: BigFile) -> str | None:
     aside += f".{name}.gitsess-{os.getpid()}.tmp"
     fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
-        with big.open() as f, progress.reading(f, big.path, big.size) as read:
+        with big.open() as f, progress.reading(f, f"writing {big.path}", big.size) as read:
             hashed = HashingReader(read, big.size)
             for chunk in iter(partial(hashed.read, CHUNK), b""):
                 _write_all(fd, chunk)

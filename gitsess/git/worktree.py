@@ -7,38 +7,26 @@ import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
 
 from gitsess.errors import GitsessError
+from gitsess.git.binding import Binding, NameInUse, WorktreeSpec
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
 
+__all__ = [
+    "Binding",
+    "NameInUse",
+    "WorktreeSpec",
+    "bind_current",
+    "create_worktree",
+    "keep_reasons",
+    "name_in_use",
+    "remove_created",
+]
+
 BRANCH_PREFIX = "gitsess/"
-
-
-@dataclass(frozen=True)
-class WorktreeSpec:
-    """`--worktree [BRANCH] [--from REV]`: a new worktree on BRANCH (default gitsess/<name>).
-
-    An existing branch that no worktree has checked out is used as it is; otherwise the branch
-    is created at REV (default: the current worktree's HEAD).
-    """
-
-    branch: str | None = None
-    from_rev: str | None = None
-
-
-@dataclass(frozen=True)
-class Binding:
-    """The worktree and branch a session works on, and what gitsess made for it."""
-
-    worktree: Path
-    branch: str | None
-    base_commit: str | None
-    created_worktree: bool
-    created_branch: bool
 
 
 def bind_current(ctx: RepoContext) -> Binding:
@@ -50,10 +38,6 @@ def bind_current(ctx: RepoContext) -> Binding:
         )
     head = head_of(open_worktree(ctx.worktree))
     return Binding(ctx.worktree, head.branch, head.commit, False, False)
-
-
-class NameInUse(GitsessError):
-    """The worktree path or the default branch for this session name is already taken."""
 
 
 def name_in_use(ctx: RepoContext, name: str) -> bool:

@@ -25,13 +25,14 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, guard, hostloop, listahead, protocol
+from gitsess.overlay import control, guard, hostloop, listahead, presence, protocol
 from gitsess.overlay.audit import Participant
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.lower_watcher import LowerWatcher
+from gitsess.overlay.presence import Presence
 from gitsess.overlay.tree import Tree
 
 log = logging.getLogger("gitsess.daemon")
@@ -55,6 +56,9 @@ LISTINGS_DRAIN = 2.0
 FAILURE_LOG_INTERVAL = 60.0
 # How long the last commit, once the view is no longer served, waits between attempts.
 FINAL_RETRY = 1.0
+# How long an fsmonitor query waits for the worktree watch to report what changed before it;
+# past that, it answers "everything may have changed".
+LOWER_SYNC_TIMEOUT = 1.0
 
 
 @dataclass
@@ -64,6 +68,7 @@ class State:
     persistent: bool
     read_only: bool
     ahead: ListAhead | None
+    presence: Presence
     participants: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_id: int = 1
     ever_joined: bool = False
@@ -78,6 +83,12 @@ class State:
     # Since when commits fail (monotonic), and when that was last logged.
     failing_since: float | None = None
     failure_logged: float = 0.0
+    # The view left the mount table under the daemon (a lazy unmount): the mount point is not
+    # ours to unmount any more.
+    detached: bool = False
+    # delta.db was deleted under the daemon: nothing it holds can be saved anywhere.
+    abandoned: bool = False
+    watcher: LowerWatcher | None = None
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -123,7 +134,14 @@ def main(argv: list[str] | None = None) -> int:
     guarded = guard.start(args.mountpoint)
     if guarded is None:
         log.warning("no guard: %s is not in the mount table", args.mountpoint)
-    state = State(tree, args.mountpoint, args.persistent, args.read_only, ahead)
+    state = State(
+        tree,
+        args.mountpoint,
+        args.persistent,
+        args.read_only,
+        ahead,
+        Presence(args.mountpoint, args.delta),
+    )
     watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
     try:
         if hostloop.SERVES:
@@ -134,8 +152,12 @@ def main(argv: list[str] | None = None) -> int:
         if guarded is not None:
             guard.stand_down(guarded)
         watcher.stop()
-        _commit_until_saved(tree)
-        pyfuse3.close(unmount=True)
+        if state.abandoned:
+            with contextlib.suppress(OSError, apsw.Error):
+                tree.commit(durable=True, settle=False)
+        else:
+            _commit_until_saved(tree)
+        pyfuse3.close(unmount=not state.detached)
         tree.close()
         store.close()
         log.info("unmounted %s", args.mountpoint)
@@ -174,6 +196,7 @@ async def _serve(
     """Everything but the FUSE requests, which `HostLoop` serves while this waits for
     `fuse_ended`; without it (a stock pyfuse3) they are served here, by `pyfuse3.main`."""
     token = trio.lowlevel.current_trio_token()
+    state.watcher = watcher
     watcher.on_change = lambda rels: _invalidate(state.tree, rels, token)
     watcher.on_ready = lambda: _invalidate_known(state.tree, token)
     watcher.on_lost = lambda: _watch_lost(state.tree, token)
@@ -185,6 +208,7 @@ async def _serve(
         nursery.start_soon(_commit_loop, state)
         nursery.start_soon(_stop_when_asked, state)
         nursery.start_soon(_signals, state)
+        nursery.start_soon(_watch_presence, state)
         nursery.start_soon(_control_loop, state, trio.socket.from_stdlib_socket(listener))
         if not state.persistent:
             nursery.start_soon(_first_join_deadline, state)
@@ -343,6 +367,21 @@ async def _stop_when_asked(state: State) -> None:
     pyfuse3.terminate()
 
 
+async def _watch_presence(state: State) -> None:
+    """Stop once the view is gone: unmounted (what the session holds is saved first), or its
+    delta.db deleted (there is nowhere left to save it)."""
+    while not state.stopping:
+        await trio.sleep(presence.INTERVAL)
+        if state.presence.deleted():
+            log.warning("%s was deleted: stopping without saving", state.presence.delta)
+            state.abandoned = True
+            state.stopping = True
+            state.stop_asked.set()
+        elif state.presence.unmounted():
+            state.detached = True
+            _stop(state, "the view was unmounted")
+
+
 async def _signals(state: State) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         # Kept open: a stop that waits for disk space must not leave a second SIGTERM to the
@@ -383,7 +422,11 @@ async def _client(state: State, stream: trio.SocketStream) -> None:
                 while b"\n" in buf:
                     line, buf = buf.split(b"\n", 1)
                     try:
-                        reply, joined = _handle(state, json.loads(line))
+                        msg = json.loads(line)
+                        if isinstance(msg, dict) and msg.get("op") == protocol.FSMONITOR:
+                            reply, joined = _fsmonitor(state, msg, await _lower_synced(state))
+                        else:
+                            reply, joined = _handle(state, msg)
                     except OSError as e:
                         reply, joined = {"ok": False, "error": str(e)}, None
                     except Exception as e:
@@ -495,9 +538,20 @@ def _drop(state: State, msg: dict[str, Any]) -> Reply:
     return {"ok": True, "dropped": len(dropped), "kept": [os.fsdecode(p) for p in kept]}, None
 
 
-def _fsmonitor(state: State, msg: dict[str, Any]) -> Reply:
+async def _lower_synced(state: State) -> bool:
+    """Whether every change the worktree saw before now is in the journal (see
+    `LowerWatcher.sync`); from a thread, as the watch's reports need the event loop."""
+    watcher = state.watcher
+    if watcher is None or not state.tree.watched:
+        return False
+    return await trio.to_thread.run_sync(watcher.sync, LOWER_SYNC_TIMEOUT, abandon_on_cancel=True)
+
+
+def _fsmonitor(state: State, msg: dict[str, Any], synced: bool) -> Reply:
+    """What changed since the token: unless the journal holds every change of the worktree
+    made before the query, "everything may have changed"."""
     journal = state.tree.journal
-    paths = journal.since(str(msg.get("token", "")))
+    paths = journal.since(str(msg.get("token", ""))) if synced else None
     return {
         "ok": True,
         "token": journal.token(),
@@ -527,7 +581,6 @@ HANDLERS: dict[str, Callable[[State, dict[str, Any]], Reply]] = {
     protocol.SYNC: _sync,
     protocol.COPY: _copy,
     protocol.DROP: _drop,
-    protocol.FSMONITOR: _fsmonitor,
     protocol.PERSIST: _persist,
     protocol.STOP: _stop_op,
 }

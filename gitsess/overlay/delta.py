@@ -16,16 +16,29 @@ import os
 import stat
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import apsw
 
+from gitsess.errors import GitsessError
 from gitsess.overlay import schema
 from gitsess.store.db import BUSY_TIMEOUT_MS
 
 # Numbers handed to nodes the session creates start far above what local filesystems give their
 # own inodes, so they do not meet the lower layer's numbers that unchanged files show through.
 FIRST_ALLOCATED_INO = 1 << 44
+
+
+class DamagedDelta(GitsessError):
+    """A session's delta.db that SQLite cannot read: that session's error, not the repository's
+    (`ls` marks it, `rm --force` removes it)."""
+
+    def __init__(self, delta: Path, error: Exception) -> None:
+        super().__init__(
+            f"{delta} is damaged ({error}): the session's changes cannot be read; "
+            "`gitsess rm --force` removes the session without archiving them"
+        )
 
 
 @dataclass

@@ -1,11 +1,24 @@
-"""The lower watch (of the real worktree), as a process of its own:
-`python -m gitsess.overlay.lower_watch_process ROOT`.
+"""The lower watch (of the real worktree), as a process of its own, one for every session
+of a worktree: `python -m gitsess.overlay.lower_watch_process ROOT`.
 
-Writes every batch of changed paths (relative to ROOT) to stdout, each path ended by a NUL and
-the batch by one more, after an empty batch once the watch is in place; exits when its stdin
-closes (the daemon stopped or died). A process, not a thread of the daemon: setting up a
-recursive watch walks the whole tree (about 0.1 s on 50,000 files), which would hold the daemon's
-GIL and stall the filesystem's requests.
+It serves the daemons of the sessions over ROOT (this user's, in this mount namespace) on an
+abstract unix socket named after them (`address`): binding the name is the lock, and a second
+one started for the same worktree exits at once, its starter connecting to the first. A daemon
+connects (`lower_watcher.LowerWatcher`, which starts the process when no one serves the name)
+and reads every batch of changed paths (relative to ROOT), each path ended by a NUL and the
+batch by one more, after an empty batch once the watch is in place (`FAILED` instead when it
+cannot be: no inotify watches left). Each byte a daemon sends asks for a sync: every change
+made before it is reported at once, in a batch of its own, then `SYNCED` (a name no relative
+path can be) to that daemon. The kernel queues an inotify event before the call that made the
+change returns, so whatever the queue holds when the request is read covers every change made
+before the request was sent: git's fsmonitor answers wait for this, as Watchman's wait for a
+cookie file (a file of ours written in the worktree would show in its `git status`). With no
+daemon left for `LINGER_S`, the process exits.
+
+One per worktree, not per session: fifty sessions of one worktree had fifty watches of it, of
+5 MiB each, every one woken by every change. A process, not a thread of a daemon: setting up a
+recursive watch walks the whole tree (about 0.1 s on 50,000 files), which would hold the
+daemon's GIL and stall the filesystem's requests.
 
 The watch is inotify, one watch per directory, with a mask of our own: changes only. watchfiles
 (notify) also asks for IN_OPEN and IN_CLOSE_NOWRITE and cannot be told otherwise, so every
@@ -20,15 +33,17 @@ mount point with it, lives there, and a recursive watch would walk into mounted 
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import select
+import socket
 import struct
 import sys
 import time
 from collections.abc import Callable, Iterator
 
 from gitsess.libc import LIBC, check
-from gitsess.overlay import longpath
+from gitsess.overlay import control, longpath
 
 OnChange = Callable[[set[bytes]], None]
 
@@ -67,6 +82,17 @@ _EVENT = struct.Struct("=iIII")  # wd, mask, cookie, len; then the name, NUL-pad
 SETTLE_S = 0.03
 BATCH_MAX_S = 0.1
 
+# What follows a sync's batch, and what a daemon gets instead of "in place" when the watch
+# cannot be set up (see the module's text): names no relative path can be.
+SYNCED = b"/"
+FAILED = b"//"
+# How long the process stays with no daemon connected (the first one connects right after
+# starting it; a daemon whose watch was lost connects again at once).
+LINGER_S = 2.0
+# What a daemon that reads too slowly may have waiting for it before it is let go (it then
+# connects again, and asks the kernel to forget everything, as after any lost watch).
+MAX_QUEUED = 64 << 20
+
 _NO_WATCHES = "out of inotify watches (raise fs.inotify.max_user_watches)"
 
 
@@ -96,17 +122,35 @@ class Watch:
     def close(self) -> None:
         os.close(self.fd)
 
-    def serve(self, stop_fd: int) -> None:
-        """Reports changes in batches until `stop_fd` is readable and at its end."""
+    def serve(self, daemons: Daemons) -> None:
+        """Reports changes in batches, and answers syncs, until no daemon was connected for
+        `LINGER_S`."""
         pending: set[bytes] = set()
         opened = 0.0
+        alone_since = time.monotonic()
         while True:
-            timeout = None
+            if daemons.conns:
+                alone_since = time.monotonic()
+            elif time.monotonic() - alone_since > LINGER_S:
+                return
+            timeout = LINGER_S
             if pending:
                 timeout = max(0.0, min(SETTLE_S, opened + BATCH_MAX_S - time.monotonic()))
-            ready, _, _ = select.select([self.fd, stop_fd], [], [], timeout)
-            if stop_fd in ready and not os.read(stop_fd, 4096):
-                return
+            ready, writable, _ = select.select(
+                [self.fd, *daemons.readable()], daemons.writers(), [], timeout
+            )
+            for fd in writable:
+                daemons.flush(fd)
+            asked = daemons.take(ready)
+            if asked:
+                while select.select([self.fd], [], [], 0)[0]:
+                    pending |= self._read()
+                if pending:
+                    self.on_change(pending)
+                    pending = set()
+                for fd, count in asked.items():
+                    daemons.send(fd, (SYNCED + b"\0") * count)
+                continue
             if self.fd in ready:
                 if not pending:
                     opened = time.monotonic()
@@ -199,27 +243,126 @@ class Watch:
             del self._wds[rel]
 
 
+class Daemons:
+    """The daemons connected to the watch, and what each has yet to read."""
+
+    def __init__(self, listener: socket.socket) -> None:
+        self.listener = listener
+        self.conns: dict[int, socket.socket] = {}
+        self._out: dict[int, bytearray] = {}
+
+    def readable(self) -> list[int]:
+        return [self.listener.fileno(), *self.conns]
+
+    def writers(self) -> list[int]:
+        return [fd for fd, out in self._out.items() if out]
+
+    def take(self, ready: list[int]) -> dict[int, int]:
+        """Accept who connected (each told at once the watch is in place), read what those
+        that sent something sent: how many syncs each asked for."""
+        if self.listener.fileno() in ready:
+            self._accept()
+        asked = {}
+        for fd in [fd for fd in ready if fd in self.conns]:
+            try:
+                data = self.conns[fd].recv(4096)
+            except OSError:
+                data = b""
+            if data:
+                asked[fd] = len(data)
+            else:
+                self._drop(fd)
+        return asked
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        if not control.trusted(control.peer_uid(conn)):
+            conn.close()  # another user's: nothing of this worktree is told to it
+            return
+        conn.setblocking(False)
+        self.conns[conn.fileno()] = conn
+        self._out[conn.fileno()] = bytearray()
+        self.send(conn.fileno(), b"\0")  # an empty batch: the watch is in place
+
+    def report(self, rels: set[bytes]) -> None:
+        batch = b"".join(rel + b"\0" for rel in rels) + b"\0"
+        for fd in list(self.conns):
+            self.send(fd, batch)
+
+    def send(self, fd: int, data: bytes) -> None:
+        out = self._out.get(fd)
+        if out is None:
+            return
+        out += data
+        if len(out) > MAX_QUEUED:
+            self._drop(fd)
+        else:
+            self.flush(fd)
+
+    def flush(self, fd: int) -> None:
+        out = self._out.get(fd)
+        if not out:
+            return
+        try:
+            sent = self.conns[fd].send(out)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._drop(fd)
+            return
+        del out[:sent]
+
+    def fail(self) -> None:
+        """The watch cannot be set up: everyone who connected meanwhile is told so."""
+        self.listener.setblocking(False)
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            with conn:
+                if control.trusted(control.peer_uid(conn)):
+                    conn.setblocking(True)
+                    conn.sendall(FAILED + b"\0")
+
+    def _drop(self, fd: int) -> None:
+        self._out.pop(fd, None)
+        conn = self.conns.pop(fd, None)
+        if conn is not None:
+            conn.close()
+
+
+def address(root: bytes) -> bytes:
+    """The name of the watch of `root`: this user's, in this mount namespace."""
+    try:
+        namespace = os.readlink("/proc/self/ns/mnt").encode()
+    except OSError:
+        namespace = b""
+    key = b"\0".join([str(os.geteuid()).encode(), os.path.realpath(root), namespace])
+    return b"\0gitsess-watch-" + hashlib.sha256(key).hexdigest()[:32].encode()
+
+
 def main() -> None:
     root = os.fsencode(sys.argv[1])
-    out = sys.stdout.buffer
-
-    def report(rels: set[bytes]) -> None:
-        out.write(b"".join(rel + b"\0" for rel in rels) + b"\0")
-        out.flush()
-
-    watch = Watch(root, report)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(address(root))
+    except OSError:
+        return  # another process watches this worktree: its starter connects to it
+    listener.listen(64)
+    daemons = Daemons(listener)
+    watch = Watch(root, daemons.report)
     try:
         try:
             watch.start()
         except OSError as e:
-            # Never in place: the daemon keeps answering with 1 s timeouts, slower but correct.
+            # Never in place: the daemons keep answering with 1 s timeouts, slower but correct.
+            daemons.fail()
             sys.exit(f"gitsess watch: {_reason(e)}; the view re-checks the worktree every second")
-        out.write(b"\0")  # an empty batch: every watch is in place
-        out.flush()
         try:
-            watch.serve(sys.stdin.fileno())
+            watch.serve(daemons)
         except OSError as e:
-            # A directory made later could not be watched: the daemon starts a new watch.
+            # A directory made later could not be watched: the daemons start a new watch.
             sys.exit(f"gitsess watch: {_reason(e)}")
     finally:
         watch.close()

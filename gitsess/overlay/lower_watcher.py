@@ -1,21 +1,30 @@
-"""The daemon's side of the lower watch (the watch of the real worktree): runs
-`lower_watch_process` and hands its batches of changed paths (relative to the worktree) to a
-callback, from a thread of its own; another callback hears when the watch is in place, a third
-when the watch ended without being asked to (killed, out of memory), before it is started
-again."""
+"""The daemon's side of the lower watch (the watch of the real worktree): connects to the
+worktree's watch process (`lower_watch_process`, shared by every session of the worktree),
+starting it when no one serves it, and hands its batches of changed paths (relative to the
+worktree) to a callback, from a thread of its own; another callback hears when the watch is in
+place, a third when the watch ended without being asked to (killed, out of memory), before it
+is connected to again. `sync` returns once every change made before it was handed to the first
+callback (git's fsmonitor answers must hold every change made before the query)."""
 
 from __future__ import annotations
 
 import contextlib
-import os
+import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable
+
+from gitsess.overlay import control
+from gitsess.overlay.lower_watch_process import FAILED, SYNCED, address
 
 OnChange = Callable[[set[bytes]], None]
 OnReady = Callable[[], None]
 OnLost = Callable[[], None]
+
+# How long a watch process just started may take to take its name.
+START_S = 10.0
 
 
 class LowerWatcher:
@@ -26,71 +35,144 @@ class LowerWatcher:
         self.on_change = on_change
         self.on_ready = on_ready
         self.on_lost = on_lost
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+        self._started: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
-        self._lock = threading.Lock()  # a restart from the reader against stop()
+        # A reconnection from the reader against stop(); syncs wait on it for their answers.
+        self._lock = threading.Condition()
         self._stopping = False
+        # Of the current connection: whether the watch is in place, how many syncs were asked
+        # on it and how many were answered (in order).
+        self._in_place = False
+        self._asked = 0
+        self._answered = 0
 
     def start(self) -> None:
-        with self._lock:
-            self._spawn()
-
-    def _spawn(self) -> None:
-        proc = self._proc = subprocess.Popen(
-            [sys.executable, "-P", "-m", "gitsess.overlay.lower_watch_process", self.root],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-        )
-        self._reader = threading.Thread(
-            target=self._read, args=(proc,), daemon=True, name="gitsess-watch"
-        )
+        """Connects, starting the watch process when needed, in a thread of its own: the
+        process takes a moment to start, and the view is served meanwhile."""
+        self._reader = threading.Thread(target=self._run, daemon=True, name="gitsess-watch")
         self._reader.start()
+
+    def _run(self) -> None:
+        while True:
+            sock = self._open()
+            with self._lock:
+                if sock is None or self._stopping:
+                    if sock is not None:
+                        sock.close()
+                    return
+                self._sock = sock
+                self._in_place = False
+                self._asked = self._answered = 0
+            if not self._read(sock):
+                return
+            if self._started is not None:
+                self._started.poll()  # reaped, if it was the one that ended
+                self._started = None  # its exit says nothing of the next one's
+            self.on_lost()
+
+    def _open(self) -> socket.socket | None:
+        """A connection to the worktree's watch process, started first if no one serves it
+        (again if the one started was killed before it took its name); None when none could
+        be had (the view then keeps its short cache timeouts)."""
+        name = address(self.root)
+        deadline = time.monotonic() + START_S
+        while time.monotonic() < deadline:
+            sock = _connect(name)
+            if sock is not None:
+                return sock
+            started = self._started
+            if started is None or started.poll() is not None:
+                if started is not None and started.returncode > 0:
+                    self._started = None
+                    return None  # it could not set the watch up, and said why in the log
+                self._started = subprocess.Popen(
+                    [sys.executable, "-P", "-m", "gitsess.overlay.lower_watch_process", self.root],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            time.sleep(0.005)
+        return None
 
     def stop(self) -> None:
         with self._lock:
             self._stopping = True
-            proc, reader = self._proc, self._reader
-        if proc is None:
-            return
-        _end(proc)
+            sock, reader = self._sock, self._reader
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         if reader is not None:
             reader.join(timeout=5)
 
-    def _read(self, proc: subprocess.Popen[bytes]) -> None:
-        assert proc.stdout is not None
-        fd = proc.stdout.fileno()
+    def sync(self, timeout: float) -> bool:
+        """Wait until the watch has reported every change made before this call; False when
+        there is no watch in place, or it did not answer within `timeout` seconds."""
+        with self._lock:
+            sock = self._sock
+            if sock is None or not self._in_place or self._stopping:
+                return False
+            try:
+                sock.sendall(b"s")
+            except OSError:
+                return False
+            self._asked += 1
+            mine = self._asked
+            self._lock.wait_for(
+                lambda: self._sock is not sock or not self._in_place or self._answered >= mine,
+                timeout,
+            )
+            return self._sock is sock and self._answered >= mine
+
+    def _read(self, sock: socket.socket) -> bool:
+        """Hands on what the watch reports until the connection ends; whether to connect
+        again: not when asked to stop, nor after a watch that could not be set up (the view
+        then stays at its short cache timeouts); after one that ended otherwise (killed)."""
         pending = b""
         batch: set[bytes] = set()
-        in_place = False
-        while chunk := os.read(fd, 65536):
+        failed = False
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                break
             *names, pending = (pending + chunk).split(b"\0")
             for name in names:
-                if name:
+                if name == SYNCED:
+                    with self._lock:
+                        self._answered += 1
+                        self._lock.notify_all()
+                elif name == FAILED:
+                    failed = True
+                elif name:
                     batch.add(name)
                 elif batch:
                     self.on_change(batch)
                     batch = set()
                 else:
-                    in_place = True
                     self.on_ready()
-        _end(proc)
-        # A watch that could not be set up (it exits saying why on stderr) is not tried
-        # again: the view stays at its short cache timeouts. One that was in place, or was
-        # killed, is started again.
-        if self._stopping or (not in_place and proc.returncode >= 0):
-            return
-        self.on_lost()
+                    with self._lock:
+                        self._in_place = True
         with self._lock:
-            if not self._stopping:
-                self._spawn()
+            self._in_place = False
+            self._sock = None
+            self._lock.notify_all()
+        sock.close()
+        return not (self._stopping or failed)
 
 
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    assert proc.stdin is not None
-    with contextlib.suppress(OSError):
-        proc.stdin.close()
+def _connect(name: bytes) -> socket.socket | None:
+    """A connection to the watch process named `name`, if one of this user (or root) serves
+    it: another user could have taken the name first."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        sock.connect(name)
+    except OSError:
+        sock.close()
+        return None
+    if not control.trusted(control.peer_uid(sock)):
+        sock.close()
+        return None
+    return sock

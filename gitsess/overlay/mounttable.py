@@ -23,9 +23,10 @@ class Mount(NamedTuple):
     fstype: str
 
 
-def mounts() -> list[Mount]:
-    """Every mount, in the order they were made (so the last at a point is the topmost)."""
-    with open(MOUNTINFO, "rb") as f:
+def mounts(table: str = MOUNTINFO) -> list[Mount]:
+    """Every mount, in the order they were made (so the last at a point is the topmost); of
+    another process's mount namespace with its /proc/PID/mountinfo."""
+    with open(table, "rb") as f:
         return [_parse(line) for line in f if line.strip()]
 
 

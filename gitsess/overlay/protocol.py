@@ -105,8 +105,8 @@ def join(sock: socket.socket, participant: Participant) -> None:
     _answer(control.send(sock, message))
 
 
-def status(session_id: str) -> Status | None:
-    reply = _request(session_id, STATUS)
+def status(session_id: str, timeout: float = control.TIMEOUT) -> Status | None:
+    reply = _request(session_id, STATUS, timeout)
     if reply is None:
         return None
     return Status(reply)

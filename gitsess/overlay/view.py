@@ -17,26 +17,16 @@ from typing import Any, BinaryIO
 
 import apsw
 
-from gitsess.errors import GitsessError
 from gitsess.git.view import Entry, kind_of
-from gitsess.overlay.delta import DeltaStore
+from gitsess.overlay.delta import DamagedDelta, DeltaStore
 from gitsess.overlay.gitdir import GIT
 from gitsess.overlay.nodes import ROOT_INODE, Node
 from gitsess.overlay.tree import Tree
 
+__all__ = ["DamagedDelta", "OverlayView"]
+
 # How much of a file is read at once when it is read in parts.
 READ_CHUNK = 1 << 20
-
-
-class DamagedDelta(GitsessError):
-    """A session's delta.db that SQLite cannot read: that session's error, not the repository's
-    (`ls` marks it, `rm --force` removes it)."""
-
-    def __init__(self, delta: Path, error: Exception) -> None:
-        super().__init__(
-            f"{delta} is damaged ({error}): the session's changes cannot be read; "
-            "`gitsess rm --force` removes the session without archiving them"
-        )
 
 
 class OverlayView:

@@ -1,35 +1,33 @@
-"""A daemon's process started before the command that will mount knows its session.
-
-Most of a daemon's start-up is importing the overlay (pyfuse3, trio). A command that will most
-likely mount (`mount`, `run`, `new --mount`) starts that process first thing (`cli.main`, before
-the command line's own modules load), so the import runs on the other core while the command
-finds its session. `mount.ensure_mounted` hands the process its arguments through a pipe, and
-it runs the daemon; unused, it exits when the pipe closes.
+"""The head start of a command that will most likely mount (`mount`, `run`, `new --mount`):
+first thing (`cli.main`, before the command line's own modules load), it makes sure the user's
+spare runs (`spare`: the process every daemon is forked from, which has imported the overlay),
+starting it when it does not, so that its imports run on the other core while the command
+finds its session. `mount.ensure_mounted` then has the spare fork the session's daemon
+(`hand_over`); without a spare, it starts the daemon as a process of its own.
 
 Nothing at the top that `cli.main` does not load anyway: whatever this module imports, the
-command waits for before the daemon's process even starts.
+command waits for before the spare even starts.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import subprocess
     from pathlib import Path
 
 DAEMON_MODULE = "gitsess.overlay.daemon"
-# How a prestarted process shows in `ps`: `python -m gitsess.runtime.prestart --daemon-args-fd N`.
-ARGS_FD_OPTION = "--daemon-args-fd"
 
 
-class _Started(NamedTuple):
-    args: int  # write end of the pipe the process reads its arguments from
-    ready: int  # read end of its readiness pipe
-    ready_fd: int  # the process's end of that pipe (it keeps its number)
+class _Started:
+    """Whether this command asked for the spare, and the spare it started, if it did."""
+
+    def __init__(self, process: subprocess.Popen[bytes] | None) -> None:
+        self.process = process
 
 
 _started: _Started | None = None
@@ -37,8 +35,7 @@ _started: _Started | None = None
 
 @contextlib.contextmanager
 def prestarted() -> Iterator[None]:
-    """A daemon process started now, for the block's `ensure_mounted` to give a session to;
-    when none did, it is let go at the end of the block."""
+    """The spare made sure of now, for the block's `ensure_mounted` to have fork its daemon."""
     start()
     try:
         yield
@@ -48,87 +45,36 @@ def prestarted() -> Iterator[None]:
 
 def start() -> None:
     global _started
-    discard()
-    # subprocess, not os.posix_spawn, which would hand the process every descriptor this
-    # command inherited: inside `gitsess run`, the connection that makes the command a
-    # participant of its session, which a daemon started from there then held for good.
-    import subprocess
+    from gitsess.runtime import spare
 
-    args_read, args_write = os.pipe()
-    ready_read, ready_write = os.pipe()
     try:
-        subprocess.Popen(
-            # -P: the current directory (a repository, whose types.py or signal.py would be
-            # imported, and run, before our own) is not put on sys.path
-            [sys.executable, "-P", "-m", __name__, ARGS_FD_OPTION, str(args_read)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            pass_fds=(args_read, ready_write),
-            start_new_session=True,
-        )
+        _started = _Started(spare.start())
     except OSError:
-        # Only a prestart: `ensure_mounted` starts the daemon as usual.
-        os.close(args_write)
-        os.close(ready_read)
-        return
-    finally:
-        os.close(args_read)
-        os.close(ready_write)
-    _started = _Started(args_write, ready_read, ready_write)
-
-
-def discard() -> None:
-    """Let an unused prestarted process go: it exits at the end of its arguments pipe."""
-    global _started
-    if _started is not None:
-        os.close(_started.args)
-        os.close(_started.ready)
+        # Only a head start: `ensure_mounted` starts the daemon as usual.
         _started = None
 
 
+def discard() -> None:
+    """The command mounts nothing (more): a spare it started goes by itself once idle."""
+    global _started
+    _started = None
+
+
 def hand_over(args: list[str], log: Path) -> int | None:
-    """Give the prestarted process its arguments; the read end of its readiness pipe, or None
-    when there is no such process (or it died: started with no log, it could not say why)."""
-    import json
+    """Have the spare fork the daemon with `args`; the read end of its readiness pipe, or None
+    when this command did not ask for the spare, or no spare took the request."""
+    from gitsess.runtime import spare
 
     global _started
     taken, _started = _started, None
     if taken is None:
         return None
-    told = json.dumps({"argv": [*args, "--ready-fd", str(taken.ready_fd)], "log": str(log)})
+    ready_read, ready_write = os.pipe()
     try:
-        with open(taken.args, "wb") as pipe:
-            pipe.write(told.encode())
-    except BrokenPipeError:
-        os.close(taken.ready)
+        forked = spare.fork_daemon(args, str(log), ready_write, taken.process)
+    finally:
+        os.close(ready_write)
+    if not forked:
+        os.close(ready_read)
         return None
-    return taken.ready
-
-
-def _serve_when_told(args_fd: int) -> int:
-    """The prestarted process: import the daemon, wait for its arguments, then run it."""
-    import importlib
-    import json
-
-    with contextlib.suppress(Exception):
-        # Only warming up: a daemon that cannot be imported fails again below, into its log.
-        importlib.import_module(DAEMON_MODULE)
-    with open(args_fd, "rb") as pipe:
-        told = pipe.read()
-    if not told:
-        return 0
-    request = json.loads(told)
-    log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    os.dup2(log, sys.stdout.fileno())
-    os.dup2(log, sys.stderr.fileno())
-    os.close(log)
-    from gitsess.overlay import daemon
-
-    return daemon.main(request["argv"])
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] != [ARGS_FD_OPTION] or len(sys.argv) != 3:
-        sys.exit(f"usage: python -m {__spec__.name} {ARGS_FD_OPTION} FD (started by gitsess)")
-    sys.exit(_serve_when_told(int(sys.argv[2])))
+    return ready_read

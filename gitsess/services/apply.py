@@ -141,7 +141,7 @@ class Applied:
             ],
             "dropped": list(self.dropped),
             "kept": list(self.kept),
-            "base": self.base,
+            "base_commit": self.base,
             "notes": list(self.notes),
             "promoted": list(self.promoted),
         }

@@ -8,12 +8,13 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pygit2
 
+from gitsess import progress
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
 from gitsess.git.archive import (
@@ -34,7 +35,7 @@ from gitsess.git.archive import (
 from gitsess.git.blob_parts import blob_parts
 from gitsess.git.changes import GIT_EXEC, GIT_LINK, compute_changes
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
-from gitsess.git.scratch import scratch_repo
+from gitsess.git.scratch import BIG_FILE, scratch_repo
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
 from gitsess.services import live
@@ -262,7 +263,17 @@ def lay_paths(
                 writer.put_symlink(item.path, blob_data(repo, oid))
             else:
                 perm = _perm(root / item.path, mode == GIT_EXEC)
-                writer.put_file(item.path, blob_parts(repo, oid), perm)
+                writer.put_file(item.path, _parts(repo, oid, item.path), perm)
+
+
+def _parts(repo: pygit2.Repository, oid: str, path: str) -> Iterator[bytes]:
+    """The blob's parts; a big one reports its progress on a terminal (a restore of a file of
+    hundreds of MB would otherwise sit silent)."""
+    parts = blob_parts(repo, oid)
+    if not progress.active():
+        return parts
+    size = repo.odb.read_header(oid)[1]
+    return progress.counting(parts, f"restoring {path}", size) if size >= BIG_FILE else parts
 
 
 def lay_git_files(ctx: RepoContext, session: Session, files: Mapping[str, bytes]) -> None:

@@ -33,7 +33,7 @@ from gitsess.git.changes import compute_changes
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import mounttable
 from gitsess.overlay.view import OverlayView
-from gitsess.runtime import mount
+from gitsess.runtime import mount, strays
 from gitsess.services import apply_journal, archives, live, real_tree, repair, sessions
 from gitsess.store.registry import Registry, Session
 
@@ -517,12 +517,28 @@ def sweep_old_archives(
     return actions
 
 
+def sweep_stray_daemons(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
+    """Daemons of this repository's sessions whose view is gone: they save what they can and
+    exit (see runtime/strays.py). Those of other repositories are theirs to end (`gitsess ps`
+    lists every one of the user's). Before the mounts: what a killed one leaves is stale."""
+    actions = []
+    ours = os.path.realpath(ctx.sessions_dir)
+    for stray in strays.find():
+        if os.path.dirname(os.path.dirname(os.path.realpath(stray.delta))) != ours:
+            continue
+        name = f"{stray.pid} (session {stray.session_id})"
+        action = Action("stray-daemon", "daemon", name, "end", stray.reason)
+        actions.append(_attempt(action, dry_run, partial(strays.end, stray)))
+    return actions
+
+
 # In the order `gc` runs them: sessions whose worktree or branch is gone go before the sweeps
 # that look at the branch a worktree has checked out.
 SWEEPS: tuple[Sweep, ...] = (
     # first: an archive the sweeps below make survives the run that made it, whatever the
     # maximum age, and a dry run lists what the run does
     sweep_old_archives,
+    sweep_stray_daemons,
     sweep_interrupted_applies,
     sweep_stale_mounts,
     sweep_gone_worktrees,

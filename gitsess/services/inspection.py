@@ -11,19 +11,22 @@ import posixpath
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import apsw
 
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext
+from gitsess.git.location import RepoContext
 from gitsess.git.view import Entry, Kind
-from gitsess.overlay.delta import DeltaStore, data_bytes
-from gitsess.overlay.view import DamagedDelta, OverlayView
+from gitsess.overlay.delta import DamagedDelta, DeltaStore, data_bytes
 from gitsess.runtime import mount
 from gitsess.services import live
 from gitsess.services.sessions import SessionInfo
 from gitsess.services.timeline import DeltaReader, Drift, delta_path, runs
 from gitsess.store.registry import Session
+
+if TYPE_CHECKING:
+    from gitsess.overlay.view import OverlayView
 
 # Like the kernel's ELOOP limit.
 MAX_SYMLINKS = 40
@@ -207,6 +210,40 @@ def drift(session: Session, session_dir: Path) -> list[Drift]:
     if not rows or not session.worktree.is_dir():
         return []
     # What is hidden from the view (the state dir) never drifts: the watcher skips `.git`.
+    from gitsess.overlay.view import OverlayView
+
     with OverlayView(delta, session.worktree) as view:
         changes = _Changes(view)
     return [d for d in rows if changes.inside(d.path)]
+
+
+@dataclass(frozen=True)
+class OwnCommit:
+    """A commit made inside the session that its branch lacks."""
+
+    commit: str
+    subject: str
+
+
+def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
+    """The session's own commits, oldest first (`gitsess show` lists them)."""
+    from gitsess.services import session_git
+
+    if not (ctx.session_dir(session.id) / "delta.db").exists():
+        return []
+    repo = ctx.open()
+    with live.open_view(ctx, session) as view:
+        if not view.touched_git():
+            return []
+        git = session_git.state(view, repo, session)
+    if git is None:
+        return []
+
+    def subject(commit: str) -> str:
+        # The commit's object may be the session's own, not yet in the real store.
+        try:
+            return str(getattr(repo[commit], "message", "")).partition("\n")[0]
+        except (KeyError, ValueError):
+            return ""
+
+    return [OwnCommit(c, subject(c)) for c in git.commits]

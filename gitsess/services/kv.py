@@ -18,7 +18,7 @@ from typing import Any
 import apsw
 
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext
+from gitsess.git.location import RepoContext
 from gitsess.overlay import delta, schema
 from gitsess.services.timeline import delta_path
 from gitsess.store.registry import Session

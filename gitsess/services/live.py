@@ -15,12 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pygit2
-
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext
+from gitsess.git.location import RepoContext
 from gitsess.overlay import fsmonitor_hook, protocol
-from gitsess.runtime import mount
+from gitsess.runtime import mount, strays
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
@@ -91,6 +89,8 @@ FSMONITOR_CONFIG = {
 
 
 def git_config_for(worktree: Path) -> dict[str, str]:
+    import pygit2
+
     try:
         gitdir = Path(pygit2.Repository(str(worktree)).path)
         with open(gitdir / "index", "rb") as f:
@@ -178,9 +178,27 @@ def keep_mounted(
     mountpoint: Path | None,
     allow_other: bool,
     read_only: bool,
+    force: bool = False,
 ) -> mount.Status:
     """`gitsess mount`: a mount that stays until `gitsess umount`; read-only when asked or
-    when the session is."""
+    when the session is.
+
+    A mount hides what its directory held: a directory with files is refused unless `force`.
+    A session mounts in one place: asked for another while mounted, it says where it is.
+    """
+    if mountpoint is not None:
+        current = mount.status(session.id)
+        if current is not None:
+            if Path(current.mountpoint).resolve() != mountpoint.resolve():
+                raise GitsessError(
+                    f"session {session.name} is mounted at {current.mountpoint}, not at "
+                    f"{mountpoint}; `gitsess umount {session.name}` first to mount it there"
+                )
+        elif not force and mountpoint.is_dir() and any(mountpoint.iterdir()):
+            raise GitsessError(
+                f"{mountpoint} is not empty: the mount would hide its files; choose an empty "
+                "directory, or pass --force to mount over them"
+            )
     spec = spec_for(
         ctx,
         session,
@@ -285,23 +303,27 @@ def drop_paths(
 
 @dataclass(frozen=True)
 class Counts:
-    changed_files: int | None  # paths the session touched; None when it has no delta yet
+    changed_files: int | None  # files that differ from the worktree's; None: no delta yet
     commits: int | None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read
 
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
     """What `ls` and `show` count of a session: its touched paths and its own commits."""
-    from gitsess.overlay.view import DamagedDelta
-    from gitsess.services import session_git
+    from gitsess.overlay.delta import DamagedDelta
+    from gitsess.services.changecount import changed_files
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return Counts(None, None)
     try:
         with open_view(ctx, session) as view:
-            changed = sum(1 for _ in view.touched_paths())
+            changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
             if not view.touched_git():  # its git is the real one: no commits, no repository read
                 return Counts(changed, 0)
+            import pygit2
+
+            from gitsess.services import session_git
+
             try:
                 git = session_git.state(view, ctx.open(), session)
             except (GitsessError, pygit2.GitError, KeyError, ValueError):
@@ -311,3 +333,8 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
         return Counts(None, None, damaged=True)
     except (OSError, GitsessError):
         return Counts(None, None)
+
+
+def stray_daemons() -> list[strays.Stray]:
+    """Daemons of this user whose view is gone (`gitsess gc` ends them)."""
+    return strays.find()

@@ -22,22 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext, discover
-from gitsess.git.worktree import (
-    Binding,
-    NameInUse,
-    WorktreeSpec,
-    bind_current,
-    create_worktree,
-    keep_detached,
-    keep_reasons,
-    name_in_use,
-    remove_created,
-)
+from gitsess.git.binding import Binding, NameInUse, WorktreeSpec
+from gitsess.git.location import RepoContext, discover, read_ref
 from gitsess.runtime import mount
 from gitsess.store.db import private_dir
 from gitsess.store.registry import NameTaken, Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
+from gitsess.suggest import did_you_mean
 
 __all__ = [
     "SESSION_ENV",
@@ -48,6 +39,7 @@ __all__ = [
     "SessionInfo",
     "WorktreeSpec",
     "check_bound",
+    "close_names",
     "create",
     "discover",
     "info",
@@ -95,6 +87,8 @@ class SessionInfo:
     changed_files: int | None  # None until the overlay reports it
     commits: int | None = None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read (see `remove`'s force)
+    status: str = "idle"  # running (someone inside), mounted, idle, damaged
+    behind: int | None = None  # commits the branch gained since the session's base
 
 
 @dataclass(frozen=True)
@@ -160,6 +154,8 @@ def create(
         validate_name(name)
     if session_id is not None:
         session_id = _parse_id(session_id)
+    from gitsess.git.worktree import bind_current, create_worktree, remove_created
+
     # Fails outside a worktree before anything is written.
     current = bind_current(ctx) if worktree is None else None
     with _registry(ctx, create=True) as registry:
@@ -218,6 +214,8 @@ def _insert(
 
 
 def _free_name(ctx: RepoContext, taken: set[str]) -> str:
+    from gitsess.git.worktree import name_in_use
+
     rng = random.SystemRandom()
     for attempt in range(256):
         name = f"{rng.choice(_ADJECTIVES)}-{rng.choice(_NOUNS)}"
@@ -254,8 +252,8 @@ def resolve(
         ref = _ref(ref, env)
         with _registry(ctx, create=False) as registry:
             found = _lookup(registry, ref)
-        if found is None:
-            raise GitsessError(f"no session {ref!r} in {ctx.common_dir}")
+            if found is None:
+                raise _unknown(ctx, registry, ref)
         return found
     return resolve_or_create(ctx, ref, worktree=worktree, env=env)[0]
 
@@ -293,8 +291,19 @@ def _ref(ref: str | None, env: Mapping[str, str] | None) -> str:
 def _find(ctx: RepoContext, registry: Registry, ref: str) -> Session:
     session = _lookup(registry, ref)
     if session is None:
-        raise GitsessError(f"no session {ref!r} in {ctx.common_dir}")
+        raise _unknown(ctx, registry, ref)
     return session
+
+
+def _unknown(ctx: RepoContext, registry: Registry | None, ref: str) -> GitsessError:
+    hint = did_you_mean(ref, set() if registry is None else registry.names())
+    return GitsessError(f"no session {ref!r} in {ctx.common_dir}{hint}")
+
+
+def close_names(ctx: RepoContext, name: str) -> str:
+    """The "did you mean" hint for a session name about to be created (`run -s NAME`)."""
+    with _registry(ctx, create=False) as registry:
+        return "" if registry is None else did_you_mean(name, registry.names())
 
 
 def _lookup(registry: Registry | None, ref: str) -> Session | None:
@@ -359,9 +368,37 @@ def _infos(
                 changed_files=counts.changed_files,
                 commits=counts.commits,
                 damaged=counts.damaged,
+                status="damaged" if counts.damaged else _status(s),
+                behind=_behind(ctx, s),
             )
         )
     return infos
+
+
+def _status(session: Session) -> str:
+    status = mount.status(session.id)
+    if status is None:
+        return "idle"
+    return "running" if status.participants else "mounted"
+
+
+def _behind(ctx: RepoContext, session: Session) -> int | None:
+    """Commits the session's branch gained since its base; None when that cannot be told.
+    The branch still at the base (the usual case) is read without loading pygit2."""
+    if session.branch is None or session.base_commit is None:
+        return None
+    tip = read_ref(ctx.common_dir, "refs/heads/" + session.branch)
+    if tip is None:
+        return None
+    if tip == session.base_commit:
+        return 0
+    import pygit2
+
+    try:
+        _, behind = ctx.open().ahead_behind(session.base_commit, tip)
+    except (pygit2.GitError, KeyError, ValueError):
+        return None
+    return int(behind)
 
 
 def list_sessions(ctx: RepoContext, env: Mapping[str, str] | None = None) -> list[SessionInfo]:
@@ -488,6 +525,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     Unapplied changes are archived first (`Removal.archive`; `gitsess restore` takes them back).
     """
     from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
+    from gitsess.git.worktree import keep_detached, keep_reasons, remove_created
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import agents, archives
 

@@ -19,9 +19,9 @@ import apsw
 
 from gitsess import processes
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext
+from gitsess.git.location import RepoContext
 from gitsess.overlay import delta, schema
-from gitsess.overlay.view import DamagedDelta
+from gitsess.overlay.delta import DamagedDelta
 from gitsess.runtime import mount
 from gitsess.store.registry import Registry, Run, Session
 

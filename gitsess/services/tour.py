@@ -25,7 +25,7 @@ from gitsess.services.sessions import SESSION_ENV
 @dataclass(frozen=True)
 class Step:
     say: str  # what the step shows, in a sentence
-    args: tuple[str, ...]  # gitsess's arguments
+    args: tuple[str, ...]  # gitsess's arguments; none: the step only says something
 
 
 STEPS: tuple[Step, ...] = (
@@ -57,7 +57,8 @@ STEPS: tuple[Step, ...] = (
             "--",
             "sh",
             "-c",
-            'sed -i s/split/splitlines/ parser.py && echo "Parsing notes" > NOTES.md',
+            "printf 'def parse(text):\\n    return text.splitlines()\\n' > parser.py"
+            ' && echo "Parsing notes" > NOTES.md',
         ),
     ),
     Step("What happened in it, process by process, grouped by run:", ("log", "demo")),
@@ -73,6 +74,24 @@ STEPS: tuple[Step, ...] = (
         ("run", "-s", "demo", "--", "git", "commit", "-q", "-am", "Parse lines"),
     ),
     Step("The session is a commit ahead of its branch:", ("ls",)),
+    Step(
+        "A copy of the session to try something else in; dropping all of the copy's work"
+        " (its commit too) leaves the original as it was:",
+        ("fork", "demo", "other-idea"),
+    ),
+    Step("", ("discard", "other-idea", "--all", "-y")),
+    Step(
+        "Keep a session's view mounted for editors and tools (each `gitsess run` mounts it"
+        " for its command):",
+        ("mount", "demo"),
+    ),
+    Step("Mounted sessions and who is inside:", ("ps",)),
+    Step(
+        "From another terminal, `gitsess watch demo` shows its changes live as they happen"
+        " (ctrl-c stops it).",
+        (),
+    ),
+    Step("", ("umount", "demo")),
     Step(
         "Apply it to the branch (its commit, then the rest as a commit; the real worktree "
         "gets the files too); the session goes on, now empty:",
@@ -113,6 +132,8 @@ def run(say: Callable[[str], None]) -> int:
         for step in STEPS:
             if step.say:
                 say(f"\n{step.say}")
+            if not step.args:
+                continue
             say(f"[bold]$ {escape(shlex.join(['gitsess', *step.args]))}[/]")
             sys.stdout.flush()
             done = subprocess.run([sys.executable, "-m", "gitsess", *step.args], cwd=demo, env=env)

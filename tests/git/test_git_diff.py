@@ -113,7 +113,7 @@ def test_stat_and_json(repo_dir: Path, tmp_path: Path) -> None:
     assert by_path["manual/guide.txt"]["status"] == "R"
     assert by_path["manual/guide.txt"]["old_path"] == "docs/guide.txt"
     assert by_path["bin/blob.bin"]["binary"] is True
-    assert data["summary"]["files"] == len(data["files"])
+    assert data["summary"]["changed_files"] == len(data["files"])
 
 
 def test_renames_can_be_turned_off_and_threshold(repo_dir: Path, tmp_path: Path) -> None:

@@ -74,6 +74,7 @@ def test_unknown_token_means_everything(mounted: Mounted) -> None:
     from gitsess.overlay import protocol
 
     session = mounted.spec.session_id
+    mounted.wait_watched()
     reply = protocol.fsmonitor(session, "stale", 5)
     assert reply is not None
     assert reply.paths is None
@@ -85,3 +86,29 @@ def test_unknown_token_means_everything(mounted: Mounted) -> None:
     mounted.remount()
     again = protocol.fsmonitor(session, after.token, 5)
     assert again is not None and again.paths is None
+
+
+def test_a_worktree_edit_made_just_before_a_query_is_in_its_answer(mounted: Mounted) -> None:
+    """The watch reports in batches some 30 ms after a change: a query must not answer before
+    it has what the worktree saw up to the query (item 6 of issue 41)."""
+    from gitsess.overlay import protocol
+
+    session = mounted.spec.session_id
+    mounted.wait_watched()
+    first = protocol.fsmonitor(session, "", 5)
+    assert first is not None
+    token = first.token
+    for i in range(10):
+        (mounted.lower / "src" / "main.py").write_text(f"edit {i}\n")
+        reply = protocol.fsmonitor(session, token, 5)
+        assert reply is not None and reply.paths is not None
+        assert "src/main.py" in reply.paths
+        token = reply.token
+
+
+def test_a_file_made_in_the_worktree_shows_in_the_next_status(mounted: Mounted) -> None:
+    mounted.wait_watched()
+    agree(mounted)
+    for i in range(5):
+        (mounted.lower / f"new{i}.txt").write_text("made in the real tree\n")
+        assert f"? new{i}.txt" in status(mounted, monitored=True)

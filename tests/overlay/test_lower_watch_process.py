@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -13,30 +14,38 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.overlay.lower_watch_process import LINGER_S, address
 from tests.live_util import eventually
 
 
 class Reports:
-    """A running watch process over `root`, and the paths it reported so far."""
+    """A watch process over `root`, started here, and the paths it reported so far to this
+    test's connection."""
 
     def __init__(self, root: Path) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gitsess.overlay.lower_watch_process", os.fspath(root)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
         )
+        self.sock = connect(root)
         self.batches: list[set[bytes]] = []
         self.ready = threading.Event()
+        self.failed = threading.Event()
+        self.synced = threading.Semaphore(0)
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
-        assert self.proc.stdout is not None
         pending, batch = b"", set[bytes]()
-        while chunk := os.read(self.proc.stdout.fileno(), 65536):
+        while chunk := self.sock.recv(65536):
             *names, pending = (pending + chunk).split(b"\0")
             for name in names:
-                if name:
+                if name == b"/":
+                    self.synced.release()
+                elif name == b"//":
+                    self.failed.set()
+                elif name:
                     batch.add(name)
                 elif batch:
                     self.batches.append(batch)
@@ -44,20 +53,41 @@ class Reports:
                 else:
                     self.ready.set()
 
+    def sync(self) -> None:
+        self.sock.sendall(b"s")
+        assert self.synced.acquire(timeout=10), "the watch never answered a sync"
+
     @property
     def seen(self) -> set[bytes]:
         return set().union(*self.batches)
 
     def stop(self) -> int:
-        assert self.proc.stdin is not None
-        self.proc.stdin.close()
+        """Disconnects: with no one else connected, the process exits by itself."""
+        self.sock.shutdown(socket.SHUT_RDWR)
         try:
-            return self.proc.wait(timeout=10)
+            return self.proc.wait(timeout=10 + LINGER_S)
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
                 self.proc.wait()
             self._reader.join(timeout=5)
+            self.sock.close()
+
+
+def connect(root: Path) -> socket.socket:
+    """A connection to the watch of `root`, once its process has taken its name."""
+    name = address(os.fsencode(root))
+    deadline = time.monotonic() + 30
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(name)
+            return sock
+        except OSError:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 @pytest.fixture
@@ -163,6 +193,31 @@ def test_a_watch_that_cannot_be_set_up_never_says_it_is_in_place(tmp_path: Path)
     assert "gitsess watch: No such file or directory" in proc.stderr.decode()
 
 
+def test_one_watch_serves_every_daemon_of_a_worktree(tree: Path, reports: Reports) -> None:
+    """A second process started for the same worktree leaves it to the first, and a second
+    connection gets what the first gets (issue 41: one watch per worktree, not per session)."""
+    second = subprocess.run(
+        [sys.executable, "-m", "gitsess.overlay.lower_watch_process", os.fspath(tree)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        timeout=30,
+    )
+    assert second.returncode == 0
+    other = connect(tree)
+    try:
+        got = b""
+        other.settimeout(10)
+        got += other.recv(1)
+        assert got == b"\0"  # in place
+        (tree / "README").write_text("changed\n")
+        while b"README\0\0" not in got:
+            got += other.recv(4096)
+        assert eventually(lambda: b"README" in reports.seen, timeout=10)
+    finally:
+        other.close()
+    assert reports.proc.poll() is None  # still serving the first
+
+
 def test_a_file_written_without_pause_is_reported_while_it_is_written(
     tree: Path, reports: Reports
 ) -> None:
@@ -181,3 +236,12 @@ def test_a_file_written_without_pause_is_reported_while_it_is_written(
     finally:
         stop.set()
         writer.join()
+
+
+def test_a_sync_answers_after_every_change_made_before_it(tree: Path, reports: Reports) -> None:
+    """No waiting for the batch to settle: the changes are reported before the answer."""
+    for i in range(20):
+        name = f"f{i}".encode()
+        (tree / "src" / f"f{i}").write_text("x\n")
+        reports.sync()
+        assert b"src/" + name in reports.seen

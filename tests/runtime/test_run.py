@@ -18,7 +18,7 @@ import pytest
 
 from gitsess.git.repo import RepoContext, discover
 from gitsess.overlay import control, mounttable, protocol
-from gitsess.runtime import mount, prestart
+from gitsess.runtime import mount, spare
 from gitsess.services import live, sessions
 from tests.live_util import InProcess, eventually
 from tests.util import GITSESS, git, gitsess
@@ -332,83 +332,81 @@ def test_mount_first_completes_an_interrupted_apply(repo: Path) -> None:
     assert (repo / "new.txt").read_text() == "two\n"
 
 
-def _prestarted_children() -> set[int]:
-    """This process's live children started as prestarted daemons (waiting, or serving since)."""
+def _spares() -> set[int]:
+    """This user's spares (`gitsess.runtime.spare`) of this install, running now."""
     found = set()
     for entry in Path("/proc").iterdir():
         try:
-            stat = (entry / "stat").read_text()
             argv = (entry / "cmdline").read_bytes().split(b"\0")
+            stat = (entry / "stat").read_text()
         except (OSError, NotADirectoryError):
             continue
-        # A zombie (one that exited, not reaped yet) has no argv.
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == os.getpid() and prestart.ARGS_FD_OPTION.encode() in argv:
+        state = stat.rsplit(")", 1)[1].split()[0]
+        if argv[1:4] == [b"-P", b"-m", spare.MODULE.encode()] and state != "Z":
             found.add(int(entry.name))
     return found
 
 
-def _new_prestarted(before: set[int]) -> list[int]:
-    """The prestarted daemons started since `before`, once one is there: a child shows its
-    own command line only once it has exec'd, a moment after `prestarted` returned."""
-    eventually(lambda: _prestarted_children() - before)
-    return sorted(_prestarted_children() - before)
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
-def test_a_prestarted_daemon_serves_the_mount(repo: Path, gs: InProcess) -> None:
-    before = _prestarted_children()
-    made = gs.json("new", "warm")
-    assert "is mounted at" in gs.ok("mount", "warm")
-    status = mount.status(made["id"])
-    assert status is not None
-    assert _prestarted_children() - before == {status.daemon_pid}
-    assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
+def test_daemons_are_forked_from_one_spare(repo: Path, gs: InProcess) -> None:
+    """Each mounting command has the user's spare fork its daemon: the daemons share the
+    pages of the spare's imports (issue 41)."""
+    first, second = gs.json("new", "one"), gs.json("new", "two")
+    assert "is mounted at" in gs.ok("mount", "one")
+    assert "is mounted at" in gs.ok("mount", "two")
+    one, two = mount.status(first["id"]), mount.status(second["id"])
+    assert one is not None and two is not None
+    assert _parent(one.daemon_pid) == _parent(two.daemon_pid)
+    parent_argv = Path(f"/proc/{_parent(one.daemon_pid)}/cmdline").read_bytes().split(b"\0")
+    assert spare.MODULE.encode() in parent_argv
+    assert (Path(one.mountpoint) / "README.md").read_text() == "hello\n"
 
 
 def test_a_daemon_started_inside_a_session_holds_nothing_of_it(repo: Path) -> None:
-    """A command inside session `outer` mounts session `inner`: the prestarted daemon must not
-    inherit the command's connection to `outer`'s daemon, which would keep `outer` mounted as
-    long as `inner` is."""
+    """A command inside session `outer` mounts session `inner`: the daemon must not inherit
+    the command's connection to `outer`'s daemon, which would keep `outer` mounted as long as
+    `inner` is."""
     assert gitsess(repo, "new", "inner").returncode == 0
     cli = " ".join(shlex.quote(a) for a in GITSESS)
     done = run(repo, "outer", f"{cli} mount inner")
     assert done.returncode == 0, done.stderr
+    assert "is mounted at" in done.stdout
     try:
-        inner = mount.status(_id(repo, "inner"))
-        assert inner is not None
+        # `inner` was mounted in `outer`'s mount namespace: once `outer`'s view is gone, so is
+        # `inner`'s from every table, and its daemon stops too (issue 41, item 5).
         assert eventually(lambda: mount.status(_id(repo, "outer")) is None)
     finally:
         gitsess(repo, "umount", "inner")
 
 
-def test_an_unused_prestarted_daemon_exits(repo: Path, gs: InProcess) -> None:
-    gs.ok("new", "live", "--mount")
-    before = _prestarted_children()
-    with prestart.prestarted():
-        [waiting] = _new_prestarted(before)
-    assert eventually(lambda: _prestarted_children() == before)
-    # A mount of a session that is already live lets its prestarted process go at once.
-    with prestart.prestarted():
-        [waiting] = _new_prestarted(before)
-        assert "is mounted at" in gs.ok("mount", "live")
-        assert eventually(lambda: waiting not in _prestarted_children())
-    assert "no session 'nosuch'" in gs.fails("mount", "nosuch")
-    assert eventually(lambda: _prestarted_children() == before)
+_IDLE_SPARE = """
+import subprocess, sys, time
+from gitsess.runtime import spare
+started = spare.start()
+assert started is not None, "a spare ran already in a new mount namespace"
+deadline = time.monotonic() + 30
+while spare._connect(spare.address()) is None:
+    assert time.monotonic() < deadline and started.poll() is None
+    time.sleep(0.01)
+started.wait(timeout=spare.IDLE_S + 60)
+print(started.returncode)
+"""
 
 
-def test_a_dead_prestarted_daemon_is_replaced(repo: Path, ctx: RepoContext) -> None:
-    session = sessions.create(ctx, "cold")
-    before = _prestarted_children()
-    with prestart.prestarted():
-        [waiting] = _new_prestarted(before)
-        os.kill(waiting, signal.SIGKILL)
-        os.waitpid(waiting, 0)
-        status = live.keep_mounted(
-            ctx, session, mountpoint=None, allow_other=False, read_only=False
-        )
-    argv = Path(f"/proc/{status.daemon_pid}/cmdline").read_bytes().split(b"\0")
-    assert prestart.DAEMON_MODULE.encode() in argv
-    assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
+def test_an_idle_spare_exits() -> None:
+    """In a mount namespace of its own, where no other test's spare is (one per namespace)."""
+    done = subprocess.run(
+        ["unshare", "--mount", sys.executable, "-c", _IDLE_SPARE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "0"
 
 
 # What the session-start path must not load in the command's process (the daemon's process

@@ -66,7 +66,7 @@ def test_diff_compares_content_in_every_format(live_exp: Mounted, repo: Path, cl
     out, _ = cli("diff", "exp", "--stat")
     assert "4 files changed" in out
     data = json.loads(cli("diff", "exp", "--json")[0])
-    assert data["summary"]["files"] == 4
+    assert data["summary"]["changed_files"] == 4
     assert {f["path"] for f in data["files"]} >= {"README.md", "src/tool.sh"}
     out, _ = cli("diff", "exp", "--color=always")
     assert "\x1b[32m+world\x1b[m" in out
@@ -265,10 +265,11 @@ def test_a_file_deleted_and_written_anew_replaces_a_clean_real_file(
     m.write("src/app.py", "also anew\n")
     (repo / "src" / "app.py").write_text("edited outside\n")
     _, err = cli("apply", "exp", "--worktree", code=1)
-    assert err.strip() == (
+    assert err.splitlines()[0] == (
         "gitsess: conflict: src/app.py: created in the session and in the real tree "
         "(worktree-exists)"
     )
+    assert "commit or stash them" in err.splitlines()[1]
     cli("apply", "exp", "--worktree", "--", "README.md")
     assert (repo / "README.md").read_text() == "written anew\n"
 

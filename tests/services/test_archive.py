@@ -89,7 +89,8 @@ def test_rm_archives_unapplied_work_and_restore_brings_it_back(
     assert git(repo, "show", "refs/gitsess/archive/exp:notes/idea.txt") == "an idea"
     assert "Gitsess-Title: an experiment" in git(repo, "log", "-1", "refs/gitsess/archive/exp")
     [listed] = json.loads(cli("archives", "--json")[0])
-    assert (listed["restore"], listed["files"], listed["title"]) == ("exp", 4, "an experiment")
+    shown = (listed["restore"], listed["changed_files"], listed["title"])
+    assert shown == ("exp", 4, "an experiment")
     assert "exp" in cli("archives")[0]
 
     out, _ = cli("restore", "exp")

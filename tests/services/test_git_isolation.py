@@ -132,7 +132,8 @@ def test_ls_and_show_count_the_sessions_commits(worked: Path) -> None:
     three_commits_and_an_edit(worked, "exp")
     shown = gitsess(worked, "show", "exp", "--json")
     assert '"commits": 3' in shown.stdout
-    assert "+3 commit(s)" in gitsess(worked, "ls").stdout
+    listed = gitsess(worked, "ls").stdout
+    assert "3 commits" in listed and " ↑3" in listed
     diff = gitsess(worked, "diff", "exp", "--name-only")
     assert diff.stdout.split() == ["README.md", "c1.txt", "c2.txt", "c3.txt"]
     assert "3 commit(s) of its own" in diff.stderr
@@ -206,7 +207,7 @@ def test_patch_mbox_mails_each_commit_then_the_edit(worked: Path, tmp_path: Path
 
 def test_discard_commits_keeps_their_changes_as_files(worked: Path) -> None:
     three_commits_and_an_edit(worked, "exp")
-    done = gitsess(worked, "discard", "exp", "--commits")
+    done = gitsess(worked, "discard", "exp", "--commits", "-y")
     assert done.returncode == 0, done.stderr
     assert "Dropped 3 commit(s)" in done.stdout
     inside = run(worked, "exp", "git log -1 --format=%s; git status --porcelain; cat c2.txt")

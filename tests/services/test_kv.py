@@ -19,10 +19,17 @@ from tests.util import gitsess
 GS = " ".join(shlex.quote(a) for a in (sys.executable, "-m", "gitsess"))
 
 
+def kv_values(gs: InProcess) -> dict[str, object]:
+    """`kv ls --json` as key: value (each entry also says when it was set)."""
+    entries = json.loads(gs.ok("kv", "exp", "ls", "--json"))
+    assert all(e["updated_at"] for e in entries)
+    return {e["key"]: e["value"] for e in entries}
+
+
 def test_strings_and_json_values(ctx: RepoContext, gs: InProcess) -> None:
     session = create(ctx, "exp")
     assert not (ctx.session_dir(session.id) / "delta.db").exists()
-    assert gs.ok("kv", "exp", "ls", "--json") == "{}\n"
+    assert gs.ok("kv", "exp", "ls", "--json") == "[]\n"
     assert not (ctx.session_dir(session.id) / "delta.db").exists()
     gs.ok("kv", "exp", "set", "status", "running tests")
     gs.ok("kv", "exp", "set", "plan", "--json", '{"steps": [1, 2], "done": false}')
@@ -32,7 +39,7 @@ def test_strings_and_json_values(ctx: RepoContext, gs: InProcess) -> None:
     assert gs.ok("kv", "exp", "get", "status", "--json") == '"running tests"\n'
     assert gs.ok("kv", "exp", "get", "plan") == '{"steps": [1, 2], "done": false}\n'
     assert gs.ok("kv", "exp", "get", "greeting") == "grüße ✓\n"
-    assert json.loads(gs.ok("kv", "exp", "ls", "--json")) == {
+    assert kv_values(gs) == {
         "count": 3,
         "greeting": "grüße ✓",
         "plan": {"steps": [1, 2], "done": False},
@@ -98,7 +105,7 @@ def test_inside_and_outside_a_live_session(repo: Path, gs: InProcess) -> None:
             f"for i in 1 2 3; do echo $i > f$i.txt; {GS} kv set n$i --json $i; done"
         )
         run(repo, "exp", script)
-        assert json.loads(gs.ok("kv", "exp", "ls", "--json")) == {
+        assert kv_values(gs) == {
             "from-inside": [1],
             "from-outside": "hello",
             **{f"n{i}": i for i in range(1, 4)},

@@ -148,7 +148,7 @@ def test_push_pull_resume_change_push_again_pull_the_update(
     assert "fast-forwarded" in out
     assert a.run("cat notes/idea.txt") == "idea\nmore\n"
     [listed] = a.json("ls", "--remote")
-    assert (listed["name"], listed["here"], listed["files"]) == ("exp", "synced", 5)
+    assert (listed["name"], listed["sync"], listed["changed_files"]) == ("exp", "synced", 5)
     out, _ = a("pull", "exp")
     assert "already up to date" in out
 
@@ -238,7 +238,7 @@ def test_diverged_pull_is_refused_unless_forced(a: Machine, b: Machine, origin: 
     _, err = a("push", "exp", code=1)
     assert "origin has session exp at" in err and "with work never pulled here" in err
     # as pull says: one relation for both
-    assert json.loads(a("ls", "--remote", "--json")[0])[0]["here"] == "diverged"
+    assert json.loads(a("ls", "--remote", "--json")[0])[0]["sync"] == "diverged"
 
     out, err = a("pull", "exp", "--force")
     assert "replaced by theirs" in out and "archived as refs/gitsess/archive/exp" in err

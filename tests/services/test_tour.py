@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 from pathlib import Path
@@ -18,7 +19,12 @@ def test_the_tour_runs_every_step_and_leaves_nothing_behind(tmp_path: Path) -> N
     )
     assert done.returncode == 0, done.stdout + done.stderr
     for step in tour.STEPS:
-        assert "$ " + shlex.join(["gitsess", *step.args]) in done.stdout
+        if step.args:
+            assert "$ " + shlex.join(["gitsess", *step.args]) in done.stdout
+    assert re.search(r"\bsed[0-9A-Za-z]{6}\b", done.stdout) is None  # no sed temporary files
+    assert "Forked session demo into other-idea" in done.stdout
+    assert "Discarded" in done.stdout and "1 commit(s)" in done.stdout
+    assert "Unmounted session demo" in done.stdout
     assert "Created session idea" in done.stdout
     assert "Removed worktree" in done.stdout
     assert "+    return text.splitlines()" in done.stdout  # the session's diff

@@ -47,7 +47,7 @@ def test_agents_lists_the_roles(roles: dict[str, Path]) -> None:
         assert text in out
     assert "idle" in out and "3 missing" in out
     rows = json.loads(ok("agents", "s", "--json").output)
-    assert [(r["session"], r["role"], r["kind"], r["state"]) for r in rows] == [
+    assert [(r["name"], r["role"], r["kind"], r["status"]) for r in rows] == [
         ("s", "a", "claude", "idle"),
         ("s", "b", "cline", "idle"),
     ]

@@ -111,7 +111,7 @@ def test_four_agents_in_one_session_keep_their_own_conversations(
     live.wait_ready(list(ready.values()))
 
     rows = live.agents()
-    assert {role: row["state"] for role, row in rows.items()} == dict.fromkeys(KINDS, "running")
+    assert {role: row["status"] for role, row in rows.items()} == dict.fromkeys(KINDS, "running")
     assert len({row["root"] for row in rows.values()}) == 4
     twice = live.gitsess("run", "-s", "S", "--role", "c1", "--", "claude")
     assert twice.returncode == 1
