@@ -200,7 +200,7 @@ def test_a_role_whose_run_was_killed_names_what_still_runs(live: Live, tmp_path:
     wrapper.kill()  # kill -9 of `gitsess run`; the agent it started lives on
     wrapper.wait()
     assert processes.alive(child)
-    assert live.agents()["c1"]["state"] == "running"
+    assert live.agents()["c1"]["status"] == "running"
     again = live.gitsess("run", "-s", "S", "--agent", "claude", "--role", "c1", "--", "true")
     assert again.returncode == 1
     assert f"(pid {wrapper.pid}) is gone" in again.stderr
