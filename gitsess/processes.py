@@ -32,6 +32,33 @@ def started_at(pid: int) -> float:
     return boot + int(stat_fields(pid)[19]) / os.sysconf("SC_CLK_TCK")
 
 
+def writers_on(device: int) -> list[tuple[int, int, str]]:
+    """(pid, inode, path) of every file of filesystem `device` some process holds open for
+    writing, as far as /proc shows this user (processes come and go while it looks)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fd_dir = f"/proc/{name}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                st = os.stat(f"{fd_dir}/{fd}")
+                if st.st_dev != device:
+                    continue
+                with open(f"/proc/{name}/fdinfo/{fd}") as f:
+                    flags = next(int(line.split()[1], 8) for line in f if line.startswith("flags:"))
+                if flags & os.O_ACCMODE == os.O_RDONLY:
+                    continue
+                found.append((int(name), st.st_ino, os.readlink(f"{fd_dir}/{fd}")))
+            except (OSError, StopIteration, ValueError):
+                continue
+    return found
+
+
 def with_env(pairs: Mapping[str, str]) -> list[int]:
     """The processes (this user's: others' environments are unreadable) whose environment
     holds every one of `pairs`; what a killed parent left running, found by what it gave them."""

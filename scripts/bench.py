@@ -1154,6 +1154,84 @@ def run_wide_memory(b: Bench, repo: Path, rels: Sequence[str]) -> None:
             b.memory.record(f"{len(rels):,}-file repo: find, read all, git status", view)
 
 
+# ---------------------------------------------------------------------------------- checkpoints
+
+
+def _disk_bytes(root: Path) -> int:
+    return sum(p.lstat().st_blocks * 512 for p in root.rglob("*") if not p.is_symlink())
+
+
+def _checkpoint(session_id: str) -> None:
+    from gitsess.overlay import protocol
+
+    protocol.checkpoint(session_id, "manual", "", None, None)
+
+
+def _rewind(session_id: str, cp: int) -> None:
+    from gitsess.overlay import protocol
+
+    protocol.rewind(session_id, cp, "rewind")
+
+
+def run_checkpoints(b: Bench) -> None:
+    """Checkpoints (overlay/history.py), gitsess alone (nothing to compare them with): the
+    time of a checkpoint over a 50,000-file worktree with 1,000 paths changed since the last
+    one, of a live rewind of 1,000 paths, and the storage 100 checkpoints of 20 files of 10 KB
+    edited each turn take."""
+    from gitsess.overlay import protocol
+
+    wide = b.tmp / "cp-wide"
+    console.log(f"checkpoints: building the {b.cfg.wide_files:,}-file repository")
+    rels = build_wide_repo(wide, b.cfg.wide_files, b.env)
+    changed = rels[:: max(1, len(rels) // 1000)][:1000]
+    with new_session(b, wide, "cp") as s, cli_mounted(b, wide, s) as view:
+        times = []
+        for run in range(b.cfg.runs):
+            _change_files(view.root, changed, f"cp{run}")
+            protocol.sync(s.id)
+            times.append(timed(functools.partial(_checkpoint, s.id)))
+        cp = protocol.checkpoint(s.id, "manual", "", None, None)
+        assert cp is not None
+        _change_files(view.root, changed, "rewind")
+        protocol.sync(s.id)
+        rewind = timed(functools.partial(_rewind, s.id, cp))
+    b.notes.append(
+        f"checkpoint, {len(rels):,}-file worktree, {len(changed):,} paths changed since the"
+        f" last: median {fmt_time(statistics.median(times))} of {len(times)} (daemon op,"
+        f" after a sync); live rewind of {len(changed):,} paths: {fmt_time(rewind)}"
+    )
+    small = b.tmp / "cp-turns"
+    _init_repo(small, b.env)
+    names = [f"f{i:02d}.txt" for i in range(20)]
+    rng = random.Random(20)
+    _write_files(small, names, 20 * 10_000, rng)
+    _commit_all(small, names, b.env)
+    turns, edited = 100, 0
+    with new_session(b, small, "turns") as s:
+        with cli_mounted(b, small, s) as view:
+            for _ in range(turns):
+                for name in names:
+                    (view.root / name).write_bytes(rng.randbytes(10_000))
+                    edited += 10_000
+                protocol.checkpoint(s.id, "turn", "", None, None)
+        # unmounted: its last commit and WAL checkpoint are done
+        session_dir = session_spec(small, s).session_dir
+        total = sum(
+            _disk_bytes(session_dir / name)
+            if (session_dir / name).is_dir()
+            else (session_dir / name).stat().st_blocks * 512
+            for name in ("delta.db", "delta.db-wal", "data", "checkpoints")
+            if (session_dir / name).exists()
+        )
+    live = 20 * 10_000
+    b.notes.append(
+        f"storage after {turns} checkpoints of 20 files x 10 KB edited each turn:"
+        f" {total / MIB:.1f} MiB on disk (delta.db, data, checkpoints) for a live view of"
+        f" {live / 1000:.0f} KB and {edited / MIB:.1f} MiB of edits:"
+        f" {total / (live + edited):.2f}x (goal < 2x)"
+    )
+
+
 # ---------------------------------------------------------------------------------- diff / apply
 
 
@@ -1289,6 +1367,10 @@ def git_ops() -> list[GitOp]:
               cold=True),
         GitOp("git-session-commit", "git commit of 1 file in a session",
               ("git", "commit", "-q", "-m", "bench")),
+        # every file changed, then `git add -A && git commit`: 5,000 new loose objects and
+        # the trees, written into the session's delta (issue 36: objects copy-on-write)
+        GitOp("git-session-commit-all", "commit 5,000 files inside a session",
+              ("sh", "-c", "git add -A && git commit -q -m bench"), goals=(Goal(NATIVE, 1.5),)),
         GitOp("git-session-log", "git log -100 in a session", ("git", "log", "-100")),
         GitOp("git-session-diff", f"git diff of {DIFF_FILES} files in a session", ("git", "diff")),
     ]  # fmt: skip
@@ -1382,6 +1464,8 @@ def _git_op_once(
         timer.ask(
             edit=[rel], line=f"# committed by the benchmark: {tag}\n", prep=[["git", "add", rel]]
         )
+    elif op.key == "git-session-commit-all":
+        timer.ask(edit=list(rels), line=f"# all committed by the benchmark: {tag}\n")
     before = daemon_cpu_seconds(pid) if pid is not None else None
     seconds = timer.ask(cmd=list(op.cmd))
     after = daemon_cpu_seconds(pid) if pid is not None else None
@@ -1985,7 +2069,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         default=[],
         metavar="KEY",
         help="only this workload (repeatable; also `session-start`, `apply`, `git-session`,"
-        " `cli-start`, `fleet`)",
+        " `cli-start`, `fleet`, `checkpoints`)",
     )
     p.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
@@ -2053,6 +2137,8 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             results += run_apply(b, corpus)
         else:
             b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
+    if "checkpoints" in only or (not only and not b.cfg.quick):
+        run_checkpoints(b)
     if git_session_selected(only) and (only or not b.cfg.quick):
         results += run_git_session(b, only, cold_ok)
     if FLEET in only or not (only or b.cfg.quick):

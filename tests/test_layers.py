@@ -8,10 +8,15 @@ package (those inside functions too, which is where the lazy ones are) must poin
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 import gitsess
+from tests.util import gitsess as run_gitsess
 
 PACKAGE = Path(gitsess.__file__).parent
 BASE = "base"  # the modules at the top of the package, which import no layer
@@ -98,3 +103,44 @@ def test_a_service_importing_the_command_line_is_caught() -> None:
     assert not allowed("gitsess.cli.live_cmds", "gitsess.git.repo.RepoContext")
     assert not allowed("gitsess.git.apply_commit", "gitsess.overlay.view")
     assert allowed("gitsess.cli.live_cmds", "gitsess.errors.GitsessError")
+
+
+# What the small commands load when they run: the layers above say who may import what, this
+# says what `ls`, `show`, `kv` and `--version` must not pay for (pygit2 alone took longer than
+# `ls` does; rich and the overlay's tree as long again).
+LOADED = """
+import contextlib, io, sys
+from gitsess.cli.group import run
+with contextlib.redirect_stdout(io.StringIO()):
+    code = run(sys.argv[1:])
+heavy = ("pygit2", "rich", "trio", "pyfuse3", "gitsess.overlay.view", "gitsess.overlay.tree")
+print(code, sorted(m for m in sys.modules if m in heavy))
+"""
+
+
+@pytest.mark.parametrize(
+    "args", [["ls"], ["ls", "--json"], ["show", "exp"], ["kv", "exp", "get", "k"], ["--version"]]
+)
+def test_small_commands_import_no_pygit2_rich_or_overlay(repo: Path, args: list[str]) -> None:
+    """What they do not use they do not load: pygit2 alone took longer than `ls` does."""
+    assert run_gitsess(repo, "new", "exp").returncode == 0
+    if args[0] == "kv":
+        assert run_gitsess(repo, "kv", "exp", "set", "k", "v").returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED, *args], cwd=repo, capture_output=True, text=True
+    )
+    assert done.stdout.split(None, 1) == ["0", "[]\n"], done.stderr
+
+
+def test_listing_a_session_with_a_delta_loads_no_pygit2_or_rich(repo: Path) -> None:
+    """Its delta is read (the overlay's tree loads), git is not: the branch has not moved and
+    the session never touched its `.git`."""
+    assert run_gitsess(repo, "new", "exp").returncode == 0
+    assert run_gitsess(repo, "kv", "exp", "set", "k", "v").returncode == 0
+    for args in (["ls"], ["show", "exp"]):
+        done = subprocess.run(
+            [sys.executable, "-c", LOADED, *args], cwd=repo, capture_output=True, text=True
+        )
+        code, loaded = done.stdout.split(None, 1)
+        assert code == "0", done.stderr
+        assert "pygit2" not in loaded and "rich" not in loaded

@@ -103,3 +103,14 @@ def snapshot(root: Path) -> dict[str, bytes | None]:
         str(p.relative_to(root)): p.read_bytes() if p.is_file() else None
         for p in sorted(root.rglob("*"))
     }
+
+
+def renameat2(old: bytes, new: bytes, flags: int) -> None:
+    """rename(2) with RENAME_NOREPLACE / RENAME_EXCHANGE, which os.rename cannot express."""
+    import ctypes
+
+    from gitsess.libc import LIBC
+
+    if LIBC.renameat2(-100, old, -100, new, ctypes.c_uint(flags)) != 0:  # AT_FDCWD
+        errno = ctypes.get_errno()
+        raise OSError(errno, os.strerror(errno))

@@ -202,6 +202,8 @@ def colour_patch(patch: bytes) -> bytes:
     show_default=True,
     help="Colour the patch (auto: on a terminal, unless NO_COLOR is set).",
 )
+@click.option("--from", "from_cp", type=int, metavar="CP", help="From a checkpoint instead.")
+@click.option("--to", "to_cp", type=int, metavar="CP", help="With --from: to this checkpoint.")
 def diff(
     args: tuple[str, ...],
     offsets: tuple[str, ...],
@@ -214,12 +216,17 @@ def diff(
     find_renames: bool,
     ignored: bool,
     color: str,
+    from_cp: int | None,
+    to_cp: int | None,
 ) -> None:
     """Show what a session changed against its real worktree, content compared."""
     if sum((show_stat, name_status, name_only, as_json)) > 1:
         raise click.UsageError("give one of --stat, --name-status, --name-only, --json")
     ctx = discover()
     session, specs = _target(ctx, args, offsets, session_option)
+    if from_cp is not None or to_cp is not None:
+        _diff_checkpoints(ctx, session, specs, from_cp, to_cp, name_status or name_only, as_json)
+        return
     tty = sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if tty else 80
     result, notes = applying.diff(
@@ -244,6 +251,29 @@ def diff(
         patch = result.patch()
         auto = tty and not os.environ.get("NO_COLOR")  # https://no-color.org, as ls and doctor
         _out(colour_patch(patch) if color == "always" or (color == "auto" and auto) else patch)
+
+
+def _diff_checkpoints(
+    ctx: RepoContext,
+    session: Session,
+    specs: list[str],
+    from_cp: int | None,
+    to_cp: int | None,
+    names: bool,
+    as_json: bool,
+) -> None:
+    from gitsess.services import checkpoints
+
+    if from_cp is None:
+        raise click.UsageError("--to needs --from")
+    changes = checkpoints.compare(ctx, session, from_cp, to_cp, specs)
+    if as_json:
+        print_json([asdict(c) for c in changes])
+    elif names:
+        for c in changes:
+            click.echo(f"{c.status}\t{c.path}")
+    else:
+        _out("".join(c.patch for c in changes).encode())
 
 
 def _warn_drift(ctx: RepoContext, session: Session) -> None:

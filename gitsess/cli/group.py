@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "agents": ("agent_cmds", "List agent roles and their state dirs."),
     "apply": ("apply_cmds", "Apply changes: to a commit, a patch or the real worktree."),
     "archives": ("apply_cmds", "List archived sessions (restore brings one back)."),
+    "checkpoint": ("checkpoint_cmds", "Make a checkpoint of a session, mounted or not."),
+    "checkpoints": ("checkpoint_cmds", "List a session's checkpoints."),
     "completion": ("completion_cmds", "Print shell code that completes gitsess's words."),
     "diff": ("apply_cmds", "Show what a session changed against the real worktree."),
     "discard": ("apply_cmds", "Drop a session's changes (all, or some paths)."),
@@ -44,6 +46,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "push": ("remote_cmds", "Publish a session on a git remote."),
     "rename": ("session_cmds", "Rename a session."),
     "restore": ("apply_cmds", "Bring back an archived session."),
+    "rewind": ("checkpoint_cmds", "Bring a session back to a checkpoint; undo reverses it."),
     "rm": ("session_cmds", "Remove a session (its unapplied changes are archived)."),
     "run": ("live_cmds", "Run a command inside a session, creating or resuming it."),
     "show": ("session_cmds", "Show one session."),
@@ -51,6 +54,7 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "title": ("session_cmds", "Set a session's title."),
     "tour": ("machine_cmds", "Walk through gitsess on a demo repository."),
     "umount": ("live_cmds", "Unmount a session's view."),
+    "undo": ("checkpoint_cmds", "Undo the last run, rewind or undo."),
     "watch": ("inspect_cmds", "Watch a session's changes live."),
 }
 

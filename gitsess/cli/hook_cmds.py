@@ -27,6 +27,7 @@ _DONE = {
     "move-base": "moved the base of",
     "complete": "completed the interrupted apply of",
     "end": "ended",
+    "trim": "trimmed the history of",
 }
 _PLAN = {
     "remove": "would remove",
@@ -40,6 +41,7 @@ _PLAN = {
     "move-base": "would move the base of",
     "complete": "would complete the interrupted apply of",
     "end": "would end",
+    "trim": "would trim the history of",
 }
 
 

@@ -315,10 +315,11 @@ def fs_ls(path: str, as_json: bool) -> None:
 
 @fs.command("cat")
 @click.argument("path")
-def fs_cat(path: str) -> None:
+@click.option("--at", "at", type=int, metavar="CHECKPOINT", help="As it was at a checkpoint.")
+def fs_cat(path: str, at: int | None) -> None:
     """Print a file of the session's view, as bytes."""
     ctx, found = session_of(group_ref())
-    data = inspection.cat(ctx, found, path)
+    data = inspection.cat(ctx, found, path, at)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
 

@@ -177,10 +177,11 @@ _DRIFT_NOTE = (
 
 
 def _drifted(info: SessionInfo) -> list[str]:
+    # A session without a delta has changed nothing that could drift (and needs no reader).
+    if info.damaged or not (info.session_dir / "delta.db").exists():
+        return []
     from gitsess.services import inspection
 
-    if info.damaged:
-        return []
     return [d.path for d in inspection.drift(info.session, info.session_dir)]
 
 
@@ -304,6 +305,7 @@ def show(
         ("behind", "-" if info.behind is None else _plural(info.behind, "commit")),
         ("commits", _commits(info.commits)),
         ("delta size", f"{_size(usage.delta_bytes)} ({_size(usage.live_bytes)} in use)"),
+        *([("of which", _kinds(usage.by_kind))] if usage.by_kind is not None else []),
         ("runs", _runs(usage)),
         ("last activity", _when(usage.last_activity)),
         ("session dir", str(info.session_dir)),
@@ -333,6 +335,13 @@ def _size(n: int) -> str:
             break
         value, unit = value / 1024, bigger
     return f"{value:.1f} {unit}"
+
+
+def _kinds(b: inspection.Bytes) -> str:
+    return (
+        f"files {_size(b.files)}, checkpoints {_size(b.checkpoints)}, log {_size(b.log)},"
+        f" free {_size(b.free)}"
+    )
 
 
 def _runs(usage: inspection.Usage) -> str:

@@ -35,7 +35,11 @@ _FIELDS = {
     "Worktree": "worktree",
     "Branch": "branch",
     "Created": "created_at",
+    "Head": "head",
+    "Kv": "kv",
 }
+# The file of a key-value store's commit (see `create_archive`).
+KV_FILE = "kv.json"
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,8 @@ class ArchiveInfo:
     worktree: str
     branch: str | None
     created_at: str
+    head: str | None = None  # the last commit made inside the session, which it keeps
+    kv: str | None = None  # the commit holding the session's key-value store
 
     @property
     def ref_name(self) -> str:
@@ -73,22 +79,35 @@ def create_archive(
     base: str | None,
     name: str,
     fields: Mapping[str, str | None],
-    keep: Sequence[str] = (),
+    head: str | None = None,
+    kv: bytes | None = None,
 ) -> str:
     """Commit base + the git-visible `changes` and point a new archive ref at it.
 
-    `fields` are the session's metadata (keys of `ArchiveInfo`). `keep` are more parents: the
-    head of the commits made inside the session, which the archive keeps reachable (their
-    changes are in its tree too). The ref is `<prefix><name>`,
-    or `<name>-2`, `-3`, ... when an earlier archive of that name is still there. Returns the
-    full ref name.
+    `fields` are the session's metadata (keys of `ArchiveInfo`). `head` is the last of the
+    commits made inside the session (their objects in `repo` already): a parent, so that the
+    archive keeps them reachable (their changes are in its tree too). `kv` is the session's
+    key-value store (JSON), kept as the one file of a commit of its own, a parent too. Both
+    are named by trailers. The ref is `<prefix><name>`, or `<name>-2`, `-3`, ... when an
+    earlier archive of that name is still there. Returns the full ref name.
     """
     with scratch_repo(repo) as scratch:
         tree = snapshot_tree(scratch, view, changes, base)
         copy_objects(scratch, repo, tree)
     author = _signature(repo, "AUTHOR")
     committer = _signature(repo, "COMMITTER")
-    parents = [pygit2.Oid(hex=c) for c in ([base] if base else []) + list(keep)]
+    fields = {**fields, "head": head}
+    if kv is not None:
+        store = repo.TreeBuilder()
+        store.insert(KV_FILE, repo.create_blob(kv), pygit2.enums.FileMode.BLOB)
+        fields["kv"] = str(
+            repo.create_commit(
+                None, author, committer, f"gitsess key-value store of session {name}\n",
+                store.write(), [],
+            )
+        )  # fmt: skip
+    more = [fields["head"], fields.get("kv")]
+    parents = [pygit2.Oid(hex=c) for c in [base, *more] if c]
     oid = repo.create_commit(
         None, author, committer, _message(name, fields), pygit2.Oid(hex=tree), parents
     )
@@ -168,10 +187,11 @@ def _info(repo: pygit2.Repository, ref: str) -> ArchiveInfo | None:
     if "session_id" not in values or "name" not in values:
         return None
     when = datetime.fromtimestamp(commit.committer.time, UTC)
+    kept = {values.get("head"), values.get("kv")}  # the parents that are not the base
     return ArchiveInfo(
         ref=ref,
         commit=str(commit.id),
-        base=str(commit.parent_ids[0]) if commit.parent_ids else None,
+        base=next((str(c) for c in commit.parent_ids if str(c) not in kept), None),
         archived_at=when,
         session_id=values["session_id"],
         name=values["name"],
@@ -179,6 +199,8 @@ def _info(repo: pygit2.Repository, ref: str) -> ArchiveInfo | None:
         worktree=values.get("worktree", ""),
         branch=values.get("branch"),
         created_at=values.get("created_at", ""),
+        head=values.get("head"),
+        kv=values.get("kv"),
     )
 
 
@@ -224,6 +246,17 @@ def refused_in_tree(repo: pygit2.Repository, tree: str) -> list[str]:
     index = pygit2.Index()
     index.read_tree(repo[tree].peel(pygit2.Tree))
     return refused_paths([ArchivedPath(e.path, (str(e.id), e.mode)) for e in index])
+
+
+def archived_kv(repo: pygit2.Repository, info: ArchiveInfo) -> bytes | None:
+    """The key-value store an archive keeps (JSON), None if it keeps none."""
+    if info.kv is None:
+        return None
+    try:
+        tree = repo[info.kv].peel(pygit2.Tree)
+        return blob_data(repo, str(tree[KV_FILE].id))
+    except (KeyError, ValueError, pygit2.GitError) as e:
+        raise GitsessError(f"the key-value store of archive {info.ref_name} is damaged") from e
 
 
 def blob_data(repo: pygit2.Repository, oid: str) -> bytes:

@@ -4,6 +4,7 @@ from the scratch object database into the repository."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from contextlib import suppress
 from typing import Literal
 
@@ -18,6 +19,7 @@ from gitsess.git.changes import Change
 from gitsess.git.diff import read_view
 from gitsess.git.repo import common_dir
 from gitsess.git.scratch import BIG_FILE, ScratchRepository
+from gitsess.git.session_objects import needed_objects
 from gitsess.git.view import SessionView
 
 
@@ -128,26 +130,52 @@ def tree_entry(tree: pygit2.Tree, path: str) -> tuple[str, int] | None:
 
 
 def copy_objects(src: ScratchRepository, dest: pygit2.Repository, tree: str) -> None:
-    """Copy the objects of `tree` that were made in `src`, a scratch repository over `dest`
-    (one `dest` has holds a complete subtree there): as one pack when there are many
+    """Copy the objects of `tree` that `dest` lacks (made in `src`, a scratch repository over
+    `dest`, or a session's own there; one `dest` has holds a complete subtree); see
+    `write_objects`."""
+    made: list[packwrite.Entry] = []
+    seen: set[pygit2.Oid] = set()
+    pending = [pygit2.Oid(hex=tree)]
+    while pending:
+        oid = pending.pop()
+        if oid in seen:
+            continue
+        seen.add(oid)
+        found = src.created(oid)
+        if found is None:
+            if src.in_real(oid):
+                continue
+            # a session's own object (see `ScratchRepository`), which `dest` lacks too
+            raw_kind, data = src.odb.read(oid)
+            kind = int(raw_kind)
+        else:
+            kind, data = found
+        if kind == ObjectType.TREE:
+            subtree = src.get(oid)
+            assert isinstance(subtree, pygit2.Tree)
+            pending.extend(entry.id for entry in subtree if entry.type != ObjectType.COMMIT)
+        made.append((oid, int(kind), data))
+    write_objects(dest, made)
+
+
+def promote(src: ScratchRepository, dest: pygit2.Repository, commits: Sequence[str]) -> int:
+    """Copy into `dest` (the real repository under `src`) exactly the objects that the
+    session's `commits` need and it lacks, as git's quarantine moves a push's objects in;
+    returns how many."""
+    made = needed_objects(src, commits, src.in_real)
+    write_objects(dest, made)
+    return len(made)
+
+
+def write_objects(dest: pygit2.Repository, made: Sequence[packwrite.Entry]) -> None:
+    """Write objects into `dest`'s object store: as one pack when there are many
     (`packwrite`), else as loose objects.
 
     Loose ones are written to `dest`'s loose store alone: through the repository's object
     database, every write first asks each backend whether it has the object, and each miss
     makes libgit2 rescan the pack directory (2,600 directory opens for 1,000 objects)."""
-    made: list[packwrite.Entry] = []
-    pending = [pygit2.Oid(hex=tree)]
-    while pending:
-        oid = pending.pop()
-        found = src.created(oid)
-        if found is None:
-            continue
-        kind, data = found
-        if kind == ObjectType.TREE:
-            subtree = src.get(oid)
-            assert isinstance(subtree, pygit2.Tree)
-            pending.extend(entry.id for entry in subtree if entry.type != ObjectType.COMMIT)
-        made.append((oid, kind, data))
+    if not made:
+        return
     config = dest.config
     fsync = "core.fsyncObjectFiles" in config and config.get_bool("core.fsyncObjectFiles")
     objects = common_dir(dest) / "objects"

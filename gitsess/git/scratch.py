@@ -14,6 +14,7 @@ from pygit2.enums import ObjectType
 
 from gitsess.git.blobid import blob_id
 from gitsess.git.repo import common_dir
+from gitsess.git.session_objects import ObjectFiles, SessionObjects
 
 # Files past this size are diffed as git diffs those past core.bigFileThreshold: as binary,
 # named by their ids, and never held in memory (git's threshold is 512 MiB; this one bounds
@@ -83,11 +84,11 @@ class _MemoryBackend(pygit2.OdbBackend):
 
 
 class ScratchRepository(pygit2.Repository):
-    """A repository object that reads a real repository's objects and keeps new ones in
-    memory. Blobs and trees of a diff (or of a commit being planned) go there, never into the
-    real repository."""
+    """A repository object that reads a real repository's objects (and a session's own, when
+    given) and keeps new ones in memory. Blobs and trees of a diff (or of a commit being
+    planned) go there, never into the real repository."""
 
-    def __init__(self, repo: pygit2.Repository) -> None:
+    def __init__(self, repo: pygit2.Repository, own: ObjectFiles | None = None) -> None:
         super().__init__()
         self._memory = _MemoryBackend()
         objects = str(common_dir(repo) / "objects")
@@ -96,11 +97,24 @@ class ScratchRepository(pygit2.Repository):
         # a tie) and its loose objects 1; a diff would otherwise inflate blobs kept here.
         odb.add_backend(self._memory, 3)
         odb.add_disk_alternate(objects)
+        # Asked last: most objects a session reads are the real repository's.
+        self._own = SessionObjects(own) if own is not None else None
+        if self._own is not None:
+            odb.add_backend(self._own, 0)
         self.set_odb(odb)
         # The real repository's stores, asked directly whether they hold a blob: asked through
         # the odb, each miss (every new blob) first rescans the pack directory.
         self._real = (pygit2.OdbBackendPack(objects), pygit2.OdbBackendLoose(objects, 0, False))
         self._real_path = repo.path
+
+    def close_own(self) -> None:
+        if self._own is not None:
+            self._own.close()
+
+    def in_real(self, oid: pygit2.Oid) -> bool:
+        """Whether the real repository's object store holds `oid`."""
+        pack, loose = self._real
+        return bool(pack.exists(oid) or loose.exists(oid))
 
     def store_big(self, stream: BinaryIO) -> pygit2.Oid:
         """A blob too big to hold (`BIG_FILE`), written to the real repository's object store
@@ -116,8 +130,7 @@ class ScratchRepository(pygit2.Repository):
         raw = data.encode() if isinstance(data, str) else data
         oid = blob_id(raw)
         if oid not in self._memory.objects and oid not in self._memory.kept:
-            pack, loose = self._real
-            if pack.exists(oid) or loose.exists(oid):
+            if self.in_real(oid):
                 self._memory.kept[oid] = raw
             else:
                 self._memory.objects[oid] = (ObjectType.BLOB, raw)
@@ -137,6 +150,13 @@ class ScratchRepository(pygit2.Repository):
 
 
 @contextmanager
-def scratch_repo(repo: pygit2.Repository) -> Iterator[ScratchRepository]:
-    """A `ScratchRepository` over `repo`, dropped with what it holds on exit."""
-    yield ScratchRepository(repo)
+def scratch_repo(
+    repo: pygit2.Repository, own: ObjectFiles | None = None
+) -> Iterator[ScratchRepository]:
+    """A `ScratchRepository` over `repo` (and the session objects `own`), dropped with what it
+    holds on exit."""
+    scratch = ScratchRepository(repo, own)
+    try:
+        yield scratch
+    finally:
+        scratch.close_own()

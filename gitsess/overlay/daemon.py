@@ -76,6 +76,7 @@ class State:
     # its last commit and unmount, but takes no one in.
     stopping: bool = False
     stale_entries: list[tuple[int, bytes]] = field(default_factory=list)
+    stale_inodes: list[int] = field(default_factory=list)
     stop_asked: trio.Event = field(default_factory=trio.Event)
     # Why the daemon is to stop as soon as it can save everything (a signal, the last
     # participant gone) while the delta cannot be written: a full disk.
@@ -280,6 +281,13 @@ def _forget_in_kernel(
             pyfuse3.invalidate_inode(pyfuse3.InodeT(ino))
 
 
+def _invalidate_all(entries: list[tuple[int, bytes]], inodes: list[int]) -> None:
+    done = _invalidate_entries(entries)
+    for ino in set(inodes) - done:
+        with contextlib.suppress(OSError):
+            pyfuse3.invalidate_inode(pyfuse3.InodeT(ino))
+
+
 def _invalidate_entries(entries: list[tuple[int, bytes]]) -> set[int]:
     """Returns the directories, whose inodes it invalidated too: the kernel may hold their
     listings (see fs.INODE_FH)."""
@@ -435,11 +443,12 @@ async def _client(state: State, stream: trio.SocketStream) -> None:
                         reply, joined = {"ok": False, "error": f"bad request: {e!r}"}, None
                     if joined is not None:
                         participant = joined
-                    if state.stale_entries:
+                    if state.stale_entries or state.stale_inodes:
                         # Answer only once the kernel forgot them, so the caller's next read
                         # sees the worktree; from a thread, as the kernel may need the loop.
                         stale, state.stale_entries = state.stale_entries, []
-                        await trio.to_thread.run_sync(_invalidate_entries, stale)
+                        inodes, state.stale_inodes = state.stale_inodes, []
+                        await trio.to_thread.run_sync(_invalidate_all, stale, inodes)
                     await stream.send_all(json.dumps(reply).encode() + b"\n")
     except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
         return
@@ -488,7 +497,56 @@ def _join(state: State, msg: dict[str, Any]) -> Reply:
         "joined_at": time.time(),
     }
     state.ever_joined = True
+    if not state.read_only:
+        # Every run starts with a checkpoint (none when nothing changed since the last one);
+        # a full disk costs the run its checkpoint, not its start.
+        try:
+            state.tree.commit(settle=False)
+            state.tree.store.mark("run", _run_label(msg), msg.get("run_id"), msg.get("role"))
+        except (OSError, apsw.Error) as e:
+            log.warning("no checkpoint at the start of run %s: %s", msg.get("run_id"), e)
     return {"ok": True, "daemon_pid": os.getpid(), "mountpoint": state.mountpoint}, pid
+
+
+def _run_label(msg: dict[str, Any]) -> str:
+    command = msg.get("command")
+    return " ".join(map(str, command)) if isinstance(command, list) else ""
+
+
+def _checkpoint(state: State, msg: dict[str, Any]) -> Reply:
+    state.tree.commit(durable=True, settle=False)
+    cp = state.tree.store.mark(
+        str(msg.get("kind") or "manual"),
+        str(msg.get("message") or ""),
+        msg.get("run_id"),
+        msg.get("role"),
+        always=bool(msg.get("always", True)),
+    )
+    return {"ok": True, "id": None if cp is None else cp.id}, None
+
+
+def _rewind(state: State, msg: dict[str, Any]) -> Reply:
+    # On the event loop, between two requests: no process in the view sees a mix of the two
+    # states. The kernel forgets its caches after the switch, before the answer.
+    tree = state.tree
+    assert tree.store.history is not None
+    writers = {int(ino): (pid, path) for pid, ino, path in msg.get("writers") or ()}
+    held = sorted(set(writers) & tree.store.history.changed_inodes(int(msg["target"])))
+    if held and not msg.get("force"):
+        pid, path = writers[held[0]]
+        return {
+            "ok": False,
+            "error": f"process {pid} holds {path} open for writing, and the rewind changes it"
+            " (--force rewinds anyway)",
+        }, None
+    tree.commit(durable=True, settle=False)
+    try:
+        rewound = tree.store.rewind(int(msg["target"]), str(msg.get("kind") or "rewind"))
+    except KeyError:
+        return {"ok": False, "error": f"no checkpoint {msg['target']}"}, None
+    state.stale_inodes.extend(tree.reload(rewound.inodes))
+    state.stale_entries.extend(rewound.entries)
+    return {"ok": True, "operation": rewound.operation.id}, None
 
 
 def _sync(state: State, msg: dict[str, Any]) -> Reply:
@@ -583,6 +641,8 @@ HANDLERS: dict[str, Callable[[State, dict[str, Any]], Reply]] = {
     protocol.DROP: _drop,
     protocol.PERSIST: _persist,
     protocol.STOP: _stop_op,
+    protocol.CHECKPOINT: _checkpoint,
+    protocol.REWIND: _rewind,
 }
 
 

@@ -22,7 +22,8 @@ from typing import Any, TypeVar
 import apsw
 
 from gitsess.errors import GitsessError
-from gitsess.overlay import schema
+from gitsess.overlay import history, schema
+from gitsess.overlay.history import History
 from gitsess.store.db import BUSY_TIMEOUT_MS
 
 # Numbers handed to nodes the session creates start far above what local filesystems give their
@@ -118,6 +119,7 @@ def copy_delta(src: str, dest: str) -> None:
     finally:
         source.close()
     copy_data(src, dest)
+    history.copy_saved(schema.data_dir(src), schema.data_dir(dest))
 
 
 def copy_data(src: str, dest: str) -> None:
@@ -175,8 +177,10 @@ class DeltaStore:
         self.data_dir = schema.data_dir(path)
         self.conn = schema.connect(path, readonly=readonly)
         self._wal_fd: int | None = None
+        self.history: History | None = None
         if not readonly:
             self._init_meta()
+            self.history = History(self.conn, self.data_dir)
 
     def _init_meta(self) -> None:
         if self.conn.execute("SELECT count(*) FROM meta").fetchall()[0][0]:
@@ -269,9 +273,18 @@ class DeltaStore:
                     yield int(entry.name)
 
     def remove_data(self, inos: Iterable[int]) -> None:
+        """Data files that go; one a checkpoint still needs moves into its keeping."""
         for ino in inos:
+            if self.history is not None:
+                self.history.retire_data(ino, self.data_path(ino))
+                continue
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.data_path(ino))
+
+    def keep_data(self, ino: int) -> None:
+        """Before a data file is changed in place (see `History.keep_data`)."""
+        if self.history is not None:
+            self.history.keep_data(ino, self.data_path(ino))
 
     def inline(self, ino: int) -> bytes:
         """The committed bytes of an inline file (data = INLINE)."""
@@ -293,6 +306,7 @@ class DeltaStore:
         """Write one batch atomically; with `durable`, also force the WAL to stable storage."""
         self.conn.execute("BEGIN IMMEDIATE")
         try:
+            saved = self._save(batch)
             self._write(batch)
             # In the try: a full disk fails the COMMIT too (the WAL grows there), and its
             # transaction must not stay open for the next batch to trip over.
@@ -301,8 +315,51 @@ class DeltaStore:
             if not self.conn.getautocommit():
                 self.conn.execute("ROLLBACK")
             raise
+        if self.history is not None:
+            self.history.saved(*saved)
         if durable:
             self._sync_wal()
+
+    def mark(
+        self,
+        kind: str,
+        message: str,
+        run_id: object = None,
+        role: object = None,
+        *,
+        always: bool = False,
+    ) -> history.Checkpoint | None:
+        """A checkpoint of what is committed (see `History.new_checkpoint`)."""
+        assert self.history is not None
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            made = self.history.new_checkpoint(
+                kind,
+                message,
+                run_id if isinstance(run_id, int) else None,
+                role if isinstance(role, str) else None,
+                always=always,
+            )
+            self.conn.execute("COMMIT")
+        except BaseException:
+            if not self.conn.getautocommit():
+                self.conn.execute("ROLLBACK")
+            self.history.epoch = history.epoch_of(self.conn)
+            raise
+        return made
+
+    def rewind(self, target: int, kind: str) -> history.Rewound:
+        assert self.history is not None
+        return self.history.rewind(target, kind)
+
+    def _save(self, b: Batch) -> tuple[set[int], set[tuple[int, bytes]]]:
+        """What the checkpoints need of the rows this batch changes, saved first."""
+        if self.history is None or not self.history.current_epoch():
+            return set(), set()
+        inos = {n.ino for n in b.nodes}
+        inos.update(ino for ino, _ in b.xattrs)
+        inos.update(b.inline)
+        return self.history.save_rows(inos, b.deleted_nodes, b.dentries)
 
     def _write(self, b: Batch) -> None:
         # One executemany per statement: a batch of thousands of rows (an `rm -rf`, an apply's
@@ -378,8 +435,13 @@ class DeltaStore:
     def delete_nodes(self, inos: Iterable[int]) -> None:
         """Drop orphans left by a crash: nodes that no directory names any more (their data
         files are then strays, see `Tree.remove_stray_data`)."""
+        inos = set(inos)
         with self.conn:
+            if self.history is not None:
+                self.history.save_rows((), inos, ())
             self._delete_nodes(inos)
+        if self.history is not None:
+            self.history.saved(set(), set())
 
     def close(self) -> None:
         if self._wal_fd is not None:
@@ -510,3 +572,38 @@ def kv_items(conn: apsw.Connection) -> list[tuple[str, str, int]]:
     return conn.execute(  # type: ignore[return-value]
         "SELECT key, value, updated_ns FROM kv ORDER BY key"
     ).fetchall()
+
+
+class DeltaAt(DeltaStore):
+    """The delta as it was at a checkpoint, read only: what `fs cat --at`, `diff --from` and a
+    fork `--at` read through the same `Tree`."""
+
+    def __init__(self, path: str, at: int) -> None:
+        super().__init__(path, readonly=True)
+        self.at = at
+        self._root = history.cp_root(self.data_dir)
+        if not self.conn.execute("SELECT 1 FROM checkpoints WHERE id = ?", (at,)).fetchall():
+            self.conn.close()
+            raise history.no_such(at)
+
+    def nodes(self) -> Iterator[NodeRow]:
+        for row in history.state_rows(self.conn, self.at):
+            yield NodeRow(*row)  # type: ignore[arg-type]
+
+    def dentries(self) -> Iterator[tuple[int, bytes, int]]:
+        for parent, name, ino in history.state_dentries(self.conn, self.at):
+            assert isinstance(parent, int) and isinstance(name, bytes) and isinstance(ino, int)
+            yield parent, name, ino
+
+    def all_xattr_inos(self) -> set[int]:
+        return {r.ino for r in self.nodes() if self.xattrs(r.ino)}
+
+    def xattrs(self, ino: int) -> dict[bytes, bytes]:
+        return history.state_xattrs(self.conn, self.at, ino)
+
+    def inline(self, ino: int) -> bytes:
+        return history.state_inline(self.conn, self.at, ino)
+
+    def data_path(self, ino: int) -> str:
+        saved = history.data_at(self._root, self.at, ino)
+        return saved if saved is not None else super().data_path(ino)

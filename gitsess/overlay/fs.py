@@ -1,4 +1,4 @@
-"""The FUSE adapter: pyfuse3 requests in, `Tree` operations (or real `.git` calls) out."""
+"""The FUSE adapter: pyfuse3 requests in, `Tree` operations out."""
 
 from __future__ import annotations
 
@@ -48,7 +48,6 @@ GIT_TIMEOUT = 1.0
 @dataclass
 class Handle:
     node: Node
-    fd: int | None = None  # a real file descriptor, for files below `.git`
     pid: int = 0  # who opened it: the writer, where a WRITE does not say
 
 
@@ -193,9 +192,6 @@ class Filesystem(pyfuse3.Operations):
         assert n.lower is not None
         return self.tree.lower_path(n.lower)
 
-    def _real_child(self, parent: Node, name: bytes) -> bytes:
-        return self._real(parent) + b"/" + name
-
     def _path(self, parent: int, name: bytes) -> bytes:
         p = self.tree.path_of(self.tree.node(parent))
         return p + b"/" + name if p else name
@@ -209,12 +205,6 @@ class Filesystem(pyfuse3.Operations):
         fh = self._next_fh
         self._next_fh += 1
         return fh
-
-    def _lookup_real(self, parent: Node, name: bytes) -> EntryAttributes:
-        n = self.tree.lookup(parent.ino, name)
-        if n is None:
-            raise FUSEError(errno.ENOENT)
-        return self._entry(n)
 
     # ---------------------------------------------------------------- lookups and attributes
 
@@ -268,12 +258,10 @@ class Filesystem(pyfuse3.Operations):
         ctx: RequestContext,
     ) -> EntryAttributes:
         n = self.tree.node(inode)
-        if n.passthrough:
-            if fields.update_size:
-                pt.refuse_object_change(n)
-            h = self.handles.get(fh) if fh is not None else None
-            self._setattr_real(n, attr, fields, h.fd if h else None)
-            return self._entry(n)
+        if pt.freshens_real_pack(n, fields):
+            # git freshens a packed object it was about to write by touching the pack: refused,
+            # git writes the object loose, into the session (a copy of the pack is not worth it).
+            raise FUSEError(errno.EPERM)
         path = self.tree.path_of(n)
         self.tree.journal.note(path)
         for op, on in (
@@ -293,24 +281,6 @@ class Filesystem(pyfuse3.Operations):
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
         )
         return self._entry(n)
-
-    def _setattr_real(
-        self, n: Node, attr: EntryAttributes, fields: SetattrFields, fd: int | None
-    ) -> None:
-        path = self._real(n)
-        if fields.update_size:
-            pt.call(os.truncate, fd if fd is not None else path, attr.st_size)
-        if fields.update_mode:
-            pt.call(os.chmod, path, stat.S_IMODE(attr.st_mode))
-        if fields.update_uid or fields.update_gid:
-            uid = attr.st_uid if fields.update_uid else -1
-            gid = attr.st_gid if fields.update_gid else -1
-            pt.chown(path, uid, gid)
-        if fields.update_atime or fields.update_mtime:
-            st = pt.call(os.lstat, path)
-            atime = attr.st_atime_ns if fields.update_atime else st.st_atime_ns
-            mtime = attr.st_mtime_ns if fields.update_mtime else st.st_mtime_ns
-            pt.call(os.utime, path, ns=(atime, mtime), follow_symlinks=False)
 
     async def readlink(self, inode: InodeT, ctx: RequestContext) -> FileNameT:
         return FileNameT(self.tree.readlink(self.tree.node(inode)))
@@ -334,11 +304,6 @@ class Filesystem(pyfuse3.Operations):
     async def mknod(
         self, parent_inode: InodeT, name: FileNameT, mode: ModeT, rdev: int, ctx: RequestContext
     ) -> EntryAttributes:
-        p = self.tree.node(parent_inode)
-        if p.passthrough:
-            pt.call(os.mknod, self._real_child(p, name), mode, rdev)
-            pt.chown(self._real_child(p, name), ctx.uid, ctx.gid)
-            return self._lookup_real(p, name)
         n = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev)
         self._record("mknod", parent_inode, name, ctx)
         return self._entry(n)
@@ -346,11 +311,6 @@ class Filesystem(pyfuse3.Operations):
     async def mkdir(
         self, parent_inode: InodeT, name: FileNameT, mode: ModeT, ctx: RequestContext
     ) -> EntryAttributes:
-        p = self.tree.node(parent_inode)
-        if p.passthrough:
-            pt.call(os.mkdir, self._real_child(p, name), mode & ~ctx.umask)
-            pt.chown(self._real_child(p, name), ctx.uid, ctx.gid)
-            return self._lookup_real(p, name)
         n = self.tree.mkdir(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
         self._record("mkdir", parent_inode, name, ctx)
         return self._entry(n)
@@ -358,11 +318,6 @@ class Filesystem(pyfuse3.Operations):
     async def symlink(
         self, parent_inode: InodeT, name: FileNameT, target: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
-        p = self.tree.node(parent_inode)
-        if p.passthrough:
-            pt.call(os.symlink, target, self._real_child(p, name))
-            pt.chown(self._real_child(p, name), ctx.uid, ctx.gid)
-            return self._lookup_real(p, name)
         n = self.tree.symlink(parent_inode, name, target, ctx.uid, ctx.gid)
         path = self._path(parent_inode, name)
         self.tree.audit.record("symlink", path, ctx.pid, target=target)
@@ -373,12 +328,6 @@ class Filesystem(pyfuse3.Operations):
         self, inode: InodeT, new_parent_inode: InodeT, new_name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
         n = self.tree.node(inode)
-        p = self.tree.node(new_parent_inode)
-        if n.passthrough != p.passthrough:
-            raise FUSEError(errno.EXDEV)
-        if p.passthrough:
-            pt.call(os.link, self._real(n), self._real_child(p, new_name), follow_symlinks=False)
-            return self._lookup_real(p, new_name)
         source = self.tree.path_of(n)
         linked = self.tree.link(inode, new_parent_inode, new_name)
         new = self._path(new_parent_inode, new_name)
@@ -395,18 +344,6 @@ class Filesystem(pyfuse3.Operations):
         flags: FlagT,
         ctx: RequestContext,
     ) -> tuple[FileInfo, EntryAttributes]:
-        p = self.tree.node(parent_inode)
-        if p.passthrough:
-            path = self._real_child(p, name)
-            real = pt.real_flags(flags) | os.O_CREAT | (flags & os.O_EXCL)
-            fd = pt.call(os.open, path, real, mode & ~ctx.umask)
-            pt.chown(path, ctx.uid, ctx.gid)
-            n = self.tree.lookup(parent_inode, name)
-            if n is None:
-                os.close(fd)
-                raise FUSEError(errno.ENOENT)
-            info = self._open_handle(n, fd, ctx.pid, keep_cache=self._keeps_pages(n, fd))
-            return info, self._entry(n)
         existing = self.tree.find(parent_inode, name)
         if existing is None:
             try:
@@ -419,7 +356,7 @@ class Filesystem(pyfuse3.Operations):
                     raise
             else:
                 self._record("create", parent_inode, name, ctx)
-                return self._open_handle(made, None, ctx.pid), self._entry(made)
+                return self._open_handle(made, ctx.pid), self._entry(made)
         # The kernel asked to create a name it believed absent (the worktree grew it
         # meanwhile): O_EXCL fails as on any filesystem, otherwise the file is opened.
         if flags & os.O_EXCL:
@@ -430,30 +367,12 @@ class Filesystem(pyfuse3.Operations):
     # ---------------------------------------------------------------- removing and renaming
 
     async def unlink(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
-        p = self.tree.node(parent_inode)
-        if p.passthrough:
-            if not pt.scratch(name):
-                raise FUSEError(errno.EPERM)
-            self._forget_real(p, name)
-            pt.call(os.unlink, self._real_child(p, name))
-            return
         self.tree.unlink(parent_inode, name)
         self._record("unlink", parent_inode, name, ctx)
 
     async def rmdir(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
-        p = self.tree.node(parent_inode)
-        if p.passthrough:
-            if not pt.scratch(name):
-                raise FUSEError(errno.EPERM)
-            self._forget_real(p, name)
-            pt.call(os.rmdir, self._real_child(p, name))
-            return
         self.tree.rmdir(parent_inode, name)
         self._record("rmdir", parent_inode, name, ctx)
-
-    def _forget_real(self, parent: Node, name: bytes) -> None:
-        assert parent.lower is not None
-        self.tree.lower_index.pop(parent.lower + b"/" + name, None)
 
     async def rename(
         self,
@@ -464,22 +383,6 @@ class Filesystem(pyfuse3.Operations):
         flags: FlagT,
         ctx: RequestContext,
     ) -> None:
-        op = self.tree.node(parent_inode_old)
-        np = self.tree.node(parent_inode_new)
-        if op.passthrough != np.passthrough:
-            raise FUSEError(errno.EXDEV)
-        if op.passthrough:
-            if not pt.scratch(name_old):
-                raise FUSEError(errno.EPERM)
-            moved = self.tree.find(parent_inode_old, name_old)
-            self._forget_real(op, name_old)
-            self._forget_real(np, name_new)
-            pt.renameat2(self._real_child(op, name_old), self._real_child(np, name_new), flags)
-            if moved is not None and np.lower is not None:
-                # Nodes below .git are known by path: follow the file to its new name.
-                moved.lower = np.lower + b"/" + name_new
-                self.tree.lower_index[moved.lower] = moved.ino
-            return
         old = self._path(parent_inode_old, name_old)
         self.tree.rename(
             parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx.uid, ctx.gid
@@ -499,49 +402,25 @@ class Filesystem(pyfuse3.Operations):
         return await self._open_node(self.tree.node(inode), flags, ctx.pid)
 
     async def _open_node(self, n: Node, flags: int, pid: int) -> FileInfo:
-        if n.passthrough:
-            fd = pt.call(os.open, self._real(n), pt.real_flags(flags))
-            return self._open_handle(n, fd, pid, keep_cache=self._keeps_pages(n, fd))
         if flags & os.O_TRUNC and flags & os.O_ACCMODE != os.O_RDONLY:
             self.tree.truncate(n, 0)
             self.tree.audit.record("truncate", self.tree.path_of(n), pid)
             self.tree.journal.note(self.tree.path_of(n))
-        return self._open_handle(n, None, pid)
+        return self._open_handle(n, pid)
 
-    def _open_handle(
-        self, n: Node, fd: int | None, pid: int, *, keep_cache: bool = True
-    ) -> FileInfo:
+    def _open_handle(self, n: Node, pid: int) -> FileInfo:
         if INODE_FH:
             # (only CREATE opens here then) requests name the file by its inode, see INODE_FH
-            if fd is not None:
-                os.close(fd)
-            return FileInfo(fh=FileHandleT(n.ino), keep_cache=keep_cache)
+            return FileInfo(fh=FileHandleT(n.ino), keep_cache=True)
         fh = self._new_fh()
-        self.handles[fh] = Handle(n, fd, pid)
+        self.handles[fh] = Handle(n, pid)
         self.tree.opened(n)
-        return FileInfo(fh=FileHandleT(fh), keep_cache=keep_cache)
-
-    @staticmethod
-    def _keeps_pages(n: Node, fd: int) -> bool:
-        """Whether the kernel may keep the pages of a file below .git, opened as `fd`: only if
-        it is as its last open here found it (noted for the next open), since git changes
-        these files from both sides of the view. `git status` reads the index (half a
-        megabyte for 5,000 files) and a dozen more of them each time; they are mostly
-        rewritten aside and renamed over, which the inode number shows, and a file changed
-        in place shows a new size, mtime or ctime."""
-        st = os.fstat(fd)
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-        unchanged, n.open_stamp = n.open_stamp == stamp, stamp
-        return unchanged
+        return FileInfo(fh=FileHandleT(fh), keep_cache=True)
 
     async def read(self, fh: FileHandleT, off: int, size: int) -> bytes:
         h = self.handles.get(fh)
-        if h is not None and h.fd is not None:
-            if FILE_SLICE is not None and size >= SPLICE_MIN:
-                return FILE_SLICE(h.fd, off, size)
-            return pt.call(os.pread, h.fd, size, off)
         n = h.node if h is not None else self.tree.node(fh)
-        if n.passthrough or (not n.upper and in_git(n.lower)):
+        if not n.upper and in_git(n.lower):
             return self.git_reads.read(n.ino, self._real(n), off, size)
         fd = self.tree.worktree_fd(n)
         if fd is not None:
@@ -566,11 +445,6 @@ class Filesystem(pyfuse3.Operations):
     ) -> int:
         h = self.handles.get(fh)
         n = h.node if h is not None else self.tree.node(fh)
-        if h is not None and h.fd is not None:
-            return pt.call(os.pwrite, h.fd, buf, off)
-        if n.passthrough:
-            pt.refuse_object_change(n)
-            return pt.write(self._real(n), buf, off)
         written = self.tree.write(n, off, buf)
         pid = ctx.pid if ctx is not None else h.pid if h is not None else 0
         if not self.tree.audit.add_write(n.ino, pid, written):
@@ -584,8 +458,6 @@ class Filesystem(pyfuse3.Operations):
     ) -> None:
         h = self.handles.get(fh)
         n = h.node if h is not None else self.tree.node(fh)
-        if n.passthrough:
-            raise FUSEError(errno.EOPNOTSUPP)  # git allocates nothing ahead in its objects
         self.tree.fallocate(n, mode, offset, length)
         path = self.tree.path_of(n)
         self.tree.audit.record("fallocate", path, ctx.pid)
@@ -600,19 +472,10 @@ class Filesystem(pyfuse3.Operations):
         h = self.handles.pop(fh, None)
         if h is None:  # a file made by CREATE, closed before any `open` (see INODE_FH)
             return
-        if h.fd is not None:
-            os.close(h.fd)
         self.tree.released(h.node)
 
     async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
-        h = self.handles.get(fh)
-        n = h.node if h is not None else self.tree.node(fh)
-        if h is not None and h.fd is not None:
-            pt.call(os.fsync, h.fd)
-        elif n.passthrough:
-            pt.fsync(self._real(n))
-        else:
-            self.tree.commit(durable=True, settle=False)
+        self.tree.commit(durable=True, settle=False)
 
     # ---------------------------------------------------------------- directories
 
@@ -672,9 +535,6 @@ class Filesystem(pyfuse3.Operations):
         self, inode: InodeT, name: XAttrNameT, value: bytes, ctx: RequestContext
     ) -> None:
         n = self.tree.node(inode)
-        if n.passthrough:
-            pt.call(os.setxattr, self._real(n), name, value, follow_symlinks=False)
-            return
         self.tree.setxattr(n, name, value)
         self.tree.audit.record("setxattr", self.tree.path_of(n), ctx.pid)
 
@@ -686,8 +546,5 @@ class Filesystem(pyfuse3.Operations):
 
     async def removexattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> None:
         n = self.tree.node(inode)
-        if n.passthrough:
-            pt.call(os.removexattr, self._real(n), name, follow_symlinks=False)
-            return
         self.tree.removexattr(n, name)
         self.tree.audit.record("removexattr", self.tree.path_of(n), ctx.pid)

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 
-# The worktree's own `.git` is the session's own copy-on-write, like every other path; only its
-# object store (append-only, named by content) is the real one, shared (see `passthrough`).
+# The worktree's own `.git` is the session's own copy-on-write, like every other path, its
+# object store included: what git writes there is the session's until an apply promotes it.
 GIT = b".git"
 GIT_OBJECTS = b".git/objects"
 # A linked worktree's `.git` is a file naming its admin dir in the common dir. The view shows a
 # directory there instead: the admin dir, with the common dir below it as `common` (what the
 # view's `commondir` names), so that git's whole state is in the view and copy-on-write.
 GIT_COMMON = b".git/common"
-SHARED_OBJECTS = (GIT_OBJECTS, GIT_COMMON + b"/objects")
+OBJECT_STORES = (GIT_OBJECTS, GIT_COMMON + b"/objects")
 
 
 def linked_git(root: bytes, session_dir: str) -> dict[bytes, bytes]:
@@ -46,3 +46,10 @@ def in_git(rel: bytes | None) -> bool:
     """Whether a worktree path is the worktree's `.git` or below it: git changes those from
     outside the session with no worktree watch to say so."""
     return rel is not None and (rel == GIT or rel.startswith(GIT + b"/"))
+
+
+def object_store(rel: bytes | None) -> bytes | None:
+    """The object store (`OBJECT_STORES`) a worktree path lies below, None if none."""
+    if rel is None:
+        return None
+    return next((t for t in OBJECT_STORES if rel.startswith(t + b"/")), None)

@@ -33,12 +33,10 @@ class Node:
         "mtime_ns",
         "name",
         "nlink",
-        "open_stamp",
         "opens",
         "origin",
         "origin_stamp",
         "parent",
-        "passthrough",
         "quiet_since",
         "rdev",
         "sealed",
@@ -55,7 +53,6 @@ class Node:
         self.ino = ino
         self.upper = False
         self.lower: bytes | None = None  # lower path (relative) of a lower node
-        self.passthrough = False
         # A hidden path (the state dir): found by name, so that `gitsess run` can bind the real
         # one over it, but never listed, never changed, and empty in the view.
         self.sealed = False
@@ -74,8 +71,6 @@ class Node:
         self.data = 1
         self.target: bytes | None = None
         self.origin_stamp: tuple[int, int, int] | None = None  # mode, size, mtime_ns
-        # A passed-through file as its last open found it: inode, size, mtime, ctime (ns).
-        self.open_stamp: tuple[int, int, int, int] | None = None
         self.entries: dict[bytes, int] | None = None
         self.lookups = 0
         self.opens = 0

@@ -1,24 +1,20 @@
-"""The real files below the worktree's `.git` that a session shares, not copies: which they are
-(the shared object store, git's scratch names there) and the calls that reach them."""
+"""The real files below the worktree's `.git` that the view shows as they are (the session has
+not changed them): git changes them from outside the session too, so they are read anew."""
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 from collections.abc import Callable
 from typing import TypeVar
 
-from pyfuse3 import FUSEError
+from pyfuse3 import FUSEError, SetattrFields
 
-from gitsess.libc import LIBC
 from gitsess.overlay.fdcache import FdCache, same_file
-from gitsess.overlay.gitdir import SHARED_OBJECTS, in_git
+from gitsess.overlay.gitdir import in_git, object_store
 from gitsess.overlay.nodes import Node
 
 T = TypeVar("T")
-
-_AT_FDCWD = -100
 
 
 def call(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
@@ -27,16 +23,6 @@ def call(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         return fn(*args, **kwargs)
     except OSError as e:
         raise FUSEError(e.errno or errno.EIO) from None
-
-
-def renameat2(old: bytes, new: bytes, flags: int) -> None:
-    """rename(2) with RENAME_NOREPLACE / RENAME_EXCHANGE, which os.rename cannot express."""
-    if LIBC.renameat2(_AT_FDCWD, old, _AT_FDCWD, new, ctypes.c_uint(flags)) != 0:
-        raise FUSEError(ctypes.get_errno())
-
-
-def chown(path: bytes, uid: int, gid: int) -> None:
-    call(os.chown, path, uid, gid, follow_symlinks=False)
 
 
 # Files below `.git` kept open for reads that come without a handle (fs.INODE_FH).
@@ -73,54 +59,28 @@ def _replaced(path: bytes, fd: int) -> bool:
         return False
 
 
-def write(path: bytes, buf: bytes, off: int) -> int:
-    """A WRITE that came without a handle: the file the path names now."""
-    fd = call(os.open, path, os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        return call(os.pwrite, fd, buf, off)
-    finally:
-        os.close(fd)
-
-
-def fsync(path: bytes) -> None:
-    fd = call(os.open, path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        call(os.fsync, fd)
-    finally:
-        os.close(fd)
-
-
 def follows_git(n: Node) -> bool:
     """Whether `n` shows a real object below `.git` (the session's own files excepted): git
     changes those from outside the session, where no worktree watch sees it."""
-    return n.passthrough or (in_git(n.worktree_rel) and not (n.upper and n.entries is None))
-
-
-def scratch(name: bytes) -> bool:
-    """Whether a name in the shared object store is one of git's temporary or lock files,
-    which git removes or renames; every other file there may be the real repository's only
-    copy of an object, so the session can add objects but never take or change one."""
-    return name.startswith(b"tmp_") or name.endswith((b".lock", b".tmp"))
-
-
-def refuse_object_change(n: Node) -> None:
-    if not scratch(n.name):
-        raise FUSEError(errno.EPERM)
+    return in_git(n.worktree_rel) and not (n.upper and n.entries is None)
 
 
 def lasting(rel: bytes | None) -> bool:
     """Whether a file below `.git` never changes while it has that name: a loose object or a
     pack's file, named for their content (git writes them aside and renames them in)."""
-    top = next((t + b"/" for t in SHARED_OBJECTS if rel and rel.startswith(t + b"/")), None)
+    top = object_store(rel)
     if rel is None or top is None:
         return False
-    below = rel[len(top) :]
+    below = rel[len(top) + 1 :]
     return below.startswith(b"pack/pack-") or (below[2:3] == b"/" and below[:2].isalnum())
 
 
-def real_flags(flags: int) -> int:
-    """Flags for opening a real file: the kernel already did O_CREAT/O_EXCL checks."""
-    flags &= ~(os.O_CREAT | os.O_EXCL | os.O_NOCTTY)
-    # The kernel gives every WRITE its offset (the end, for an append), and a page of a shared
-    # mapping may be written back through any handle of the file: pwrite must honour it.
-    return (flags & ~os.O_APPEND) | os.O_CLOEXEC
+def freshens_real_pack(n: Node, fields: SetattrFields) -> bool:
+    """Whether a SETATTR changes only the times of a real pack file (git's freshening of the
+    objects in it)."""
+    rel = n.lower
+    top = None if n.upper else object_store(rel)
+    if rel is None or top is None or not rel[len(top) + 1 :].startswith(b"pack/"):
+        return False
+    others = (fields.update_mode, fields.update_uid, fields.update_gid, fields.update_size)
+    return (fields.update_atime or fields.update_mtime) and not any(others)

@@ -29,6 +29,8 @@ DROP = "drop"
 FSMONITOR = "fsmonitor"
 PERSIST = "persist"
 STOP = "stop"
+CHECKPOINT = "checkpoint"
+REWIND = "rewind"
 
 
 class Refused(Exception):
@@ -153,3 +155,27 @@ def persist(session_id: str) -> bool:
 def stop(session_id: str) -> bool:
     """Have the daemon commit, unmount and exit."""
     return _request(session_id, STOP) is not None
+
+
+def checkpoint(
+    session_id: str, kind: str, message: str, run_id: int | None, role: str | None
+) -> int | None:
+    """Have the daemon commit and make a checkpoint; its id (None: no daemon)."""
+    reply = _request(session_id, CHECKPOINT, kind=kind, message=message, run_id=run_id, role=role)
+    return None if reply is None else int(reply["id"])
+
+
+def rewind(
+    session_id: str,
+    target: int,
+    kind: str,
+    writers: Sequence[tuple[int, int, str]] = (),
+    force: bool = False,
+) -> int | None:
+    """Have the daemon rewind the session to checkpoint `target`; the operation's id. It
+    refuses when one of the `writers` (pid, inode, path: files open for writing in the view)
+    holds a file it changes, unless `force`."""
+    reply = _request(
+        session_id, REWIND, target=target, kind=kind, writers=list(writers), force=force
+    )
+    return None if reply is None else int(reply["operation"])

@@ -126,6 +126,65 @@ MIGRATIONS: list[Migration] = [
     # 4: the bytes of small files live here (nodes.data = 2) instead of in a data file each:
     # creating a file on disk cost more than everything else a small file's creation does.
     "CREATE TABLE inline_data (ino INTEGER PRIMARY KEY, bytes BLOB NOT NULL)",
+    # 5: checkpoints (`overlay/history.py`): each key's state saved once per epoch, before its
+    # first change after a checkpoint (ino NULL / present 0: there was none), the operation
+    # log of rewinds, and what the audit log's retention keeps of the events it drops.
+    """
+    CREATE TABLE checkpoints (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        time_ns INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        message TEXT NOT NULL,
+        run_id INTEGER,
+        role TEXT,
+        added INTEGER NOT NULL,
+        removed INTEGER NOT NULL,
+        changed INTEGER NOT NULL
+    );
+    CREATE TABLE cp_nodes (
+        ino INTEGER NOT NULL,
+        epoch INTEGER NOT NULL,
+        present INTEGER NOT NULL,
+        mode INTEGER, uid INTEGER, gid INTEGER, rdev INTEGER, size INTEGER,
+        atime_ns INTEGER, mtime_ns INTEGER, ctime_ns INTEGER, nlink INTEGER,
+        origin BLOB, data INTEGER, target BLOB,
+        origin_mode INTEGER, origin_size INTEGER, origin_mtime_ns INTEGER,
+        PRIMARY KEY (ino, epoch)
+    ) WITHOUT ROWID;
+    CREATE INDEX cp_nodes_epoch ON cp_nodes (epoch);
+    CREATE TABLE cp_xattrs (
+        ino INTEGER NOT NULL, epoch INTEGER NOT NULL, name BLOB NOT NULL, value BLOB NOT NULL,
+        PRIMARY KEY (ino, epoch, name)
+    ) WITHOUT ROWID;
+    CREATE INDEX cp_xattrs_epoch ON cp_xattrs (epoch);
+    CREATE TABLE cp_inline (
+        ino INTEGER NOT NULL, epoch INTEGER NOT NULL, bytes BLOB NOT NULL,
+        PRIMARY KEY (ino, epoch)
+    );
+    CREATE INDEX cp_inline_epoch ON cp_inline (epoch);
+    CREATE TABLE cp_dentries (
+        parent INTEGER NOT NULL, name BLOB NOT NULL, epoch INTEGER NOT NULL, ino INTEGER,
+        PRIMARY KEY (parent, name, epoch)
+    ) WITHOUT ROWID;
+    CREATE INDEX cp_dentries_epoch ON cp_dentries (epoch);
+    CREATE TABLE operations (
+        id INTEGER PRIMARY KEY,
+        time_ns INTEGER NOT NULL,
+        kind TEXT NOT NULL,
+        target INTEGER NOT NULL,
+        before INTEGER NOT NULL,
+        after INTEGER NOT NULL,
+        keys INTEGER NOT NULL
+    );
+    CREATE TABLE run_summaries (
+        run_id INTEGER PRIMARY KEY,
+        events INTEGER NOT NULL,
+        first_ns INTEGER NOT NULL,
+        last_ns INTEGER NOT NULL,
+        bytes INTEGER NOT NULL,
+        ops TEXT NOT NULL
+    );
+    """,
 ]
 
 

@@ -271,8 +271,6 @@ class Tree(DataTree):
         n = self.node(ino)
         if n.is_dir:
             raise err(errno.EPERM)
-        if n.passthrough:
-            raise err(errno.EXDEV)
         if self.find(new_parent, new_name) is not None:
             raise err(errno.EEXIST)
         self._detach_from_lower(n)

@@ -12,7 +12,7 @@ from gitsess import libc
 from gitsess.overlay import acl, longpath
 from gitsess.overlay.delta import INLINE
 from gitsess.overlay.fdcache import same_file
-from gitsess.overlay.gitdir import in_git
+from gitsess.overlay.gitdir import in_git, object_store
 from gitsess.overlay.nodes import Node, err, stamp
 from gitsess.overlay.tree_lookup import LookupTree
 
@@ -32,8 +32,6 @@ class DataTree(LookupTree):
         """Give a lower node a row of its own (metadata only; data stays in the lower file)."""
         if n.upper:
             return
-        if n.passthrough:
-            raise AssertionError("passthrough nodes are never copied up")
         if n.sealed:
             raise err(errno.EACCES)
         parent = self.node(n.parent)
@@ -65,6 +63,15 @@ class DataTree(LookupTree):
         if named:
             self._set_entry(parent, n.name, n.ino)
         self._pending.nodes.add(n.ino)
+
+    def _own_metadata(self, n: Node) -> None:
+        """Copy up a node whose metadata the session changes. A file of the real object store
+        is copied with its bytes: git in the real repository removes such files (a loose object
+        packed, an old pack repacked), and the session's copy must not lose its content then."""
+        if not n.upper and stat.S_ISREG(n.mode) and object_store(n.lower) is not None:
+            self.ensure_data(n)
+        else:
+            self.make_upper(n)
 
     def ensure_data(self, n: Node, *, keep: int | None = None) -> None:
         """Copy a file's bytes into its data file on its first data change.
@@ -105,7 +112,9 @@ class DataTree(LookupTree):
         self._pending.nodes.add(n.ino)
 
     def _data_fd(self, n: Node) -> int:
-        """The open data file of `n`, created empty if it has none yet."""
+        """The open data file of `n`, created empty if it has none yet; saved first when a
+        checkpoint needs it as it is."""
+        self.store.keep_data(n.ino)
         fd = self._open_data(n, create=True)
         assert fd is not None
         return fd
@@ -146,7 +155,7 @@ class DataTree(LookupTree):
             if n.is_dir:
                 raise err(errno.EISDIR)
             self.truncate(n, size)
-        self.make_upper(n)
+        self._own_metadata(n)
         now = time.time_ns()
         if mode is not None:
             n.mode = (n.mode & ~0o7777) | (mode & 0o7777)
@@ -173,6 +182,7 @@ class DataTree(LookupTree):
             if len(content) > size:
                 self._pending.inline[n.ino] = content[:size]
         else:
+            self.store.keep_data(n.ino)
             fd = self._open_data(n, create=size > 0)
             if fd is not None:
                 os.ftruncate(fd, size)
@@ -337,7 +347,7 @@ class DataTree(LookupTree):
                 if name in self._xattr_table(n):
                     self.removexattr(n, name)
                 return
-        self.make_upper(n)
+        self._own_metadata(n)
         if n.xattrs is None:
             n.xattrs = {}
         n.xattrs[name] = value
@@ -349,7 +359,7 @@ class DataTree(LookupTree):
         self._check_writable()
         if name not in self._xattr_table(n):
             raise err(errno.ENODATA)
-        self.make_upper(n)
+        self._own_metadata(n)
         assert n.xattrs is not None
         del n.xattrs[name]
         n.ctime_ns = time.time_ns()

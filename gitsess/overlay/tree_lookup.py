@@ -17,7 +17,7 @@ from gitsess.overlay.audit import Audit
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
 from gitsess.overlay.fdcache import FdCache
 from gitsess.overlay.fsmonitor import Journal
-from gitsess.overlay.gitdir import GIT, GIT_COMMON, SHARED_OBJECTS, in_git, linked_git
+from gitsess.overlay.gitdir import GIT, GIT_COMMON, in_git, linked_git
 from gitsess.overlay.nodes import ROOT_INODE, Attr, Node, Pending, err, join, stamp
 from gitsess.overlay.writebehind import WriteBehind
 
@@ -88,6 +88,8 @@ class LookupTree:
     # ---------------------------------------------------------------- loading and persistence
 
     def _load(self) -> None:
+        if self.writer and self.store.history is not None:
+            self.store.history.clear_unfinished()
         for r in self.store.nodes():
             n = Node(r.ino, 0, b"")
             n.upper = True
@@ -131,6 +133,45 @@ class LookupTree:
             del self.nodes[ino]
         if self.writer:
             self._tidy_data_files()
+
+    def reload(self, inodes: Iterable[int]) -> list[int]:
+        """After delta.db changed under this tree (a rewind): take the upper layer from it
+        anew. Nodes the kernel holds keep their lookups; one the session no longer has turns
+        back into the worktree's object it was copied from, or, made by the session, lives on
+        without a name until the kernel forgets it. Returns the inodes whose caches are stale:
+        `inodes`, and every node that changed layer."""
+        old = self.nodes
+        self.nodes = {}
+        self._listings.clear()
+        self._data_fds.close_all()
+        self._lower_fds.close_all()
+        self._load()
+        stale = set(inodes)
+        for ino, n in old.items():
+            new = self.nodes.get(ino)
+            if new is not None:
+                new.lookups, new.opens = n.lookups, n.opens
+                if not n.upper:
+                    stale.add(ino)
+                    if n.lower is not None and self.lower_index.get(n.lower) == ino:
+                        del self.lower_index[n.lower]
+                continue
+            if not (n.lookups or n.opens) or ino == ROOT_INODE:
+                continue
+            if not n.upper:
+                self.nodes[ino] = n
+                continue
+            stale.add(ino)
+            if n.origin is not None:
+                lower = Node(ino, n.parent, n.name)
+                lower.lower, lower.mode = n.origin, n.mode
+                lower.lookups, lower.opens = n.lookups, n.opens
+                self.nodes[ino] = lower
+                self.lower_index.setdefault(n.origin, ino)
+            else:
+                n.nlink, n.data, n.entries = 0, 0, ({} if n.is_dir else None)
+                self.nodes[ino] = n
+        return sorted(stale)
 
     def _tidy_data_files(self) -> None:
         """After a crash: find the data files no node reads (`remove_stray_data` removes those
@@ -351,7 +392,6 @@ class LookupTree:
             ino = self._allocate()
         n = Node(ino, p.ino, name)
         n.lower = rel
-        n.passthrough = p.passthrough or rel in SHARED_OBJECTS
         n.sealed = rel in self.hidden
         n.mode = st.st_mode
         n.st = st
@@ -474,7 +514,7 @@ class LookupTree:
                 and stamp(self._lower_stat(n.origin)) != n.origin_stamp
             ):
                 self._pending.drift[os.fsdecode(n.origin)] = now
-            if n.ino != ROOT_INODE and not n.passthrough:
+            if n.ino != ROOT_INODE:
                 inodes.append(n.ino)
                 if not n.is_dir:
                     entries.append((n.parent, n.name))

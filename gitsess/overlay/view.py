@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
@@ -18,7 +19,7 @@ from typing import Any, BinaryIO
 import apsw
 
 from gitsess.git.view import Entry, kind_of
-from gitsess.overlay.delta import DamagedDelta, DeltaStore
+from gitsess.overlay.delta import DamagedDelta, DeltaAt, DeltaStore
 from gitsess.overlay.gitdir import GIT
 from gitsess.overlay.nodes import ROOT_INODE, Node
 from gitsess.overlay.tree import Tree
@@ -30,9 +31,12 @@ READ_CHUNK = 1 << 20
 
 
 class OverlayView:
-    def __init__(self, delta: Path, lower: Path, hidden: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, delta: Path, lower: Path, hidden: tuple[str, ...] = (), at: int | None = None
+    ) -> None:
+        """`at`: the view as it was at that checkpoint."""
         try:
-            self.store = DeltaStore(str(delta))
+            self.store = DeltaStore(str(delta)) if at is None else DeltaAt(str(delta), at)
         except apsw.Error as e:
             raise DamagedDelta(delta, e) from e
         try:
@@ -183,6 +187,73 @@ class OverlayView:
             return None
         try:
             return self.tree.read(n, 0, size) if size else b""
+        finally:
+            self.tree.released(n)
+
+    # The session's own object files (`git.session_objects.ObjectFiles`): what git inside
+    # the session wrote into its object store; the rest of the store is the real one.
+
+    @cached_property
+    def _objects(self) -> bytes:
+        linked = self.read_git("commondir") is not None
+        return GIT + (b"/common/objects" if linked else b"/objects")
+
+    def _own_entries(self, rel: bytes) -> dict[bytes, Node]:
+        """The files and directories of the session's own in a directory below its object
+        store (none when the session never changed the directory)."""
+        d = self.tree.resolve(self._objects + (b"/" + rel if rel else b""))
+        if d is None or not d.upper or d.entries is None:
+            return {}
+        out = {}
+        for name, ino in d.entries.items():
+            n = self.tree.nodes.get(ino) if ino else None
+            if n is not None and n.upper:
+                out[name] = n
+        return out
+
+    def own_loose_objects(self) -> list[str]:
+        ids = []
+        for fan, d in self._own_entries(b"").items():
+            if len(fan) == 2 and d.is_dir:
+                for name, n in self._own_entries(fan).items():
+                    if stat.S_ISREG(n.mode) and len(name) == 38:
+                        ids.append((fan + name).decode("ascii", "replace"))
+        return ids
+
+    def own_packs(self) -> list[str]:
+        own = self._own_entries(b"pack")
+        return sorted(
+            "pack/" + os.fsdecode(name.removesuffix(b".idx"))
+            for name in own
+            if name.startswith(b"pack-")
+            and name.endswith(b".idx")
+            and name.removesuffix(b".idx") + b".pack" in own
+        )
+
+    def _own_file(self, rel: str) -> Node | None:
+        n = self.tree.resolve(self._objects + b"/" + os.fsencode(rel))
+        return n if n is not None and n.upper and stat.S_ISREG(n.mode) else None
+
+    def read_object_file(self, rel: str) -> bytes | None:
+        n = self._own_file(rel)
+        if n is None:
+            return None
+        self.tree.opened(n)
+        try:
+            return self.tree.read(n, 0, n.size) if n.size else b""
+        finally:
+            self.tree.released(n)
+
+    def copy_object_file(self, rel: str, dest: str) -> None:
+        n = self._own_file(rel)
+        if n is None:
+            raise FileNotFoundError(rel)
+        self.tree.opened(n)
+        try:
+            with open(dest, "wb") as out:
+                reader = _NodeReader(self.tree, n)
+                while chunk := reader.read(READ_CHUNK):
+                    out.write(chunk)
         finally:
             self.tree.released(n)
 

@@ -189,7 +189,10 @@ def apply_to_commit(
             raise GitsessError(
                 f"session {p.session.name} is on a detached HEAD; give --branch to commit on"
             )
-        with open_view(ctx, p.session, p.root) as view, scratch_repo(p.repo) as scratch:
+        with (
+            open_view(ctx, p.session, p.root) as view,
+            scratch_repo(p.repo, view) as scratch,
+        ):
             changes = compute_changes(
                 view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
             )
@@ -201,7 +204,13 @@ def apply_to_commit(
             if commits is not None and not squash:
                 # (squashed, they are part of the view's changes against the real worktree,
                 # which is still at the session's base: one commit takes them all)
-                promoted = session_git.replay(p.repo, commits, branch_tip(p.repo, target) or base)
+                # The commits' objects are the session's: copied into the real store first
+                # (not on a dry run, which replays in the scratch repository's memory).
+                if not dry_run:
+                    session_git.promote(scratch, p.repo, commits)
+                objects = scratch if dry_run else p.repo
+                tip = branch_tip(p.repo, target) or base
+                promoted = session_git.replay(p.repo, commits, tip, objects)
                 if promoted.conflicts:
                     return Applied(
                         "commit", dry_run, (), (), tuple(
@@ -269,7 +278,7 @@ def apply_to_patch(
     with (
         prepare(ctx, session) as p,
         open_view(ctx, p.session, p.root) as view,
-        scratch_repo(p.repo) as scratch,
+        scratch_repo(p.repo, view) as scratch,
     ):
         changes = compute_changes(
             view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import stat
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,6 +24,7 @@ from gitsess.git.archive import (
 from gitsess.git.archive import (
     ArchivedPath,
     ArchiveInfo,
+    archived_kv,
     archived_paths,
     blob_data,
     create_archive,
@@ -36,14 +38,16 @@ from gitsess.git.blob_parts import blob_parts
 from gitsess.git.changes import GIT_EXEC, GIT_LINK, compute_changes
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
 from gitsess.git.scratch import BIG_FILE, scratch_repo
+from gitsess.overlay.delta import kv_items
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
-from gitsess.services import live
+from gitsess.services import kv as kv_service
+from gitsess.services import live, session_git
 from gitsess.services.apply_journal import prepare
 from gitsess.services.fork import insert, undo
 from gitsess.services.real_tree import open_view, real_root
 from gitsess.services.viewwrite import view_writer
-from gitsess.store.registry import Session
+from gitsess.store.registry import Registry, Session
 
 # ---------------------------------------------------------------------------------------------
 # archiving a session
@@ -66,15 +70,16 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
     if not session.worktree.is_dir():
         return Archived(None, (f"{session.worktree} is gone: the session's changes could not "
                                "be compared with it and were not archived",))  # fmt: skip
-    from gitsess.services import session_git
 
     with prepare(ctx, session) as p, open_view(ctx, p.session, p.root) as view:
         changes = compute_changes(view, p.repo)
-        if not changes.git_changes():
-            return Archived(None, tuple(p.notes))
         s = p.session
         git = session_git.own_commits(view, p.repo, s)
-        keep = [git.commits[-1]] if git is not None else []
+        if not changes.git_changes() and git is None:
+            return Archived(None, tuple(p.notes))
+        if git is not None:
+            with scratch_repo(p.repo, view) as scratch:
+                session_git.promote(scratch, p.repo, git)
         ref = create_archive(
             p.repo, view, changes, base=s.base_commit, name=s.name,
             fields={
@@ -82,7 +87,7 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
                 "worktree": str(s.worktree), "branch": s.branch,
                 "created_at": s.created_at.isoformat(),
             },
-            keep=keep,
+            head=git.commits[-1] if git is not None else None, kv=kv_json(view),
         )  # fmt: skip
     return Archived(ref, tuple(p.notes))
 
@@ -100,18 +105,22 @@ def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
     """The session's work as a git tree, built like an archive's; with `keep` its objects are
     written to the repository, else only its id is computed (to compare it with another)."""
     from gitsess.git.objects import commit_tree, copy_objects
-    from gitsess.services import session_git
 
     with prepare(ctx, session) as p:
         base = p.session.base_commit
         if not (ctx.session_dir(session.id) / "delta.db").exists():
             return Snapshot(p.session, commit_tree(p.repo, base), 0, tuple(p.notes))
-        with open_view(ctx, p.session, p.root) as view, scratch_repo(p.repo) as scratch:
+        with (
+            open_view(ctx, p.session, p.root) as view,
+            scratch_repo(p.repo, view) as scratch,
+        ):
             changes = compute_changes(view, p.repo)
             tree = snapshot_tree(scratch, view, changes, base)
+            git = session_git.own_commits(view, p.repo, p.session)
             if keep:
                 copy_objects(scratch, p.repo, tree)
-            git = session_git.own_commits(view, p.repo, p.session)
+                if git is not None:
+                    session_git.promote(scratch, p.repo, git)
     head = git.commits[-1] if git is not None else None
     return Snapshot(p.session, tree, len(changes.git_changes()), tuple(p.notes), head)
 
@@ -222,9 +231,15 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
         base_commit=info.base,
         read_only=False,
         parent=None,
+        id=info.session_id if not _taken(ctx, info.session_id) else None,
     )
     try:
         lay_paths(ctx, session, repo, paths)
+        if info.head is not None:
+            lay_git_files(ctx, session, session_git.restored_git(repo, session, info))
+        kv = archived_kv(repo, info)
+        if kv is not None:
+            kv_service.put_json(ctx, session, kv)
     except BaseException:
         undo(ctx, session)
         raise
@@ -246,6 +261,17 @@ def check_refused(refused: Sequence[str], what: str) -> None:
             f"{what} carries paths no session can hold (a .git in some spelling, or another "
             f"repository's commit): {shown}{more}; refused, nothing was taken"
         )
+
+
+def kv_json(view: OverlayView) -> bytes | None:
+    """The session's key-value store as JSON (what an archive keeps), None when empty."""
+    rows = kv_items(view.store.conn)
+    return json.dumps(rows, ensure_ascii=False).encode() if rows else None
+
+
+def _taken(ctx: RepoContext, session_id: str) -> bool:
+    with Registry.opened(ctx.registry_path, create=False) as registry:
+        return registry is not None and registry.by_id(session_id) is not None
 
 
 def lay_paths(
@@ -280,7 +306,8 @@ def lay_git_files(ctx: RepoContext, session: Session, files: Mapping[str, bytes]
     """Write these files (paths below `.git`) into the session's own `.git`."""
     with view_writer(ctx, session, real_root(session)) as writer:
         for rel, data in files.items():
-            writer.put_git_file(rel, data)
+            # git makes its objects read-only
+            writer.put_git_file(rel, data, 0o444 if "objects/" in rel else 0o644)
 
 
 def _perm(real: Path, executable: bool) -> int:

@@ -29,9 +29,10 @@ def insert(
     base_commit: str | None,
     read_only: bool,
     parent: str | None,
+    id: str | None = None,
 ) -> Session:
     """A session row and its directory, bound to an existing worktree that it does not own
-    (`rm` of it never removes the worktree or branch)."""
+    (`rm` of it never removes the worktree or branch); `id` None gives it a new id."""
     validate_name(name)
     registry = Registry.open(ctx.registry_path, create=True)
     assert registry is not None
@@ -39,7 +40,7 @@ def insert(
     try:
         with registry.write():
             session = registry.insert(
-                id=str(uuid.uuid4()),
+                id=id or str(uuid.uuid4()),
                 name=name,
                 title=title,
                 worktree=worktree,

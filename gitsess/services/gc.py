@@ -34,7 +34,15 @@ from gitsess.git.repo import RepoContext
 from gitsess.overlay import mounttable
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount, strays
-from gitsess.services import apply_journal, archives, live, real_tree, repair, sessions
+from gitsess.services import (
+    apply_journal,
+    archives,
+    checkpoints,
+    live,
+    real_tree,
+    repair,
+    sessions,
+)
 from gitsess.store.registry import Registry, Session
 
 MAX_AGE_KEY = "gitsess.gc.archiveMaxAge"
@@ -517,6 +525,59 @@ def sweep_old_archives(
     return actions
 
 
+def _setting(repo: pygit2.Repository, key: str, default: str) -> str:
+    try:
+        return str(repo.config[key])
+    except KeyError:
+        return default
+
+
+def retention(repo: pygit2.Repository) -> checkpoints.Retention:
+    """The history a session keeps: `gitsess.checkpoints.keep` (default 200) and `.maxAge`
+    (30 days), `gitsess.log.maxEvents` (200,000) and `.maxAge` (30 days)."""
+    counts = {}
+    for key, default in (
+        ("gitsess.checkpoints.keep", checkpoints.KEEP),
+        ("gitsess.log.maxEvents", checkpoints.LOG_EVENTS),
+    ):
+        value = _setting(repo, key, str(default))
+        if not value.isdigit():
+            raise GitsessError(f"{key} = {value!r}: give a count such as {default}")
+        counts[key] = int(value)
+    ages = {}
+    for key in ("gitsess.checkpoints.maxAge", "gitsess.log.maxAge"):
+        value = _setting(repo, key, f"{checkpoints.MAX_AGE_DAYS} days")
+        try:
+            ages[key] = parse_age(value)
+        except GitsessError:
+            raise GitsessError(f"{key} = {value!r}: give an age such as '30 days'") from None
+    return checkpoints.Retention(
+        counts["gitsess.checkpoints.keep"],
+        ages["gitsess.checkpoints.maxAge"],
+        counts["gitsess.log.maxEvents"],
+        ages["gitsess.log.maxAge"],
+    )
+
+
+def sweep_history(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
+    """Checkpoints and audit log events past their retention, in sessions that are not
+    mounted (a mounted one is trimmed by a later gc)."""
+    if dry_run:
+        return []
+    keep = retention(ctx.open())
+    actions = []
+    for session in _sessions(ctx):
+        try:
+            done = checkpoints.trim(ctx, session, keep)
+        except (GitsessError, OSError) as e:
+            actions.append(Action("history", "session", session.name, "trim", "", error=str(e)))
+            continue
+        if done is not None and (done.checkpoints or done.events):
+            reason = f"{done.checkpoints} checkpoint(s), {done.events} log event(s) past retention"
+            actions.append(Action("history", "session", session.name, "trim", reason, done=True))
+    return actions
+
+
 def sweep_stray_daemons(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
     """Daemons of this repository's sessions whose view is gone: they save what they can and
     exit (see runtime/strays.py). Those of other repositories are theirs to end (`gitsess ps`
@@ -547,6 +608,7 @@ SWEEPS: tuple[Sweep, ...] = (
     sweep_detached,
     sweep_committed,
     sweep_orphan_dirs,
+    sweep_history,
 )
 
 

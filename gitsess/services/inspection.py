@@ -19,6 +19,8 @@ from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
 from gitsess.git.view import Entry, Kind
 from gitsess.overlay.delta import DamagedDelta, DeltaStore, data_bytes
+from gitsess.overlay.retention import Bytes as Bytes  # (re-exported: `show` renders it)
+from gitsess.overlay.retention import bytes_by_kind
 from gitsess.runtime import mount
 from gitsess.services import live
 from gitsess.services.sessions import SessionInfo
@@ -26,6 +28,8 @@ from gitsess.services.timeline import DeltaReader, Drift, delta_path, runs
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
+    import pygit2
+
     from gitsess.overlay.view import OverlayView
 
 # Like the kernel's ELOOP limit.
@@ -64,6 +68,8 @@ class Usage:
     running: int
     run_seconds: float  # finished runs, plus running ones so far
     last_activity: datetime | None  # the last file change, run start or run end
+    # Of delta_bytes: the live view, the checkpoints, the audit log, free pages (None: no delta).
+    by_kind: Bytes | None = None
 
 
 def normalize(session: Session, path: str) -> str:
@@ -140,10 +146,11 @@ def stat(ctx: RepoContext, session: Session, path: str) -> FsStat:
         return FsStat(entry, view.copied_from(rel))
 
 
-def cat(ctx: RepoContext, session: Session, path: str) -> bytes:
-    """A file's content in the view, following symlinks that stay inside it."""
+def cat(ctx: RepoContext, session: Session, path: str, at: int | None = None) -> bytes:
+    """A file's content in the view (at checkpoint `at`), following symlinks that stay
+    inside it."""
     rel = normalize(session, path)
-    with live.open_view(ctx, session) as view:
+    with live.open_view(ctx, session, at) as view:
         for _ in range(MAX_SYMLINKS):
             e = view.entry(rel)
             if e is None:
@@ -169,6 +176,7 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
     size = sum(p.stat().st_size for p in (delta, Path(f"{delta}-wal")) if p.exists())
     size += data_bytes(str(delta))
     live = 0
+    by_kind = None
     if delta.exists():
         try:
             store = DeltaStore(str(delta), readonly=True)
@@ -176,6 +184,7 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
             raise DamagedDelta(delta, e) from e
         try:
             live = store.live_bytes() + data_bytes(str(delta))
+            by_kind = bytes_by_kind(store.conn, store.data_dir, data_bytes(str(delta)))
         finally:
             store.close()
     done = runs(ctx, session)
@@ -194,6 +203,7 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
         running=sum(1 for r in done if r.ended_at is None),
         run_seconds=seconds,
         last_activity=max(moments, default=None),
+        by_kind=by_kind,
     )
 
 
@@ -231,19 +241,22 @@ def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return []
+    from gitsess.git.scratch import scratch_repo
+
     repo = ctx.open()
     with live.open_view(ctx, session) as view:
         if not view.touched_git():
             return []
         git = session_git.state(view, repo, session)
-    if git is None:
-        return []
+        if git is None:
+            return []
+        # The commits' objects are the session's own, read through its view.
+        with scratch_repo(repo, view) as objects:
+            return [OwnCommit(c, _subject(objects, c)) for c in git.commits]
 
-    def subject(commit: str) -> str:
-        # The commit's object may be the session's own, not yet in the real store.
-        try:
-            return str(getattr(repo[commit], "message", "")).partition("\n")[0]
-        except (KeyError, ValueError):
-            return ""
 
-    return [OwnCommit(c, subject(c)) for c in git.commits]
+def _subject(objects: pygit2.Repository, commit: str) -> str:
+    try:
+        return str(getattr(objects[commit], "message", "")).partition("\n")[0]
+    except (KeyError, ValueError):
+        return ""

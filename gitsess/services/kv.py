@@ -138,3 +138,11 @@ def items(ctx: RepoContext, session: Session) -> list[Item]:
 
 def _item(key: Any, value: Any, updated_ns: Any) -> Item:
     return Item(key, json.loads(value), updated_ns)
+
+
+def put_json(ctx: RepoContext, session: Session, data: bytes) -> None:
+    """Set the keys of a store kept as JSON (`archives.kv_json`), with their update times."""
+    with _store(ctx, session, create=True) as conn:
+        assert conn is not None
+        for key, text, updated_ns in json.loads(data):
+            delta.kv_put(conn, key, text, updated_ns)

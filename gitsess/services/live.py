@@ -22,6 +22,7 @@ from gitsess.runtime import mount, strays
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
+    from gitsess.overlay.retention import Bytes
     from gitsess.overlay.view import OverlayView
 
 
@@ -245,13 +246,17 @@ def live_sessions(sessions: Sequence[Session]) -> list[LiveSession]:
     return out
 
 
-def open_view(ctx: RepoContext, session: Session) -> OverlayView:
-    """The session's view from delta.db, after the live daemon (if any) committed its state."""
+def open_view(ctx: RepoContext, session: Session, at: int | None = None) -> OverlayView:
+    """The session's view from delta.db, after the live daemon (if any) committed its state;
+    with `at`, as it was at that checkpoint."""
     from gitsess.overlay.view import OverlayView
 
     mount.sync(session.id)
     return OverlayView(
-        ctx.session_dir(session.id) / "delta.db", session.worktree, hidden_paths(ctx, session)
+        ctx.session_dir(session.id) / "delta.db",
+        session.worktree,
+        hidden_paths(ctx, session),
+        at,
     )
 
 
@@ -306,11 +311,13 @@ class Counts:
     changed_files: int | None  # files that differ from the worktree's; None: no delta yet
     commits: int | None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read
+    bytes: Bytes | None = None  # where its delta's bytes go
 
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
     """What `ls` and `show` count of a session: its touched paths and its own commits."""
-    from gitsess.overlay.delta import DamagedDelta
+    from gitsess.overlay.delta import DamagedDelta, data_bytes
+    from gitsess.overlay.retention import bytes_by_kind
     from gitsess.services.changecount import changed_files
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
@@ -318,8 +325,10 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
     try:
         with open_view(ctx, session) as view:
             changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
+            store = view.store
+            used = bytes_by_kind(store.conn, store.data_dir, data_bytes(store.path))
             if not view.touched_git():  # its git is the real one: no commits, no repository read
-                return Counts(changed, 0)
+                return Counts(changed, 0, bytes=used)
             import pygit2
 
             from gitsess.services import session_git
@@ -327,8 +336,8 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
             try:
                 git = session_git.state(view, ctx.open(), session)
             except (GitsessError, pygit2.GitError, KeyError, ValueError):
-                return Counts(changed, None)
-            return Counts(changed, 0 if git is None else len(git.commits))
+                return Counts(changed, None, bytes=used)
+            return Counts(changed, 0 if git is None else len(git.commits), bytes=used)
     except DamagedDelta:
         return Counts(None, None, damaged=True)
     except (OSError, GitsessError):

@@ -1,8 +1,9 @@
 """A session's own git state: where its HEAD is, and the commits it made that its branch lacks.
 
-The view's `.git` is copy-on-write (see docs/ARCHITECTURE.md, "git inside a session"), so git
-run inside a session commits to the session's refs, into the shared object store. These are
-the services that read that state back for `show`, `ls` and `apply`.
+The view's `.git` is copy-on-write (see docs/ARCHITECTURE.md, "git inside a session"), objects
+included, so git run inside a session commits to the session's refs, into the session's own
+object store. These are the services that read that state back for `show`, `ls` and `apply`,
+and that copy the objects of its commits into the real repository when they leave the session.
 """
 
 from __future__ import annotations
@@ -13,11 +14,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pygit2
+from pygit2.enums import ObjectType
 
+from gitsess.git.scratch import ScratchRepository, scratch_repo
 from gitsess.git.session_refs import SessionHead, ahead_commits, read_head
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:  # `ls` counts commits without loading apply's machinery
+    from gitsess.git.archive import ArchiveInfo
     from gitsess.git.pathspec import Pathspec
     from gitsess.git.replay import Replayed
     from gitsess.git.view import SessionView
@@ -57,7 +61,8 @@ def state(view: OverlayView, repo: pygit2.Repository, session: Session) -> Sessi
         return view.read_git(rel if rel == "HEAD" else common + rel)
 
     head = read_head(read)
-    commits = ahead_commits(repo, head.commit, upstream(repo, session))
+    with scratch_repo(repo, view) as objects:
+        commits = ahead_commits(objects, head.commit, upstream(repo, session))
     return SessionGit(head, tuple(commits), common)
 
 
@@ -85,6 +90,47 @@ def files_for_head(repo: pygit2.Repository, session: Session, head: str) -> dict
     return {ref: head.encode() + b"\n", "index": data}
 
 
+def restored_git(repo: pygit2.Repository, session: Session, info: ArchiveInfo) -> dict[str, bytes]:
+    """The files of a restored session's `.git` that bring back the commits made inside the
+    archived one (`info.head`): its branch ending at them, and their objects as loose
+    objects of the session's own (the archive that kept them reachable goes with the restore,
+    and the real repository's gc must not take them from the session)."""
+    from gitsess.git.session_objects import loose_file, needed_objects
+
+    assert info.head is not None
+    linked = (session.worktree / ".git").is_file()
+    if session.branch is not None:
+        files = files_for_head(repo, session, info.head)
+    else:
+        files = {"HEAD": info.head.encode() + b"\n"}
+    commits = ahead_commits(repo, info.head, info.base)
+    base_objects = _tree_objects(repo, info.base)
+    store = ("common/" if linked else "") + "objects/"
+    for _, kind, data in needed_objects(repo, commits, base_objects.__contains__):
+        rel, raw = loose_file(kind, data)
+        files[store + rel] = raw
+    return files
+
+
+def _tree_objects(repo: pygit2.Repository, commit: str | None) -> set[pygit2.Oid]:
+    """Every tree and blob of `commit`'s tree (none for None)."""
+    if commit is None:
+        return set()
+    tree = repo[commit].peel(pygit2.Tree)
+    found = {tree.id}
+    pending = [tree]
+    while pending:
+        for entry in pending.pop():
+            if entry.id in found or entry.type == ObjectType.COMMIT:
+                continue
+            found.add(entry.id)
+            if entry.type == ObjectType.TREE:
+                sub = repo[entry.id]
+                assert isinstance(sub, pygit2.Tree)
+                pending.append(sub)
+    return found
+
+
 def upstream(repo: pygit2.Repository, session: Session) -> str | None:
     """What the session's commits are counted against: its branch's real tip, else its base."""
     if session.branch is not None:
@@ -95,17 +141,30 @@ def upstream(repo: pygit2.Repository, session: Session) -> str | None:
     return session.base_commit
 
 
-def replay(repo: pygit2.Repository, git: SessionGit, onto: str | None) -> Replayed:
-    """The session's commits rebuilt on `onto` (or a fast-forward to them); no ref moves."""
+def replay(
+    repo: pygit2.Repository, git: SessionGit, onto: str | None, objects: pygit2.Repository
+) -> Replayed:
+    """The session's commits rebuilt on `onto` (or a fast-forward to them); no ref moves.
+    `objects` is where they are read and the rebuilt ones written: the real repository once
+    they are promoted (`promote`), a scratch repository over it for a dry run."""
     from gitsess.git.objects import signature
     from gitsess.git.replay import replay_commits
 
     return replay_commits(
-        repo,
+        objects,
         git.commits,
         onto,
         committer=signature(repo, "COMMITTER"),
     )
+
+
+def promote(scratch: ScratchRepository, repo: pygit2.Repository, git: SessionGit) -> int:
+    """Copy into the real object store exactly the objects the session's commits need that
+    it lacks (read from `scratch`, a scratch repository over `repo` with the session's own
+    objects); how many. Nothing else of the real `.git` changes."""
+    from gitsess.git.objects import promote as copy_in
+
+    return copy_in(scratch, repo, git.commits)
 
 
 def reverted_in_view(

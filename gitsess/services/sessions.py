@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
 from gitsess.git.binding import Binding, NameInUse, WorktreeSpec
@@ -29,6 +30,9 @@ from gitsess.store.db import private_dir
 from gitsess.store.registry import NameTaken, Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
 from gitsess.suggest import did_you_mean
+
+if TYPE_CHECKING:
+    from gitsess.overlay.retention import Bytes
 
 __all__ = [
     "SESSION_ENV",
@@ -89,6 +93,8 @@ class SessionInfo:
     damaged: bool = False  # its delta.db cannot be read (see `remove`'s force)
     status: str = "idle"  # running (someone inside), mounted, idle, damaged
     behind: int | None = None  # commits the branch gained since the session's base
+    # Bytes of its delta by kind: live files, checkpoints, audit log, free pages.
+    bytes: Bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -370,6 +376,7 @@ def _infos(
                 damaged=counts.damaged,
                 status="damaged" if counts.damaged else _status(s),
                 behind=_behind(ctx, s),
+                bytes=counts.bytes,
             )
         )
     return infos

@@ -61,6 +61,16 @@ STEPS: tuple[Step, ...] = (
             ' && echo "Parsing notes" > NOTES.md',
         ),
     ),
+    Step(
+        "Every run starts with a checkpoint. A run that goes wrong (every writer counts, git"
+        " included):",
+        ("run", "-s", "demo", "--", "sh", "-c", "rm -rf tests parser.py && git add -A"),
+    ),
+    Step("", ("checkpoints", "demo")),
+    Step(
+        "is undone as a whole, files and git state; undo again would bring it back:",
+        ("undo", "demo"),
+    ),
     Step("What happened in it, process by process, grouped by run:", ("log", "demo")),
     Step("Its files, read without mounting it:", ("fs", "demo", "cat", "NOTES.md")),
     Step(

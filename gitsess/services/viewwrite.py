@@ -181,16 +181,25 @@ class ViewWriter:
         self._prepare(path, "file")
         self.ops.write_file(path, parts, perm)
 
-    def put_git_file(self, rel: str, data: bytes) -> None:
-        """Set a file of the session's own `.git` (`rel` below it): the session's git state,
-        which the paths above never reach (work content and git state are kept apart)."""
+    def put_git_file(self, rel: str, data: bytes, perm: int = 0o644) -> None:
+        """Set a file of the session's own `.git` (`rel` below it, its directories made as
+        needed): the session's git state, which the paths above never reach (work content and
+        git state are kept apart)."""
         if not rel or rel.startswith("/") or ".." in rel.split("/"):
             raise GitsessError(f"not a path inside the session's .git: {rel!r}")
         path = ".git/" + rel
+        parts = path.split("/")
+        for depth in range(2, len(parts)):
+            parent = "/".join(parts[:depth])
+            found = self.ops.kind(parent)
+            if found is None:
+                self.ops.mkdir(parent, 0o755)
+            elif found != "dir":
+                raise GitsessError(f"{parent} in the session's view is not a directory")
         kind = self.ops.kind(path)
         if kind is not None and kind != "file":
             raise GitsessError(f"{path} in the session's view is not a file")
-        self.ops.write_file(path, (data,), 0o644)
+        self.ops.write_file(path, (data,), perm)
 
     def put_symlink(self, path: str, target: bytes) -> None:
         self._prepare(path, None)

@@ -8,7 +8,6 @@ import os
 import pty
 import struct
 import subprocess
-import sys
 import termios
 from pathlib import Path
 
@@ -209,32 +208,6 @@ def test_bad_log_filters_are_usage_errors(repo: Path, args: list[str]) -> None:
     done = gitsess(repo, "log", "exp", *args)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
-
-
-# ----------------------------------------------------------------------------- imports
-
-LOADED = """
-import contextlib, io, sys
-from gitsess.cli.group import run
-with contextlib.redirect_stdout(io.StringIO()):
-    code = run(sys.argv[1:])
-heavy = ("pygit2", "rich", "trio", "pyfuse3", "gitsess.overlay.view", "gitsess.overlay.tree")
-print(code, sorted(m for m in sys.modules if m in heavy))
-"""
-
-
-@pytest.mark.parametrize(
-    "args", [["ls"], ["ls", "--json"], ["show", "exp"], ["kv", "exp", "get", "k"], ["--version"]]
-)
-def test_small_commands_import_no_pygit2_rich_or_overlay(repo: Path, args: list[str]) -> None:
-    """What they do not use they do not load: pygit2 alone took longer than `ls` does."""
-    assert gitsess(repo, "new", "exp").returncode == 0
-    if args[0] == "kv":
-        assert gitsess(repo, "kv", "exp", "set", "k", "v").returncode == 0
-    done = subprocess.run(
-        [sys.executable, "-c", LOADED, *args], cwd=repo, capture_output=True, text=True
-    )
-    assert done.stdout.split(None, 1) == ["0", "[]\n"], done.stderr
 
 
 # ----------------------------------------------------------------------------- help

@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gitsess.libc import fallocate
-from gitsess.overlay.passthrough import renameat2
 from gitsess.overlay.tree_data import INLINE_MAX
 from tests.overlay.conftest import Mounted
+from tests.util import renameat2
 
 pytestmark = pytest.mark.fuse
 

@@ -150,7 +150,8 @@ def test_apply_commit_while_live_then_real_edits_show_through(
     assert not (m.mnt / "src" / "app.py").exists()
     (repo / "README.md").write_text("edited outside\n")
     assert eventually(lambda: (m.mnt / "README.md").read_text() == "edited outside\n")
-    assert live.counts(ctx, m.session) == live.Counts(0, 0)
+    counted = live.counts(ctx, m.session)
+    assert (counted.changed_files, counted.commits) == (0, 0)
 
 
 def test_apply_worktree_while_live_and_dry_run(

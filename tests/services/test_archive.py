@@ -96,7 +96,8 @@ def test_rm_archives_unapplied_work_and_restore_brings_it_back(
     out, _ = cli("restore", "exp")
     assert "Restored session exp" in out and "4 path(s)" in out
     restored = sessions.resolve(ctx, "exp")
-    assert restored.title == "an experiment" and restored.id != m.session.id
+    assert restored.title == "an experiment"
+    assert restored.id == m.session.id  # its id back (issue 36 item 15)
     assert changes_left(ctx, restored) == [
         ".gitignore",
         "README.md",

@@ -1,11 +1,11 @@
-"""git inside a session is the session's own: its `.git` is copy-on-write with the objects
-shared, nothing reaches the real repository until `apply`, and apply promotes its commits."""
+"""git inside a session is the session's own: its `.git` is copy-on-write (objects too, see
+test_session_objects.py), nothing reaches the real repository until `apply`, and apply
+promotes its commits."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import subprocess
 from pathlib import Path
 
@@ -86,26 +86,6 @@ def test_the_real_hooks_run_inside_and_change_only_the_session(worked: Path) -> 
     assert done.stdout == "hooked\n"
     assert not (worked / "hooked.txt").exists()
     assert real_state(worked) == before
-
-
-def test_rm_rf_of_git_through_a_mounted_view(worked: Path, tmp_path: Path) -> None:
-    before = real_state(worked)
-    view = tmp_path / "view"
-    view.mkdir()
-    assert gitsess(worked, "new", "exp").returncode == 0
-    mounted = gitsess(worked, "mount", "exp", str(view))
-    assert mounted.returncode == 0, mounted.stderr
-    try:
-        done = subprocess.run(["rm", "-rf", str(view / ".git")], capture_output=True, text=True)
-        assert done.returncode != 0  # the shared objects refuse to go
-        assert sorted(os.listdir(view / ".git")) == ["objects"]
-        rm_view = subprocess.run(["rm", "-rf", str(view)], capture_output=True, text=True)
-        assert rm_view.returncode != 0
-    finally:
-        assert gitsess(worked, "umount", "exp").returncode == 0
-    assert real_state(worked) == before
-    assert fsck_clean(worked)
-    assert (worked / "README.md").read_text() == "hello\n"
 
 
 def test_the_state_dir_stays_reachable_inside_and_out_of_rm(worked: Path) -> None:

@@ -1,17 +1,19 @@
 """Model check: git run inside a session must do what it does in a plain copy of the repository.
 
-A session's `.git` is copy-on-write (HEAD, index, refs and config are the session's; objects
-are shared), and `gitsess run` binds the view over the worktree's own path. So a random script
-of file edits and git commands, run once inside a fresh session and once in a `cp -a` copy of
-the repository taken before any session existed, must print the same exit codes and end in the
-same commits, branches, status, tree, stash and files; and the real repository must be left
-byte-identical (HEAD, refs, index, config, hooks) with `git fsck` clean.
+A session's `.git` is copy-on-write (HEAD, index, refs, config and objects are the
+session's), and `gitsess run` binds the view over the worktree's own path. So a random script
+of file edits and git commands (fetch, gc, repack and commit-graph among them), run once inside
+a fresh session and once in a `cp -a` copy of the repository taken before any session existed,
+must print the same exit codes and end in the same commits, branches, status, tree, stash and
+files; and the real `.git` must be left byte-identical, every file, objects included, with
+`git fsck` clean.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import os
 import shlex
 import shutil
 import subprocess
@@ -60,13 +62,22 @@ ops = st.one_of(
     st.just("if git rev-parse -q --verify HEAD~1 >/dev/null; then git reset -q --hard HEAD~1; fi"),
     st.builds(lambda a, b: f"git mv {_q(a)} {_q(b)}", paths, paths),
     st.builds(lambda p: f"git rm -q {_q(p)}", paths),
+    st.just("git fetch -q origin"),
+    st.just("git merge -q --ff-only origin/main"),
+    st.just("git gc -q"),
+    st.just("git gc -q --prune=now"),
+    st.just("git repack -q -a -d"),
+    st.just("git commit-graph write --reachable"),
+    st.just("git prune"),
 )
 
 # Branches and the stash only: `gitsess rm` archives each example's session under refs of the
 # real repository, which every later session's copy of the refs then holds (and a model lacks).
 FINAL = """
-echo '--- log'; git log --format='%H %s' --branches
-echo '--- branches'; git for-each-ref --format='%(refname) %(objectname)' refs/heads refs/stash
+echo '--- log'; git log --format='%H %s' --branches --remotes
+echo '--- branches'; git for-each-ref --format='%(refname) %(objectname)' refs/heads refs/stash \
+    refs/remotes
+echo '--- fsck'; git fsck --no-dangling --no-progress >/dev/null 2>&1; echo "fsck $?"
 echo '--- status'; git status --porcelain=v2 --branch --untracked-files=all
 echo '--- tree'; git ls-tree -r HEAD
 echo '--- stash'; git stash list
@@ -83,25 +94,34 @@ def render(steps: list[str]) -> str:
     return "\n".join(lines) + "\n" + FINAL
 
 
-def real_state(repo: Path) -> str:
-    """What nothing inside a session may change."""
-    dot = repo / ".git"
-    digests = [
-        f"{name}:{hashlib.sha256((dot / name).read_bytes()).hexdigest()}"
-        for name in ("index", "config", "HEAD")
-    ]
-    hooks = sorted(p.name for p in (dot / "hooks").iterdir())
-    refs = [git(repo, "rev-parse", "HEAD"), git(repo, "for-each-ref")]
-    return "\n".join([*refs, *digests, *hooks])
+def real_state(repo: Path) -> dict[str, str]:
+    """What nothing inside a session may change: every file below the real `.git` (the state
+    dir of gitsess aside), its mode and bytes."""
+    top = repo / ".git"
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        if Path(dirpath) == top and "gitsess" in dirnames:
+            dirnames.remove("gitsess")
+        for name in filenames:
+            path = Path(dirpath) / name
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            out[str(path.relative_to(top))] = f"{path.lstat().st_mode:o}:{digest}"
+    return out
 
 
 @pytest.fixture
 def repos(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
-    """The real repository (main, a few files, two commits) and a pristine copy for models."""
+    """The real repository (main, a few files, two commits; its remote `origin` 40 commits
+    ahead, over 100 objects: a fetch of them is a pack) and a pristine copy for models."""
     repo = make_repo(tmp_path / "repo")
     git(repo, "config", "user.name", "Test")
     git(repo, "config", "user.email", "test@example.com")
     commit(repo, "a.txt", "alpha\n", "second")
+    origin = tmp_path / "origin"
+    git(tmp_path, "clone", "-q", str(repo), str(origin))
+    for i in range(40):
+        commit(origin, "up.txt", f"{i}\n", f"up {i}")
+    git(repo, "remote", "add", "origin", str(origin))
     template = tmp_path / "template"
     subprocess.run(["cp", "-a", str(repo), str(template)], check=True)
     try:

@@ -29,6 +29,7 @@ def test_the_tour_runs_every_step_and_leaves_nothing_behind(tmp_path: Path) -> N
     assert "Removed worktree" in done.stdout
     assert "+    return text.splitlines()" in done.stdout  # the session's diff
     assert "Committed" in done.stdout and "on main: 2 path(s)" in done.stdout
+    assert "is back at checkpoint" in done.stdout  # the bad run undone
     assert list(tmp_path.iterdir()) == []  # the demo repository is gone
     # The tour keeps its sessions out of the user's own index.
     assert not Path(os.environ["XDG_STATE_HOME"], "gitsess").exists()

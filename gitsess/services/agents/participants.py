@@ -6,8 +6,10 @@ role first runs, and re-applied on every resume, so the CLI finds its own conver
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from collections.abc import Collection, Iterator, Mapping, Sequence
@@ -129,8 +131,19 @@ def prepare(
     run_argv, run_env = lever.apply(
         list(argv) or list(profile.command), profile.visible_env(env), root
     )
+    if profile.turn_hook and run_argv:
+        _write_turn_hooks(root)
+        hook = [a.replace(profiles.ROOT_MARK, str(root)) for a in profile.turn_hook]
+        run_argv = [run_argv[0], *hook, *run_argv[1:]]
     run_env |= {ROLE_ENV: role, ROOT_ENV: str(root)}
     return Prepared(started, run_argv, run_env, notes, fd, watcher)
+
+
+def _write_turn_hooks(root: Path) -> None:
+    """Claude Code settings with a hook that checkpoints the session at each prompt."""
+    command = shlex.join([sys.executable, "-m", "gitsess", "checkpoint", "--turn"])
+    hooks = {"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": command}]}]}}
+    (root / profiles.TURN_HOOKS_FILE).write_text(json.dumps(hooks, indent=2) + "\n")
 
 
 def _add(

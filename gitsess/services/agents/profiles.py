@@ -20,7 +20,19 @@ from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 
 ROOT_MARK = "{root}"
-KEYS = ("description", "aliases", "command", "env", "args", "source", "seeds", "env_allow")
+KEYS = (
+    "description",
+    "aliases",
+    "command",
+    "env",
+    "args",
+    "source",
+    "seeds",
+    "env_allow",
+    "turn_hook",
+)
+# Where `turn_hook` arguments find the hooks that make a checkpoint per agent turn.
+TURN_HOOKS_FILE = "gitsess-turn-hooks.json"
 
 _KIND = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -71,6 +83,9 @@ class Profile:
     # Names (globs) of the caller's environment variables the agent sees; empty: all of them.
     # gitsess's own (the session's, the lever's, the git config it adds) are always set.
     env_allow: tuple[str, ...] = ()
+    # Arguments (after the program) that load `{root}/TURN_HOOKS_FILE`, Claude Code settings
+    # whose hooks make a checkpoint at each prompt: empty for a CLI without such hooks.
+    turn_hook: tuple[str, ...] = ()
 
     def visible_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """What of the caller's environment the agent's command gets (see `env_allow`)."""
@@ -195,6 +210,7 @@ def _profile(kind: str, t: dict[str, object], origin: str) -> Profile:
         seeds=seeds,
         origin=origin,
         env_allow=_strings(t, "env_allow", where),
+        turn_hook=_strings(t, "turn_hook", where),
     )
 
 

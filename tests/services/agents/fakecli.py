@@ -3,7 +3,8 @@
 `python fakecli.py KIND [options]`, KIND being:
 
 - `claude`: state in `$CLAUDE_CONFIG_DIR` (default `~/.claude`); conversations in
-  `projects/<cwd, '/' -> '-'>/<id>.jsonl`; credential `.credentials.json`.
+  `projects/<cwd, '/' -> '-'>/<id>.jsonl`; credential `.credentials.json`; `--settings FILE`
+  runs the file's UserPromptSubmit hooks with the prompt (`--say`).
 - `cline`: state in `--data-dir DIR` (default `~/.cline/data`); conversations in
   `sessions/<hash of cwd>/<id>.json`; credential `secrets.json`.
 
@@ -17,6 +18,7 @@ import argparse
 import hashlib
 import json
 import os
+import subprocess
 import sys
 import time
 import uuid
@@ -44,7 +46,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--wait-relink", action="store_true")
     parser.add_argument("--ready", metavar="FILE")
     parser.add_argument("--until", metavar="FILE")
+    parser.add_argument("--settings", metavar="FILE")  # claude: more settings (hooks)
     args = parser.parse_args(rest)
+    if args.settings:
+        # as Claude Code: each UserPromptSubmit hook gets the prompt as JSON on stdin
+        hooks = json.loads(Path(args.settings).read_text())["hooks"]["UserPromptSubmit"]
+        for hook in (h for group in hooks for h in group["hooks"]):
+            prompt = json.dumps({"hook_event_name": "UserPromptSubmit", "prompt": args.say})
+            subprocess.run(hook["command"], shell=True, input=prompt, text=True, check=True)
     cwd = os.getcwd()
     if kind == "claude":
         state = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")

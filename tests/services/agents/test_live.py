@@ -218,3 +218,15 @@ def eventually_gone(pid: int) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def test_each_claude_turn_makes_a_checkpoint_named_after_its_prompt(live: Live) -> None:
+    live.run("c1", "--say", "fix the parser")
+    live.run("c1", "--continue", "--say", "now the tests\nwith more lines")
+    done = live.gitsess("checkpoints", "S", "--json")
+    assert done.returncode == 0, done.stderr
+    turns = [c for c in json.loads(done.stdout)["checkpoints"] if c["kind"] == "turn"]
+    assert [(c["message"], c["role"]) for c in turns] == [
+        ("fix the parser", "c1"),
+        ("now the tests", "c1"),
+    ]

@@ -71,7 +71,10 @@ def test_a_new_role_gets_a_private_seeded_root_and_its_lever(
         "running",
     )
     assert p.participant.pid == os.getpid()
-    assert p.argv == ["claude", "--continue"]
+    # (the settings hold the hook that checkpoints each turn)
+    hooks = str(root / "gitsess-turn-hooks.json")
+    assert p.argv == ["claude", "--settings", hooks, "--continue"]
+    assert "checkpoint --turn" in Path(hooks).read_text()
     assert p.env["CLAUDE_CONFIG_DIR"] == str(root)
     assert (p.env["GITSESS_ROLE"], p.env["GITSESS_AGENT_ROOT"]) == ("claude", str(root))
     assert os.readlink(root / ".credentials.json") == str(home / ".claude/.credentials.json")

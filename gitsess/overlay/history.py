@@ -1,0 +1,668 @@
+"""Checkpoints of a delta: what the session held at a moment, kept by saving each row and data
+file once, on its first change after a checkpoint (never a copy of the delta).
+
+The *epoch* (`meta.epoch`) is the id of the newest checkpoint, 0 while there is none. Before a
+key (a node with its xattrs and inline bytes, a name in a directory, a data file) first changes
+in epoch E, its state then, which is its state at checkpoint E, is saved under E (`cp_*` rows;
+data files in `checkpoints/E/<ino>`). A key's state at checkpoint C is then its earliest saved
+state of an epoch >= C, or, if none, its current one: it has not changed since. So a checkpoint
+costs one row, a write after it one save per key, and a write with no checkpoint since its
+key's last save a set lookup.
+
+A rewind to C first makes a checkpoint (the state before it, N), then writes every key saved
+at an epoch >= C back to its state at C through the same saving, so everything it replaced is
+saved under N and `undo` rewinds to N. It is one transaction; data files are copied aside
+first (`<ino>.rw`) and renamed into place after the commit, which records them, so that a
+process killed at any point leaves the old state or the new one (`finish_rewind` completes
+the renames on the next open).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import stat
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import apsw
+
+from gitsess.durable import fsync_dir
+from gitsess.errors import GitsessError
+
+CP_DIR = "checkpoints"
+# Data files copied for a rewind wait here under their number and this until its commit.
+REWIND_SUFFIX = ".rw"
+FICLONE = 0x40049409
+
+_NODE_VALUES = (
+    "mode, uid, gid, rdev, size, atime_ns, mtime_ns, ctime_ns, nlink, origin, data, target,"
+    " origin_mode, origin_size, origin_mtime_ns"
+)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One row of `checkpoints`: who made it, and what changed since the one before it."""
+
+    id: int
+    time_ns: int
+    kind: str  # run, turn, manual, rewind (the state a rewind or undo replaced)
+    message: str
+    run_id: int | None
+    role: str | None
+    added: int
+    removed: int
+    changed: int
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A rewind or undo in the operation log: the checkpoint it went to, the one saving the
+    state it replaced (`before`) and the one of the state it left (`after`)."""
+
+    id: int
+    time_ns: int
+    kind: str
+    target: int
+    before: int
+    after: int
+    keys: int
+
+
+@dataclass(frozen=True)
+class Rewound:
+    """What a rewind changed: names (directory ino, name) and nodes, for the kernel's caches."""
+
+    operation: Operation
+    entries: list[tuple[int, bytes]]
+    inodes: list[int]
+
+
+def cp_root(data_dir: str) -> str:
+    return os.path.join(os.path.dirname(data_dir), CP_DIR)
+
+
+def copy_file(src: str, dest: str) -> None:
+    """`src` to a new file `dest`: a reflink where the filesystem has them, else a copy that
+    keeps holes."""
+    fd_in = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+        fd_out = os.open(dest, flags, 0o600)
+        try:
+            try:
+                fcntl.ioctl(fd_out, FICLONE, fd_in)
+            except OSError:
+                _copy_extents(fd_in, fd_out)
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
+
+
+def _copy_extents(fd_in: int, fd_out: int) -> None:
+    size = os.fstat(fd_in).st_size
+    os.ftruncate(fd_out, size)
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd_in, pos, os.SEEK_DATA)
+        except OSError:  # ENXIO: only a hole is left
+            return
+        end = os.lseek(fd_in, start, os.SEEK_HOLE)
+        while start < end:
+            copied = os.copy_file_range(fd_in, fd_out, end - start, start, start)
+            if not copied:
+                return
+            start += copied
+        pos = end
+
+
+class History:
+    """The saving side, owned by a writing `DeltaStore`."""
+
+    def __init__(self, conn: apsw.Connection, data_dir: str) -> None:
+        self.conn = conn
+        self.data_dir = data_dir
+        self.root = cp_root(data_dir)
+        self.epoch = epoch_of(conn)
+        # Keys saved in `epoch` already; filled from the database when the epoch is first seen,
+        # since another process (an earlier daemon) may have saved some.
+        self._loaded_epoch = -1
+        self._nodes: set[int] = set()
+        self._dentries: set[tuple[int, bytes]] = set()
+        self._data: set[int] = set()
+
+    # ------------------------------------------------------------ saving
+
+    def _sets_for(self, epoch: int) -> None:
+        if self._loaded_epoch == epoch:
+            return
+        c = self.conn
+        self._nodes = {
+            int(r[0]) for r in c.execute("SELECT ino FROM cp_nodes WHERE epoch = ?", (epoch,))
+        }
+        self._dentries = {
+            (int(p), bytes(n))
+            for p, n in c.execute("SELECT parent, name FROM cp_dentries WHERE epoch = ?", (epoch,))
+        }
+        try:
+            self._data = {
+                int(n) for n in os.listdir(os.path.join(self.root, str(epoch))) if n.isdigit()
+            }
+        except FileNotFoundError:
+            self._data = set()
+        self._loaded_epoch = epoch
+
+    def current_epoch(self) -> int:
+        """The epoch as delta.db has it (inside the writer's transaction)."""
+        self.epoch = epoch_of(self.conn)
+        return self.epoch
+
+    def save_rows(
+        self,
+        node_inos: Iterable[int],
+        deleted: Iterable[int],
+        dentries: Iterable[tuple[int, bytes]],
+    ) -> tuple[set[int], set[tuple[int, bytes]]]:
+        """Inside the writer's transaction, before it changes these keys: save those not yet
+        saved in this epoch. Returns what it saved, for `saved` once the transaction commits."""
+        epoch = self.epoch = epoch_of(self.conn)
+        if not epoch:
+            return set(), set()
+        self._sets_for(epoch)
+        c = self.conn
+        deleted = list(deleted)
+        names = set(dentries)
+        for ino in deleted:
+            for (name,) in c.execute(
+                "SELECT name FROM dentries WHERE parent = ?", (ino,)
+            ).fetchall():
+                names.add((ino, bytes(name)))  # type: ignore[arg-type]
+        written = set(node_inos)
+        new_nodes = {i for i in (*written, *deleted) if i not in self._nodes}
+        new_names = names - self._dentries
+        for ino in new_nodes:
+            # (deleting a node that has no row, one a rewind took away, changes nothing)
+            _save_node(c, ino, epoch, absent=ino in written)
+        for parent, name in new_names:
+            c.execute(
+                "INSERT OR IGNORE INTO cp_dentries (parent, name, epoch, ino)"
+                " SELECT parent, name, ?, ino FROM dentries WHERE parent = ? AND name = ?",
+                (epoch, parent, name),
+            )
+            c.execute(
+                "INSERT OR IGNORE INTO cp_dentries (parent, name, epoch, ino)"
+                " VALUES (?, ?, ?, NULL)",
+                (parent, name, epoch),
+            )
+        return new_nodes, new_names
+
+    def saved(self, nodes: set[int], names: set[tuple[int, bytes]]) -> None:
+        if self._loaded_epoch == self.epoch:
+            self._nodes |= nodes
+            self._dentries |= names
+
+    def keep_data(self, ino: int, path: str) -> None:
+        """Before the data file at `path` is changed in place: save it, once per epoch."""
+        if not self.epoch or (self._loaded_epoch == self.epoch and ino in self._data):
+            return
+        self._sets_for(self.epoch)
+        if ino in self._data:
+            return
+        dest = self._epoch_dir(self.epoch)
+        tmp = os.path.join(dest, f"{ino}.tmp")
+        try:
+            copy_file(path, tmp)
+        except FileNotFoundError:
+            # No data file reads as zeros up to the size: so does an empty one.
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600))
+        os.rename(tmp, os.path.join(dest, str(ino)))
+        self._data.add(ino)
+
+    def retire_data(self, ino: int, path: str) -> None:
+        """A data file that goes: moved into the epoch's checkpoint dir if it is not saved
+        there yet (a rename: no copy), removed otherwise."""
+        if self.epoch:
+            self._sets_for(self.epoch)
+            if ino not in self._data:
+                try:
+                    os.rename(path, os.path.join(self._epoch_dir(self.epoch), str(ino)))
+                except FileNotFoundError:
+                    return
+                self._data.add(ino)
+                return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+
+    def _epoch_dir(self, epoch: int) -> str:
+        path = os.path.join(self.root, str(epoch))
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        return path
+
+    # ------------------------------------------------------------ checkpoints
+
+    def new_checkpoint(
+        self, kind: str, message: str, run_id: int | None, role: str | None, *, always: bool
+    ) -> Checkpoint | None:
+        """Inside a transaction: a checkpoint of the committed state. Without `always`, none
+        when nothing changed since the newest (a run that writes nothing costs nothing)."""
+        c = self.conn
+        prev = epoch_of(c)
+        if prev and not always and not changed_since(c, self.root, prev):
+            return None
+        added, removed, changed = _counts(c, prev)
+        now = time.time_ns()
+        c.execute(
+            "INSERT INTO checkpoints (time_ns, kind, message, run_id, role, added, removed,"
+            " changed) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (now, kind, message, run_id, role, added, removed, changed),
+        )
+        cp = c.last_insert_rowid()
+        c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('epoch', ?)", (cp,))
+        self.epoch = cp
+        # A directory of this number may be left by a rewind killed before its commit.
+        shutil.rmtree(os.path.join(self.root, str(cp)), ignore_errors=True)
+        return Checkpoint(cp, now, kind, message, run_id, role, added, removed, changed)
+
+    # ------------------------------------------------------------ rewinding
+
+    def rewind(self, target: int, kind: str) -> Rewound:
+        """Bring every key back to its state at checkpoint `target`; the caller holds no
+        transaction and has committed everything pending."""
+        c = self.conn
+        if not c.execute("SELECT 1 FROM checkpoints WHERE id = ?", (target,)).fetchall():
+            raise KeyError(target)
+        datas = _saved_data(self.root, target)
+        prepared: dict[int, str | None] = {}
+        try:
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                before = self.new_checkpoint(
+                    kind, f"before {kind} to {target}", None, None, always=True
+                )
+                assert before is not None
+                node_rows = c.execute(
+                    f"SELECT ino, present, {_NODE_VALUES}, epoch FROM cp_nodes h WHERE epoch >= ?"
+                    " AND epoch = (SELECT min(epoch) FROM cp_nodes"
+                    " WHERE ino = h.ino AND epoch >= ?)",
+                    (target, target),
+                ).fetchall()
+                name_rows = c.execute(
+                    "SELECT parent, name, ino FROM cp_dentries h WHERE epoch >= ? AND epoch ="
+                    " (SELECT min(epoch) FROM cp_dentries WHERE parent = h.parent"
+                    " AND name = h.name AND epoch >= ?)",
+                    (target, target),
+                ).fetchall()
+                inos = [int(r[0]) for r in node_rows]  # type: ignore[arg-type]
+                names = [(int(p), bytes(n)) for p, n, _ in name_rows]  # type: ignore[arg-type]
+                self.save_rows(inos, (), names)
+                present_data: dict[int, bool] = {}
+                for row in node_rows:
+                    node, present = int(row[0]), bool(row[1])  # type: ignore[arg-type]
+                    saved_at = int(row[-1])  # type: ignore[arg-type]
+                    for table in ("nodes", "xattrs", "inline_data"):
+                        c.execute(f"DELETE FROM {table} WHERE ino = ?", (node,))
+                    if present:
+                        _restore_node(c, node, saved_at)
+                    is_file = present and stat.S_ISREG(int(row[2]))  # type: ignore[arg-type]
+                    present_data[node] = is_file and row[12] == 1
+                for parent, name, child in name_rows:
+                    if child is None:
+                        c.execute(
+                            "DELETE FROM dentries WHERE parent = ? AND name = ?", (parent, name)
+                        )
+                    else:
+                        c.execute(
+                            "INSERT OR REPLACE INTO dentries (parent, name, ino) VALUES (?, ?, ?)",
+                            (parent, name, child),
+                        )
+                for number, src in datas.items():
+                    wanted = present_data.get(number)
+                    if wanted is None:
+                        wanted = _reads_data(c, number)
+                    prepared[number] = src if wanted else None
+                for number, target_data in prepared.items():
+                    self._prepare_data(number, target_data)
+                after = self.new_checkpoint(
+                    kind, f"after {kind} to {target}", None, None, always=True
+                )
+                assert after is not None
+                c.execute(
+                    "INSERT INTO operations (time_ns, kind, target, before, after, keys)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (time.time_ns(), kind, target, before.id, after.id, len(inos) + len(names)),
+                )
+                op_id = c.last_insert_rowid()
+                c.execute(
+                    "INSERT OR REPLACE INTO meta (key, value) VALUES ('rewind_data', ?)",
+                    (json.dumps(sorted(prepared)),),
+                )
+                c.execute("COMMIT")
+            except BaseException:
+                if not c.getautocommit():
+                    c.execute("ROLLBACK")
+                raise
+        except BaseException:
+            self.epoch = epoch_of(c)
+            self._loaded_epoch = -1
+            for ino in prepared:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self._rw(ino))
+            raise
+        self._loaded_epoch = -1
+        self.finish_rewind()
+        op = Operation(
+            op_id, time.time_ns(), kind, target, before.id, after.id, len(inos) + len(names)
+        )
+        entries = sorted(set(names))
+        return Rewound(op, entries, sorted(set(inos) | set(prepared)))
+
+    def changed_inodes(self, target: int) -> set[int]:
+        """The nodes a rewind to `target` would change (their rows or data)."""
+        rows = self.conn.execute("SELECT DISTINCT ino FROM cp_nodes WHERE epoch >= ?", (target,))
+        return {int(r[0]) for r in rows} | set(_saved_data(self.root, target))
+
+    def _rw(self, ino: int) -> str:
+        return os.path.join(self.data_dir, f"{ino}{REWIND_SUFFIX}")
+
+    def _prepare_data(self, ino: int, src: str | None) -> None:
+        """The data file `ino` gets after the commit: a copy of `src` waiting beside it, or an
+        empty marker meaning "none"; what it replaces is saved under the `before` epoch."""
+        os.makedirs(self.data_dir, mode=0o700, exist_ok=True)
+        current = os.path.join(self.data_dir, str(ino))
+        epoch_dir = self._epoch_dir(self.epoch)
+        saved = os.path.join(epoch_dir, str(ino))
+        if not os.path.exists(saved):
+            try:
+                # a link, not a copy: the data file is replaced by a rename, never written in place
+                os.link(current, saved)
+            except FileNotFoundError:
+                os.close(os.open(saved, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        if src is None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._rw(ino))
+            os.symlink("none", self._rw(ino))
+        else:
+            copy_file(src, self._rw(ino))
+
+    def finish_rewind(self) -> None:
+        """Put the data files of a committed rewind in place (again, after a crash)."""
+        rows = self.conn.execute("SELECT value FROM meta WHERE key = 'rewind_data'").fetchall()
+        if not rows:
+            return
+        for ino in json.loads(str(rows[0][0])):
+            rw = self._rw(int(ino))
+            current = os.path.join(self.data_dir, str(ino))
+            if os.path.islink(rw):
+                os.unlink(rw)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(current)
+            elif os.path.exists(rw):
+                os.rename(rw, current)
+        fsync_dir(self.data_dir)
+        with self.conn:
+            self.conn.execute("DELETE FROM meta WHERE key = 'rewind_data'")
+
+    def clear_unfinished(self) -> None:
+        """After a crash before a rewind's commit: its copies, and saves under epochs that no
+        checkpoint has (yet)."""
+        if self.conn.execute("SELECT 1 FROM meta WHERE key = 'rewind_data'").fetchall():
+            self.finish_rewind()
+            return
+        try:
+            names = os.listdir(self.data_dir)
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            if name.endswith(REWIND_SUFFIX):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(self.data_dir, name))
+        for e in epochs_on_disk(self.root):
+            if e > self.epoch:
+                shutil.rmtree(os.path.join(self.root, str(e)), ignore_errors=True)
+
+    # ------------------------------------------------------------ retention
+
+    def prune(self, keep: int, max_age_ns: int, now_ns: int) -> int:
+        """Drop the oldest checkpoints beyond `keep` or older than `max_age_ns`, and everything
+        only they needed. Returns how many went."""
+        c = self.conn
+        ids = [
+            (int(i), int(t))
+            for i, t in c.execute("SELECT id, time_ns FROM checkpoints ORDER BY id DESC")
+        ]
+        kept = [i for n, (i, t) in enumerate(ids) if n < keep and now_ns - t <= max_age_ns]
+        gone = [i for i, _ in ids if i not in set(kept)]
+        if not gone:
+            return 0
+        # With none kept, nothing saved so far is needed, and nothing is saved from now on.
+        oldest = min(kept) if kept else ids[0][0] + 1
+        with c:
+            c.execute("DELETE FROM checkpoints WHERE id < ?", (oldest,))
+            if not kept:
+                c.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('epoch', 0)")
+            for table in ("cp_nodes", "cp_xattrs", "cp_inline", "cp_dentries"):
+                c.execute(f"DELETE FROM {table} WHERE epoch < ?", (oldest,))
+            c.execute("DELETE FROM operations WHERE before < ?", (oldest,))
+        self.epoch = epoch_of(c)
+        self._loaded_epoch = -1
+        for e in epochs_on_disk(self.root):
+            if e < oldest:
+                shutil.rmtree(os.path.join(self.root, str(e)), ignore_errors=True)
+        return len(gone)
+
+
+# ---------------------------------------------------------------- helpers on a connection
+
+
+def epoch_of(conn: apsw.Connection) -> int:
+    rows = conn.execute("SELECT value FROM meta WHERE key = 'epoch'").fetchall()
+    return int(rows[0][0]) if rows else 0  # type: ignore[arg-type]
+
+
+def epochs_on_disk(root: str) -> list[int]:
+    try:
+        return sorted(int(n) for n in os.listdir(root) if n.isdigit())
+    except FileNotFoundError:
+        return []
+
+
+def changed_since(conn: apsw.Connection, root: str, cp: int) -> bool:
+    """Whether anything was saved at an epoch >= `cp`: the state may differ from it."""
+    for table in ("cp_nodes", "cp_dentries"):
+        if conn.execute(f"SELECT 1 FROM {table} WHERE epoch >= ? LIMIT 1", (cp,)).fetchall():
+            return True
+    return any(e >= cp and os.listdir(os.path.join(root, str(e))) for e in epochs_on_disk(root))
+
+
+def _saved_data(root: str, target: int) -> dict[int, str]:
+    """Each data file saved at an epoch >= `target`: its earliest save."""
+    out: dict[int, str] = {}
+    for e in epochs_on_disk(root):
+        if e < target:
+            continue
+        d = os.path.join(root, str(e))
+        for name in os.listdir(d):
+            if name.isdigit() and int(name) not in out:
+                out[int(name)] = os.path.join(d, name)
+    return out
+
+
+def data_at(root: str, target: int, ino: int) -> str | None:
+    """The saved data file of `ino` at checkpoint `target`, None when the current one is it."""
+    for e in epochs_on_disk(root):
+        if e >= target:
+            path = os.path.join(root, str(e), str(ino))
+            if os.path.exists(path):
+                return path
+    return None
+
+
+def _reads_data(conn: apsw.Connection, ino: int) -> bool:
+    rows = conn.execute("SELECT mode, data FROM nodes WHERE ino = ?", (ino,)).fetchall()
+    return bool(rows) and rows[0][1] == 1 and stat.S_ISREG(int(rows[0][0]))  # type: ignore[arg-type]
+
+
+def _save_node(c: apsw.Connection, ino: int, epoch: int, *, absent: bool) -> None:
+    """Save node `ino` as it is (`absent`: also when it has no row)."""
+    c.execute(
+        f"INSERT OR IGNORE INTO cp_nodes (ino, epoch, present, {_NODE_VALUES})"
+        f" SELECT ino, ?, 1, {_NODE_VALUES} FROM nodes WHERE ino = ?",
+        (epoch, ino),
+    )
+    if c.changes():
+        c.execute(
+            "INSERT OR IGNORE INTO cp_xattrs (ino, epoch, name, value)"
+            " SELECT ino, ?, name, value FROM xattrs WHERE ino = ?",
+            (epoch, ino),
+        )
+        c.execute(
+            "INSERT OR IGNORE INTO cp_inline (ino, epoch, bytes)"
+            " SELECT ino, ?, bytes FROM inline_data WHERE ino = ?",
+            (epoch, ino),
+        )
+    elif absent:
+        c.execute(
+            "INSERT OR IGNORE INTO cp_nodes (ino, epoch, present) VALUES (?, ?, 0)", (ino, epoch)
+        )
+
+
+def _restore_node(c: apsw.Connection, ino: int, epoch: int) -> None:
+    c.execute(
+        f"INSERT INTO nodes (ino, {_NODE_VALUES}) SELECT ino, {_NODE_VALUES} FROM cp_nodes"
+        " WHERE ino = ? AND epoch = ?",
+        (ino, epoch),
+    )
+    c.execute(
+        "INSERT INTO xattrs (ino, name, value) SELECT ino, name, value FROM cp_xattrs"
+        " WHERE ino = ? AND epoch = ?",
+        (ino, epoch),
+    )
+    c.execute(
+        "INSERT INTO inline_data (ino, bytes) SELECT ino, bytes FROM cp_inline"
+        " WHERE ino = ? AND epoch = ?",
+        (ino, epoch),
+    )
+
+
+def _counts(c: apsw.Connection, prev: int) -> tuple[int, int, int]:
+    """Names the session added (made, not copied from the worktree) and removed, and files it
+    changed otherwise, since checkpoint `prev` (all it holds, without one)."""
+    if prev:
+        names = c.execute(
+            "SELECT h.ino, d.ino, n.origin IS NULL, n.mode FROM cp_dentries h"
+            " LEFT JOIN dentries d ON d.parent = h.parent AND d.name = h.name"
+            " LEFT JOIN nodes n ON n.ino = d.ino WHERE h.epoch = ?",
+            (prev,),
+        ).fetchall()
+        files = c.execute(
+            "SELECT n.ino FROM cp_nodes h JOIN nodes n ON n.ino = h.ino"
+            " WHERE h.epoch = ? AND (n.mode & 61440) != 16384",
+            (prev,),
+        ).fetchall()
+    else:
+        names = c.execute(
+            "SELECT NULL, d.ino, n.origin IS NULL, n.mode FROM dentries d"
+            " LEFT JOIN nodes n ON n.ino = d.ino"
+        ).fetchall()
+        files = c.execute("SELECT ino FROM nodes WHERE (mode & 61440) != 16384").fetchall()
+    added = {now for was, now, made, _ in names if not was and now and made}
+    removed = sum(1 for was, now, _, _ in names if was != 0 and not now)
+    changed = sum(1 for (ino,) in files if ino not in added)
+    return len(added), removed, changed
+
+
+def checkpoints(conn: apsw.Connection) -> list[Checkpoint]:
+    return [
+        Checkpoint(*row)
+        for row in conn.execute(
+            "SELECT id, time_ns, kind, message, run_id, role, added, removed, changed"
+            " FROM checkpoints ORDER BY id"
+        )
+    ]
+
+
+def operations(conn: apsw.Connection) -> list[Operation]:
+    return [
+        Operation(*row)
+        for row in conn.execute(
+            "SELECT id, time_ns, kind, target, before, after, keys FROM operations ORDER BY id"
+        )
+    ]
+
+
+def copy_saved(src_data_dir: str, dest_data_dir: str) -> None:
+    """The saved data files of one delta into another's (a fork keeps the checkpoints)."""
+    src, dest = cp_root(src_data_dir), cp_root(dest_data_dir)
+    for e in epochs_on_disk(src):
+        os.makedirs(os.path.join(dest, str(e)), mode=0o700, exist_ok=True)
+        for name in os.listdir(os.path.join(src, str(e))):
+            if name.isdigit():
+                copy_file(os.path.join(src, str(e), name), os.path.join(dest, str(e), name))
+
+
+def saved_bytes(root: str) -> int:
+    """Disk space the saved data files take."""
+    total = 0
+    for e in epochs_on_disk(root):
+        with os.scandir(os.path.join(root, str(e))) as it:
+            total += sum(entry.stat(follow_symlinks=False).st_blocks * 512 for entry in it)
+    return total
+
+
+def state_rows(conn: apsw.Connection, at: int) -> Iterator[tuple[object, ...]]:
+    """The nodes at checkpoint `at` (as `nodes` columns)."""
+    yield from conn.execute(
+        f"SELECT ino, {_NODE_VALUES} FROM nodes WHERE ino NOT IN"
+        " (SELECT ino FROM cp_nodes WHERE epoch >= ?)"
+        f" UNION ALL SELECT ino, {_NODE_VALUES} FROM cp_nodes h WHERE epoch >= ? AND present"
+        " AND epoch = (SELECT min(epoch) FROM cp_nodes WHERE ino = h.ino AND epoch >= ?)",
+        (at, at, at),
+    )
+
+
+def state_dentries(conn: apsw.Connection, at: int) -> Iterator[tuple[object, ...]]:
+    yield from conn.execute(
+        "SELECT parent, name, ino FROM dentries d WHERE NOT EXISTS (SELECT 1 FROM cp_dentries"
+        " WHERE parent = d.parent AND name = d.name AND epoch >= ?)"
+        " UNION ALL SELECT parent, name, ino FROM cp_dentries h WHERE epoch >= ?"
+        " AND ino IS NOT NULL AND epoch = (SELECT min(epoch) FROM cp_dentries"
+        " WHERE parent = h.parent AND name = h.name AND epoch >= ?)",
+        (at, at, at),
+    )
+
+
+def state_xattrs(conn: apsw.Connection, at: int, ino: int) -> dict[bytes, bytes]:
+    rows = conn.execute(
+        "SELECT min(epoch) FROM cp_nodes WHERE ino = ? AND epoch >= ?", (ino, at)
+    ).fetchall()
+    if rows and rows[0][0] is not None:
+        q = conn.execute(
+            "SELECT name, value FROM cp_xattrs WHERE ino = ? AND epoch = ?", (ino, rows[0][0])
+        )
+    else:
+        q = conn.execute("SELECT name, value FROM xattrs WHERE ino = ?", (ino,))
+    return {bytes(n): bytes(v) for n, v in q}
+
+
+def state_inline(conn: apsw.Connection, at: int, ino: int) -> bytes:
+    rows = conn.execute(
+        "SELECT min(epoch) FROM cp_nodes WHERE ino = ? AND epoch >= ?", (ino, at)
+    ).fetchall()
+    if rows and rows[0][0] is not None:
+        got = conn.execute(
+            "SELECT bytes FROM cp_inline WHERE ino = ? AND epoch = ?", (ino, rows[0][0])
+        ).fetchall()
+    else:
+        got = conn.execute("SELECT bytes FROM inline_data WHERE ino = ?", (ino,)).fetchall()
+    return bytes(got[0][0]) if got else b""  # type: ignore[arg-type]
+
+
+def no_such(cp: int) -> GitsessError:
+    return GitsessError(f"no checkpoint {cp} in this session (gitsess checkpoints lists them)")

@@ -1,0 +1,103 @@
+"""How much of its history a delta keeps: the audit log's events (the oldest go, their runs
+summarised first), and where its bytes go, by kind."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass
+
+import apsw
+
+from gitsess.overlay import history
+
+# The tables of each kind, as `dbstat` names them (their indexes count with them).
+LOG_TABLES = ("events", "processes", "run_summaries", "events_time")
+CHECKPOINT_TABLES = ("checkpoints", "operations")
+
+
+@dataclass(frozen=True)
+class Bytes:
+    """Where a delta's bytes go: the live view (rows and data files), checkpoints (their rows
+    and saved data files), the audit log, and pages free in delta.db."""
+
+    files: int
+    checkpoints: int
+    log: int
+    free: int
+
+
+def bytes_by_kind(conn: apsw.Connection, data_dir: str, data_bytes: int) -> Bytes:
+    sizes: dict[str, int] = {}
+    for name, size in conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"):
+        sizes[str(name)] = int(size)
+    page = int(conn.execute("PRAGMA page_size").fetchall()[0][0])  # type: ignore[arg-type]
+    free = int(conn.execute("PRAGMA freelist_count").fetchall()[0][0]) * page  # type: ignore[arg-type]
+    log = sum(v for k, v in sizes.items() if k in LOG_TABLES)
+    cp_rows = sum(
+        v
+        for k, v in sizes.items()
+        if k in CHECKPOINT_TABLES or k.startswith(("cp_", "sqlite_autoindex_cp_"))
+    )
+    files = sum(sizes.values()) - log - cp_rows
+    cps = cp_rows + history.saved_bytes(history.cp_root(data_dir))
+    return Bytes(files + data_bytes, cps, log, free)
+
+
+def trim_log(conn: apsw.Connection, max_events: int, before_ns: int) -> int:
+    """Drop the events older than `before_ns` and all but the newest `max_events`, adding what
+    they said about their runs to `run_summaries` first. Returns how many went."""
+    rows = conn.execute("SELECT min(id), max(id) FROM events").fetchall()
+    low, high = rows[0]
+    if low is None:
+        return 0
+    assert isinstance(low, int) and isinstance(high, int)
+    cut = max(high - max_events, 0)
+    old = conn.execute(
+        "SELECT coalesce(max(id), 0) FROM events WHERE time_ns < ?", (before_ns,)
+    ).fetchall()[0][0]
+    cut = max(cut, int(old))  # type: ignore[arg-type]
+    if cut < low:
+        return 0
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        runs: dict[int, list[int]] = {}
+        ops: dict[int, Counter[str]] = {}
+        for run_id, op, time_ns, size in conn.execute(
+            "SELECT coalesce(run_id, 0), op, time_ns, coalesce(bytes, 0) FROM events WHERE id <= ?",
+            (cut,),
+        ):
+            assert isinstance(run_id, int) and isinstance(time_ns, int) and isinstance(size, int)
+            s = runs.setdefault(run_id, [0, time_ns, time_ns, 0])
+            s[0] += 1
+            s[1], s[2], s[3] = min(s[1], time_ns), max(s[2], time_ns), s[3] + size
+            ops.setdefault(run_id, Counter())[str(op)] += 1
+        for run_id, (n, first, last, size) in runs.items():
+            had = conn.execute(
+                "SELECT events, first_ns, last_ns, bytes, ops FROM run_summaries WHERE run_id = ?",
+                (run_id,),
+            ).fetchall()
+            counts = ops[run_id]
+            if had:
+                e, f, last_had, b, o = (int(v) if isinstance(v, int) else v for v in had[0])
+                assert isinstance(e, int) and isinstance(f, int) and isinstance(b, int)
+                assert isinstance(last_had, int)
+                n, size = n + e, size + b
+                first, last = min(first, f), max(last, last_had)
+                counts.update(json.loads(str(o)))
+            conn.execute(
+                "INSERT OR REPLACE INTO run_summaries (run_id, events, first_ns, last_ns, bytes,"
+                " ops) VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, n, first, last, size, json.dumps(dict(sorted(counts.items())))),
+            )
+        conn.execute("DELETE FROM events WHERE id <= ?", (cut,))
+        conn.execute(
+            "DELETE FROM processes WHERE id NOT IN"
+            " (SELECT process FROM events WHERE process IS NOT NULL)"
+        )
+        conn.execute("COMMIT")
+    except BaseException:
+        if not conn.getautocommit():
+            conn.execute("ROLLBACK")
+        raise
+    return sum(r[0] for r in runs.values())

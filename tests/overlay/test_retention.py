@@ -1,0 +1,63 @@
+"""What a delta keeps of its audit log, and where its bytes go."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from gitsess.overlay import retention
+from gitsess.overlay.delta import DeltaStore
+
+
+def _store(tmp_path: Path) -> DeltaStore:
+    (tmp_path / "s").mkdir()
+    return DeltaStore(str(tmp_path / "s" / "delta.db"))
+
+
+def _log(store: DeltaStore, events: list[tuple[int, str, int, int]]) -> None:
+    """Events as the daemon writes them: (time_ns, op, bytes, run_id)."""
+    with store.conn:
+        store.conn.execute(
+            "INSERT INTO processes (id, pid, name, cmdline) VALUES (1, 7, 'sh', 'sh')"
+        )
+        store.conn.executemany(
+            "INSERT INTO events (time_ns, op, path, bytes, pid, process, run_id)"
+            " VALUES (?, ?, 'f', ?, 7, 1, ?)",
+            events,
+        )
+
+
+def test_trim_keeps_the_newest_and_summarises_the_runs_it_drops(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _log(store, [(t, "write" if t % 2 else "create", 10, 1 + t // 50) for t in range(100)])
+    assert retention.trim_log(store.conn, 30, 0) == 70
+    ids = store.conn.execute("SELECT min(time_ns), count(*) FROM events").fetchall()[0]
+    assert ids == (70, 30)
+    summaries = {
+        r[0]: r[1:]
+        for r in store.conn.execute(
+            "SELECT run_id, events, first_ns, last_ns, bytes, ops FROM run_summaries"
+        )
+    }
+    assert summaries[1] == (50, 0, 49, 500, json.dumps({"create": 25, "write": 25}))
+    assert summaries[2][:4] == (20, 50, 69, 200)
+    # Again, by age: the summary of run 2 grows, nothing is counted twice.
+    assert retention.trim_log(store.conn, 1000, 80) == 10
+    row = store.conn.execute("SELECT events, last_ns FROM run_summaries WHERE run_id = 2")
+    assert row.fetchall() == [(30, 79)]
+    assert retention.trim_log(store.conn, 1000, 0) == 0
+    store.close()
+
+
+def test_a_big_log_is_given_back_to_the_disk(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _log(store, [(t, "write", 10, 1) for t in range(200_000)])
+    before = retention.bytes_by_kind(store.conn, store.data_dir, 0)
+    assert before.log > 5_000_000
+    retention.trim_log(store.conn, 1000, 0)
+    assert store.shrink()
+    after = retention.bytes_by_kind(store.conn, store.data_dir, 0)
+    assert after.log < before.log / 50
+    assert os.path.getsize(store.path) < before.log / 4
+    store.close()

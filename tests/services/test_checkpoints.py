@@ -1,0 +1,306 @@
+"""Checkpoints, rewind and undo of real sessions: mounted (the daemon rewinds between two
+requests) and not, through the command line, with readers running and daemons killed."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gitsess.git.repo import RepoContext
+from gitsess.overlay import protocol
+from gitsess.services import checkpoints, live, sessions
+from tests.live_util import InProcess, call, eventually
+from tests.util import GITSESS, gitsess
+
+pytestmark = pytest.mark.fuse
+
+
+def run(repo: Path, session: str, script: str) -> subprocess.CompletedProcess[str]:
+    done = gitsess(repo, "run", "-s", session, "--", "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def test_undo_after_a_run_that_went_wrong(repo: Path, gs: InProcess) -> None:
+    run(repo, "s", "echo good > README.md; mkdir -p keep; echo kept > keep/file")
+    run(repo, "s", "echo ruined > README.md; rm -rf keep src; echo junk > junk; git add -A")
+    found = gs.json("checkpoints", "s")
+    kinds = [c["kind"] for c in found["checkpoints"]]
+    assert kinds == ["run", "run"]
+    assert found["changed_since_last"]
+    out = gs.ok("undo", "s")
+    assert "back at checkpoint 2" in out
+    assert (
+        run(repo, "s", "cat README.md keep/file; ls").stdout == "good\nkept\nREADME.md\nkeep\nsrc\n"
+    )
+    # The run that only read made no checkpoint; undo again brings the ruined state back.
+    assert len(gs.json("checkpoints", "s")["checkpoints"]) == 4
+    gs.ok("undo", "s")
+    assert run(repo, "s", "cat README.md; ls").stdout == "ruined\nREADME.md\njunk\n"
+    gs.ok("undo", "s")
+    # ... and the session's git state with it (the index `git add -A` wrote is undone)
+    status = run(repo, "s", "git status --short").stdout
+    assert status == " M README.md\n?? keep/\n"
+    assert (repo / "README.md").read_text() == "hello\n"  # the real worktree never moved
+
+
+def test_checkpoint_and_rewind_offline(repo: Path, ctx: RepoContext, gs: InProcess) -> None:
+    run(repo, "off", "echo one > f")
+    assert "Checkpoint 2" in gs.ok("checkpoint", "off", "-m", "after one")
+    run(repo, "off", "echo two > f; echo more > g")
+    assert gs.ok("fs", "off", "cat", "f", "--at", "2") == "one\n"
+    assert gs.ok("fs", "off", "cat", "f") == "two\n"
+    assert "no checkpoint 99" in gs.fails("rewind", "off", "99")
+    assert "no checkpoint 99" in gs.fails("fs", "off", "cat", "f", "--at", "99")
+    gs.ok("rewind", "off", "2")
+    assert gs.ok("fs", "off", "cat", "f") == "one\n"
+    assert "g" not in gs.ok("fs", "off", "ls")
+    listed = gs.json("checkpoints", "off")
+    assert [c["message"] for c in listed["checkpoints"]][1] == "after one"
+    assert [o["kind"] for o in listed["operations"]] == ["rewind"]
+
+
+def _reader(mnt: Path, names: list[str], stop: threading.Event, seen: list[str]) -> None:
+    while not stop.is_set():
+        for name in names:
+            try:
+                data = (mnt / name).read_bytes()
+            except OSError as e:
+                seen.append(f"{name}: {e}")
+                continue
+            if data not in (_content(name, b"1"), _content(name, b"2")):
+                seen.append(f"{name}: {data[:40]!r}")
+
+
+def _content(name: str, version: bytes) -> bytes:
+    # Sizes differ by version, so a page kept from the other state shows.
+    return (name.encode() + version) * (50 if version == b"1" else 3000)
+
+
+def test_live_rewind_is_seen_whole_by_a_reader(repo: Path, ctx: RepoContext) -> None:
+    session = sessions.create(ctx, "live")
+    mnt = Path(
+        live.keep_mounted(
+            ctx, session, mountpoint=None, allow_other=False, read_only=False
+        ).mountpoint
+    )
+    names = [f"f{i}" for i in range(200)]
+    for name in names:
+        (mnt / name).write_bytes(_content(name, b"1"))
+    cp = checkpoints.checkpoint(ctx, session, "v1").checkpoint
+    assert cp is not None
+    for name in names:
+        (mnt / name).write_bytes(_content(name, b"2"))
+    stop, seen = threading.Event(), []  # type: ignore[var-annotated]
+    reader = threading.Thread(target=_reader, args=(mnt, names, stop, seen))
+    reader.start()
+    try:
+        time.sleep(0.3)
+        done = checkpoints.rewind(ctx, session, cp)
+        assert done.live
+        # Once the rewind answered, every read sees the old state: no page of the new one.
+        assert all((mnt / n).read_bytes() == _content(n, b"1") for n in names)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        reader.join()
+    assert seen == []
+    checkpoints.undo(ctx, session)
+    assert all((mnt / n).read_bytes() == _content(n, b"2") for n in names)
+
+
+def test_rewind_inside_a_running_session(repo: Path, ctx: RepoContext, tmp_path: Path) -> None:
+    names = [f"r{i}" for i in range(50)]
+    write = "; ".join(f"printf '%s' {_content(n, b'1').decode()} > {n}" for n in names[:3])
+    run(repo, "inside", write)
+    session = sessions.resolve(ctx, "inside")
+    log, stop, started = tmp_path / "log", tmp_path / "stop", tmp_path / "started"
+    script = (
+        "import pathlib, sys\n"
+        f"names = {names[:3]!r}\n"
+        f"good = {[[_content(n, b'1'), _content(n, b'2')] for n in names[:3]]!r}\n"
+        f"stop, log = pathlib.Path({str(stop)!r}), open({str(log)!r}, 'w')\n"
+        "passes = 0\n"
+        "while not stop.exists():\n"
+        "    for n, ok in zip(names, good):\n"
+        "        d = pathlib.Path(n).read_bytes()\n"
+        "        if d not in ok: log.write(f'{n} {d[:30]!r}\\n'); log.flush()\n"
+        "    passes += 1\n"
+        f"    pathlib.Path({str(started)!r}).touch()\n"
+        "print(passes)\n"
+    )
+    cp = checkpoints.checkpoint(ctx, session, "v1").checkpoint
+    assert cp is not None
+    proc = subprocess.Popen(
+        [*GITSESS, "run", "-s", "inside", "--", sys.executable, "-c", script],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert eventually(started.exists)
+        mnt = Path(protocol.status(session.id).mountpoint)  # type: ignore[union-attr]
+        for n in names[:3]:
+            # whole or not at all for the reader: a rename over it
+            (mnt / f"{n}.tmp").write_bytes(_content(n, b"2"))
+            os.replace(mnt / f"{n}.tmp", mnt / n)
+        time.sleep(0.5)
+        checkpoints.rewind(ctx, session, cp)
+        time.sleep(0.5)
+    finally:
+        stop.touch()
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert int(out.strip()) > 0
+    assert log.read_text() == ""
+
+
+def test_kill_9_during_a_rewind_leaves_the_old_state_or_the_new(
+    repo: Path, ctx: RepoContext
+) -> None:
+    session = sessions.create(ctx, "killed")
+    names = [f"k{i}" for i in range(40)]
+    outcomes = set()
+    for delay in (0.0, 0.02, 0.05, 0.1, 0.2):
+        status = live.keep_mounted(
+            ctx, session, mountpoint=None, allow_other=False, read_only=False
+        )
+        mnt = Path(status.mountpoint)
+        for n in names:
+            (mnt / n).write_bytes(_content(n, b"1") * 20)
+        cp = checkpoints.checkpoint(ctx, session, "v1").checkpoint
+        assert cp is not None
+        for n in names:
+            (mnt / n).write_bytes(_content(n, b"2"))
+        protocol.sync(session.id)
+        pid = protocol.status(session.id).daemon_pid  # type: ignore[union-attr]
+        worker = threading.Thread(target=_try_rewind, args=(ctx, session, cp))
+        worker.start()
+        time.sleep(delay)
+        os.kill(pid, signal.SIGKILL)
+        worker.join()
+        assert eventually(lambda: _gone(session.id))
+        live.unmount(ctx, session)
+        status = live.keep_mounted(
+            ctx, session, mountpoint=None, allow_other=False, read_only=False
+        )
+        mnt = Path(status.mountpoint)
+        got = {n: (mnt / n).read_bytes() for n in names}
+        old = all(got[n] == _content(n, b"2") for n in names)
+        new = all(got[n] == _content(n, b"1") * 20 for n in names)
+        assert old or new, {n: v[:20] for n, v in got.items()}
+        outcomes.add("new" if new else "old")
+        live.unmount(ctx, session)
+    assert outcomes  # (which of the two each kill left depends on the machine's timing)
+
+
+def _gone(session_id: str) -> bool:
+    try:
+        return protocol.status(session_id) is None
+    except OSError:
+        return False
+
+
+def _try_rewind(ctx: RepoContext, session: sessions.Session, cp: int) -> None:
+    # The daemon dies under it: the outcome is read from the view.
+    with contextlib.suppress(Exception):
+        checkpoints.rewind(ctx, session, cp)
+
+
+def test_checkpoints_json_counts_changes(repo: Path, gs: InProcess) -> None:
+    run(repo, "counts", "true")
+    run(repo, "counts", "echo a > a; echo b > b; rm README.md; echo c >> src/app.py")
+    gs.ok("checkpoint", "counts")
+    cps = gs.json("checkpoints", "counts")["checkpoints"]
+    assert (cps[-1]["added"], cps[-1]["removed"], cps[-1]["changed"]) == (2, 1, 1)
+    assert json.dumps(cps)  # plain data
+
+
+def test_gc_keeps_what_the_retention_says(repo: Path, gs: InProcess) -> None:
+    run(repo, "kept", "echo 0 > f")
+    for i in range(1, 6):
+        run(repo, "kept", f"echo {i} > f")
+    assert len(gs.json("checkpoints", "kept")["checkpoints"]) == 6
+    subprocess.run(["git", "config", "gitsess.checkpoints.keep", "2"], cwd=repo, check=True)
+    gs.ok("gc")
+    cps = gs.json("checkpoints", "kept")["checkpoints"]
+    assert [c["id"] for c in cps] == [5, 6]
+    assert gs.ok("fs", "kept", "cat", "f", "--at", "5") == "3\n"
+    usage = gs.json("show", "kept")["usage"]["by_kind"]
+    assert usage["checkpoints"] > 0 and usage["files"] > 0 and usage["log"] > 0
+    subprocess.run(["git", "config", "gitsess.checkpoints.keep", "many"], cwd=repo, check=True)
+    assert "gitsess.checkpoints.keep" in gs.fails("gc")
+
+
+def test_a_fork_keeps_the_checkpoints(repo: Path, gs: InProcess) -> None:
+    big = "x" * 40_000
+    run(repo, "orig", f"printf {big} > big")
+    gs.ok("checkpoint", "orig")
+    run(repo, "orig", "printf y > big")  # the data file of checkpoint 1 is saved aside
+    gs.ok("fork", "orig", "copy")
+    assert gs.ok("fs", "copy", "cat", "big", "--at", "2") == big
+    gs.ok("rewind", "copy", "2")
+    assert gs.ok("fs", "copy", "cat", "big") == big
+    assert gs.ok("fs", "orig", "cat", "big") == "y"
+    listed = gs.json("ls")
+    by_name = {s["name"]: s for s in listed}
+    assert by_name["copy"]["bytes"]["checkpoints"] > 40_000
+
+
+def test_diff_between_checkpoints(repo: Path, gs: InProcess) -> None:
+    run(repo, "d", "echo one > f; echo keep > k; mkdir -p new/dir")
+    gs.ok("checkpoint", "d")
+    run(repo, "d", "echo two > f; rm k; echo made > new/dir/m; chmod +x README.md")
+    gs.ok("checkpoint", "d")
+    names = gs.ok("diff", "d", "--from", "2", "--to", "3", "--name-status")
+    assert names.splitlines() == ["P\tREADME.md", "M\tf", "D\tk", "A\tnew/dir/m"]
+    patch = gs.ok("diff", "d", "--from", "2", "--", "f")
+    assert "-one\n+two\n" in patch and "a/f" in patch
+    code, _, err = call(gs.capsys, "diff", "d", "--to", "2")
+    assert code == 2 and "--to needs --from" in err
+
+
+def test_a_live_rewind_waits_for_writers_unless_forced(
+    repo: Path, ctx: RepoContext, gs: InProcess
+) -> None:
+    session = sessions.create(ctx, "busy")
+    mnt = Path(
+        live.keep_mounted(
+            ctx, session, mountpoint=None, allow_other=False, read_only=False
+        ).mountpoint
+    )
+    (mnt / "held").write_text("old\n")
+    (mnt / "other").write_text("old\n")
+    gs.ok("checkpoint", "busy")
+    (mnt / "held").write_text("new\n")
+    with open(mnt / "other", "a"):  # open for writing, but the rewind does not change it
+        with open(mnt / "held", "a"):
+            err = gs.fails("rewind", "busy", "1")
+            assert f"process {os.getpid()} holds" in err and "held" in err and "--force" in err
+            assert (mnt / "held").read_text() == "new\n"
+            gs.ok("rewind", "busy", "1", "--force")
+            assert (mnt / "held").read_text() == "old\n"
+        gs.ok("undo", "busy")  # `other` is held still, unchanged by this one
+    assert (mnt / "held").read_text() == "new\n"
+
+
+def test_rewind_of_some_paths(repo: Path, gs: InProcess) -> None:
+    gs.ok("new", "p")
+    gs.ok("mount", "p")  # (the runs join it: no daemon stops under the rewind's writes)
+    run(repo, "p", "mkdir -p d; echo one > d/a; echo one > b; echo one > c")
+    gs.ok("checkpoint", "p")
+    run(repo, "p", "echo two > d/a; echo two > b; rm c; ln -s b l")
+    gs.ok("rewind", "p", "2", "--", "d", "c")
+    assert run(repo, "p", "cat d/a b c; ls").stdout == "one\ntwo\none\nREADME.md\nb\nc\nd\nl\nsrc\n"
+    gs.ok("undo", "p")
+    assert run(repo, "p", "cat d/a b; ls").stdout == "two\ntwo\nREADME.md\nb\nd\nl\nsrc\n"

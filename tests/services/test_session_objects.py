@@ -1,0 +1,291 @@
+"""A session's object store is copy-on-write like the rest of its `.git` (issue 36 items 1-4,
+15): what git writes or changes there stays in the session, the real `.git` keeps every byte
+until an apply, and apply, push and rm's archive copy in exactly the objects the session's
+commits need."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.util import GITSESS, commit, git, gitsess, make_repo
+
+pytestmark = pytest.mark.fuse
+
+
+def run(repo: Path, session: str, script: str) -> subprocess.CompletedProcess[str]:
+    return gitsess(repo, "run", "-s", session, "--", "sh", "-c", script)
+
+
+def dot_git(repo: Path) -> dict[str, str]:
+    """Every file below the real `.git` (objects included; the state dir of gitsess aside),
+    with its mode and the digest of its bytes."""
+    top = repo / ".git"
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        if Path(dirpath) == top and "gitsess" in dirnames:
+            dirnames.remove("gitsess")
+        for name in filenames:
+            path = Path(dirpath) / name
+            st = path.lstat()
+            out[str(path.relative_to(top))] = (
+                f"{st.st_mode:o}:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+            )
+    return out
+
+
+def fsck_clean(repo: Path) -> bool:
+    done = subprocess.run(["git", "fsck", "--no-dangling"], cwd=repo, capture_output=True)
+    return done.returncode == 0 and not done.stdout
+
+
+def loose_objects(repo: Path) -> set[str]:
+    found = set()
+    for d in (repo / ".git" / "objects").iterdir():
+        if len(d.name) == 2 and d.is_dir():
+            found |= {d.name + f.name for f in d.iterdir()}
+    return found
+
+
+@pytest.fixture
+def worked(repo: Path) -> Path:
+    """The repository with a second commit, as loose objects."""
+    commit(repo, "second.txt", "two\n", "second")
+    return repo
+
+
+@pytest.fixture
+def upstream(tmp_path: Path) -> Path:
+    """A repository with 150 commits on `main` of its own history (so fetching it brings some
+    450 objects: git keeps those as a pack, with index-pack), cloned by nothing yet."""
+    up = make_repo(tmp_path / "upstream", {"u.txt": "0\n"})
+    for i in range(150):
+        (up / "u.txt").write_text(f"{i}\n")
+        (up / f"f{i % 7}.txt").write_text(f"{i}\n")
+        git(up, "add", "-A")
+        git(up, "commit", "-q", "-m", f"u{i}")
+    return up
+
+
+# ---------------------------------------------------------------------------------------------
+# item 1: real objects cannot be destroyed or changed from inside
+
+
+def test_replacing_touching_and_chmod_of_real_objects_change_only_the_session(
+    worked: Path,
+) -> None:
+    head = git(worked, "rev-parse", "HEAD")
+    obj = f".git/objects/{head[:2]}/{head[2:]}"
+    git(worked, "commit-graph", "write", "--reachable")
+    before = dot_git(worked)
+    script = (
+        f"printf junk > .git/objects/{head[:2]}/tmp_x && "
+        f"mv -f .git/objects/{head[:2]}/tmp_x {obj} && "
+        "chmod 666 .git/objects/info/commit-graph && "
+        "printf junk > .git/objects/info/commit-graph && "
+        "touch .git/objects/pack/x.keep && "
+        f"stat -c %a {obj} && cat {obj}"
+    )
+    done = run(worked, "exp", script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "644\njunk"
+    assert dot_git(worked) == before
+    assert fsck_clean(worked)
+    assert git(worked, "log", "--format=%s").splitlines() == ["second", "initial"]
+
+
+def test_deleting_real_objects_inside_hides_them_from_the_session_only(worked: Path) -> None:
+    before = dot_git(worked)
+    done = run(worked, "exp", "rm -rf .git/objects && git log -1 2>&1; ls .git")
+    assert "objects" not in done.stdout.split()
+    assert dot_git(worked) == before
+    assert fsck_clean(worked)
+
+
+def test_rm_rf_of_a_mounted_views_git_leaves_the_real_one(worked: Path, tmp_path: Path) -> None:
+    before = dot_git(worked)
+    view = tmp_path / "view"
+    view.mkdir()
+    assert gitsess(worked, "new", "exp").returncode == 0
+    mounted = gitsess(worked, "mount", "exp", str(view))
+    assert mounted.returncode == 0, mounted.stderr
+    try:
+        subprocess.run(["rm", "-rf", str(view / ".git")], capture_output=True, text=True)
+        # everything goes, objects too (the sealed state dir keeps `.git` itself: ENOTEMPTY)
+        assert os.listdir(view / ".git") == []
+    finally:
+        assert gitsess(worked, "umount", "exp").returncode == 0
+    assert dot_git(worked) == before
+    assert fsck_clean(worked)
+
+
+# ---------------------------------------------------------------------------------------------
+# items 2, 3: fetch, gc, repack, maintenance and commit-graph work inside, as in a clone
+
+
+def test_fetch_of_hundreds_of_objects_stays_in_the_session(worked: Path, upstream: Path) -> None:
+    git(worked, "remote", "add", "up", str(upstream))
+    before = dot_git(worked)
+    done = run(
+        worked,
+        "exp",
+        "git fetch -q up && git rev-list --count up/main && ls .git/objects/pack | grep -c idx"
+        " && git merge -q --allow-unrelated-histories --no-edit up/main && cat f3.txt",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["151", "1", "143"]
+    assert dot_git(worked) == before
+    assert fsck_clean(worked)
+    # the merge's commits reach the real repository with apply, every object they need too
+    applied = gitsess(worked, "apply", "exp", "--commit", "--squash", "-m", "merged")
+    assert applied.returncode == 0, applied.stderr
+    assert (worked / "f3.txt").read_text() == "143\n"
+    assert fsck_clean(worked)
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "git gc -q --prune=now",
+        "git repack -q -a -d && git prune-packed",
+        "git maintenance run --task=gc --task=commit-graph --task=loose-objects",
+        "git repack -q -d && git commit-graph write --reachable && git multi-pack-index write",
+        "git gc -q --aggressive && git count-objects -v | grep -q '^count: 0'",
+    ],
+)
+def test_gc_and_repack_inside_work_and_leave_the_real_git_alone(worked: Path, script: str) -> None:
+    done = run(worked, "exp", "echo x > x.txt && git add x.txt && git commit -qm inside")
+    assert done.returncode == 0, done.stderr
+    before = dot_git(worked)
+    done = run(
+        worked, "exp", f"{script} && git fsck --no-dangling --no-progress && git log --format=%s"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-3:] == ["inside", "second", "initial"]
+    assert dot_git(worked) == before
+    assert fsck_clean(worked)
+    assert '"commits": 1' in gitsess(worked, "show", "exp", "--json").stdout
+    applied = gitsess(worked, "apply", "exp", "--commit", "-m", "rest")
+    assert applied.returncode == 0, applied.stderr
+    assert git(worked, "log", "-1", "--format=%s") == "inside"
+    assert fsck_clean(worked)
+
+
+# ---------------------------------------------------------------------------------------------
+# item 4: the real repository's gc cannot take the session's commits
+
+
+def test_a_real_gc_leaves_the_sessions_commits(worked: Path) -> None:
+    made = run(worked, "exp", "echo x > x.txt && git add x.txt && git commit -qm inside")
+    assert made.returncode == 0, made.stderr
+    git(worked, "reflog", "expire", "--expire=now", "--all")
+    git(worked, "gc", "-q", "--prune=now")
+    inside = run(worked, "exp", "git log --format=%s -1 && git fsck --no-dangling --no-progress")
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout == "inside\n"
+    diff = gitsess(worked, "diff", "exp", "--name-only")
+    assert diff.returncode == 0, diff.stderr
+    assert diff.stdout.split() == ["x.txt"]
+    applied = gitsess(worked, "apply", "exp", "--commit", "-m", "rest")
+    assert applied.returncode == 0, applied.stderr
+    assert git(worked, "log", "-1", "--format=%s") == "inside"
+    assert fsck_clean(worked)
+
+
+def test_a_real_gc_after_git_add_of_a_real_object_leaves_it_to_the_session(worked: Path) -> None:
+    """`git add` of content the real store has freshens the real object (utime): the session
+    then holds the object's bytes, so the real repository packing it away takes nothing."""
+    git(worked, "hash-object", "-w", "--stdin", input=b"stray\n")  # loose and unreachable
+    made = run(worked, "exp", "echo stray > s.txt && git add s.txt && git commit -qm s")
+    assert made.returncode == 0, made.stderr
+    git(worked, "gc", "-q", "--prune=now")
+    inside = run(worked, "exp", "git fsck --no-dangling --no-progress && git show HEAD:s.txt")
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout == "stray\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# promotion: exactly what the commits need, and only when they leave the session
+
+
+def test_apply_promotes_exactly_the_objects_the_commits_need(worked: Path) -> None:
+    script = (
+        "echo unused | git hash-object -w --stdin && "
+        "echo a > a.txt && git add a.txt && git commit -qm a && git rev-parse HEAD HEAD^{tree}"
+    )
+    done = run(worked, "exp", script)
+    assert done.returncode == 0, done.stderr
+    unused, head, tree = done.stdout.split()
+    blob = run(worked, "exp", "git rev-parse HEAD:a.txt").stdout.strip()
+    real = loose_objects(worked)
+    assert not {unused, head, tree, blob} & real
+    dry = gitsess(worked, "apply", "exp", "--commit", "-m", "x", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert loose_objects(worked) == real
+    applied = gitsess(worked, "apply", "exp", "--commit", "-m", "x")
+    assert applied.returncode == 0, applied.stderr
+    assert loose_objects(worked) - real == {head, tree, blob}
+    assert git(worked, "rev-parse", "HEAD") == head
+    assert fsck_clean(worked)
+
+
+def test_push_promotes_the_sessions_commits(worked: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(worked, "remote", "add", "origin", str(remote))
+    assert run(worked, "exp", "echo p > p.txt && git add p.txt && git commit -qm p").returncode == 0
+    pushed = gitsess(worked, "push", "exp")
+    assert pushed.returncode == 0, pushed.stderr
+    assert fsck_clean(worked)
+    assert fsck_clean(remote)
+
+
+# ---------------------------------------------------------------------------------------------
+# item 15: rm then restore brings the session back as it was
+
+
+def test_rm_then_restore_brings_back_commits_kv_and_id(worked: Path) -> None:
+    cmd = " ".join(GITSESS)
+    made = run(
+        worked,
+        "exp",
+        "echo 1 > c1.txt && git add c1.txt && git commit -qm c1 && "
+        "echo 2 > c2.txt && git add c2.txt && git commit -qm c2 && "
+        f"echo edited >> README.md && {cmd} kv set answer 42",
+    )
+    assert made.returncode == 0, made.stderr
+    shown = json.loads(gitsess(worked, "show", "exp", "--json").stdout)
+    assert gitsess(worked, "rm", "exp").returncode == 0
+    restored = gitsess(worked, "restore", "exp")
+    assert restored.returncode == 0, restored.stderr
+    git(worked, "reflog", "expire", "--expire=now", "--all")
+    git(worked, "gc", "-q", "--prune=now")  # the archive ref went with the restore
+    again = json.loads(gitsess(worked, "show", "exp", "--json").stdout)
+    assert again["id"] == shown["id"]
+    assert again["commits"] == 2
+    assert gitsess(worked, "kv", "exp", "get", "answer").stdout.strip() == "42"
+    inside = run(worked, "exp", "git log --format=%s -3 && git status --porcelain")
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout.splitlines() == ["c2", "c1", "second", " M README.md"]
+    applied = gitsess(worked, "apply", "exp", "--commit", "-m", "edit")
+    assert applied.returncode == 0, applied.stderr
+    assert git(worked, "log", "--format=%s", "-3").splitlines() == ["edit", "c2", "c1"]
+    assert fsck_clean(worked)
+
+
+def test_a_fork_keeps_the_commits_through_a_real_gc(worked: Path) -> None:
+    assert run(worked, "exp", "echo f > f.txt && git add f.txt && git commit -qm f").returncode == 0
+    assert gitsess(worked, "fork", "exp", "copy").returncode == 0
+    assert gitsess(worked, "rm", "--force", "exp").returncode == 0
+    git(worked, "reflog", "expire", "--expire=now", "--all")
+    for ref in git(worked, "for-each-ref", "--format=%(refname)", "refs/gitsess/").split():
+        git(worked, "update-ref", "-d", ref)
+    git(worked, "gc", "-q", "--prune=now")
+    inside = run(worked, "copy", "git log -1 --format=%s && git fsck --no-dangling --no-progress")
+    assert inside.returncode == 0, inside.stderr
+    assert inside.stdout == "f\n"
