@@ -31,6 +31,7 @@ from gitsess.git.archive import (
     delete_archive,
     list_archives,
     read_archive,
+    refused_in_tree,
     refused_paths,
     snapshot_tree,
 )
@@ -222,6 +223,9 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
         )
     paths = archived_paths(repo, info)
     check_paths(paths, f"archive {info.ref_name}")
+    if info.head is not None:  # (their tree becomes the session's index)
+        head_tree = str(repo[info.head].peel(pygit2.Commit).tree_id)
+        check_refused(refused_in_tree(repo, head_tree), f"archive {info.ref_name}")
     session = insert(
         ctx,
         new_name or info.name,
