@@ -41,6 +41,7 @@ import os
 import platform
 import pstats
 import random
+import resource
 import shlex
 import shutil
 import signal
@@ -1322,6 +1323,44 @@ def run_apply(b: Bench, corpus: Corpus) -> list[Result]:
     return [diff, commit]
 
 
+# ---------------------------------------------------------------------------- conflict radar
+
+RADAR = "radar"
+RADAR_SESSIONS, RADAR_PATHS = 20, 100
+
+
+def run_radar(b: Bench, corpus: Corpus) -> None:
+    """`gitsess overlaps --json` over 20 unmounted sessions of 100 changed files each, every
+    session sharing half its files with the next (so 19 pairs are merged in memory); a
+    gitsess-only figure (no other tool has one), with its goal of 1 s in the notes."""
+    rels = [f for f in corpus.files if f.startswith("src/")]
+    step = RADAR_PATHS // 2
+    if len(rels) < step * (RADAR_SESSIONS + 1):
+        b.notes.append(f"{RADAR}: skipped, the corpus has too few files")
+        return
+    times: list[float] = []
+    with contextlib.ExitStack() as later:
+        for n in range(RADAR_SESSIONS):
+            session = later.enter_context(new_session(b, corpus.repo, f"bench-radar-{n}"))
+            with cli_mounted(b, corpus.repo, session) as view:
+                _change_files(view.root, rels[n * step : n * step + RADAR_PATHS], f"radar {n}")
+        cpu: list[float] = []
+        for _ in range(max(b.cfg.apply_runs, 3)):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            times.append(
+                timed(lambda: _run([GITSESS_CLI, "overlaps", "--json"], corpus.repo, b.env))
+            )
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    # CPU time too: on a loaded machine the wall time is mostly waiting for a core.
+    b.notes.append(
+        f"{RADAR}: `gitsess overlaps --json` of {RADAR_SESSIONS} sessions x {RADAR_PATHS} changed "
+        f"files (19 overlapping pairs), median of {len(times)}: "
+        f"{fmt_time(statistics.median(times))} wall, {fmt_time(statistics.median(cpu))} CPU "
+        "(goal: under 1 s)"
+    )
+
+
 # ---------------------------------------------------------------------- git in a session
 
 # Times git commands from inside one long-lived process, so that neither the process's nor
@@ -2069,7 +2108,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         default=[],
         metavar="KEY",
         help="only this workload (repeatable; also `session-start`, `apply`, `git-session`,"
-        " `cli-start`, `fleet`, `checkpoints`)",
+        " `cli-start`, `fleet`, `checkpoints`, `radar`)",
     )
     p.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
@@ -2116,7 +2155,7 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
     chosen = select(b.cfg, only, cold_ok)
     results: list[Result] = []
     creation: list[Creation] = []
-    if chosen or not only or {"session-start", "apply", FLEET} & set(only):
+    if chosen or not only or {"session-start", "apply", FLEET, RADAR} & set(only):
         console.log(f"building the corpus in {b.tmp}")
         corpus = build_corpus(b.tmp / "corpus", b.cfg, b.env)
         results += run_shared(b, [w for w in chosen if not w.mutates], corpus)
@@ -2139,6 +2178,11 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
     if "checkpoints" in only or (not only and not b.cfg.quick):
         run_checkpoints(b)
+    if (not b.cfg.quick and not only) or RADAR in only:
+        if cli_has(b, "overlaps"):
+            run_radar(b, corpus)
+        else:
+            b.notes.append(f"{RADAR}: not yet available (no `gitsess overlaps`)")
     if git_session_selected(only) and (only or not b.cfg.quick):
         results += run_git_session(b, only, cold_ok)
     if FLEET in only or not (only or b.cfg.quick):

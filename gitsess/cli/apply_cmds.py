@@ -320,6 +320,18 @@ def parse_author(text: str) -> pygit2.Signature:
 @click.option("--force", is_flag=True, help="Overwrite real files changed outside the session.")
 @click.option("--ignored", is_flag=True, help="Include paths .gitignore ignores.")
 @click.option("--dry-run", "-n", is_flag=True, help="Show what would happen; change nothing.")
+@click.option(
+    "--test",
+    metavar="CMD",
+    help="--commit: run CMD (sh -c) on the result first; move the branch only if it exits 0.",
+)
+@click.option(
+    "--retries",
+    type=click.IntRange(min=0),
+    default=3,
+    show_default=True,
+    help="--test: build and test again this many times when the branch moved meanwhile.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def apply(
     args: tuple[str, ...],
@@ -337,6 +349,8 @@ def apply(
     force: bool,
     ignored: bool,
     dry_run: bool,
+    test: str | None,
+    retries: int,
     as_json: bool,
 ) -> None:
     """Apply a session's changes: to a commit, a patch, or the real worktree.
@@ -346,9 +360,15 @@ def apply(
     uncommitted changes on top. --commit and --worktree take the applied paths out of the
     session, which goes on (live mounts included); --patch leaves it as it is. On a conflict
     nothing changes: every conflicting path is listed on stderr and the exit status is 1.
+
+    --commit --test CMD runs CMD in a throwaway checkout of the result (the branch's tip with
+    the session's work on it) and moves the branch only if CMD exits 0 and the tip did not
+    move meanwhile (else it builds and tests again); CMD's output is kept in the session's log.
+    Gated applies to one branch wait for each other, in the order they came.
     """
-    if squash and not to_commit:
-        raise click.UsageError("--squash does not apply to this target")
+    if (squash or test is not None) and not to_commit:
+        given = "--squash" if squash else "--test"
+        raise click.UsageError(f"{given} does not apply to this target")
     if sum((to_commit, to_patch, to_worktree)) != 1:
         raise click.UsageError("give one of --commit, --patch, --worktree")
     _check_options(
@@ -359,10 +379,12 @@ def apply(
     session, specs = _target(ctx, args, offsets, session_option)
     signature = parse_author(author) if author is not None else None
     if to_commit:
-        outcome = applying.apply_to_commit(
+        from gitsess.services import gate
+
+        outcome = gate.commit(
             ctx, session, specs, message=message or _default_message(session), branch=branch,
             author=signature, include_ignored=ignored, force=force, dry_run=dry_run,
-            squash=squash,
+            squash=squash, test=test, retries=retries,
         )  # fmt: skip
     elif to_patch:
         outcome = applying.apply_to_patch(
@@ -382,6 +404,7 @@ def apply(
         print_json(outcome.to_json())
     else:
         _report(session, outcome, output)
+    _report_radar(outcome)
     if not outcome.ok:
         for c in outcome.conflicts:
             click.echo(f"gitsess: conflict: {c.path}: {c.detail} ({c.reason})", err=True)
@@ -392,6 +415,24 @@ def apply(
                 err=True,
             )
         sys.exit(1)
+
+
+def _report_radar(outcome: applying.Applied) -> None:
+    """On stderr: how a gated apply's test went, and whom the branch now conflicts with."""
+    t = outcome.test
+    if t is not None:
+        verdict = "passed" if t.passed else f"failed (exit {t.exit_code}); nothing was applied"
+        click.echo(
+            f"gitsess: test {verdict}: {t.command} (on {short(t.commit)}, attempt {t.attempts};"
+            f" output in {t.log})",
+            err=True,
+        )
+    if outcome.now_conflicts:
+        click.echo(
+            "gitsess: the branch now conflicts with session(s): "
+            + ", ".join(outcome.now_conflicts),
+            err=True,
+        )
 
 
 # What a user can do about a conflict the real worktree's own changes cause.

@@ -285,6 +285,12 @@ def _missing(count: int) -> str:
 
 
 def print_json(data: object) -> None:
+    click.echo(json_text(data))
+
+
+def json_text(data: object) -> str:
+    """What `--json` prints (and the MCP server answers): paths and times as strings."""
+
     def plain(value: object) -> object:
         if isinstance(value, Path):
             return str(value)
@@ -292,7 +298,7 @@ def print_json(data: object) -> None:
             return value.isoformat()
         raise TypeError(f"cannot encode {type(value).__name__}")
 
-    click.echo(json.dumps(data, indent=2, default=plain))
+    return json.dumps(data, indent=2, default=plain)
 
 
 def info_json(info: SessionInfo) -> dict[str, object]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import asdict
 from datetime import UTC, datetime
 
 import click
@@ -20,11 +19,13 @@ from gitsess.services.sessions import discover
 @click.option("--message", "-m", default="", help="What this state is.")
 # An agent's hook (see `turn_hook` in the agent profiles): the prompt comes as JSON on stdin.
 @click.option("--turn", is_flag=True, hidden=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @takes_session
 def checkpoint(
     args: tuple[str, ...],
     message: str,
     turn: bool,
+    as_json: bool,
     offsets: tuple[str, ...],
     session_option: str | None,
 ) -> None:
@@ -42,6 +43,11 @@ def checkpoint(
         )
         return
     made = checkpoints.checkpoint(ctx, session, message)
+    if as_json:
+        print_json(
+            {"name": made.session.name, "id": made.session.id, "checkpoint": made.checkpoint}
+        )
+        return
     console().print(f"Checkpoint {made.checkpoint} of [bold]{escape(made.session.name)}[/]")
 
 
@@ -63,8 +69,33 @@ def list_checkpoints(
     if as_json:
         print_json(
             {
-                "checkpoints": [asdict(c) for c in found.checkpoints],
-                "operations": [asdict(o) for o in found.operations],
+                "name": found.session.name,
+                "id": found.session.id,
+                "checkpoints": [
+                    {
+                        "checkpoint": c.id,
+                        "time_ns": c.time_ns,
+                        "kind": c.kind,
+                        "message": c.message,
+                        "run": c.run_id,
+                        "role": c.role,
+                        "added_paths": c.added,
+                        "removed_paths": c.removed,
+                        "changed_paths": c.changed,
+                    }
+                    for c in found.checkpoints
+                ],
+                "operations": [
+                    {
+                        "operation": o.id,
+                        "time_ns": o.time_ns,
+                        "kind": o.kind,
+                        "checkpoint": o.target,
+                        "before": o.before,
+                        "after": o.after,
+                    }
+                    for o in found.operations
+                ],
                 "changed_since_last": found.changed_since_last,
             }
         )
@@ -78,7 +109,20 @@ def list_checkpoints(
         out.print("       (changes since the last checkpoint)")
 
 
-def _report(done: checkpoints.Rewind) -> None:
+def _report(done: checkpoints.Rewind, as_json: bool) -> None:
+    if as_json:
+        print_json(
+            {
+                "name": done.session.name,
+                "id": done.session.id,
+                "operation": done.operation,
+                "kind": done.kind,
+                "checkpoint": done.target,
+                "before": done.before,
+                "live": done.live,
+            }
+        )
+        return
     console().print(
         f"Session [bold]{escape(done.session.name)}[/] is back at checkpoint {done.target};"
         f" what it replaced is checkpoint {done.before} (`gitsess undo` brings it back)"
@@ -101,9 +145,14 @@ class _WithPaths(SessionCommand):
 @cli.command(cls=_WithPaths)
 @click.argument("args", nargs=-1, metavar="[SESSION] CHECKPOINT [-- PATHSPEC...]")
 @click.option("--force", is_flag=True, help=_FORCE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @takes_session
 def rewind(
-    args: tuple[str, ...], force: bool, offsets: tuple[str, ...], session_option: str | None
+    args: tuple[str, ...],
+    force: bool,
+    as_json: bool,
+    offsets: tuple[str, ...],
+    session_option: str | None,
 ) -> None:
     """Bring a session back to a checkpoint (live if it is mounted); undo reverses it."""
     specs = [p.strip("/") for p in click.get_current_context().meta.get("paths", [])]
@@ -113,19 +162,24 @@ def rewind(
     ctx = discover()
     session = sessions.resolve(ctx, ref)
     if specs:
-        _report(checkpoints.rewind_paths(ctx, session, int(target), specs))
+        _report(checkpoints.rewind_paths(ctx, session, int(target), specs), as_json)
         return
-    _report(checkpoints.rewind(ctx, session, int(target), force=force))
+    _report(checkpoints.rewind(ctx, session, int(target), force=force), as_json)
 
 
 @cli.command(cls=SessionCommand)
 @click.argument("args", nargs=-1, metavar="[SESSION]")
 @click.option("--force", is_flag=True, help=_FORCE_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @takes_session
 def undo(
-    args: tuple[str, ...], force: bool, offsets: tuple[str, ...], session_option: str | None
+    args: tuple[str, ...],
+    force: bool,
+    as_json: bool,
+    offsets: tuple[str, ...],
+    session_option: str | None,
 ) -> None:
     """Undo the last run (back to its checkpoint), or the last rewind or undo."""
     ref, _ = session_ref(args, 0, offsets, session_option)
     ctx = discover()
-    _report(checkpoints.undo(ctx, sessions.resolve(ctx, ref), force=force))
+    _report(checkpoints.undo(ctx, sessions.resolve(ctx, ref), force=force), as_json)

@@ -39,8 +39,10 @@ COMMANDS: dict[str, tuple[str, str | None]] = {
     "kv": ("kv_cmds", "A session's key-value store of JSON values."),
     "log": ("inspect_cmds", "What happened in a session, grouped by run."),
     "ls": ("session_cmds", "List sessions, this worktree's first."),
+    "mcp": ("mcp_cmds", "Serve gitsess's tools to agents over MCP (stdio)."),
     "mount": ("live_cmds", "Mount a session's view until `gitsess umount`."),
     "new": ("session_cmds", "Create a session."),
+    "overlaps": ("radar_cmds", "Show which sessions would conflict if applied."),
     "ps": ("live_cmds", "List mounted sessions and who is inside."),
     "pull": ("remote_cmds", "Bring a session from a git remote."),
     "push": ("remote_cmds", "Publish a session on a git remote."),
@@ -66,6 +68,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "gitsess apply exp --patch -o exp.patch -- src/",
     ),
     "archives": ("gitsess archives", "gitsess restore exp --as exp-again"),
+    "checkpoint": ('gitsess checkpoint exp -m "before the refactor"',),
+    "checkpoints": ("gitsess checkpoints exp", "gitsess checkpoints exp --json"),
     "completion": ('eval "$(gitsess completion bash)"',),
     "diff": ("gitsess diff exp", "gitsess diff exp --stat -- src/"),
     "discard": ("gitsess discard exp -- build/", "gitsess discard exp --all -y"),
@@ -84,6 +88,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "push": ("gitsess push exp", "gitsess push exp origin --with-kv"),
     "rename": ("gitsess rename exp parser",),
     "restore": ("gitsess restore exp", "gitsess restore exp --as exp-again"),
+    "rewind": ("gitsess rewind exp 3", "gitsess rewind exp 3 -- src/"),
     "rm": ("gitsess rm exp", "gitsess rm -1 --force"),
     "run": ("gitsess run -s exp -- pytest", "gitsess run -s exp --agent claude --role reviewer"),
     "show": ("gitsess show exp", "gitsess show -1 --json"),
@@ -91,6 +96,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "title": ('gitsess title exp "parse twice as fast"',),
     "tour": ("gitsess tour",),
     "umount": ("gitsess umount exp",),
+    "undo": ("gitsess undo exp",),
     "watch": ("gitsess watch exp", "gitsess watch exp --json"),
 }
 
@@ -172,6 +178,15 @@ def _library_error(e: Exception) -> str | None:
     if pygit2 is not None and isinstance(e, pygit2.GitError):
         return f"git: {e}"
     return None
+
+
+def one_line(e: Exception) -> str | None:
+    """The message `run` shows for an anticipated error, None for anything else (a bug)."""
+    if isinstance(e, GitsessError):
+        return str(e)
+    if isinstance(e, OSError):
+        return f"{e.filename}: {e.strerror}" if e.filename else str(e)
+    return _library_error(e)
 
 
 def _progress_bars() -> contextlib.AbstractContextManager[None]:

@@ -57,6 +57,11 @@ from gitsess.services.sessions import RepoContext, Session, discover
     is_flag=True,
     help="Move a session whose worktree switched branches onto the branch checked out now.",
 )
+@click.option(
+    "--no-mcp",
+    is_flag=True,
+    help="--agent: do not register gitsess's MCP server (`gitsess mcp`) with the agent.",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 def run(
     offsets: tuple[str, ...],
@@ -67,6 +72,7 @@ def run(
     agent_kind: str | None,
     role: str | None,
     rebind: bool,
+    no_mcp: bool,
     command: tuple[str, ...],
 ) -> None:
     """Run COMMAND (default: $SHELL, or the agent's CLI) inside a session, creating or resuming
@@ -95,7 +101,9 @@ def run(
     if agent_kind is not None or role is not None:
         from gitsess.services import agents
 
-        agent = agents.prepare(ctx, session, kind=agent_kind, role=role, argv=argv, env=env)
+        agent = agents.prepare(
+            ctx, session, kind=agent_kind, role=role, argv=argv, env=env, mcp=not no_mcp
+        )
         argv, env, role = agent.argv, agent.env, agent.participant.role
         for note in agent.notes:
             click.echo(f"gitsess: {note}", err=True)

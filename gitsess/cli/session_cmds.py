@@ -34,10 +34,12 @@ from gitsess.cli.base import (
 )
 from gitsess.cli.group import cli
 from gitsess.services import live, sessions
-from gitsess.services.sessions import Session, SessionInfo, discover
+from gitsess.services.sessions import RepoContext, Session, SessionInfo, discover
 
 if TYPE_CHECKING:
     from gitsess.services import inspection
+    from gitsess.services.inspection import OwnCommit
+    from gitsess.services.timeline import Drift
 
 # git runs no hook on `git worktree remove`: what catches it up is the next hook, or gc
 GONE = "(missing; `gitsess gc` archives the session)"
@@ -136,8 +138,9 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
         return
     ctx = discover()
     infos = sessions.list_sessions(ctx)
+    clash = clashes(ctx, infos)
     if as_json:
-        print_json([_with_drift(i) for i in infos])
+        print_json(ls_json(infos, clash))
         return
     if not infos:
         if ctx.worktree is None:
@@ -155,12 +158,51 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
     others = [i for i in infos if not i.here]
     if here:
         click.echo(f"{_bold('This worktree')} {table.clean(str(here[0].session.worktree))}")
-        table.echo(*_table(here, drift, with_worktree=False))
+        table.echo(*_table(here, drift, with_worktree=False, clash=clash))
     if others:
         click.echo(_bold("Other worktrees"))
-        table.echo(*_table(others, drift, with_worktree=True))
+        table.echo(*_table(others, drift, with_worktree=True, clash=clash))
     if any(drift.values()):
         click.echo(_DRIFT_NOTE)
+    if clash:
+        click.echo(_CLASH_NOTE)
+
+
+def ls_json(
+    infos: Sequence[SessionInfo], clash: Mapping[str, Sequence[str]]
+) -> list[dict[str, object]]:
+    """What `ls --json` (and the MCP tool `sessions`) gives."""
+    return [
+        {**_with_drift(i), "conflicts_with": list(clash.get(i.session.name, ()))} for i in infos
+    ]
+
+
+def show_json(
+    info: SessionInfo,
+    usage: inspection.Usage,
+    drift: Sequence[Drift],
+    commits: Sequence[OwnCommit],
+) -> dict[str, object]:
+    """What `show --json` (and the MCP tool `show`) gives."""
+    return {
+        **info_json(info),
+        "usage": asdict(usage),
+        "drift": [{"path": d.path, "time": d.time} for d in drift],
+        "own_commits": [asdict(c) for c in commits],
+    }
+
+
+_CLASH_NOTE = "x applying both would conflict: the paths are in `gitsess overlaps`"
+
+
+def clashes(ctx: RepoContext, infos: Sequence[SessionInfo]) -> dict[str, list[str]]:
+    """What each session would conflict with (sessions, or its branch), by the radar; not
+    even loaded when no session has changes (`ls` of an empty repository stays quick)."""
+    if all(i.changed_files == 0 for i in infos):
+        return {}
+    from gitsess.services import overlaps
+
+    return overlaps.conflicting(overlaps.overlaps(ctx))
 
 
 def _bold(text: str) -> str:
@@ -222,7 +264,11 @@ _STATE_STYLE = {"running": "green", "mounted": "cyan", "damaged": "red"}
 
 
 def _table(
-    infos: Sequence[SessionInfo], drift: Mapping[str, int], *, with_worktree: bool
+    infos: Sequence[SessionInfo],
+    drift: Mapping[str, int],
+    *,
+    with_worktree: bool,
+    clash: Mapping[str, Sequence[str]] | None = None,
 ) -> tuple[list[table.Column], list[list[table.Cell]]]:
     Col, Cell = table.Column, table.Cell
     columns = [
@@ -243,13 +289,15 @@ def _table(
         name = s.name + ("" if s.state == "active" else f" ({s.state})")
         drifted = drift.get(s.id, 0)
         changes = changes_text(info) + (f", ! {drifted} drifted" if drifted else "")
+        others = (clash or {}).get(s.name, ())
+        changes += f", x conflicts with {', '.join(others)}" if others else ""
         row = [
             Cell(str(info.offset)),
             Cell(name, "bold"),
             Cell(s.id[:8]),
             Cell(branch_text(info)),
             Cell(info.status, _STATE_STYLE.get(info.status)),
-            Cell(changes, "yellow" if drifted else None),
+            Cell(changes, "red" if others else "yellow" if drifted else None),
             Cell(ago(s.last_used_at), "dim"),
         ]
         if with_worktree:
@@ -278,14 +326,7 @@ def show(
     drift = inspection.drift(info.session, info.session_dir)
     commits = inspection.own_commits(ctx, info.session) if info.commits else []
     if as_json:
-        print_json(
-            {
-                **info_json(info),
-                "usage": asdict(usage),
-                "drift": [{"path": d.path, "time": d.time} for d in drift],
-                "own_commits": [asdict(c) for c in commits],
-            }
-        )
+        print_json(show_json(info, usage, drift, commits))
         return
     s = info.session
     rows = [
@@ -305,7 +346,7 @@ def show(
         ("behind", "-" if info.behind is None else _plural(info.behind, "commit")),
         ("commits", _commits(info.commits)),
         ("delta size", f"{_size(usage.delta_bytes)} ({_size(usage.live_bytes)} in use)"),
-        *([("of which", _kinds(usage.by_kind))] if usage.by_kind is not None else []),
+        *([("of which", _kinds(usage.bytes_by_kind))] if usage.bytes_by_kind is not None else []),
         ("runs", _runs(usage)),
         ("last activity", _when(usage.last_activity)),
         ("session dir", str(info.session_dir)),
@@ -339,8 +380,8 @@ def _size(n: int) -> str:
 
 def _kinds(b: inspection.Bytes) -> str:
     return (
-        f"files {_size(b.files)}, checkpoints {_size(b.checkpoints)}, log {_size(b.log)},"
-        f" free {_size(b.free)}"
+        f"files {_size(b.files_bytes)}, checkpoints {_size(b.checkpoints_bytes)},"
+        f" log {_size(b.log_bytes)}, free {_size(b.free_bytes)}"
     )
 
 

@@ -21,10 +21,10 @@ class Bytes:
     """Where a delta's bytes go: the live view (rows and data files), checkpoints (their rows
     and saved data files), the audit log, and pages free in delta.db."""
 
-    files: int
-    checkpoints: int
-    log: int
-    free: int
+    files_bytes: int
+    checkpoints_bytes: int
+    log_bytes: int
+    free_bytes: int
 
 
 def bytes_by_kind(conn: apsw.Connection, data_dir: str, data_bytes: int) -> Bytes:

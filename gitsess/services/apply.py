@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
     # the patch an apply returns, which the cli writes out
     from gitsess.git.patch import PatchResult as PatchResult
+    from gitsess.services.gate import TestRun
     from gitsess.services.session_git import SessionGit
 
 
@@ -124,10 +125,13 @@ class Applied:
     notes: tuple[str, ...] = ()
     promoted: tuple[str, ...] = ()  # the session's own commits this apply took
     squashed: bool = False  # ... as part of one commit
+    test: TestRun | None = None  # a gated apply's test (`services/gate.py`)
+    # Sessions (names) that conflict with the branch now that this apply landed on it.
+    now_conflicts: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return not self.conflicts
+        return not self.conflicts and (self.test is None or self.test.passed)
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -153,6 +157,10 @@ class Applied:
             )  # fmt: skip
         if self.patch is not None:
             data["patch_paths"] = list(self.patch.paths)
+        if self.test is not None:
+            data["test"] = self.test.to_json()
+        if self.target == "commit":
+            data["now_conflicts"] = list(self.now_conflicts)
         return data
 
 

@@ -69,7 +69,7 @@ class Usage:
     run_seconds: float  # finished runs, plus running ones so far
     last_activity: datetime | None  # the last file change, run start or run end
     # Of delta_bytes: the live view, the checkpoints, the audit log, free pages (None: no delta).
-    by_kind: Bytes | None = None
+    bytes_by_kind: Bytes | None = None
 
 
 def normalize(session: Session, path: str) -> str:
@@ -203,7 +203,7 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
         running=sum(1 for r in done if r.ended_at is None),
         run_seconds=seconds,
         last_activity=max(moments, default=None),
-        by_kind=by_kind,
+        bytes_by_kind=by_kind,
     )
 
 

@@ -311,7 +311,7 @@ class Counts:
     changed_files: int | None  # files that differ from the worktree's; None: no delta yet
     commits: int | None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read
-    bytes: Bytes | None = None  # where its delta's bytes go
+    bytes_by_kind: Bytes | None = None  # where its delta's bytes go
 
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
@@ -328,7 +328,7 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
             store = view.store
             used = bytes_by_kind(store.conn, store.data_dir, data_bytes(store.path))
             if not view.touched_git():  # its git is the real one: no commits, no repository read
-                return Counts(changed, 0, bytes=used)
+                return Counts(changed, 0, bytes_by_kind=used)
             import pygit2
 
             from gitsess.services import session_git
@@ -336,8 +336,8 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
             try:
                 git = session_git.state(view, ctx.open(), session)
             except (GitsessError, pygit2.GitError, KeyError, ValueError):
-                return Counts(changed, None, bytes=used)
-            return Counts(changed, 0 if git is None else len(git.commits), bytes=used)
+                return Counts(changed, None, bytes_by_kind=used)
+            return Counts(changed, 0 if git is None else len(git.commits), bytes_by_kind=used)
     except DamagedDelta:
         return Counts(None, None, damaged=True)
     except (OSError, GitsessError):

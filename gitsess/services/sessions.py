@@ -94,7 +94,7 @@ class SessionInfo:
     status: str = "idle"  # running (someone inside), mounted, idle, damaged
     behind: int | None = None  # commits the branch gained since the session's base
     # Bytes of its delta by kind: live files, checkpoints, audit log, free pages.
-    bytes: Bytes | None = None
+    bytes_by_kind: Bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -376,7 +376,7 @@ def _infos(
                 damaged=counts.damaged,
                 status="damaged" if counts.damaged else _status(s),
                 behind=_behind(ctx, s),
-                bytes=counts.bytes,
+                bytes_by_kind=counts.bytes_by_kind,
             )
         )
     return infos

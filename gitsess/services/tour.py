@@ -107,6 +107,27 @@ STEPS: tuple[Step, ...] = (
         "gets the files too); the session goes on, now empty:",
         ("apply", "demo", "--commit", "-m", "Notes"),
     ),
+    Step(
+        "Two sessions (two agents, say) change the same file:",
+        ("run", "-s", "left", "--", "sh", "-c", "echo 'left wins' >> README.md"),
+    ),
+    Step("", ("run", "-s", "right", "--", "sh", "-c", "echo 'right wins' >> README.md")),
+    Step(
+        "The conflict radar sees it before anyone applies (merged in memory, nothing written):",
+        ("overlaps",),
+    ),
+    Step("ls marks them too:", ("ls",)),
+    Step(
+        "A gated apply runs the test on the result first (the branch's tip with the session's "
+        "work) and moves the branch only if it passes; it names whom the branch now conflicts "
+        "with:",
+        ("apply", "left", "--commit", "-m", "Left wins", "--test", "grep -q 'left wins' README.md"),
+    ),
+    Step(
+        "Agents get all of this as MCP tools: `gitsess run --agent KIND` registers `gitsess mcp`"
+        " with the agent (--no-mcp leaves it out); by hand: claude mcp add gitsess -- gitsess mcp",
+        ("mcp", "--help"),
+    ),
 )
 
 DEMO_FILES = {

@@ -83,6 +83,10 @@ def test_every_commands_json_speaks_the_vocabulary(
         "rename": run("rename", "exp", "idea", "--json"),
         "fork": run("fork", "idea", "copy", "--json"),
         "kv ls": run("kv", "idea", "ls", "--json"),
+        "checkpoint": run("checkpoint", "idea", "-m", "mark", "--json"),
+        "checkpoints": run("checkpoints", "idea", "--json"),
+        "rewind": run("rewind", "idea", "1", "--json"),
+        "undo": run("undo", "idea", "--json"),
         "fs ls": run("fs", "idea", "ls", "--json"),
         "fs stat": run("fs", "idea", "stat", "README.md", "--json"),
         "diff": run("diff", "idea", "--json"),
@@ -104,7 +108,7 @@ def test_every_commands_json_speaks_the_vocabulary(
         for at, key, value in keys(document)
         if key not in known or not fits(value, known[key])
     ]
-    assert wrong == []
+    assert wrong == [], "\n".join(wrong)
     seen = {key for documents in outputs.values() for _, key, _ in keys(documents)}
     assert {"name", "id", "changed_files", "status", "base_commit", "updated_at"} <= seen
 

@@ -222,7 +222,7 @@ def test_checkpoints_json_counts_changes(repo: Path, gs: InProcess) -> None:
     run(repo, "counts", "echo a > a; echo b > b; rm README.md; echo c >> src/app.py")
     gs.ok("checkpoint", "counts")
     cps = gs.json("checkpoints", "counts")["checkpoints"]
-    assert (cps[-1]["added"], cps[-1]["removed"], cps[-1]["changed"]) == (2, 1, 1)
+    assert (cps[-1]["added_paths"], cps[-1]["removed_paths"], cps[-1]["changed_paths"]) == (2, 1, 1)
     assert json.dumps(cps)  # plain data
 
 
@@ -234,10 +234,10 @@ def test_gc_keeps_what_the_retention_says(repo: Path, gs: InProcess) -> None:
     subprocess.run(["git", "config", "gitsess.checkpoints.keep", "2"], cwd=repo, check=True)
     gs.ok("gc")
     cps = gs.json("checkpoints", "kept")["checkpoints"]
-    assert [c["id"] for c in cps] == [5, 6]
+    assert [c["checkpoint"] for c in cps] == [5, 6]
     assert gs.ok("fs", "kept", "cat", "f", "--at", "5") == "3\n"
-    usage = gs.json("show", "kept")["usage"]["by_kind"]
-    assert usage["checkpoints"] > 0 and usage["files"] > 0 and usage["log"] > 0
+    usage = gs.json("show", "kept")["usage"]["bytes_by_kind"]
+    assert usage["checkpoints_bytes"] > 0 and usage["files_bytes"] > 0 and usage["log_bytes"] > 0
     subprocess.run(["git", "config", "gitsess.checkpoints.keep", "many"], cwd=repo, check=True)
     assert "gitsess.checkpoints.keep" in gs.fails("gc")
 
@@ -254,7 +254,7 @@ def test_a_fork_keeps_the_checkpoints(repo: Path, gs: InProcess) -> None:
     assert gs.ok("fs", "orig", "cat", "big") == "y"
     listed = gs.json("ls")
     by_name = {s["name"]: s for s in listed}
-    assert by_name["copy"]["bytes"]["checkpoints"] > 40_000
+    assert by_name["copy"]["bytes_by_kind"]["checkpoints_bytes"] > 40_000
 
 
 def test_diff_between_checkpoints(repo: Path, gs: InProcess) -> None:

@@ -132,7 +132,7 @@ def test_show_gives_usage(repo: Path, ctx: RepoContext, gs: InProcess) -> None:
         "running": 0,
         "run_seconds": 0,
         "last_activity": None,
-        "by_kind": None,
+        "bytes_by_kind": None,
     }
 
 

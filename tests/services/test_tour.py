@@ -30,6 +30,12 @@ def test_the_tour_runs_every_step_and_leaves_nothing_behind(tmp_path: Path) -> N
     assert "+    return text.splitlines()" in done.stdout  # the session's diff
     assert "Committed" in done.stdout and "on main: 2 path(s)" in done.stdout
     assert "is back at checkpoint" in done.stdout  # the bad run undone
+    assert "left and right both changed 1 path(s): README.md; would conflict on README.md" in (
+        done.stdout
+    )
+    assert "test passed: grep -q 'left wins' README.md" in done.stderr
+    assert "the branch now conflicts with session(s): right" in done.stderr
+    assert "Serve gitsess's tools to an agent over MCP" in done.stdout
     assert list(tmp_path.iterdir()) == []  # the demo repository is gone
     # The tour keeps its sessions out of the user's own index.
     assert not Path(os.environ["XDG_STATE_HOME"], "gitsess").exists()

@@ -72,8 +72,13 @@ def prepare(
     role: str | None,
     argv: Sequence[str],
     env: Mapping[str, str],
+    mcp: bool = True,
 ) -> Prepared:
     """Start (or resume) the participant (session, role) as agent `kind`.
+
+    With `mcp`, the agent's CLI is pointed at gitsess's MCP server (`gitsess mcp`) as its
+    profile says (`mcp_args`, `mcp_env`), through a file in its isolation root: the user's
+    own config is never edited.
 
     A new role needs a kind and gets a new root; a known role keeps its root and lever. Fails,
     naming the pid, when the role is running already. The caller must `finish` what this
@@ -136,6 +141,8 @@ def prepare(
         hook = [a.replace(profiles.ROOT_MARK, str(root)) for a in profile.turn_hook]
         run_argv = [run_argv[0], *hook, *run_argv[1:]]
     run_env |= {ROLE_ENV: role, ROOT_ENV: str(root)}
+    if mcp:
+        run_argv, run_env = _with_mcp(profile, root, run_argv, run_env)
     return Prepared(started, run_argv, run_env, notes, fd, watcher)
 
 
@@ -144,6 +151,26 @@ def _write_turn_hooks(root: Path) -> None:
     command = shlex.join([sys.executable, "-m", "gitsess", "checkpoint", "--turn"])
     hooks = {"hooks": {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": command}]}]}}
     (root / profiles.TURN_HOOKS_FILE).write_text(json.dumps(hooks, indent=2) + "\n")
+
+
+MCP_CONFIG = "gitsess-mcp.json"
+
+
+def _with_mcp(
+    profile: profiles.Profile, root: Path, argv: list[str], env: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    if not profile.mcp_args and profile.mcp_env is None:
+        return argv, env
+    server = {"command": sys.executable, "args": ["-m", "gitsess", "mcp"]}
+    config = root / MCP_CONFIG
+    config.write_text(json.dumps({"mcpServers": {"gitsess": server}}, indent=2) + "\n")
+    # JSON strings and arrays of them are valid TOML too
+    toml = f"{{command = {json.dumps(server['command'])}, args = {json.dumps(server['args'])}}}"
+    args = tuple(
+        a.replace(profiles.MCP_CONFIG_MARK, str(config)).replace(profiles.MCP_TOML_MARK, toml)
+        for a in profile.mcp_args
+    )
+    return profiles.Lever(env=profile.mcp_env, args=args).apply(argv, env, config)
 
 
 def _add(

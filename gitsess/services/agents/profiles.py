@@ -21,18 +21,15 @@ from gitsess.git.repo import RepoContext
 
 ROOT_MARK = "{root}"
 KEYS = (
-    "description",
-    "aliases",
-    "command",
-    "env",
-    "args",
-    "source",
-    "seeds",
-    "env_allow",
-    "turn_hook",
-)
+    "description", "aliases", "command", "env", "args", "source", "seeds", "env_allow",
+    "turn_hook", "mcp_args", "mcp_env",
+)  # fmt: skip
 # Where `turn_hook` arguments find the hooks that make a checkpoint per agent turn.
 TURN_HOOKS_FILE = "gitsess-turn-hooks.json"
+# In `mcp_args`: the path of the JSON file naming gitsess's MCP server (`mcpServers`), and
+# the same server as an inline TOML table (for `codex -c mcp_servers.gitsess=...`).
+MCP_CONFIG_MARK = "{mcp_config}"
+MCP_TOML_MARK = "{mcp_toml}"
 
 _KIND = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -86,6 +83,10 @@ class Profile:
     # Arguments (after the program) that load `{root}/TURN_HOOKS_FILE`, Claude Code settings
     # whose hooks make a checkpoint at each prompt: empty for a CLI without such hooks.
     turn_hook: tuple[str, ...] = ()
+    # How the CLI is told of gitsess's MCP server: arguments (with MCP_CONFIG_MARK or
+    # MCP_TOML_MARK), or an environment variable set to the JSON file's path.
+    mcp_args: tuple[str, ...] = ()
+    mcp_env: str | None = None
 
     def visible_env(self, env: Mapping[str, str]) -> dict[str, str]:
         """What of the caller's environment the agent's command gets (see `env_allow`)."""
@@ -211,7 +212,16 @@ def _profile(kind: str, t: dict[str, object], origin: str) -> Profile:
         origin=origin,
         env_allow=_strings(t, "env_allow", where),
         turn_hook=_strings(t, "turn_hook", where),
+        mcp_args=_strings(t, "mcp_args", where),
+        mcp_env=_mcp_env(t, where),
     )
+
+
+def _mcp_env(t: dict[str, object], where: str) -> str | None:
+    value = t.get("mcp_env")
+    if value is not None and not (isinstance(value, str) and _ENV_NAME.fullmatch(value)):
+        raise GitsessError(f"{where}: mcp_env must be an environment variable name")
+    return value if isinstance(value, str) else None
 
 
 def _strings(t: dict[str, object], key: str, where: str) -> tuple[str, ...]:

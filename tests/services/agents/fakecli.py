@@ -47,6 +47,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--ready", metavar="FILE")
     parser.add_argument("--until", metavar="FILE")
     parser.add_argument("--settings", metavar="FILE")  # claude: more settings (hooks)
+    parser.add_argument("--mcp-config", metavar="FILE")  # claude's: MCP servers to start
     args = parser.parse_args(rest)
     if args.settings:
         # as Claude Code: each UserPromptSubmit hook gets the prompt as JSON on stdin
@@ -90,6 +91,7 @@ def main(argv: list[str]) -> int:
                 "messages": [json.loads(line)["say"] for line in lines],
                 "token": credential.read_text() if credential.exists() else None,
                 "state": str(state),
+                "mcp": json.loads(Path(args.mcp_config).read_text()) if args.mcp_config else None,
             }
         )
         + "\n"

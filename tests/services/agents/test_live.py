@@ -230,3 +230,16 @@ def test_each_claude_turn_makes_a_checkpoint_named_after_its_prompt(live: Live) 
         ("fix the parser", "c1"),
         ("now the tests", "c1"),
     ]
+
+
+def test_the_agent_is_given_gitsess_mcp_server_unless_no_mcp(live: Live) -> None:
+    given = live.run("c1")["mcp"]
+    server = given["mcpServers"]["gitsess"]
+    assert server["args"] == ["-m", "gitsess", "mcp"]
+    # the registered command starts a server that answers (its --help, as a smoke check)
+    helped = subprocess.run([server["command"], *server["args"], "--help"], capture_output=True)
+    assert helped.returncode == 0 and b"MCP" in helped.stdout
+    argv = [*GITSESS, "run", "-s", "S", "--agent", "claude", "--no-mcp", "--", "claude"]
+    done = subprocess.run(argv, cwd=live.repo, env=live.env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["mcp"] is None

@@ -71,9 +71,11 @@ def test_a_new_role_gets_a_private_seeded_root_and_its_lever(
         "running",
     )
     assert p.participant.pid == os.getpid()
-    # (the settings hold the hook that checkpoints each turn)
+    # the settings hold the hook that checkpoints each turn; the MCP server's registration
+    # is a file in the root too
     hooks = str(root / "gitsess-turn-hooks.json")
-    assert p.argv == ["claude", "--settings", hooks, "--continue"]
+    mcp = str(root / "gitsess-mcp.json")
+    assert p.argv == ["claude", "--settings", hooks, "--mcp-config", mcp, "--continue"]
     assert "checkpoint --turn" in Path(hooks).read_text()
     assert p.env["CLAUDE_CONFIG_DIR"] == str(root)
     assert (p.env["GITSESS_ROLE"], p.env["GITSESS_AGENT_ROOT"]) == ("claude", str(root))

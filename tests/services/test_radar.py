@@ -1,0 +1,193 @@
+"""The conflict radar (`overlaps`, the mark in `ls`, what `apply --commit` names) and the gated
+apply (`apply --commit --test`), on real mounted sessions and real git."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gitsess.git.repo import RepoContext
+from gitsess.services import branch_queue, overlaps, sessions
+from tests.apply_util import Cli, changes_left, mounted
+from tests.util import commit, git, snapshot
+
+pytestmark = pytest.mark.fuse
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Cli:
+    return Cli(capsys)
+
+
+def _write(ctx: RepoContext, name: str, files: dict[str, str]) -> None:
+    session = sessions.create(ctx, name)
+    with mounted(ctx, session) as m:
+        for rel, text in files.items():
+            m.write(rel, text)
+
+
+def _state(repo: Path) -> tuple[str, dict[str, bytes | None]]:
+    """The refs and the object store: what "nothing written" is checked against."""
+    return git(repo, "for-each-ref"), snapshot(repo / ".git" / "objects")
+
+
+def test_overlaps_reports_shared_paths_and_conflicts_writing_nothing(
+    ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    _write(ctx, "alpha", {"README.md": "alpha\n", "a.txt": "a\n"})
+    _write(ctx, "beta", {"README.md": "beta\n", "b.txt": "b\n"})
+    _write(ctx, "gamma", {"a.txt": "a\n", "c.txt": "c\n"})  # same change as alpha's: merges
+    _write(ctx, "delta", {"d.txt": "d\n"})  # shares nothing
+    before = _state(repo)
+    out, _ = cli("overlaps", "--json")
+    found = {(o["name"], o["other"]): o for o in json.loads(out)}
+    assert set(found) == {("alpha", "beta"), ("alpha", "gamma")}
+    assert found["alpha", "beta"]["paths"] == ["README.md"]
+    assert found["alpha", "beta"]["conflicts"] == ["README.md"]
+    assert found["alpha", "beta"]["conflict"] is True
+    assert found["alpha", "gamma"] == {
+        "name": "alpha", "other": "gamma", "kind": "session", "paths": ["a.txt"],
+        "conflict": False, "conflicts": [],
+    }  # fmt: skip
+    assert _state(repo) == before
+    out, _ = cli("overlaps")
+    assert "alpha and beta both changed 1 path(s): README.md; would conflict on README.md" in out
+
+    listed = {s["name"]: s["conflicts_with"] for s in json.loads(cli("ls", "--json")[0])}
+    assert listed == {"alpha": ["beta"], "beta": ["alpha"], "gamma": [], "delta": []}
+    out, _ = cli("ls")
+    assert "conflicts with beta" in out and "conflicts with alpha" in out
+
+
+def test_apply_commit_names_the_sessions_it_now_conflicts_with(
+    ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    _write(ctx, "alpha", {"README.md": "alpha\n"})
+    _write(ctx, "beta", {"README.md": "beta\n"})
+    _write(ctx, "gamma", {"other.txt": "x\n"})
+    out, _ = cli("apply", "alpha", "--commit", "-m", "alpha", "--json")
+    assert json.loads(out)["now_conflicts"] == ["beta"]
+    out, err = cli("apply", "gamma", "--commit", "-m", "gamma")
+    assert "now conflicts with session(s): beta" in err
+    found = overlaps.overlaps(ctx)
+    assert [(o.name, o.other, o.kind, o.conflicts) for o in found] == [
+        ("beta", "main", "branch", ("README.md",))
+    ]
+
+
+def test_gated_apply_lands_only_a_passing_test(ctx: RepoContext, repo: Path, cli: Cli) -> None:
+    _write(ctx, "good", {"feature.txt": "works\n"})
+    tip = git(repo, "rev-parse", "main")
+    # The test sees the result (the branch's files plus the session's) and a usable .git.
+    check = 'test "$(cat feature.txt)" = works && test -f README.md && git log -1 --format=%s'
+    out, _ = cli("apply", "good", "--commit", "-m", "feature", "--test", check, "--json")
+    data = json.loads(out)
+    assert data["ok"] is True and data["test"]["passed"] is True
+    assert data["test"]["tip"] == tip and data["test"]["output"] == "feature\n"
+    assert git(repo, "log", "-1", "--format=%s") == "feature"
+    assert git(repo, "rev-parse", "main^") == tip
+
+
+def test_gated_apply_with_a_failing_test_changes_nothing(
+    ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    _write(ctx, "bad", {"README.md": "broken\n"})
+    session = sessions.resolve(ctx, "bad")
+    before = git(repo, "rev-parse", "main"), (repo / "README.md").read_text()
+    out, err = cli(
+        "apply", "bad", "--commit", "-m", "x", "--test", "echo checking; exit 3", "--json", code=1
+    )
+    data = json.loads(out)
+    assert data["ok"] is False and data["test"]["exit_code"] == 3
+    assert "test failed (exit 3); nothing was applied" in err
+    assert (git(repo, "rev-parse", "main"), (repo / "README.md").read_text()) == before
+    assert changes_left(ctx, session) == ["README.md"]
+    assert git(repo, "for-each-ref", "refs/gitsess/gate") == ""
+    # the output is kept, and the run is in the session's log
+    assert Path(data["test"]["log"]).read_text() == "checking\n"
+    out, _ = cli("log", "bad")
+    assert "echo checking; exit 3" in out
+
+
+def test_gated_apply_tests_again_when_the_branch_moved(
+    ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    _write(ctx, "late", {"late.txt": "late\n"})
+    marker = repo.parent / "moved-once"
+    # The first run of the test moves the real branch (another apply landing meanwhile).
+    test = (
+        f"if [ ! -e {marker} ]; then touch {marker};"
+        f" git -C {repo} commit -q --allow-empty -m meanwhile; fi; test -f late.txt"
+    )
+    out, _ = cli("apply", "late", "--commit", "-m", "late", "--test", test, "--json")
+    data = json.loads(out)
+    assert data["ok"] is True and data["test"]["attempts"] == 2
+    assert git(repo, "log", "--format=%s", "-3").splitlines() == ["late", "meanwhile", "initial"]
+
+
+def test_a_tip_that_keeps_moving_applies_nothing(ctx: RepoContext, repo: Path, cli: Cli) -> None:
+    _write(ctx, "busy", {"busy.txt": "b\n"})
+    session = sessions.resolve(ctx, "busy")
+    test = f"git -C {repo} commit -q --allow-empty -m again"
+    _, err = cli("apply", "busy", "--commit", "-m", "b", "--test", test, "--retries", "1", code=1)
+    assert "main moved during each of 2 test runs; nothing was applied" in err
+    assert git(repo, "log", "--format=%s", "-1") == "again"
+    assert changes_left(ctx, session) == ["busy.txt"]
+
+
+def test_test_needs_commit(ctx: RepoContext, cli: Cli) -> None:
+    _write(ctx, "p", {"p.txt": "p\n"})
+    _, err = cli("apply", "p", "--patch", "--test", "true", code=2)
+    assert "--test does not apply to this target" in err
+
+
+_WAITER = """
+import sys, time
+from pathlib import Path
+from gitsess.git.repo import discover
+from gitsess.services import branch_queue
+with branch_queue.turn(discover(), "main"):
+    with open(sys.argv[2], "a") as f:
+        f.write(sys.argv[1] + "\\n")
+    time.sleep(float(sys.argv[3]))
+"""
+
+
+def test_gated_applies_to_one_branch_queue_in_arrival_order(repo: Path, ctx: RepoContext) -> None:
+    order = repo.parent / "order"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    procs = []
+    try:
+        for n, hold in enumerate(("1.0", "0", "0", "0")):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-c", _WAITER, str(n), str(order), hold], cwd=repo, env=env
+                )
+            )
+            # each takes its ticket before the next starts
+            deadline = time.monotonic() + 10
+            where = branch_queue.queue_dir(ctx, "main")
+            while (
+                time.monotonic() < deadline
+                and (
+                    not where.exists() or len([x for x in os.listdir(where) if x[0].isdigit()]) <= n
+                )
+                and procs[-1].poll() is None
+            ):
+                time.sleep(0.02)
+        for p in procs:
+            assert p.wait(timeout=30) == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert order.read_text().split() == ["0", "1", "2", "3"]
+    commit(repo, "unrelated.txt", "x\n")  # the queue left nothing that blocks the next apply
+    assert os.listdir(branch_queue.queue_dir(ctx, "main")) == ["lock"]
