@@ -169,6 +169,9 @@ def _library_error(e: Exception) -> str | None:
     alone costs more than `gitsess --version`), and an error of one that is not loaded cannot
     happen.
     """
+    if isinstance(e, UnicodeError):
+        # the last net under names and text that are not UTF-8 (an argument's bytes)
+        return f"not UTF-8 text where text is needed: {e}"
     apsw = sys.modules.get("apsw")
     if apsw is not None and isinstance(e, apsw.Error):
         return f"session registry: {e}"

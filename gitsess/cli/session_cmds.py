@@ -42,6 +42,9 @@ if TYPE_CHECKING:
     from gitsess.services.sessions import RepoContext
     from gitsess.services.timeline import Drift
 
+# git runs no hook on `git worktree remove`: what catches it up is the next hook, or gc
+GONE = "(missing; `gitsess gc` archives the session)"
+
 
 @cli.command()
 @click.argument("name", required=False)
@@ -316,7 +319,7 @@ def _table(
             Cell(ago(s.last_used_at), "dim"),
         ]
         if with_worktree:
-            gone = "" if info.worktree_exists else " (missing)"
+            gone = "" if info.worktree_exists else f" {GONE}"
             row.append(Cell(str(s.worktree) + gone, None if info.worktree_exists else "red"))
         row.append(Cell(first_line(s.title)))
         rows.append(row)
@@ -350,7 +353,7 @@ def show(
         ("title", first_line(s.title) or "-"),
         ("offset", str(info.offset)),
         ("lifecycle", s.state + (", read-only" if s.read_only else "")),
-        ("worktree", str(s.worktree) + ("" if info.worktree_exists else " (missing)")),
+        ("worktree", str(s.worktree) + ("" if info.worktree_exists else f" {GONE}")),
         ("branch", s.branch or "(detached HEAD)"),
         ("base commit", short(s.base_commit)),
         ("made by gitsess", _made(s)),

@@ -542,7 +542,9 @@ def _join(state: State, msg: dict[str, Any]) -> Reply:
 
 def _run_label(msg: dict[str, Any]) -> str:
     command = msg.get("command")
-    return " ".join(map(str, command)) if isinstance(command, list) else ""
+    label = " ".join(map(str, command)) if isinstance(command, list) else ""
+    # a label is text to show: an argument's bytes that are not UTF-8 become U+FFFD
+    return label.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def _checkpoint(state: State, msg: dict[str, Any]) -> Reply:

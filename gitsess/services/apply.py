@@ -93,7 +93,8 @@ def diff(
             scratch=scratch, merged=merged.entries,
         )  # fmt: skip
         git = session_git.own_commits(view, repo, session, root)
-    left = left_out_by_git(changes)
+    notes += repos_note(changes)
+    left = [p for p in left_out_by_git(changes) if p not in changes.repos]
     if left:
         notes.append(f"left in the session (git cannot carry them): {', '.join(left)}")
     if git is not None:
@@ -263,7 +264,7 @@ def _apply_to_commit(
             )
         full = target if target.startswith("refs/") else "refs/heads/" + target
         stale_git = git.stale_after_apply(full) if git is not None else []
-        notes = list(p.notes)
+        notes = [*p.notes, *repos_note(changes)]
         if git is not None and git.below_base:
             notes.append(
                 f"the session's HEAD is {git.below_base} commit(s) below its base (a git reset "
@@ -389,8 +390,19 @@ def apply_to_patch(
     applied = tuple(c.path for c in changes.changes if c.path not in set(result.skipped))
     return Applied(
         "patch", dry_run, applied, result.skipped, (), patch=result,
-        base=p.session.base_commit, notes=tuple(p.notes),
+        base=p.session.base_commit, notes=(*p.notes, *repos_note(changes)),
     )  # fmt: skip
+
+
+def repos_note(changes: ChangeSet) -> list[str]:
+    """What git, too, leaves alone: a nested repository is written through and deleted by
+    no apply, and a `.git` by another spelling is no content."""
+    if not changes.repos:
+        return []
+    return [
+        "left in the session, as git leaves them (a repository of its own, or a name git "
+        f"refuses): {', '.join(changes.repos)}"
+    ]
 
 
 def _commit_mails(
@@ -439,11 +451,13 @@ def apply_to_worktree(
                 p.repo, view, changes, force=force, dry_run=True, merged=merged, scratch=scratch
             )
             notes = list(p.notes)
-            if changes.special:
+            special = [p for p in changes.special if p not in changes.repos]
+            if special:
                 notes.append(
                     "left in the session (apply writes no devices, fifos or sockets): "
-                    + ", ".join(changes.special)
+                    + ", ".join(special)
                 )
+            notes += repos_note(changes)
             outcome = Applied(
                 "worktree", dry_run, plan.applied, plan.skipped, plan.conflicts,
                 base=p.session.base_commit, notes=tuple(notes),

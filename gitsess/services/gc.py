@@ -82,6 +82,10 @@ def _sessions(ctx: RepoContext) -> list[Session]:
         return [] if registry is None else registry.all()
 
 
+def sessions_by_id(ctx: RepoContext, ids: Collection[str]) -> list[Session]:
+    return [s for s in _sessions(ctx) if s.id in ids]
+
+
 def _update(ctx: RepoContext, session: Session, **values: object) -> None:
     with _registry(ctx) as registry:
         if registry is not None and registry.by_id(session.id) is not None:
@@ -212,6 +216,44 @@ def sweep_gone_branches(ctx: RepoContext, *, dry_run: bool = False) -> list[Acti
     return actions
 
 
+def renaming(ctx: RepoContext) -> list[Session]:
+    """Sessions whose branch has no ref while their worktree's HEAD still names it: git is
+    renaming it (`branch -m` deletes the old ref before it writes the new one and moves HEAD;
+    git deletes no branch a worktree has checked out). With reflogs off nothing else says so."""
+    repo = ctx.open()
+    found = []
+    for s in _sessions(ctx):
+        if s.branch is None or not s.worktree.is_dir() or tracking.tip(repo, s.branch):
+            continue
+        try:
+            if tracking.checked_out(s.worktree).branch == s.branch:
+                found.append(s)
+        except GitsessError:
+            continue
+    return found
+
+
+def follow_heads(
+    ctx: RepoContext, renamed: list[Session], *, dry_run: bool = False
+) -> list[Action]:
+    """`renaming` sessions once the rename is done: bound to the branch their worktree's HEAD
+    names now."""
+    repo = ctx.open()
+    actions = []
+    for s in renamed:
+        try:
+            new = tracking.checked_out(s.worktree).branch
+        except GitsessError:
+            continue
+        if new is None or new == s.branch or tracking.tip(repo, new) is None:
+            continue
+        action = Action(
+            "branch-gone", "session", s.name, "rebind", f"branch {s.branch} is now {new}"
+        )
+        actions.append(_attempt(action, dry_run, partial(_update, ctx, s, branch=new)))
+    return actions
+
+
 def sweep_merged(
     ctx: RepoContext,
     *,
@@ -266,10 +308,16 @@ def _merged(repo: pygit2.Repository, session: Session, target: str, before: str 
         return False
     if before is not None and (str(tip_id) == before or repo.descendant_of(before, tip_id)):
         return False
-    return (
-        str(tip_id) != session.base_commit
-        or branch_tip.commit_time > session.created_at.timestamp()
-    )
+    if str(tip_id) != session.base_commit:
+        return True
+    # At the session's base: merged only if that base is work on the branch (an apply moved
+    # both there), not the commit the branch was made from. The graph of ref updates says
+    # which; the clocks (a commit's whole seconds, a creation time's fraction) only when git
+    # kept no reflog.
+    moved = tracking.moved_since_created(repo, session.branch)
+    if moved is not None:
+        return moved
+    return branch_tip.commit_time > session.created_at.timestamp()
 
 
 def sweep_detached(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
@@ -548,6 +596,9 @@ def sweep_stray_daemons(ctx: RepoContext, *, dry_run: bool = False) -> list[Acti
 # In the order `gc` runs them: sessions whose worktree or branch is gone go before the sweeps
 # that look at the branch a worktree has checked out.
 SWEEPS: tuple[Sweep, ...] = (
+    # first: an archive the sweeps below make survives the run that made it, whatever the
+    # maximum age, and a dry run lists what the run does
+    sweep_old_archives,
     sweep_stray_daemons,
     sweep_interrupted_applies,
     sweep_stale_mounts,
@@ -557,7 +608,6 @@ SWEEPS: tuple[Sweep, ...] = (
     sweep_detached,
     sweep_committed,
     sweep_orphan_dirs,
-    sweep_old_archives,
     sweep_history,
 )
 

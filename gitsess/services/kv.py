@@ -40,9 +40,20 @@ class Item:
 def encode(value: object) -> str:
     """`value` as the JSON text the store keeps; NaN and infinities are not JSON."""
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise GitsessError(f"not a JSON value: {e}") from None
+    _utf8(text, "a value")
+    return text
+
+
+def _utf8(text: str, what: str) -> None:
+    """Refuse text that is not UTF-8: bytes from the command line that are not (kept as
+    surrogates), or a lone surrogate a JSON escape made. SQLite keeps UTF-8 text only."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise GitsessError(f"{what} must be UTF-8 text: {text!r} is not") from None
 
 
 def decode(text: str) -> Any:
@@ -63,6 +74,7 @@ def decode(text: str) -> Any:
 def _check_key(key: str) -> str:
     if not key:
         raise GitsessError("a key cannot be empty")
+    _utf8(key, "a key")
     return key
 
 
@@ -84,6 +96,12 @@ def _store(ctx: RepoContext, session: Session, *, create: bool) -> Iterator[apsw
         raise GitsessError(f"{path}: {e}") from e
     finally:
         conn.close()
+
+
+def check_item(key: str, value: object) -> None:
+    """What `put` would refuse, refused before anything is written (a pull takes many)."""
+    _check_key(key)
+    encode(value)
 
 
 def get(ctx: RepoContext, session: Session, key: str) -> Item:

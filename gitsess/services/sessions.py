@@ -488,7 +488,7 @@ def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> 
     """
     if session.branch is None or not session.worktree.is_dir():
         return session
-    from gitsess.git.tracking import checked_out
+    from gitsess.git.tracking import branch_gone, checked_out
 
     head = checked_out(session.worktree)
     if head.branch == session.branch:
@@ -498,6 +498,12 @@ def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> 
             return registry.update(session.id, state="active")
     if not rebind:
         now = f"branch {head.branch}" if head.branch else "a detached HEAD"
+        if branch_gone(ctx.open(), session.branch):
+            raise GitsessError(
+                f"session {session.name} belongs to branch {session.branch}, which was deleted "
+                f"({session.worktree} has {now} checked out); pass --rebind to move the session "
+                f"onto {now}, or `gitsess rm {session.name}` (its changes are archived)"
+            )
         raise GitsessError(
             f"session {session.name} belongs to branch {session.branch}, but its worktree "
             f"{session.worktree} has {now} checked out; check out {session.branch} again, or "
@@ -546,7 +552,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     Unapplied changes are archived first (`Removal.archive`; `gitsess restore` takes them back).
     """
     from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
-    from gitsess.git.worktree import keep_reasons, remove_created
+    from gitsess.git.worktree import keep_detached, keep_reasons, remove_created
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import agents, archives
 
@@ -597,6 +603,12 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
             )
         else:
             try:
+                kept_head = keep_detached(ctx.open(), session.worktree)
+                if kept_head is not None:
+                    notes.append(
+                        f"the worktree's detached HEAD held commits no ref reaches: kept as "
+                        f"{kept_head}"
+                    )
                 remove_created(ctx, binding)
                 removed = True
             except GitsessError as e:

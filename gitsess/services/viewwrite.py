@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gitsess.errors import GitsessError
+from gitsess.git import dotgit
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Kind, kind_of
 from gitsess.overlay.delta import DeltaStore
@@ -233,7 +234,9 @@ class ViewWriter:
 
 
 def _check(path: str) -> None:
-    if not path or path == ".git" or path.startswith((".git/", "/")):
+    # (a `.git` anywhere, in any spelling: the session's own is `put_git_file`'s, and one
+    # further down is another repository, whose config git would run)
+    if dotgit.refused(path):
         raise GitsessError(f"not a path inside the session's view: {path!r}")
 
 

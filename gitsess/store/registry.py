@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -46,7 +47,31 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+def _sql(value: object) -> object:
+    """A value as SQLite keeps it: text must be UTF-8, so a str holding bytes that are not
+    (os.fsdecode's surrogates: a path, an argument) goes as those bytes, a BLOB, which
+    `_text` turns back (a lookup by such a value finds no text, as it should)."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogateescape")
+    return value
+
+
+def _text(value: Any) -> Any:
+    return os.fsdecode(value) if isinstance(value, bytes) else value
+
+
+def _title(value: object) -> object:
+    """A title is text to show: bytes in it that are not UTF-8 become U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return value
+
+
 def _session(row: tuple[Any, ...]) -> Session:
+    row = tuple(_text(v) for v in row)
     (id_, seq, name, title, created, used, worktree, branch, base, state, ro, parent, cw, cb) = row
     return Session(
         id=id_,
@@ -85,7 +110,7 @@ def _run(row: tuple[Any, ...]) -> Run:
     return Run(
         id=id_,
         command=json.loads(command),
-        cwd=Path(cwd),
+        cwd=Path(_text(cwd)),
         pid=pid,
         role=role,
         started_at=datetime.fromisoformat(started),
@@ -277,14 +302,14 @@ class Registry:
     def _one(self, where: str, *args: object) -> Session | None:
         with self.guard():
             row = self.conn.execute(
-                f"SELECT {_COLUMNS} FROM sessions WHERE {where}", args
+                f"SELECT {_COLUMNS} FROM sessions WHERE {where}", tuple(_sql(a) for a in args)
             ).fetchone()
         return None if row is None else _session(row)
 
     def _many(self, where: str, *args: object) -> list[Session]:
         sql = f"SELECT {_COLUMNS} FROM sessions WHERE {where} ORDER BY seq"
         with self.guard():
-            return [_session(row) for row in self.conn.execute(sql, args)]
+            return [_session(row) for row in self.conn.execute(sql, tuple(_sql(a) for a in args))]
 
     def all(self) -> list[Session]:
         """Every session, oldest first."""
@@ -342,11 +367,11 @@ class Registry:
                     'active', ?, ?, ?, ?)""",
                 (
                     id,
-                    name,
-                    title,
+                    _sql(name),
+                    _title(title),
                     stamp,
                     stamp,
-                    str(worktree),
+                    _sql(str(worktree)),
                     branch,
                     base_commit,
                     int(read_only),
@@ -373,8 +398,9 @@ class Registry:
             try:
                 self.conn.execute(
                     f"UPDATE sessions SET {assignments} WHERE id = ?",
-                    (*values.values(), session_id),
-                )
+                    (*(_title(v) if k == "title" else _sql(v) for k, v in values.items()),
+                     session_id),
+                )  # fmt: skip
             except apsw.ConstraintError as e:
                 raise NameTaken(f"a session named {values.get('name')!r} already exists") from e
         session = self.by_id(session_id)
@@ -394,7 +420,7 @@ class Registry:
             self.conn.execute(
                 "INSERT INTO runs (session_id, command, cwd, pid, role, started_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, json.dumps(command), str(cwd), pid, role, now().isoformat()),
+                (session_id, json.dumps(command), _sql(str(cwd)), pid, role, now().isoformat()),
             )
             run_id = self.conn.last_insert_rowid()
         return run_id

@@ -30,6 +30,7 @@ from gitsess.store.registry import Participant, Registry, Session
 
 ROLE_ENV = "GITSESS_ROLE"
 ROOT_ENV = "GITSESS_AGENT_ROOT"
+SESSION_ID_ENV = "GITSESS_SESSION_ID"  # what every run gives its command (services/live.py)
 WATCH_LOG = "agents.log"
 
 _ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -208,11 +209,25 @@ def _refuse_inside(ctx: RepoContext, session: Session, roles: Collection[str]) -
     """The daemon knows who is inside even when the `gitsess run` that started them died."""
     status = mount.status(ctx.session_dir(session.id))
     for p in status.participants if status is not None else []:
-        if p.get("role") in roles:
+        if p.get("role") not in roles:
+            continue
+        pid = p.get("pid")
+        if isinstance(pid, int) and not processes.alive(pid):
+            # its `gitsess run` was killed; what it started runs on, inside, as that role
+            left = _left_running(session, str(p["role"]))
+            pids = ", ".join(map(str, left)) or "unknown"
             raise GitsessError(
-                f"role {p['role']} is already running in session {session.name}"
-                f" (pid {p.get('pid')})"
+                f"role {p['role']} is still running in session {session.name}: its gitsess run"
+                f" (pid {pid}) is gone, but the command it started is not (pid {pids}); end "
+                "that, or pick another role"
             )
+        raise GitsessError(
+            f"role {p['role']} is already running in session {session.name} (pid {pid})"
+        )
+
+
+def _left_running(session: Session, role: str) -> list[int]:
+    return processes.with_env({SESSION_ID_ENV: session.id, ROLE_ENV: role})
 
 
 def _running(session: Session, row: Participant) -> GitsessError:
@@ -337,7 +352,16 @@ def list_participants(ctx: RepoContext, session: Session | None) -> list[AgentIn
             return []
         names = {s.id: s.name for s in registry.all()}
         rows = registry.participants(None if session is None else session.id)
-    return [AgentInfo(p, names[p.session_id], p.state == "running" and _alive(p.pid)) for p in rows]
+    return [
+        AgentInfo(p, names[p.session_id], p.state == "running" and _running_still(p)) for p in rows
+    ]
+
+
+def _running_still(p: Participant) -> bool:
+    """Its `gitsess run` runs, or what that started does after it was killed."""
+    if _alive(p.pid):
+        return True
+    return bool(processes.with_env({SESSION_ID_ENV: p.session_id, ROLE_ENV: p.role}))
 
 
 def _alive(pid: int | None) -> bool:
