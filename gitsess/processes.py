@@ -4,6 +4,7 @@ gone left behind."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 
 
 def alive(pid: int) -> bool:
@@ -56,3 +57,21 @@ def writers_on(device: int) -> list[tuple[int, int, str]]:
             except (OSError, StopIteration, ValueError):
                 continue
     return found
+
+
+def with_env(pairs: Mapping[str, str]) -> list[int]:
+    """The processes (this user's: others' environments are unreadable) whose environment
+    holds every one of `pairs`; what a killed parent left running, found by what it gave them."""
+    wanted = {f"{k}={v}".encode() for k, v in pairs.items()}
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = set(f.read().split(b"\0"))
+        except OSError:
+            continue  # gone meanwhile, or another user's
+        if wanted <= env:
+            found.append(int(name))
+    return sorted(found)

@@ -59,6 +59,7 @@ from rich.console import Console
 from rich.table import Table
 
 import gitsess
+from gitsess.git.repo import discover
 from gitsess.overlay import mounttable
 from gitsess.runtime import mount, prestart, spare
 
@@ -392,7 +393,7 @@ def ensure_stopped(spec: mount.MountSpec, pid: int | None) -> None:
     """Stop the session's daemon if it still runs, then make sure of it: kill the daemon we
     know of and lazily unmount whatever is left."""
     try:
-        mount.stop(spec.session_id, spec.target)
+        mount.stop(spec.session_dir, spec.target)
     finally:
         if pid is not None and not _exited(pid, timeout=30):
             # `gitsess mount` has the spare fork its daemon, which then shows as the spare
@@ -429,7 +430,7 @@ def _start_profiled_daemon(spec: mount.MountSpec, profile: Path) -> int:
     os.close(write_end)
     with os.fdopen(read_end, "rb") as ready:
         answer = ready.readline().strip()
-    live = mount.status(spec.session_id)
+    live = mount.status(spec.session_dir)
     if answer != b"ready" or live is None:
         raise RuntimeError(f"the profiled daemon did not start: {answer!r}, see {spec.log}")
     return live.daemon_pid
@@ -960,6 +961,11 @@ def gitsess_new(b: Bench, repo: Path, name: str, *extra: str) -> Session:
     return Session(name, str(data["id"]), Path(str(data["worktree"])))
 
 
+def session_dir_of(session: Session) -> Path:
+    """The session's dir, which names its daemon (its state lives under the git dir)."""
+    return discover(session.worktree).session_dir(session.id)
+
+
 def session_spec(repo: Path, session: Session) -> mount.MountSpec:
     """Where gitsess keeps and mounts the session (its state lives under the git dir)."""
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip())
@@ -977,7 +983,7 @@ def cli_mounted(b: Bench, repo: Path, session: Session) -> Iterator[View]:
     pid: int | None = None
     try:
         gitsess_cli(b, repo, "mount", session.name)
-        live = mount.status(session.id)
+        live = mount.status(session_dir_of(session))
         pid = live.daemon_pid if live is not None else None
         yield View(GITSESS, spec.target, pid)
     finally:
@@ -1037,7 +1043,7 @@ def time_new_mount(b: Bench, repo: Path, name: str, c: Creation) -> None:
     """`gitsess new --mount`, until the view lists its root."""
     t0 = time.perf_counter()
     with new_session(b, repo, name, "--mount") as session:
-        live = mount.status(session.id)
+        live = mount.status(session_dir_of(session))
         try:
             if live is None:
                 raise RuntimeError(f"gitsess new {name} --mount left nothing mounted")
@@ -1162,16 +1168,16 @@ def _disk_bytes(root: Path) -> int:
     return sum(p.lstat().st_blocks * 512 for p in root.rglob("*") if not p.is_symlink())
 
 
-def _checkpoint(session_id: str) -> None:
+def _checkpoint(session_dir: str) -> None:
     from gitsess.overlay import protocol
 
-    protocol.checkpoint(session_id, "manual", "", None, None)
+    protocol.checkpoint(session_dir, "manual", "", None, None)
 
 
-def _rewind(session_id: str, cp: int) -> None:
+def _rewind(session_dir: str, cp: int) -> None:
     from gitsess.overlay import protocol
 
-    protocol.rewind(session_id, cp, "rewind")
+    protocol.rewind(session_dir, cp, "rewind")
 
 
 def run_checkpoints(b: Bench) -> None:
@@ -1187,15 +1193,16 @@ def run_checkpoints(b: Bench) -> None:
     changed = rels[:: max(1, len(rels) // 1000)][:1000]
     with new_session(b, wide, "cp") as s, cli_mounted(b, wide, s) as view:
         times = []
+        sd = str(session_dir_of(s))
         for run in range(b.cfg.runs):
             _change_files(view.root, changed, f"cp{run}")
-            protocol.sync(s.id)
-            times.append(timed(functools.partial(_checkpoint, s.id)))
-        cp = protocol.checkpoint(s.id, "manual", "", None, None)
+            protocol.sync(sd)
+            times.append(timed(functools.partial(_checkpoint, sd)))
+        cp = protocol.checkpoint(sd, "manual", "", None, None)
         assert cp is not None
         _change_files(view.root, changed, "rewind")
-        protocol.sync(s.id)
-        rewind = timed(functools.partial(_rewind, s.id, cp))
+        protocol.sync(sd)
+        rewind = timed(functools.partial(_rewind, sd, cp))
     b.notes.append(
         f"checkpoint, {len(rels):,}-file worktree, {len(changed):,} paths changed since the"
         f" last: median {fmt_time(statistics.median(times))} of {len(times)} (daemon op,"
@@ -1214,7 +1221,7 @@ def run_checkpoints(b: Bench) -> None:
                 for name in names:
                     (view.root / name).write_bytes(rng.randbytes(10_000))
                     edited += 10_000
-                protocol.checkpoint(s.id, "turn", "", None, None)
+                protocol.checkpoint(str(session_dir_of(s)), "turn", "", None, None)
         # unmounted: its last commit and WAL checkpoint are done
         session_dir = session_spec(small, s).session_dir
         total = sum(
@@ -1485,12 +1492,12 @@ class GitTimer:
             raise RuntimeError(f"the git timer exited {self.proc.returncode}")
 
 
-def _wait_unmounted(session_id: str, timeout: float = 30) -> None:
+def _wait_unmounted(session_dir: Path, timeout: float = 30) -> None:
     """Until the session's daemon is gone, so that the next `gitsess run` starts a fresh one."""
     deadline = time.monotonic() + timeout
-    while mount.status(session_id) is not None:
+    while mount.status(session_dir) is not None:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"the daemon of session {session_id} did not stop")
+            raise RuntimeError(f"the daemon of session {session_dir.name} did not stop")
         time.sleep(0.05)
 
 
@@ -1561,7 +1568,7 @@ def _git_warm(
     try:
         for t in GIT_TARGETS:
             timers[t] = GitTimer(b, t, repos[t], session.name)
-        live = mount.status(session.id)
+        live = mount.status(session_dir_of(session))
         pids = {NATIVE: None, GITSESS: live.daemon_pid if live is not None else None}
         for t in GIT_TARGETS:
             _git_op_once(timers[t], op, "warm-up", rels, pids[t])  # not counted
@@ -1571,7 +1578,7 @@ def _git_warm(
     finally:
         for timer in timers.values():
             timer.close()
-        _wait_unmounted(session.id)
+        _wait_unmounted(session_dir_of(session))
 
 
 def _git_cold(
@@ -1582,7 +1589,7 @@ def _git_cold(
         for t in GIT_TARGETS[run % 2 :] + GIT_TARGETS[: run % 2]:
             timer = GitTimer(b, t, repos[t], session.name)
             try:
-                live = mount.status(session.id) if t == GITSESS else None
+                live = mount.status(session_dir_of(session)) if t == GITSESS else None
                 drop_caches()
                 res.add(
                     t,
@@ -1590,7 +1597,7 @@ def _git_cold(
                 )
             finally:
                 timer.close()
-                _wait_unmounted(session.id)
+                _wait_unmounted(session_dir_of(session))
 
 
 # ---------------------------------------------------------------------------------- fleets
@@ -1626,10 +1633,10 @@ def _memory_kib(pids: Sequence[int]) -> tuple[int, int]:
     return rss, pss
 
 
-def _watched(session_id: str) -> bool:
+def _watched(session_dir: Path) -> bool:
     from gitsess.overlay import protocol
 
-    st = protocol.status(session_id)
+    st = protocol.status(str(session_dir))
     return st is not None and st.watched
 
 
@@ -1644,7 +1651,7 @@ def run_fleet(b: Bench, corpus: Corpus) -> list[Result]:
         with contextlib.ExitStack() as stack:
             views = [stack.enter_context(b.view(target, corpus.repo)) for _ in range(n)]
             if target == GITSESS:
-                _wait_watched([_session_id_of(v) for v in views])
+                _wait_watched([_session_dir_of(v) for v in views])
             pids = [p for v in views if v.pid is not None for p in _family(v.pid)]
             what = "daemons started by themselves" if target == GITSESS else target
             _fleet_note(b, n, what, pids)
@@ -1654,8 +1661,9 @@ def run_fleet(b: Bench, corpus: Corpus) -> list[Result]:
             str(json.loads(gitsess_cli(b, corpus.repo, "new", name, "--mount", "--json"))["id"])
             for name in names
         ]
-        _wait_watched(ids)
-        daemons = [st.daemon_pid for st in (mount.status(i) for i in ids) if st is not None]
+        dirs = [discover(corpus.repo).session_dir(i) for i in ids]
+        _wait_watched(dirs)
+        daemons = [st.daemon_pid for st in (mount.status(d) for d in dirs) if st is not None]
         spares = {_parent(pid) for pid in daemons}
         _fleet_note(b, n, "daemons forked from the spare", [
             *spares, *(p for pid in daemons for p in _family(pid))
@@ -1704,9 +1712,9 @@ def _parent(pid: int) -> int:
         return int(f.read().rpartition(")")[2].split()[1])
 
 
-def _wait_watched(ids: Sequence[str]) -> None:
+def _wait_watched(dirs: Sequence[Path]) -> None:
     deadline = time.monotonic() + 120
-    while not all(_watched(i) for i in ids) and time.monotonic() < deadline:
+    while not all(_watched(d) for d in dirs) and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(1.0)
 
@@ -1721,12 +1729,12 @@ def _fleet_note(b: Bench, n: int, what: str, pids: Sequence[int]) -> None:
     console.log(b.notes[-1])
 
 
-def _session_id_of(view: View) -> str:
-    """The session whose daemon serves `view` (its mount point is SESSION_DIR/mnt)."""
+def _session_dir_of(view: View) -> Path:
+    """The session dir of the daemon that serves `view` (the dir of its delta.db)."""
     assert view.pid is not None
     with open(f"/proc/{view.pid}/cmdline", "rb") as f:
         argv = f.read().split(b"\0")
-    return argv[argv.index(b"--session-id") + 1].decode()
+    return Path(os.fsdecode(argv[argv.index(b"--delta") + 1])).parent
 
 
 def _first_status(b: Bench, corpus: Corpus) -> Result:
@@ -1742,7 +1750,9 @@ def _first_status(b: Bench, corpus: Corpus) -> Result:
             with b.view(target, corpus.repo) as view:
                 env = {**b.env, **config}
                 if target == GITSESS:
-                    env["GITSESS_SESSION_ID"] = _session_id_of(view)
+                    session_dir = _session_dir_of(view)
+                    env["GITSESS_SESSION_ID"] = session_dir.name
+                    env["GITSESS_DIR"] = str(session_dir.parent.parent)
                 status = functools.partial(_run, ["git", "status", "--porcelain"], view.root, env)
                 res.add(target, timed(status))
     progress(res)

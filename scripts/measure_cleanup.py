@@ -60,7 +60,7 @@ def _session(root: Path) -> Iterator[mount.MountSpec]:
     try:
         yield spec
     finally:
-        mount.stop(spec.session_id, spec.target)
+        mount.stop(spec.session_dir, spec.target)
         if mounttable.is_mount_point(spec.target):
             mount.unmount(spec.target)
 
@@ -91,12 +91,12 @@ def measure_free(root: Path, files: int) -> None:
         mount.ensure_mounted(spec)
         (spec.target / "README").read_bytes()
         _write_files(spec.target / "scratch", files, 200_000)
-        mount.sync(spec.session_id)
+        mount.sync(spec.session_dir)
         before = data_bytes(str(spec.delta))
         for i in range(files):
             (spec.target / "scratch" / f"f{i}").unlink()
         start = time.monotonic()
-        mount.sync(spec.session_id)
+        mount.sync(spec.session_dir)
         committed = time.monotonic() - start
         emptied = _until_empty(spec) + committed
         _say(
@@ -114,9 +114,9 @@ def measure_remount(root: Path, files: int) -> None:
         _write_files(spec.target / "scratch", files, 20_000)
         for i in range(files):
             (spec.target / "scratch" / f"f{i}").unlink()
-        mount.sync(spec.session_id)
+        mount.sync(spec.session_dir)
         start = time.monotonic()
-        mount.stop(spec.session_id, spec.target)
+        mount.stop(spec.session_dir, spec.target)
         stopped = time.monotonic() - start
         mount.ensure_mounted(spec)
         remounted = time.monotonic() - start

@@ -63,7 +63,7 @@ def unmount_all(repo: Path) -> None:
     """Stop the daemon of every session of `repo` (each started by the test that owns `repo`)."""
     sessions_dir = discover(repo).sessions_dir
     for session_dir in sessions_dir.glob("*") if sessions_dir.exists() else []:
-        mount.stop(session_dir.name, session_dir / "mnt")
+        mount.stop(session_dir, session_dir / "mnt")
 
 
 def run(

@@ -100,7 +100,7 @@ def stop_everything(repo: Path) -> None:
     ctx = discover(repo)
     if ctx.sessions_dir.exists():
         for session_dir in ctx.sessions_dir.iterdir():
-            mount.stop(session_dir.name, session_dir / "mnt")
+            mount.stop(session_dir, session_dir / "mnt")
     for pid in _daemons(ctx.state_dir):
         os.kill(pid, signal.SIGKILL)
     for mountpoint in _mounts(ctx.state_dir):

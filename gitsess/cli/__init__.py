@@ -30,6 +30,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Run the CLI; every anticipated failure is one line on stderr, never a traceback.
     Called with `argv` (in process, as the tests do) it raises SystemExit as usual."""
     args = sys.argv[1:] if argv is None else list(argv)
+    # A file name is bytes, as in git: one that is not UTF-8 is printed as those bytes.
+    with contextlib.suppress(AttributeError, ValueError):
+        sys.stdout.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]
     with _prestart(args):
         from gitsess.cli.group import run
 

@@ -117,9 +117,10 @@ def _target(
     """The session and its root-relative pathspecs from a command's arguments."""
 
     def is_session(text: str) -> bool:
+        # Only "no such session": a registry that cannot be read is that error, not a guess.
         try:
             sessions.resolve(ctx, text)
-        except GitsessError:
+        except sessions.NoSuchSession:
             return False
         return True
 
@@ -408,10 +409,18 @@ def apply(
     if not outcome.ok:
         for c in outcome.conflicts:
             click.echo(f"gitsess: conflict: {c.path}: {c.detail} ({c.reason})", err=True)
-        if {c.reason for c in outcome.conflicts} & _DIRTY:
+        reasons = {c.reason for c in outcome.conflicts}
+        if reasons & _DIRTY:
             click.echo(
                 "gitsess: the real worktree has changes of its own there: commit or stash them"
                 " (git stash) and apply again, or pass --force to overwrite them",
+                err=True,
+            )
+        elif "merge" in reasons:
+            click.echo(
+                "gitsess: the branch changed these paths too: bring them in the session to what "
+                "they should be on top of it (edit them, or git rebase inside), then apply "
+                "again; or --patch to merge by hand",
                 err=True,
             )
         sys.exit(1)
@@ -496,6 +505,24 @@ def _write_patch(patch: PatchResult, output: str | None) -> None:
         raise GitsessError(f"cannot write {output}: {e.strerror}") from e
 
 
+def _made(outcome: applying.Applied) -> str:
+    """What reached the branch, as "1 commit replayed, 1 new commit with 2 paths"."""
+    parts = []
+    if outcome.promoted and not outcome.squashed:
+        how = "fast-forwarded" if outcome.fast_forward else "replayed"
+        parts.append(f"{_plural(len(outcome.replayed), 'commit')} {how}")
+    if outcome.new_commit is not None:
+        paths = _plural(outcome.new_commit_paths, "path")
+        parts.append(f"{'1 new commit' if parts else 'a new commit'} with {paths}")
+    elif parts:
+        parts.append("no new commit")
+    return ", ".join(parts)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def _report(session: Session, outcome: applying.Applied, output: str | None) -> None:
     # plain lines with click: loading rich would add about a twentieth to an apply
     if not outcome.ok:
@@ -510,16 +537,17 @@ def _report(session: Session, outcome: applying.Applied, output: str | None) -> 
         branch = c.branch.removeprefix("refs/heads/")
         merged = " (merged three-way: the branch moved since the session's base)"
         merged = merged if c.merged else ""
-        if outcome.promoted:
-            took = "Would take" if outcome.dry_run else "Took"
-            how = " as one" if outcome.squashed else ""
-            click.echo(f"{took} the session's {len(outcome.promoted)} commit(s) onto {branch}{how}")
         if outcome.dry_run:
+            if outcome.promoted:
+                how = " as one" if outcome.squashed else ""
+                click.echo(f"Would take the session's {len(outcome.promoted)} commit(s){how}")
             click.echo(f"Would commit {count} on {branch}{merged}")
         elif c.commit is None:
             click.echo(f"Nothing to commit: {branch} already has these changes")
-        else:
+        elif not outcome.promoted:
             click.echo(f"Committed {short(c.commit)} on {branch}: {count}{merged}")
+        else:
+            click.echo(f"{branch} at {short(c.commit)}: {_made(outcome)}{merged}")
         if not c.worktree_updated:
             click.echo(
                 f"gitsess: {branch} is not checked out in {session.worktree}: the changes stay "
@@ -613,6 +641,8 @@ def discard(
         say(f"commit {c.commit[:10]} {escape(c.subject)}")
     if commits:
         if not own:
+            # nothing to lose: a `.git` the session broke still follows its branch again
+            discarding.discard_commits(ctx, session)
             click.echo("No commits of the session's own.", err=True)
             _discard_json(as_json, session, [], None)
             return

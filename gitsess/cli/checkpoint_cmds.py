@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from datetime import UTC, datetime
+from typing import Any
 
 import click
 
@@ -44,11 +45,61 @@ def checkpoint(
         return
     made = checkpoints.checkpoint(ctx, session, message)
     if as_json:
-        print_json(
-            {"name": made.session.name, "id": made.session.id, "checkpoint": made.checkpoint}
-        )
+        print_json(made_json(made))
         return
     console().print(f"Checkpoint {made.checkpoint} of [bold]{escape(made.session.name)}[/]")
+
+
+def made_json(made: checkpoints.Made) -> dict[str, Any]:
+    """What `checkpoint --json` prints (and the MCP tool answers)."""
+    return {"name": made.session.name, "id": made.session.id, "checkpoint": made.checkpoint}
+
+
+def listing_json(found: checkpoints.Listing) -> dict[str, Any]:
+    """What `checkpoints --json` prints (and the MCP tool answers)."""
+    return {
+        "name": found.session.name,
+        "id": found.session.id,
+        "checkpoints": [
+            {
+                "checkpoint": c.id,
+                "time_ns": c.time_ns,
+                "kind": c.kind,
+                "message": c.message,
+                "run": c.run_id,
+                "role": c.role,
+                "added_paths": c.added,
+                "removed_paths": c.removed,
+                "changed_paths": c.changed,
+            }
+            for c in found.checkpoints
+        ],
+        "operations": [
+            {
+                "operation": o.id,
+                "time_ns": o.time_ns,
+                "kind": o.kind,
+                "checkpoint": o.target,
+                "before": o.before,
+                "after": o.after,
+            }
+            for o in found.operations
+        ],
+        "changed_since_last": found.changed_since_last,
+    }
+
+
+def rewind_json(done: checkpoints.Rewind) -> dict[str, Any]:
+    """What `rewind --json` and `undo --json` print (and the MCP tools answer)."""
+    return {
+        "name": done.session.name,
+        "id": done.session.id,
+        "operation": done.operation,
+        "kind": done.kind,
+        "checkpoint": done.target,
+        "before": done.before,
+        "live": done.live,
+    }
 
 
 def _when(ns: int) -> str:
@@ -67,38 +118,7 @@ def list_checkpoints(
     ctx = discover()
     found = checkpoints.listing(ctx, sessions.resolve(ctx, ref))
     if as_json:
-        print_json(
-            {
-                "name": found.session.name,
-                "id": found.session.id,
-                "checkpoints": [
-                    {
-                        "checkpoint": c.id,
-                        "time_ns": c.time_ns,
-                        "kind": c.kind,
-                        "message": c.message,
-                        "run": c.run_id,
-                        "role": c.role,
-                        "added_paths": c.added,
-                        "removed_paths": c.removed,
-                        "changed_paths": c.changed,
-                    }
-                    for c in found.checkpoints
-                ],
-                "operations": [
-                    {
-                        "operation": o.id,
-                        "time_ns": o.time_ns,
-                        "kind": o.kind,
-                        "checkpoint": o.target,
-                        "before": o.before,
-                        "after": o.after,
-                    }
-                    for o in found.operations
-                ],
-                "changed_since_last": found.changed_since_last,
-            }
-        )
+        print_json(listing_json(found))
         return
     out = console()
     for cp in found.checkpoints:
@@ -111,17 +131,7 @@ def list_checkpoints(
 
 def _report(done: checkpoints.Rewind, as_json: bool) -> None:
     if as_json:
-        print_json(
-            {
-                "name": done.session.name,
-                "id": done.session.id,
-                "operation": done.operation,
-                "kind": done.kind,
-                "checkpoint": done.target,
-                "before": done.before,
-                "live": done.live,
-            }
-        )
+        print_json(rewind_json(done))
         return
     console().print(
         f"Session [bold]{escape(done.session.name)}[/] is back at checkpoint {done.target};"

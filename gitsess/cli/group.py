@@ -16,6 +16,7 @@ import click
 
 from gitsess import __version__
 from gitsess.errors import GitsessError
+from gitsess.services import sealed
 from gitsess.suggest import did_you_mean
 
 # name: (module under gitsess.cli, the summary `gitsess --help` lists, None when hidden).
@@ -168,13 +169,31 @@ def _library_error(e: Exception) -> str | None:
     alone costs more than `gitsess --version`), and an error of one that is not loaded cannot
     happen.
     """
+    if isinstance(e, UnicodeError):
+        # the last net under names and text that are not UTF-8 (an argument's bytes)
+        return f"not UTF-8 text where text is needed: {e}"
     apsw = sys.modules.get("apsw")
     if apsw is not None and isinstance(e, apsw.Error):
         return f"session registry: {e}"
     pygit2 = sys.modules.get("pygit2")
     if pygit2 is not None and isinstance(e, pygit2.GitError):
+        # libgit2 reports a failed write of an object or a ref on a full disk as "no error".
+        if str(e).strip().lower() in ("", "no error") or "no space" in str(e).lower():
+            return f"git: {_why_git_failed()}"
         return f"git: {e}"
     return None
+
+
+def _why_git_failed() -> str:
+    from gitsess.durable import nearly_full
+
+    try:
+        where = os.getcwd()
+    except OSError:
+        where = "/"
+    if nearly_full(where):
+        return "no space left on the device (writing git objects or refs failed)"
+    return "an object or ref could not be written (libgit2 gave no reason)"
 
 
 def one_line(e: Exception) -> str | None:
@@ -198,6 +217,9 @@ def _progress_bars() -> contextlib.AbstractContextManager[None]:
 
 def run(args: list[str]) -> int:
     """The command `args` asks for, run; its exit code."""
+    refused = sealed.refusal(args, os.environ)
+    if refused is not None:
+        return _fail(refused)
     try:
         with _progress_bars():
             result = cli.main(args=args, prog_name="gitsess", standalone_mode=False)

@@ -123,14 +123,9 @@ def run(
                 read_only=read_only or session.read_only,
                 role=role,
                 run_id=run_id,
+                own_state=None if agent is None else agent.participant.root,
             )
             code = result.exit_code
-            if not result.in_place:
-                click.echo(
-                    "gitsess: mount namespaces are not available here; the command ran in the"
-                    f" mount point, not in place ({live.mountpoint_of(ctx, session)})",
-                    err=True,
-                )
         except GitsessError as e:
             code = e.exit_code
             if created and code in (126, 127):
@@ -229,7 +224,7 @@ def ps(as_json: bool) -> None:
     from rich.table import Table
 
     ctx = discover()
-    mounted = live.live_sessions([i.session for i in sessions.list_sessions(ctx)])
+    mounted = live.live_sessions(ctx, [i.session for i in sessions.list_sessions(ctx)])
     strays = live.stray_daemons()
     if as_json:
         print_json(

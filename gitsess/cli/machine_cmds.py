@@ -29,9 +29,11 @@ def doctor_command(ctx: click.Context, as_json: bool, repair: bool) -> None:
         done = repairing.repair(discover())
         if done.moved_aside is not None:
             click.echo(f"The unreadable registry is kept as {done.moved_aside}")
+        if done.mended:
+            click.echo(f"Mended {done.mended} text value(s) of the registry that were not UTF-8")
         for name in done.recovered:
             click.echo(f"Recovered session {name} (`gitsess show {name}`)")
-        if done.moved_aside is None and not done.recovered:
+        if done.moved_aside is None and not done.recovered and not done.mended:
             click.echo("Nothing to repair.")
         return
     checks = doctor.run_checks()

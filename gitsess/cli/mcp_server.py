@@ -222,6 +222,51 @@ def run(command: list[str], session: str | None = None, timeout: float = RUN_TIM
     }
 
 
+def checkpoint(message: str = "", session: str | None = None) -> Any:
+    """Make a checkpoint of the session (mounted or not), as `gitsess checkpoint -m MESSAGE
+    --json`; `checkpoint` is null when nothing changed since the newest one."""
+    from gitsess.cli.checkpoint_cmds import made_json
+    from gitsess.services import checkpoints
+
+    ctx, found = _target(session)
+    return made_json(checkpoints.checkpoint(ctx, found, message))
+
+
+def checkpoints_tool(session: str | None = None) -> Any:
+    """The session's checkpoints and its rewinds and undos, oldest first, as `gitsess
+    checkpoints --json`."""
+    from gitsess.cli.checkpoint_cmds import listing_json
+    from gitsess.services import checkpoints
+
+    ctx, found = _target(session)
+    return listing_json(checkpoints.listing(ctx, found))
+
+
+def undo(session: str | None = None, force: bool = False) -> Any:
+    """Undo the session's last run (back to the checkpoint it started with), or its last
+    rewind or undo, as `gitsess undo --json`; nothing is lost: an undo can be undone."""
+    from gitsess.cli.checkpoint_cmds import rewind_json
+    from gitsess.services import checkpoints
+
+    ctx, found = _target(session)
+    return rewind_json(checkpoints.undo(ctx, found, force=force))
+
+
+def rewind(
+    checkpoint: int, paths: list[str] | None = None, session: str | None = None, force: bool = False
+) -> Any:
+    """Bring the session (or only PATHS, relative to the worktree's top) back to CHECKPOINT,
+    as `gitsess rewind --json`; `undo` brings back what it replaced."""
+    from gitsess.cli.checkpoint_cmds import rewind_json
+    from gitsess.services import checkpoints
+
+    ctx, found = _target(session)
+    specs = [p.strip("/") for p in paths or []]
+    if specs:
+        return rewind_json(checkpoints.rewind_paths(ctx, found, checkpoint, specs))
+    return rewind_json(checkpoints.rewind(ctx, found, checkpoint, force=force))
+
+
 # ---------------------------------------------------------------------------------------------
 # the table, and the server built from it
 
@@ -244,6 +289,10 @@ TOOLS: tuple[Tool, ...] = (
     Tool("apply", apply, False),
     Tool("discard", discard, False),
     Tool("fork", fork, False),
+    Tool("checkpoint", checkpoint, False),
+    Tool("checkpoints", checkpoints_tool, True),
+    Tool("undo", undo, False),
+    Tool("rewind", rewind, False),
     Tool("overlaps", overlaps, True),
     Tool("run", run, False),
 )

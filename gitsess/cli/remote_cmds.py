@@ -242,6 +242,8 @@ def list_remote_sessions(target: str | None, as_json: bool) -> None:
             [
                 {
                     **_published_json(asdict(r.published)),
+                    "name": r.name,
+                    "claims": r.claims,
                     "changed_files": r.files,
                     "sync": r.here,
                     "remote": label,
@@ -258,8 +260,9 @@ def list_remote_sessions(target: str | None, as_json: bool) -> None:
         table.add_column(column, no_wrap=column != "TITLE")
     for r in found:
         p = r.published
+        claims = f" (its commit says {p.name!r})" if r.claims is not None else ""
         table.add_row(
-            escape(p.name),
+            escape(r.name + claims),
             str(r.files),
             ago(p.pushed_at),
             escape(p.author),

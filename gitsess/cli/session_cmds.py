@@ -39,7 +39,11 @@ from gitsess.services.sessions import RepoContext, Session, SessionInfo, discove
 if TYPE_CHECKING:
     from gitsess.services import inspection
     from gitsess.services.inspection import OwnCommit
+    from gitsess.services.sessions import RepoContext
     from gitsess.services.timeline import Drift
+
+# git runs no hook on `git worktree remove`: what catches it up is the next hook, or gc
+GONE = "(missing; `gitsess gc` archives the session)"
 
 
 @cli.command()
@@ -163,6 +167,7 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
         click.echo(_DRIFT_NOTE)
     if clash:
         click.echo(_CLASH_NOTE)
+    _say_interrupted(ctx, [i.session for i in infos])
 
 
 def ls_json(
@@ -194,8 +199,11 @@ _CLASH_NOTE = "x applying both would conflict: the paths are in `gitsess overlap
 
 def clashes(ctx: RepoContext, infos: Sequence[SessionInfo]) -> dict[str, list[str]]:
     """What each session would conflict with (sessions, or its branch), by the radar; not
-    even loaded when no session has changes (`ls` of an empty repository stays quick)."""
-    if all(i.changed_files == 0 for i in infos):
+    even loaded when nothing could conflict: no two sessions with changes share a branch,
+    and no branch moved under one (`ls` stays quick for a single session's work)."""
+    changing = [i for i in infos if i.changed_files or i.commits]
+    branches = [i.session.branch for i in changing]
+    if len(set(branches)) == len(branches) and not any(i.behind for i in changing):
         return {}
     from gitsess.services import overlaps
 
@@ -208,6 +216,19 @@ def _bold(text: str) -> str:
 
 def _styled(text: str, colour: str) -> str:
     return click.style(text, fg=colour) if table.colour() else text
+
+
+def _say_interrupted(ctx: RepoContext, listed: Sequence[Session]) -> None:
+    """Until the next command on it, the real worktree of an apply killed half-way shows only
+    part of what it wrote: whoever looks is told."""
+    for s in listed:
+        if live.apply_interrupted(ctx, s):
+            click.echo(
+                f"gitsess: session {s.name}: an apply was interrupted and the real worktree may"
+                " show part of it; any gitsess command on the session (or gitsess gc) completes"
+                " it",
+                err=True,
+            )
 
 
 _DRIFT_NOTE = (
@@ -298,7 +319,7 @@ def _table(
             Cell(ago(s.last_used_at), "dim"),
         ]
         if with_worktree:
-            gone = "" if info.worktree_exists else " (missing)"
+            gone = "" if info.worktree_exists else f" {GONE}"
             row.append(Cell(str(s.worktree) + gone, None if info.worktree_exists else "red"))
         row.append(Cell(first_line(s.title)))
         rows.append(row)
@@ -332,7 +353,7 @@ def show(
         ("title", first_line(s.title) or "-"),
         ("offset", str(info.offset)),
         ("lifecycle", s.state + (", read-only" if s.read_only else "")),
-        ("worktree", str(s.worktree) + ("" if info.worktree_exists else " (missing)")),
+        ("worktree", str(s.worktree) + ("" if info.worktree_exists else f" {GONE}")),
         ("branch", s.branch or "(detached HEAD)"),
         ("base commit", short(s.base_commit)),
         ("made by gitsess", _made(s)),
@@ -342,6 +363,7 @@ def show(
         ("changes", changes_text(info)),
         ("behind", "-" if info.behind is None else _plural(info.behind, "commit")),
         ("commits", _commits(info.commits)),
+        *_git_rows(info),
         ("delta size", f"{_size(usage.delta_bytes)} ({_size(usage.live_bytes)} in use)"),
         *([("of which", _kinds(usage.bytes_by_kind))] if usage.bytes_by_kind is not None else []),
         ("runs", _runs(usage)),
@@ -354,6 +376,7 @@ def show(
         click.echo(f"{_bold(f'{key:<{width}}')}  {table.clean(value)}")
     for c in commits:
         click.echo(f"  {c.commit[:10]} {table.clean(c.subject)}")
+    _say_interrupted(ctx, [s])
     if drift:
         click.echo(
             f"{_styled('warning:', 'yellow')} the real worktree changed {len(drift)} path(s)"
@@ -399,6 +422,17 @@ def _commits(count: int | None) -> str:
     if not count:
         return "0"
     return f"{count} of the session's own, ahead of the branch (apply --commit promotes them)"
+
+
+def _git_rows(info: SessionInfo) -> list[tuple[str, str]]:
+    rows = []
+    if info.head_branch:
+        rows.append(("git branch", f"{info.head_branch.removeprefix('refs/heads/')}, not the "
+                     "session's branch (apply --commit needs --branch)"))  # fmt: skip
+    if info.below_base:
+        rows.append(("reset", f"its HEAD is {info.below_base} commit(s) below its base "
+                     "(apply --commit commits the files as the view has them)"))  # fmt: skip
+    return rows
 
 
 def _made(session: Session) -> str:

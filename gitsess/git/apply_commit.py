@@ -19,9 +19,10 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, fields, replace
+from enum import Enum
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pygit2
 from pygit2.enums import FileMode
@@ -54,10 +55,17 @@ from gitsess.git.realtree import (
     workdir_of,
     write_targets,
 )
+from gitsess.git.reflock import IndexLock, Moved, RefLock
 from gitsess.git.repo import common_dir
 from gitsess.git.scratch import BIG_FILE, BigFile, ScratchRepository, scratch_repo
 from gitsess.git.view import SessionView
 from gitsess.git.worktree import checked_out_at
+
+
+class Unread(Enum):
+    """`apply_commit`'s `tip` when the caller did not read it."""
+
+    UNREAD = 0
 
 
 @dataclass(frozen=True)
@@ -138,6 +146,7 @@ def apply_commit(
     scratch: ScratchRepository | None = None,
     onto: str | None = None,
     undo: Mapping[str, tuple[str, int] | None] | None = None,
+    tip: str | Literal[Unread.UNREAD] | None = Unread.UNREAD,
 ) -> CommitResult:
     """Commit the changes on `branch` (a name or a full ref) on top of its tip; a branch that
     does not exist is created at `base`.
@@ -156,6 +165,8 @@ def apply_commit(
     its tip to the result (to `onto` itself when there is nothing more). `undo` gives base
     entries for paths the session's commits changed that the view shows as the worktree has
     them: no change of the delta's, yet the commit must not keep the session commit's version.
+    `tip` is the branch's tip as the caller read it to build `onto` (None: no such branch): read
+    once, it is the value the ref is swapped against.
     """
     if not message.strip():
         raise GitsessError("a commit needs a message")
@@ -163,7 +174,7 @@ def apply_commit(
     author = author or signature(repo, "AUTHOR")
     committer = committer or signature(repo, "COMMITTER")
     ref = _branch_ref(branch)
-    tip = _ref_target(repo, ref)
+    tip = _ref_target(repo, ref) if tip is Unread.UNREAD else tip
     # a branch that does not exist yet starts at the session's base
     new_branch = tip is None and base is not None
     tip = tip or base
@@ -219,22 +230,43 @@ def finish_commit(
     """Make a prepared commit visible: worktree files, index, then the branch ref.
 
     Idempotent, so a journaled `CommitResult` of an apply that was killed half-way completes
-    by calling this again. The ref moves only from `result.parent` (or is already there).
-    Returns the real directories whose entries changed. `objects` is where the commit's trees
-    and blobs are read (default `repo`, which must have them): the apply passes its scratch
-    repository, which still holds them in memory. A file is read from `view`, when given and
-    still holding the committed bytes, rather than from the object store.
+    by calling this again. The branch's lock file is taken first and held to the end, and the
+    tip compared under it (`reflock`): the ref moves only from `result.expected_tip` (or is
+    already there), and a commit made meanwhile is never overwritten (`reflock.Moved`, before
+    anything is written). When the worktree is updated, `index.lock` is taken before any
+    file is written: a held one stops the apply with nothing changed. Returns the real
+    directories whose entries changed. `objects` is where the commit's trees and blobs are
+    read (default `repo`, which must have them): the apply passes its scratch repository,
+    which still holds them in memory. A file is read from `view`, when given and still
+    holding the committed bytes, rather than from the object store.
     """
+    if result.commit is None and not result.worktree_updated:
+        return ()
+    new = result.commit or result.expected_tip
+    assert new is not None
     changed_dirs: tuple[str, ...] = ()
-    if result.worktree_updated and result.tree is not None:
-        _check_ref(repo, result)
-        source = objects or repo
-        tree = lookup_tree(source, result.tree)
-        targets = [_commit_target(source, tree, write, view) for write in result.updated]
-        changed_dirs = write_targets(workdir_of(repo), targets)
-        _update_index(repo, tree, result.updated_paths)
-    if result.commit is not None:
-        _move_ref(repo, result)
+    update = result.worktree_updated and result.tree is not None
+    # in git's own order (as `git commit`): the index, then the branch
+    index = IndexLock(repo, new) if update else None
+    ref: RefLock | None = None
+    try:
+        ref = RefLock(repo, result.branch, new)
+        before = None if result.new_branch else result.expected_tip
+        if ref.current not in (before, new):
+            raise Moved(f"{result.branch} moved to {ref.current} during the apply; apply again")
+        if index is not None and result.tree is not None:
+            source = objects or repo
+            tree = lookup_tree(source, result.tree)
+            targets = [_commit_target(source, tree, write, view) for write in result.updated]
+            changed_dirs = write_targets(workdir_of(repo), targets)
+            index.write(partial(_update_index, workdir_of(repo), tree, result.updated_paths))
+        if result.commit is not None:
+            ref.swap(before, "gitsess apply: commit")
+    finally:
+        if ref is not None:
+            ref.release()
+        if index is not None:
+            index.release()
     return changed_dirs
 
 
@@ -287,33 +319,6 @@ def _ref_target(repo: pygit2.Repository, ref: str) -> str | None:
     except KeyError:
         return None
     return str(target)
-
-
-def _check_ref(repo: pygit2.Repository, result: CommitResult) -> None:
-    now = _ref_target(repo, result.branch)
-    before = None if result.new_branch else result.expected_tip
-    if now not in (before, result.commit):
-        raise GitsessError(f"{result.branch} moved to {now} during the apply; run it again")
-
-
-def _move_ref(repo: pygit2.Repository, result: CommitResult) -> None:
-    assert result.commit is not None
-    new = pygit2.Oid(hex=result.commit)
-    log = "gitsess apply: commit"
-    if result.parent is None or result.new_branch:
-        if _ref_target(repo, result.branch) != result.commit:
-            # force=False: fails if someone created the branch meanwhile
-            repo.create_reference_direct(result.branch, new, False, message=log)
-        return
-    current = repo.references[result.branch]
-    if str(current.target) == result.commit:
-        return
-    if str(current.target) != result.expected_tip:
-        raise GitsessError(f"{result.branch} moved during the apply; run it again")
-    try:
-        current.set_target(new, log)  # compare-and-swap against the value just read
-    except pygit2.GitError as e:
-        raise GitsessError(f"{result.branch} moved during the apply: {e}") from e
 
 
 def _common_repo(repo: pygit2.Repository) -> pygit2.Repository:
@@ -381,8 +386,10 @@ def _plan_commit_worktree(
         else:
             targets.append(tree_target(tree, change.path))  # the merge changed it
     merged_paths = _tree_diff_paths(scratch, checked_out, build.tree) - set(session)
-    merged_paths -= build.undone
+    # (a path the view shows as the real file has it is written and staged as the commit has
+    # it, which is that: no local change of the real tree's)
     targets.extend(tree_target(tree, path) for path in sorted(merged_paths))
+    merged_paths -= build.undone
     plan = plan_writes(root, targets)
     conflicts = list(plan.conflicts)
     if not force:
@@ -417,12 +424,9 @@ def _local_changes(tip_tree: pygit2.Tree, root: Path, paths: Iterable[str]) -> l
     return conflicts
 
 
-def _update_index(repo: pygit2.Repository, tree: pygit2.Tree, paths: Iterable[str]) -> None:
+def _update_index(root: Path, tree: pygit2.Tree, paths: Iterable[str], index: pygit2.Index) -> None:
     """Stage each path as the commit has it, with stat data of the file just written (so git
     sees it clean without hashing it again)."""
-    root = workdir_of(repo)
-    index = repo.index
-    index.read(force=True)
     entries = {path: tree_entry(tree, path) for path in paths}
     for path in sorted(entries, key=lambda p: entries[p] is not None):  # removals first
         entry = entries[path]
@@ -433,7 +437,6 @@ def _update_index(repo: pygit2.Repository, tree: pygit2.Tree, paths: Iterable[st
         # libgit2 drops what is in the way (see edit_tree)
         full = f"{root}/{path}"  # a Path per file costs more than its lstat
         index.add(_StatEntry(path, pygit2.Oid(hex=entry[0]), FileMode(entry[1]), full))
-    index.write()
 
 
 class _StatEntry(pygit2.IndexEntry):

@@ -10,7 +10,7 @@ it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -19,7 +19,8 @@ import pygit2
 from pygit2.enums import DeltaStatus, ObjectType
 
 from gitsess.errors import GitsessError
-from gitsess.git.changes import ChangeSet
+from gitsess.git import dotgit
+from gitsess.git.changes import GIT_EXEC, GIT_FILE, GIT_LINK, ChangeSet
 from gitsess.git.objects import commit_tree, copy_objects, edit_tree, signature, store_view_blob
 from gitsess.git.scratch import scratch_repo
 from gitsess.git.view import SessionView
@@ -224,6 +225,27 @@ def changed_paths(repo: pygit2.Repository, base: str | None, commit: str) -> lis
             out.setdefault(delta.old_file.path, None)
         out[new.path] = (str(new.id), int(new.mode))
     return [ArchivedPath(p, e) for p, e in sorted(out.items())]
+
+
+def refused_paths(paths: Sequence[ArchivedPath]) -> list[str]:
+    """The paths of `paths` that no session holds, so that a commit carrying them was made
+    by hand (a crafted remote): a `.git` in any spelling (`dotgit.refused`: laid out, it is a
+    repository whose config the next `git status` there runs), or an entry that is neither a
+    file nor a symlink (a gitlink names another repository's commit, which is not here)."""
+    return [
+        p.path
+        for p in paths
+        if dotgit.refused(p.path, symlink=p.entry is not None and p.entry[1] == GIT_LINK)
+        or (p.entry is not None and p.entry[1] not in (GIT_FILE, GIT_EXEC, GIT_LINK))
+    ]
+
+
+def refused_in_tree(repo: pygit2.Repository, tree: str) -> list[str]:
+    """`refused_paths` of every entry of `tree` (read as an index: in C, and an index is
+    where such a tree's paths would land)."""
+    index = pygit2.Index()
+    index.read_tree(repo[tree].peel(pygit2.Tree))
+    return refused_paths([ArchivedPath(e.path, (str(e.id), e.mode)) for e in index])
 
 
 def archived_kv(repo: pygit2.Repository, info: ArchiveInfo) -> bytes | None:

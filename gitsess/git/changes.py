@@ -23,6 +23,7 @@ import pygit2
 
 from gitsess import progress
 from gitsess.errors import GitsessError
+from gitsess.git import dotgit
 from gitsess.git.blobid import blob_id, file_blob_id, stream_blob_id
 from gitsess.git.ignore import Ignore, join_path, parent_path
 from gitsess.git.pathspec import Pathspec
@@ -101,9 +102,13 @@ class ChangeSet:
 
     changes: tuple[Change, ...]
     excluded: tuple[str, ...] = ()
-    # Devices, fifos and sockets of the session's (not the worktree's): no change git can hold
-    # nor apply write, so they stay in the session.
+    # Devices, fifos and sockets of the session's (not the worktree's), and `repos`: no change
+    # git can hold nor apply write, so they stay in the session.
     special: tuple[str, ...] = ()
+    # Of `special`: directories holding a repository of their own (a `.git`), which git shows
+    # as one untracked directory (or a gitlink) and never as content, and names git refuses
+    # (`.GIT`, `git~1`, ...: `dotgit.is_dotgit`). Never written through, never deleted.
+    repos: tuple[str, ...] = ()
 
     @property
     def paths(self) -> list[str]:
@@ -140,7 +145,8 @@ def compute_changes(
     return ChangeSet(
         tuple(sorted(walker.changes, key=lambda c: c.path)),
         tuple(sorted(walker.excluded)),
-        tuple(sorted(walker.special)),
+        tuple(sorted([*walker.special, *walker.repos])),
+        tuple(sorted(walker.repos)),
     )
 
 
@@ -175,6 +181,8 @@ class _Walker:
         self.changes: list[Change] = []
         self.excluded: set[str] = set()
         self.special: list[str] = []
+        self.repos: list[str] = []
+        self._holds_git: dict[str, bool] = {}
         # Whether a path and every path above it are directories, on each side: every touched
         # path asks about its parent, and n files in one directory would ask n times.
         self._real_dirs: dict[str, bool] = {"": True}
@@ -187,8 +195,15 @@ class _Walker:
         if path == "":
             self._children("", True, True)
             return
-        if path.split("/")[0] == ".git":
-            return
+        parts = path.split("/")
+        if ".git" in parts:
+            return  # git's own files (or a nested repository's: its directory says so)
+        for depth in range(1, len(parts)):
+            above = "/".join(parts[:depth])
+            if self._repository(above):
+                if above not in self.repos:
+                    self.repos.append(above)
+                return
         # lstat would follow a symlink standing where a parent directory should be
         parent = parent_path(path)
         old = self._real(path) if self._real_dirs_down_to(parent) else None
@@ -219,6 +234,7 @@ class _Walker:
         if self.ignore is not None and self.ignore.ignored(path, new_dir if new else old_dir):
             self.excluded.add(path)  # an ignored directory may hide differences below it
             return
+        found = len(self.changes), len(self.special), len(self.repos)
         if differs:
             if self.spec.matches(path):
                 self.changes.append(Change(path, old, new))
@@ -229,6 +245,21 @@ class _Walker:
                 self.excluded.add(path)
                 return
             self._children(path, old_dir, new_dir)
+            if self._repository(path):
+                # what changed in it is the nested repository's, never this one's content
+                now = len(self.changes), len(self.special), len(self.repos)
+                del self.changes[found[0] :], self.special[found[1] :], self.repos[found[2] :]
+                if now != found:
+                    self.repos.append(path)
+
+    def _repository(self, path: str) -> bool:
+        """Whether directory `path` holds a `.git` of its own, on either side."""
+        known = self._holds_git.get(path)
+        if known is None:
+            git = join_path(path, ".git")
+            known = self._lstat(git) is not None or self.view.entry(git) is not None
+            self._holds_git[path] = known
+        return known
 
     def _children(self, path: str, old_dir: bool, new_dir: bool) -> None:
         real = set(self._listdir(path)) if old_dir else set()
@@ -237,6 +268,10 @@ class _Walker:
             if name == ".git":
                 continue  # git's own directory (or an embedded repository's) is never content
             child = join_path(path, name)
+            if dotgit.is_dotgit(name):
+                if (name in real) != (name in seen):
+                    self.repos.append(child)  # named, never taken: as `git add` refuses it
+                continue
             old = self._real(child) if name in real else None
             new = self._view(child) if name in seen else None
             self._visit(child, old, new)

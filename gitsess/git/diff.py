@@ -279,7 +279,16 @@ def _side_tree(
     """A tree holding, for each change, this side's blob (where it has one).
 
     Built directory by directory with tree builders: an index takes each entry through cffi,
-    about twice the cost."""
+    about twice the cost. But a tree builder takes UTF-8 names only, and an index any name's
+    bytes (os.fsencode): a name that is not UTF-8 takes the index."""
+    if not all(_utf8(c.path) for c in changes):
+        index = pygit2.Index()
+        for change in changes:
+            entry = blob_for(change)
+            if entry is not None:
+                index.add(pygit2.IndexEntry(change.path, pygit2.Oid(hex=entry[0]),
+                                            FileMode(entry[1])))  # fmt: skip
+        return scratch[index.write_tree(scratch)].peel(pygit2.Tree)
     root: _Dir = {}
     for change in changes:
         entry = blob_for(change)
@@ -294,6 +303,14 @@ def _side_tree(
     tree = scratch.get(_write_dir(scratch, root))
     assert isinstance(tree, pygit2.Tree)
     return tree
+
+
+def _utf8(path: str) -> bool:
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # a directory of a side's tree: name -> a directory, or (blob id, mode)

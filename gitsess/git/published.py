@@ -220,7 +220,10 @@ def kv_items(repo: pygit2.Repository, published: Published) -> dict[str, Any]:
         blob = _commit(repo, published.commit).tree[KV_PATH]
     except KeyError:
         return {}
-    data = json.loads(repo[blob.id].read_raw())
+    try:
+        data = json.loads(repo[blob.id].read_raw())
+    except ValueError:  # not JSON, not UTF-8
+        data = None
     if not isinstance(data, dict):
         raise GitsessError(f"{published.commit}: {KV_PATH} is not a JSON object")
     return data

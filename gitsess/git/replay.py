@@ -49,10 +49,7 @@ def replay_commits(
         return Replayed(str(chain[-1].id), tuple(str(c.id) for c in chain), True, ())
     if squash_message is not None:
         return _squash(repo, chain, onto, squash_message, committer)
-    for commit in chain:
-        if len(commit.parent_ids) > 1:
-            raise GitsessError(f"session commit {commit.short_id} is a merge; apply --squash")
-    return _rebase(repo, chain, onto, committer)
+    return _rebase(repo, chain, onto, committer, _patch_ids(repo, onto, base))
 
 
 def _load_chain(repo: pygit2.Repository, ids: Sequence[str]) -> list[pygit2.Commit]:
@@ -111,9 +108,9 @@ def _new_commit(
     committer: pygit2.Signature,
     message: str | bytes,
     tree: pygit2.Oid,
-    parent: str | None,
+    parent_ids: list[str],
 ) -> str:
-    parents = [pygit2.Oid(hex=parent)] if parent is not None else []
+    parents = [pygit2.Oid(hex=p) for p in parent_ids]
     if like.message_encoding:
         oid = repo.create_commit(
             None, author, committer, message, tree, parents, like.message_encoding
@@ -123,20 +120,47 @@ def _new_commit(
     return str(oid)
 
 
+def _patch_ids(repo: pygit2.Repository, onto: str | None, base: str | None) -> set[str]:
+    """The patch ids of the commits `onto` has and `base` lacks (as `git rebase` finds the
+    commits of a branch that are upstream already, by another route)."""
+    if onto is None:
+        return set()
+    walker = repo.walk(pygit2.Oid(hex=onto))
+    if base is not None:
+        walker.hide(pygit2.Oid(hex=base))
+    return {_patch_id(repo, c) for c in walker if len(c.parent_ids) == 1}
+
+
+def _patch_id(repo: pygit2.Repository, commit: pygit2.Commit) -> str:
+    parent = commit.parents[0].tree if commit.parent_ids else None
+    diff = (
+        parent.diff_to_tree(commit.tree)
+        if parent is not None
+        else commit.tree.diff_to_tree(swap=True)
+    )
+    return str(diff.patchid)
+
+
 def _rebase(
     repo: pygit2.Repository,
     chain: list[pygit2.Commit],
     onto: str | None,
     committer: pygit2.Signature | None,
+    upstream: set[str],
 ) -> Replayed:
+    """Each commit merged three ways onto the tip; a merge commit keeps its other parents (the
+    commits it merged stay as they are). A commit whose patch the tip's new commits have
+    already is left out."""
     tip = onto
     tip_tree = _tree_of(repo, onto)
     created: list[str] = []
     for commit in chain:
+        if len(commit.parent_ids) == 1 and _patch_id(repo, commit) in upstream:
+            continue
         merged = _merge(repo, _tree_of(repo, _first_parent(commit)), tip_tree, commit.tree_id)
         if isinstance(merged, tuple):
             return Replayed(None, (), False, merged)
-        if merged == tip_tree:
+        if merged == tip_tree and len(commit.parent_ids) == 1:
             continue
         # raw bytes: the message keeps its own encoding, untouched by a decode round trip
         tip = _new_commit(
@@ -146,7 +170,7 @@ def _rebase(
             committer or commit.committer,
             commit.raw_message,
             merged,
-            tip,
+            [*([tip] if tip is not None else []), *map(str, commit.parent_ids[1:])],
         )
         tip_tree = merged
         created.append(tip)

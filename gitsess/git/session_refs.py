@@ -4,14 +4,18 @@ A session's `.git` keeps its own HEAD, refs, packed-refs and index (copy-on-writ
 `objects/` is the real repository's, so a commit made inside the session already exists in the
 real repository; only the session's refs know about it. HEAD is read through a callback rather
 than a path so that the caller decides which layer (the view, the session's upper directory)
-the files come from.
+the files come from; the real repository's refs are read from its files (`real_refs`), and the
+session's own commits are those no real ref reaches (`commits_not_in`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pygit2
 from pygit2.enums import SortMode
@@ -91,18 +95,82 @@ def _parse_packed_refs(data: bytes | None) -> dict[str, str]:
     return refs
 
 
-def ahead_commits(repo: pygit2.Repository, head: str | None, upstream: str | None) -> list[str]:
-    """The commits reachable from `head` but not from `upstream`, oldest first.
+def real_refs(common: Path) -> dict[str, str]:
+    """The tips of the branches, tags and remote-tracking branches of the repository whose
+    common dir is `common`, read from its files (loose refs over packed-refs): from inside a
+    session, where libgit2 would resolve the path to the view's own `.git`, too."""
+    refs = {
+        name: oid
+        for name, oid in _parse_packed_refs(_read(common / "packed-refs")).items()
+        if name.startswith(_REAL_REFS)
+    }
+    for top in _REAL_REFS:
+        base = common / top
+        for folder, _, names in os.walk(base):
+            for name in names:
+                if name.endswith(".lock"):
+                    continue
+                path = Path(folder) / name
+                text = (_read(path) or b"").decode("utf-8", "surrogateescape").strip()
+                if _HEX_ID.fullmatch(text):
+                    refs[path.relative_to(common).as_posix()] = text
+    return refs
 
-    As `git rev-list --reverse --topo-order upstream..head`: parents before children, merge
-    commits included. With no `upstream`, every commit of `head`.
+
+_REAL_REFS = ("refs/heads/", "refs/tags/", "refs/remotes/")
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def commits_not_in(repo: pygit2.Repository, head: str | None, real: Iterable[str]) -> list[str]:
+    """The commits reachable from `head` and from no commit of `real` (the real repository's
+    ref tips, and the session's base), oldest first.
+
+    As `git rev-list --reverse --topo-order head --not real...`: parents before children,
+    merge commits and the commits they merge included.
     """
-    if head is None or head == upstream:
+    if head is None:
         return []
     try:
         walker = repo.walk(pygit2.Oid(hex=head), SortMode.TOPOLOGICAL | SortMode.REVERSE)
-        if upstream is not None:
-            walker.hide(pygit2.Oid(hex=upstream))
+        for tip in set(real):
+            with contextlib.suppress(KeyError, ValueError):
+                if repo.get(tip) is not None:
+                    walker.hide(pygit2.Oid(hex=tip))
         return [str(commit.id) for commit in walker]
     except (KeyError, ValueError, pygit2.GitError) as e:
         raise GitsessError(f"cannot list the commits of {head[:12]}: {e}") from e
+
+
+def first_parent_chain(repo: pygit2.Repository, commits: Sequence[str]) -> list[str]:
+    """Of `commits` (a session's own, oldest first, the last its HEAD), those on the HEAD's
+    first-parent line, oldest first: what a replay carries; the others come along as the
+    further parents of merges."""
+    if not commits:
+        return []
+    own = set(commits)
+    chain = []
+    at: str | None = commits[-1]
+    while at is not None and at in own:
+        chain.append(at)
+        parents = repo[at].peel(pygit2.Commit).parent_ids
+        at = str(parents[0]) if parents else None
+    return chain[::-1]
+
+
+def count_between(repo: pygit2.Repository, tip: str | None, hide: str | None) -> int:
+    """How many commits `tip` reaches that `hide` does not."""
+    if tip is None or tip == hide:
+        return 0
+    try:
+        walker = repo.walk(pygit2.Oid(hex=tip))
+        if hide is not None:
+            walker.hide(pygit2.Oid(hex=hide))
+        return sum(1 for _ in walker)
+    except (KeyError, ValueError, pygit2.GitError):
+        return 0

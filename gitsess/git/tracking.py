@@ -84,6 +84,21 @@ def branch_gone(repo: pygit2.Repository, branch: str) -> bool:
     return True
 
 
+def moved_since_created(repo: pygit2.Repository, branch: str) -> bool | None:
+    """Whether `branch` points elsewhere than where it was created (a commit, an apply, a
+    merge moved it): from its reflog, which records each update of the ref in order, so no
+    clock is read. None when the reflog does not go back to the creation (reflogs off,
+    expired, or a branch fetched or renamed into being)."""
+    try:
+        ref = repo.references[HEADS + branch]
+        entries = list(ref.log())
+    except (pygit2.GitError, KeyError):
+        return None
+    if not entries or entries[-1].oid_old != pygit2.Oid(hex="0" * len(str(ref.target))):
+        return None
+    return entries[-1].oid_new != ref.target
+
+
 def rename_in_progress(common: Path) -> bool:
     """A `git branch -m` is between deleting the old name and writing the new one."""
     return (common / RENAME_LOG).exists()

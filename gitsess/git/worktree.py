@@ -116,7 +116,53 @@ def keep_reasons(ctx: RepoContext, binding: Binding) -> list[str]:
         unmerged = unmerged_commits(repo, binding.branch)
         if unmerged:
             reasons.append(f"branch {binding.branch} has {unmerged} commit(s) on no other branch")
+    detached = detached_commits(ctx.open(), worktree)
+    if detached is not None:
+        reasons.append(f"its detached HEAD has {detached[1]} commit(s) that no ref reaches")
     return reasons
+
+
+DETACHED_PREFIX = "refs/gitsess/detached/"
+
+
+def detached_commits(repo: pygit2.Repository, worktree: Path) -> tuple[str, int] | None:
+    """The worktree's detached HEAD and how many commits it has that no ref reaches (made
+    there after `git checkout --detach`, or left when its branch was deleted): deleting the
+    worktree would leave them to git's pruning. None when there are none."""
+    if not (worktree / ".git").exists():
+        return None
+    try:
+        here = open_worktree(worktree)
+        if not here.head_is_detached:
+            return None
+        head = here.head.peel(pygit2.Commit).id
+    except (pygit2.GitError, KeyError, ValueError, GitsessError):
+        return None
+    walker = repo.walk(head)
+    for other in repo.references.iterator():
+        try:
+            walker.hide(other.peel(pygit2.Commit).id)
+        except (pygit2.GitError, ValueError, KeyError):
+            continue
+    count = sum(1 for _ in walker)
+    return (str(head), count) if count else None
+
+
+def keep_detached(repo: pygit2.Repository, worktree: Path) -> str | None:
+    """A ref for the worktree's detached commits no ref reaches, before it is deleted; the
+    ref's name, None when there were none."""
+    detached = detached_commits(repo, worktree)
+    if detached is None:
+        return None
+    ref = DETACHED_PREFIX + worktree.name
+    for n in range(2, 10_000):
+        try:
+            repo.create_reference_direct(ref, detached[0], False, message="gitsess rm: keep HEAD")
+        except pygit2.AlreadyExistsError:
+            ref = f"{DETACHED_PREFIX}{worktree.name}-{n}"
+            continue
+        return ref
+    raise GitsessError(f"too many refs under {DETACHED_PREFIX}; delete some")
 
 
 def unmerged_commits(repo: pygit2.Repository, branch: str) -> int:

@@ -1,17 +1,22 @@
-"""The daemon's control channel: JSON lines over an abstract unix socket named by session id.
+"""The daemon's control channel: JSON lines over an abstract unix socket.
 
-An abstract socket has no file to go stale and no path-length limit; it vanishes with the
-daemon, so "can I connect" is also "is the daemon alive". A participant is a connection held
-open: when every process holding it has exited (even by kill -9) the kernel closes it, and the
-daemon sees the participant leave.
+An abstract socket has no file to go stale and no path-length limit. A participant is a
+connection held open: when every process holding it has exited (even by kill -9) the kernel
+closes it, and the daemon sees the participant leave.
 
 An abstract socket has no permissions either: any local user can connect to one, or bind a
-name first. So both ends check who is at the other (`SO_PEERCRED`): the daemon serves only its
-own user and root, and a client talks only to a daemon of its own user or of root.
+name first. So the name has a random part each daemon draws (`new_address`) and publishes in
+the session dir (`NAME_FILE`, in the 0700 state dir), where only its user learns it: no one
+else can take the name first (issue 37). Both ends still check who is at the other
+(`SO_PEERCRED`): the daemon serves only its own user and root, and a client talks only to a
+daemon of its own user or of root. That a daemon serves the session at all is a lock it holds
+on `LOCK_FILE` for its whole life (`hold`), which clients test without taking (`serving`).
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import socket
@@ -25,16 +30,82 @@ if TYPE_CHECKING:
 TIMEOUT = 30.0
 
 
-def address(session_id: str) -> bytes:
-    return b"\0gitsess-" + session_id.encode()
+NAME_FILE = "control"
+LOCK_FILE = "daemon.lock"
 
 
-def connect(session_id: str, timeout: float = TIMEOUT) -> socket.socket | None:
+PREFIX = b"\0gitsess-"
+
+
+def new_address(session_id: str) -> bytes:
+    return PREFIX + session_id.encode() + b"-" + os.urandom(16).hex().encode()
+
+
+def address(session_dir: str) -> bytes | None:
+    """The name the session's daemon published, or None when none ever did."""
+    try:
+        with open(os.path.join(session_dir, NAME_FILE), "rb") as f:
+            name = f.read()
+    except FileNotFoundError:
+        return None
+    return b"\0" + name
+
+
+def publish(session_dir: str, name: bytes) -> None:
+    """Make `name` the one clients connect to (written aside, then renamed into place)."""
+    final = os.path.join(session_dir, NAME_FILE)
+    aside = f"{final}.{os.getpid()}"
+    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, name[1:])
+    finally:
+        os.close(fd)
+    os.rename(aside, final)
+
+
+def hold(session_dir: str) -> int | None:
+    """Take the session's daemon lock for the life of this process: the descriptor, or None
+    when another daemon holds it. (A POSIX lock: not inherited by forked children, released
+    when the process ends however it ends.)"""
+    fd = os.open(os.path.join(session_dir, LOCK_FILE), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EACCES, errno.EAGAIN):
+            return None
+        raise
+    return fd
+
+
+# struct flock on Linux: l_type, l_whence, l_start, l_len, l_pid (and padding).
+_FLOCK = "hhqqi4x"
+
+
+def serving(session_dir: str) -> bool:
+    """Whether a daemon serves the session (until it exited, after its last commit), asked
+    without taking the lock: taking it, even for a moment, would turn a starting daemon away."""
+    try:
+        fd = os.open(os.path.join(session_dir, LOCK_FILE), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
+        lock_type = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, probe))[0]
+    finally:
+        os.close(fd)
+    return bool(lock_type != fcntl.F_UNLCK)
+
+
+def connect(session_dir: str, timeout: float = TIMEOUT) -> socket.socket | None:
     """A connection to the session's daemon, or None when no daemon serves it."""
+    name = address(session_dir)
+    if name is None:
+        return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
-        sock.connect(address(session_id))
+        sock.connect(name)
     except (ConnectionRefusedError, FileNotFoundError):
         sock.close()
         return None
@@ -57,23 +128,6 @@ def trusted(uid: int) -> bool:
     return uid in (os.geteuid(), 0)
 
 
-# Listening sockets carry this in their flags in /proc/net/unix (the kernel's __SO_ACCEPTCON).
-_LISTENING = 0x10000
-
-
-def serving(session_id: str) -> bool:
-    """Whether a daemon holds the session's name, found without connecting: a stopping daemon
-    accepts no more, and every probe left in its backlog would fill it (then connecting fails
-    with EAGAIN)."""
-    name = b"@" + address(session_id)[1:]
-    with open("/proc/net/unix", "rb") as f:
-        for line in f:
-            fields = line.split()
-            if len(fields) == 8 and fields[7] == name and int(fields[3], 16) & _LISTENING:
-                return True
-    return False
-
-
 def send(sock: socket.socket, message: dict[str, Any]) -> dict[str, Any]:
     sock.sendall(json.dumps(message).encode() + b"\n")
     reply = _readline(sock)
@@ -84,10 +138,10 @@ def send(sock: socket.socket, message: dict[str, Any]) -> dict[str, Any]:
 
 
 def request(
-    session_id: str, message: dict[str, Any], timeout: float = TIMEOUT
+    session_dir: str, message: dict[str, Any], timeout: float = TIMEOUT
 ) -> dict[str, Any] | None:
     """One request to the daemon; None when it is not running."""
-    sock = connect(session_id, timeout)
+    sock = connect(session_dir, timeout)
     if sock is None:
         return None
     with sock:

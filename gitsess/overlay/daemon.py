@@ -25,9 +25,9 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, guard, hostloop, listahead, presence, protocol
+from gitsess.overlay import control, guard, history, hostloop, listahead, presence, protocol
 from gitsess.overlay.audit import Participant
-from gitsess.overlay.delta import DeltaStore, copy_delta
+from gitsess.overlay.delta import DeltaStore, copy_delta, kv_get, kv_put, kv_remove
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
 from gitsess.overlay.listahead import ListAhead
@@ -61,6 +61,30 @@ FINAL_RETRY = 1.0
 LOWER_SYNC_TIMEOUT = 1.0
 
 
+# How often the log tells of connections refused for one cause (another user's): a loop of
+# connects must not fill the owner's disk with the log.
+REFUSAL_LOG_INTERVAL = 60.0
+
+
+@dataclass
+class Refusals:
+    """Refused control connections per cause: logged once per interval, with a count."""
+
+    logged: dict[str, float] = field(default_factory=dict)
+    unlogged: dict[str, int] = field(default_factory=dict)
+
+    def note(self, cause: str, now: float) -> str | None:
+        """The line to log for one more refusal for `cause`, or None to stay silent."""
+        count = self.unlogged.get(cause, 0) + 1
+        last = self.logged.get(cause)
+        if last is not None and now - last < REFUSAL_LOG_INTERVAL:
+            self.unlogged[cause] = count
+            return None
+        self.logged[cause] = now
+        self.unlogged[cause] = 0
+        return f"refused {count} control connection(s) from {cause}"
+
+
 @dataclass
 class State:
     tree: Tree
@@ -84,6 +108,7 @@ class State:
     # Since when commits fail (monotonic), and when that was last logged.
     failing_since: float | None = None
     failure_logged: float = 0.0
+    refusals: Refusals = field(default_factory=lambda: Refusals())
     # The view left the mount table under the daemon (a lazy unmount): the mount point is not
     # ours to unmount any more.
     detached: bool = False
@@ -109,14 +134,19 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind(control.address(args.session_id))
-    except OSError:
-        # Someone else serves this session: binding the name is the lock.
-        _ready(args.ready_fd, "busy")
+    session_dir = os.path.dirname(args.delta)
+    if control.hold(session_dir) is None:
+        _ready(args.ready_fd, "busy")  # another daemon serves this session
         return 3
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    name = control.new_address(args.session_id)
+    try:
+        listener.bind(name)
+    except OSError as e:
+        _ready(args.ready_fd, f"cannot bind the control socket {name[1:].decode()}: {e}")
+        return 1
     listener.listen(64)
+    control.publish(session_dir, name)
     store = DeltaStore(args.delta)
     tree = Tree(store, args.lower, {os.fsencode(h) for h in args.hide})
     tree.readonly = args.read_only
@@ -411,7 +441,9 @@ async def _control_loop(state: State, listener: trio.socket.SocketType) -> None:
             uid = control.peer_uid(conn)  # type: ignore[arg-type]
             if not control.trusted(uid):
                 # Another local user: no status, no drop, no stop, no copy (see control.py).
-                log.warning("refused a control connection from uid %d", uid)
+                line = state.refusals.note(f"uid {uid}", time.monotonic())
+                if line is not None:
+                    log.warning("%s", line)
                 conn.close()
                 continue
             nursery.start_soon(_client, state, trio.SocketStream(conn))
@@ -510,7 +542,9 @@ def _join(state: State, msg: dict[str, Any]) -> Reply:
 
 def _run_label(msg: dict[str, Any]) -> str:
     command = msg.get("command")
-    return " ".join(map(str, command)) if isinstance(command, list) else ""
+    label = " ".join(map(str, command)) if isinstance(command, list) else ""
+    # a label is text to show: an argument's bytes that are not UTF-8 become U+FFFD
+    return label.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
 def _checkpoint(state: State, msg: dict[str, Any]) -> Reply:
@@ -545,7 +579,8 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
         rewound = tree.store.rewind(int(msg["target"]), str(msg.get("kind") or "rewind"))
     except KeyError:
         tree.let_go(*kept)
-        return {"ok": False, "error": f"no checkpoint {msg['target']}"}, None
+        missing = str(history.no_such(int(msg["target"])))
+        return {"ok": False, "error": missing, "whole": True}, None
     except BaseException:
         tree.let_go(*kept)
         raise
@@ -638,7 +673,23 @@ def _stop_op(state: State, msg: dict[str, Any]) -> Reply:
     return {"ok": True}, None
 
 
+def _kv(state: State, msg: dict[str, Any]) -> Reply:
+    """A key-value write from inside a run, which cannot write delta.db itself."""
+    key, text, stamp = msg.get("key"), msg.get("text"), msg.get("updated_ns")
+    if not isinstance(key, str) or not key or not isinstance(stamp, int):
+        return {"ok": False, "error": "kv takes a key and a time"}, None
+    conn = state.tree.store.conn
+    if text is None:
+        return {"ok": True, "existed": kv_remove(conn, key)}, None
+    if not isinstance(text, str):
+        return {"ok": False, "error": "a kv value is JSON text"}, None
+    existed = kv_get(conn, key) is not None
+    kv_put(conn, key, text, stamp)
+    return {"ok": True, "existed": existed}, None
+
+
 HANDLERS: dict[str, Callable[[State, dict[str, Any]], Reply]] = {
+    protocol.KV: _kv,
     protocol.JOIN: _join,
     protocol.STATUS: _status,
     protocol.SYNC: _sync,

@@ -248,7 +248,8 @@ class DeltaStore:
             " WHERE op = 'rename' AND target IS NOT NULL GROUP BY target"
         )
         out: dict[str, int] = {}
-        for path, time_ns in rows:
+        for value, time_ns in rows:
+            path = from_sql_path(value)
             out[path] = max(time_ns, out.get(path, 0))
         return out
 
@@ -390,14 +391,17 @@ class DeltaStore:
         c.executemany(
             "INSERT INTO events (time_ns, op, path, target, bytes, pid, process, role, run_id)"
             " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            b.events,
-        )
+            [(t, op, sql_path(path), sql_path(target), *rest)
+             for t, op, path, target, *rest in b.events],
+        )  # fmt: skip
+        undrift = [sql_path(path) for path in b.undrift]
         c.executemany(
             "DELETE FROM drift WHERE path = ? OR substr(path, 1, ?) = ?",
-            [(path, len(path) + 1, path + "/") for path in b.undrift],
+            [(p, len(p) + 1, p + ("/" if isinstance(p, str) else b"/")) for p in undrift],
         )
         c.executemany(
-            "INSERT OR REPLACE INTO drift (path, time_ns) VALUES (?, ?)", list(b.drift.items())
+            "INSERT OR REPLACE INTO drift (path, time_ns) VALUES (?, ?)",
+            [(sql_path(path), t) for path, t in b.drift.items()],
         )
         self._apply(
             {(ino,): content for ino, content in b.inline.items()},
@@ -501,7 +505,8 @@ def event_rows(
         f"SELECT {_EVENT_COLUMNS} FROM events e LEFT JOIN processes p ON p.id = e.process"
         f" WHERE {' AND '.join(where)} ORDER BY e.id"
     )
-    return conn.execute(sql, tuple(args)).fetchall()
+    rows = conn.execute(sql, tuple(args)).fetchall()
+    return [(*r[:3], from_sql_path(r[3]), from_sql_path(r[4]), *r[5:]) for r in rows]
 
 
 def op_counts(conn: apsw.Connection) -> dict[str, int]:
@@ -516,9 +521,26 @@ def last_event_ns(conn: apsw.Connection) -> int | None:
 
 
 def drift_rows(conn: apsw.Connection, *, after_ns: int) -> list[tuple[str, int]]:
-    return conn.execute(  # type: ignore[return-value]
+    rows = conn.execute(
         "SELECT path, time_ns FROM drift WHERE time_ns > ? ORDER BY time_ns, path", (after_ns,)
     ).fetchall()
+    return [(from_sql_path(path), time_ns) for path, time_ns in rows]  # type: ignore[misc]
+
+
+def sql_path(path: Any) -> Any:
+    """A path (os.fsdecode'd) as SQLite keeps it: text when it is UTF-8, else its bytes (a
+    BLOB; SQLite's text is UTF-8 only, and a file name is bytes, as in git)."""
+    if isinstance(path, str):
+        try:
+            path.encode()
+        except UnicodeEncodeError:
+            return os.fsencode(path)
+    return path
+
+
+def from_sql_path(value: Any) -> Any:
+    """`sql_path` undone."""
+    return os.fsdecode(value) if isinstance(value, bytes) else value
 
 
 def kv_get(conn: apsw.Connection, key: str) -> tuple[str, int] | None:

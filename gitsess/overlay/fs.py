@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import contextlib
 import errno
 import functools
 import inspect
@@ -30,6 +31,7 @@ from pyfuse3 import (
     XAttrNameT,
 )
 
+from gitsess.overlay import acl
 from gitsess.overlay import passthrough as pt
 from gitsess.overlay.gitdir import in_git
 from gitsess.overlay.listahead import SUBDIRS, ListAhead
@@ -536,6 +538,7 @@ class Filesystem(pyfuse3.Operations):
     ) -> None:
         n = self.tree.node(inode)
         self.tree.setxattr(n, name, value)
+        self._mode_changed_by(n, name)
         self.tree.audit.record("setxattr", self.tree.path_of(n), ctx.pid)
 
     async def getxattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> bytes:
@@ -547,4 +550,15 @@ class Filesystem(pyfuse3.Operations):
     async def removexattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> None:
         n = self.tree.node(inode)
         self.tree.removexattr(n, name)
+        self._mode_changed_by(n, name)
         self.tree.audit.record("removexattr", self.tree.path_of(n), ctx.pid)
+
+    @staticmethod
+    def _mode_changed_by(n: Node, name: bytes) -> None:
+        """An access ACL gives the mode (see acl.py), but no reply to an xattr call carries
+        attributes: the kernel would keep the ones it cached (0600 from `sed -i`'s temporary
+        file) for the attribute timeout. Only the attributes are dropped, which takes no lock
+        a request in flight may hold, so it is safe here."""
+        if name == acl.ACCESS:
+            with contextlib.suppress(OSError):
+                pyfuse3.invalidate_inode(InodeT(n.ino), attr_only=True)

@@ -21,9 +21,11 @@ def main() -> int:
     if len(sys.argv) < 3 or sys.argv[1] != "2":
         return 1  # git falls back to a full scan for other protocol versions
     token, paths = "", None
-    session_id = os.environ.get("GITSESS_SESSION_ID", "")
+    session_dir = os.path.join(
+        os.environ.get("GITSESS_DIR", ""), "sessions", os.environ.get("GITSESS_SESSION_ID", "")
+    )
     try:
-        changes = protocol.fsmonitor(session_id, sys.argv[2], TIMEOUT)
+        changes = protocol.fsmonitor(session_dir, sys.argv[2], TIMEOUT)
     except (OSError, ValueError, KeyError, protocol.Refused):
         changes = None
     if changes is not None:

@@ -29,16 +29,18 @@ DROP = "drop"
 FSMONITOR = "fsmonitor"
 PERSIST = "persist"
 STOP = "stop"
+KV = "kv"
 CHECKPOINT = "checkpoint"
 REWIND = "rewind"
 
 
 class Refused(Exception):
-    """The daemon answered `ok: false`."""
+    """The daemon answered `ok: false`; `whole`: its error is the user's whole message (the
+    one an offline command gives), not a detail of the request."""
 
-    def __init__(self, error: str, *, stopping: bool) -> None:
+    def __init__(self, error: str, *, stopping: bool, whole: bool = False) -> None:
         super().__init__(error)
-        self.stopping = stopping
+        self.stopping, self.whole = stopping, whole
 
 
 class Participant:
@@ -86,14 +88,18 @@ class Changes:
 
 def _answer(reply: dict[str, Any]) -> dict[str, Any]:
     if not reply.get("ok"):
-        raise Refused(str(reply.get("error")), stopping=bool(reply.get("stopping")))
+        raise Refused(
+            str(reply.get("error")),
+            stopping=bool(reply.get("stopping")),
+            whole=bool(reply.get("whole")),
+        )
     return reply
 
 
 def _request(
-    session_id: str, op: str, timeout: float = control.TIMEOUT, **fields: object
+    session_dir: str, op: str, timeout: float = control.TIMEOUT, **fields: object
 ) -> dict[str, Any] | None:
-    reply = control.request(session_id, {"op": op, **fields}, timeout)
+    reply = control.request(session_dir, {"op": op, **fields}, timeout)
     return None if reply is None else _answer(reply)
 
 
@@ -107,66 +113,76 @@ def join(sock: socket.socket, participant: Participant) -> None:
     _answer(control.send(sock, message))
 
 
-def status(session_id: str, timeout: float = control.TIMEOUT) -> Status | None:
-    reply = _request(session_id, STATUS, timeout)
+def status(session_dir: str, timeout: float = control.TIMEOUT) -> Status | None:
+    reply = _request(session_dir, STATUS, timeout)
     if reply is None:
         return None
     return Status(reply)
 
 
-def sync(session_id: str) -> bool:
+def sync(session_dir: str) -> bool:
     """Have the daemon commit everything now, durably."""
-    return _request(session_id, SYNC) is not None
+    return _request(session_dir, SYNC) is not None
 
 
-def copy(session_id: str, dest: str, timeout: float) -> bool:
+def copy(session_dir: str, dest: str, timeout: float) -> bool:
     """Have the daemon copy its delta to `dest` (a new session's `delta.db`), serving no
     request meanwhile."""
-    return _request(session_id, COPY, timeout, dest=dest) is not None
+    return _request(session_dir, COPY, timeout, dest=dest) is not None
 
 
 def drop(
-    session_id: str,
+    session_dir: str,
     paths: Sequence[str],
     restamp: Sequence[str] = (),
     expect: Mapping[str, tuple[int, int, int] | None] | None = None,
 ) -> Dropped | None:
     """Take applied paths out of the delta, but those `expect` shows written since."""
     reply = _request(
-        session_id, DROP, paths=list(paths), restamp=list(restamp), expect=dict(expect or {})
+        session_dir, DROP, paths=list(paths), restamp=list(restamp), expect=dict(expect or {})
     )
     if reply is None:
         return None
     return Dropped(reply)
 
 
-def fsmonitor(session_id: str, token: str, timeout: float) -> Changes | None:
-    reply = _request(session_id, FSMONITOR, timeout, token=token)
+def fsmonitor(session_dir: str, token: str, timeout: float) -> Changes | None:
+    reply = _request(session_dir, FSMONITOR, timeout, token=token)
     if reply is None:
         return None
     return Changes(reply)
 
 
-def persist(session_id: str) -> bool:
+def persist(session_dir: str) -> bool:
     """Have the daemon stay without participants (until `stop`)."""
-    return _request(session_id, PERSIST) is not None
+    return _request(session_dir, PERSIST) is not None
 
 
-def stop(session_id: str) -> bool:
+def stop(session_dir: str) -> bool:
     """Have the daemon commit, unmount and exit."""
-    return _request(session_id, STOP) is not None
+    return _request(session_dir, STOP) is not None
+
+
+def kv(session_dir: str, key: str, text: str | None, updated_ns: int) -> bool | None:
+    """Set `key` to the JSON `text` (None: remove it) in the session's key-value store, through
+    the daemon (from inside a run, where the state dir is read-only); whether the key was there
+    before, None when no daemon serves the session."""
+    reply = _request(session_dir, KV, key=key, text=text, updated_ns=updated_ns)
+    if reply is None:
+        return None
+    return bool(reply["existed"])
 
 
 def checkpoint(
-    session_id: str, kind: str, message: str, run_id: int | None, role: str | None
+    session_dir: str, kind: str, message: str, run_id: int | None, role: str | None
 ) -> int | None:
     """Have the daemon commit and make a checkpoint; its id (None: no daemon)."""
-    reply = _request(session_id, CHECKPOINT, kind=kind, message=message, run_id=run_id, role=role)
+    reply = _request(session_dir, CHECKPOINT, kind=kind, message=message, run_id=run_id, role=role)
     return None if reply is None else int(reply["id"])
 
 
 def rewind(
-    session_id: str,
+    session_dir: str,
     target: int,
     kind: str,
     writers: Sequence[tuple[int, int, str]] = (),
@@ -176,6 +192,6 @@ def rewind(
     refuses when one of the `writers` (pid, inode, path: files open for writing in the view)
     holds a file it changes, unless `force`."""
     reply = _request(
-        session_id, REWIND, target=target, kind=kind, writers=list(writers), force=force
+        session_dir, REWIND, target=target, kind=kind, writers=list(writers), force=force
     )
     return None if reply is None else int(reply["operation"])

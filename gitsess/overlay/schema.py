@@ -220,10 +220,20 @@ def connect(path: str, *, readonly: bool = False) -> apsw.Connection:
 
 
 def _open(path: str, flags: int) -> apsw.Connection:
-    conn = apsw.Connection(path, flags=flags)
+    if flags == apsw.SQLITE_OPEN_READONLY and _in_read_only_dir(path):
+        conn = db.open_read_only(path)  # inside a run, see there
+    else:
+        conn = apsw.Connection(path, flags=flags)
     # Before any statement: a daemon committing or closing holds locks a reader must wait for.
     conn.set_busy_timeout(db.BUSY_TIMEOUT_MS)
     return conn
+
+
+def _in_read_only_dir(path: str) -> bool:
+    try:
+        return bool(os.statvfs(os.path.dirname(path) or ".").f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def pragma(conn: apsw.Connection, name: str) -> int:

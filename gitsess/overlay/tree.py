@@ -17,6 +17,7 @@ import os
 import stat
 import time
 
+from gitsess.overlay import gitunit
 from gitsess.overlay.delta import INLINE
 from gitsess.overlay.nodes import ROOT_INODE, Node, err, join, stamp
 from gitsess.overlay.tree_data import DataTree
@@ -28,6 +29,9 @@ RENAME_WHITEOUT = 4  # leaves an overlay whiteout (a character device 0:0) at th
 
 
 class Tree(DataTree):
+    # set while `gitunit` itself changes HEAD, the index or the branch's ref
+    git_unit_busy = False
+
     # ---------------------------------------------------------------- entry bookkeeping
 
     def resolve(self, path: bytes) -> Node | None:
@@ -169,6 +173,40 @@ class Tree(DataTree):
         self.make_upper(p)
         return p
 
+    # ---------------------------------------------------------------- the git unit (gitunit.py)
+
+    def make_upper(self, n: Node) -> None:
+        gitunit.before_node_change(self, n)
+        super().make_upper(n)
+
+    def find(self, parent: int, name: bytes) -> Node | None:
+        n = super().find(parent, name)
+        if n is not None and name.endswith(b".lock") and gitunit.hides_real_lock(self, n):
+            return None
+        return n
+
+    def add_dir(self, parent: Node, name: bytes) -> Node:
+        """A directory made by gitsess itself (the kernel holds no reference to it)."""
+        self.make_upper(parent)
+        h = self.getattr(parent)
+        return self._new_node(parent, name, stat.S_IFDIR | 0o755, h.uid, h.gid)
+
+    def add_file(self, parent: Node, name: bytes, data: bytes) -> None:
+        self.make_upper(parent)
+        h = self.getattr(parent)
+        n = self._new_node(parent, name, stat.S_IFREG | 0o644, h.uid, h.gid)
+        n.data = INLINE
+        self.write(n, 0, data)
+
+    def hide(self, parent: Node, name: bytes) -> None:
+        """A whiteout for `name`, whatever the worktree has there now or later."""
+        self.make_upper(parent)
+        n = self.find(parent.ino, name)
+        self._set_entry(parent, name, 0)
+        self._touch_dir(parent)
+        if n is not None:
+            self._unname(n)
+
     # ---------------------------------------------------------------- namespace operations
 
     def create(
@@ -176,6 +214,7 @@ class Tree(DataTree):
     ) -> Node:
         self._check_name(name)
         p = self._writable_dir(parent)
+        gitunit.before_name_change(self, p, name)
         if self.find(parent, name) is not None:
             raise err(errno.EEXIST)
         n = self._new_node(p, name, mode, uid, gid)
@@ -188,6 +227,7 @@ class Tree(DataTree):
     def symlink(self, parent: int, name: bytes, target: bytes, uid: int, gid: int) -> Node:
         self._check_name(name)
         p = self._writable_dir(parent)
+        gitunit.before_name_change(self, p, name)
         if self.find(parent, name) is not None:
             raise err(errno.EEXIST)
         n = self._new_node(p, name, stat.S_IFLNK | 0o777, uid, gid)
@@ -204,6 +244,7 @@ class Tree(DataTree):
             raise err(errno.ENOENT)
         if n.is_dir:
             raise err(errno.EISDIR)
+        gitunit.before_name_change(self, p, name)
         self._unlink_node(p, name, n)
 
     def _unlink_node(self, p: Node, name: bytes, n: Node) -> None:
@@ -241,6 +282,7 @@ class Tree(DataTree):
             raise err(errno.EBUSY)
         if not self._empty(n):
             raise err(errno.ENOTEMPTY)
+        gitunit.before_name_change(self, p, name)
         self._rmdir_node(p, name, n)
 
     def _empty(self, n: Node) -> bool:
@@ -271,6 +313,7 @@ class Tree(DataTree):
         n = self.node(ino)
         if n.is_dir:
             raise err(errno.EPERM)
+        gitunit.before_name_change(self, p, new_name)
         if self.find(new_parent, new_name) is not None:
             raise err(errno.EEXIST)
         self._detach_from_lower(n)
@@ -308,6 +351,8 @@ class Tree(DataTree):
         self._check_name(new_name)
         op = self._writable_dir(old_parent)
         np = self._writable_dir(new_parent)
+        gitunit.before_name_change(self, op, old_name)
+        gitunit.before_name_change(self, np, new_name)
         src = self.find(old_parent, old_name)
         if src is None:
             raise err(errno.ENOENT)
@@ -344,6 +389,7 @@ class Tree(DataTree):
             self._new_node(op, old_name, stat.S_IFCHR, uid, gid)
         self._touch_dir(op)
         self._touch_dir(np)
+        gitunit.after_rename(self, np, new_name)
 
     def _exchange(
         self, op: Node, old_name: bytes, src: Node, np: Node, new_name: bytes, dst: Node

@@ -61,6 +61,9 @@ class LookupTree:
         self.redirects = linked_git(self.root, os.path.dirname(store.data_dir))
         if self.redirects:
             self.hidden.add(GIT_COMMON + b"/gitsess")
+            # The view's `.git` is this worktree's admin dir: seen again in the common dir's
+            # `worktrees/`, git would take its branch as checked out at another worktree.
+            self.hidden.add(GIT_COMMON + b"/worktrees/" + os.path.basename(self.redirects[GIT]))
         # Names longer than the worktree's filesystem takes are refused as it would refuse them:
         # a name only the session holds must still fit there when it is applied.
         self.name_max = _name_max(self.root)

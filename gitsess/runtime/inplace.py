@@ -1,49 +1,125 @@
-"""Run a command with the session's view in place of the real worktree.
+"""Run a command with the session's view in place of the real worktree, sealed in.
 
 In a private mount namespace the view is bind-mounted over the worktree's real path, so the
 command's cwd and every absolute path are the ones it knows. The view's `.git` is the session's
-own (copy-on-write, objects shared), so git inside changes only the session; the real gitsess
-state dir, when it lies in the worktree, is bound back over the view's stand-in for it (found by
-name, never listed), so gitsess commands inside reach their registry at its usual path. Where
-namespaces are not available the command runs in the mount point instead.
+own (copy-on-write), so git inside changes only the session. The real gitsess state dir is bound
+read-only at its real path (over the view's stand-in for it when it lies in the worktree: found
+by name, never listed): gitsess commands inside read their registry and delta there, and write
+only through the session's daemon (`kv`), so a run can neither destroy a session's delta nor
+plant an apply journal. The command gets a PID namespace of its own with a fresh /proc: no
+outside process is visible, so no `/proc/<pid>/root` (or `cwd`, `fd`) leads out of the view.
+Last, a user namespace of its own locks every mount it inherits: it can neither unmount the
+view nor remount the state dir writable (mounts copied into a less privileged namespace are
+locked, MNT_LOCKED and the locked flags). What a run does not isolate: see the README.
+
+The processes, each forked from the one before (the first by `subprocess.Popen`):
+
+- the outer process (Popen's child): mount namespace and mounts, then `unshare(CLONE_NEWPID)`;
+  it relays SIGTERM and SIGHUP to the init and ends as the command ended;
+- the init, pid 1 of the new namespace: mounts /proc, enters the locking user namespace (whose
+  id maps the outer process writes), relays signals to the command, reaps orphans, and tells the
+  outer process how the command ended; when it exits the kernel kills what is left in the
+  namespace, so nothing a run started outlives it;
+- the command, pid 2, which Popen's child code then execs.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import struct
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
+from gitsess.errors import GitsessError
 from gitsess.libc import LIBC, check
 
 PR_SET_PDEATHSIG = 1
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_SLAVE = 1 << 19
+# The flags of a mount (statvfs's f_flag has them at the same bits) a remount must keep: in a
+# user namespace, dropping one the mount has is refused.
+KEPT_FLAGS = MS_NOSUID | MS_NODEV | MS_NOEXEC | 1024 | 2048 | 4096  # noatime, nodiratime, relatime
+RELAYED = (signal.SIGTERM, signal.SIGHUP)
+FULL_RANGE = 4294967295
 
 
-def _mount(source: str | None, target: str, flags: int) -> None:
+def _mount(source: str | None, target: str, flags: int, fstype: str | None = None) -> None:
     src = None if source is None else source.encode()
-    check(LIBC.mount(src, target.encode(), None, flags, None), f"mount {target}")
+    kind = None if fstype is None else fstype.encode()
+    check(LIBC.mount(src, target.encode(), kind, flags, None), f"mount {target}")
+
+
+def _remount_read_only(target: str) -> None:
+    kept = os.statvfs(target).f_flag & KEPT_FLAGS
+    _mount(None, target, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
+
+
+def _mounts_below(top: str) -> list[str]:
+    """The outermost mount points strictly below `top` (mountinfo's escapes undone)."""
+    found: list[str] = []
+    with open("/proc/self/mountinfo", "rb") as f:
+        for line in f:
+            point = _unescape(line.split(b" ")[4])
+            if point.startswith(top.rstrip("/") + "/"):
+                found.append(point)
+    outermost: list[str] = []
+    for point in sorted(found):
+        if not any(point.startswith(o + "/") or point == o for o in outermost):
+            outermost.append(point)
+    return outermost
+
+
+def _unescape(field: bytes) -> str:
+    out, i = bytearray(), 0
+    while i < len(field):
+        if field[i : i + 1] == b"\\" and field[i + 1 : i + 4].isdigit():
+            out.append(int(field[i + 1 : i + 4], 8))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return os.fsdecode(bytes(out))
+
+
+def _map_ids(pid: int | str, ids: tuple[int, int], root: bool, proc: int | None = None) -> None:
+    """The id maps of `pid`'s new user namespace: everyone as they are for root, else the
+    user alone, `ids` (all an unprivileged process may map). `proc`: a descriptor of the
+    /proc to use (the process's own may show another PID namespace by then)."""
+    uid, gid = ids
+    if root:
+        maps = {"uid_map": f"0 0 {FULL_RANGE}", "gid_map": f"0 0 {FULL_RANGE}"}
+    else:
+        maps = {"setgroups": "deny", "uid_map": f"{uid} {uid} 1", "gid_map": f"{gid} {gid} 1"}
+    for name, text in maps.items():
+        fd = os.open(f"{pid}/{name}" if proc is not None else f"/proc/{pid}/{name}",
+                     os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc)  # fmt: skip
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
 
 
 def _unshare() -> None:
-    uid, gid = os.getuid(), os.getgid()
-    if uid == 0:
+    ids = os.getuid(), os.getgid()  # (read before: in the new namespace they are unmapped)
+    if ids[0] == 0:
         check(LIBC.unshare(CLONE_NEWNS), "unshare")
         return
     # Unprivileged: a user namespace that maps us to ourselves, so files keep their owners.
     check(LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
-    Path("/proc/self/setgroups").write_text("deny")
-    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
-    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+    _map_ids("self", ids, root=False)
 
 
 @dataclass(frozen=True)
@@ -51,32 +127,154 @@ class Placement:
     worktree: Path
     mountpoint: Path
     read_only: bool
-    # The state dir when it lies inside the worktree (the view hides it), else None.
+    # The real state dir, bound read-only at its real path (inside the worktree too, where the
+    # view hides it).
     state_dir: Path | None = None
+    # Directories in the state dir that stay writable: the agent's own isolation root.
+    writable: tuple[Path, ...] = ()
 
 
-def _die_with(parent: int) -> None:
-    """In the child: SIGTERM when `gitsess run` dies (even by SIGKILL), so that the command
-    does not run on in a session nobody waits for."""
-    LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def _die_with(parent: int, sig: int = signal.SIGTERM) -> None:
+    """In a child: `sig` when `parent` dies (even by SIGKILL), so that the command does not
+    run on in a session nobody waits for."""
+    LIBC.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
     if os.getppid() != parent:  # it died before the line above
-        os.kill(os.getpid(), signal.SIGTERM)
+        os.kill(os.getpid(), sig)
 
 
-def _enter_view(p: Placement, cwd: Path, parent: int) -> None:
-    """Runs in the child between fork and exec."""
-    _die_with(parent)
-    _unshare()
-    _mount(None, "/", MS_REC | MS_SLAVE)
-    state = p.state_dir
-    state_fd = os.open(state, os.O_PATH | os.O_CLOEXEC) if state is not None else None
-    _mount(str(p.mountpoint), str(p.worktree), MS_BIND)
-    if p.read_only:
-        _mount(None, str(p.worktree), MS_REMOUNT | MS_BIND | MS_RDONLY)
-    if state is not None and state_fd is not None:
-        _mount(f"/proc/self/fd/{state_fd}", str(state), MS_BIND)
-        os.close(state_fd)
+def _enter_view(p: Placement, cwd: Path, parent: int, reason_fd: int) -> None:
+    """Runs in Popen's child between fork and exec; returns in the command's process only."""
+    try:
+        _die_with(parent)
+        _unshare()
+        _mount(None, "/", MS_REC | MS_SLAVE)
+        state = p.state_dir
+        # A worktree gitsess made lies in the state dir (`worktrees/`): the view goes over it
+        # after the seal, else before (the state dir in the view is the one to seal then).
+        # (The view is opened first: the seal covers the mounts below the state dir.)
+        state_first = state is not None and p.worktree.is_relative_to(state)
+        view_fd = os.open(p.mountpoint, os.O_PATH | os.O_CLOEXEC)
+        # Opened before the seal too: a bind of a path in the sealed tree would be read-only.
+        own = [(w, os.open(w, os.O_PATH | os.O_CLOEXEC)) for w in p.writable]
+        if state is not None and state_first:
+            _seal(state, os.open(state, os.O_PATH | os.O_CLOEXEC))
+        state_fd = os.open(state, os.O_PATH | os.O_CLOEXEC) if state is not None else None
+        _mount(f"/proc/self/fd/{view_fd}", str(p.worktree), MS_BIND)
+        os.close(view_fd)
+        if p.read_only:
+            _remount_read_only(str(p.worktree))
+        if state is not None and state_fd is not None:
+            if state_first:
+                os.close(state_fd)
+            else:
+                _seal(state, state_fd)
+        for path, fd in own:
+            _mount(f"/proc/self/fd/{fd}", str(path), MS_BIND)
+            os.close(fd)
+        check(LIBC.unshare(CLONE_NEWPID), "unshare")
+    except OSError as e:
+        os.write(reason_fd, str(e).encode())
+        raise
+    _fork_init(reason_fd)
     os.chdir(cwd)
+
+
+def _seal(state: Path, state_fd: int) -> None:
+    """Bind the state dir `state_fd` opened read-only at `state`. Recursive: as a user, a bind
+    that would uncover what the views mounted below it hide is refused (EINVAL: locked
+    children). Those mounts, other sessions' views among them, are then covered by empty
+    read-only ones."""
+    _mount(f"/proc/self/fd/{state_fd}", str(state), MS_BIND | MS_REC)
+    os.close(state_fd)
+    _remount_read_only(str(state))
+    for below in _mounts_below(str(state)):
+        _mount("none", below, MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "tmpfs")
+
+
+def _fork_init(reason_fd: int) -> None:
+    """Fork the init of the new PID namespace; this process relays to it. Returns in the
+    command's process only."""
+    root = os.getuid() == 0
+    outer = os.getpid()
+    # The /proc of this process's PID namespace: the init mounts the new one over it.
+    proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    ended_r, ended_w = os.pipe()
+    mapped_r, mapped_w = os.pipe()
+    unshared_r, unshared_w = os.pipe()
+    init = os.fork()
+    if init:
+        for fd in (ended_w, mapped_r, unshared_w):
+            os.close(fd)
+        ok = os.read(unshared_r, 1) == b"u"
+        if ok:
+            try:
+                _map_ids(init, (os.getuid(), os.getgid()), root, proc)
+            except OSError as e:
+                os.write(reason_fd, f"user namespace: {e}".encode())
+                ok = False
+        os.write(mapped_w, b"m" if ok else b"x")
+        _close_all_but(ended_r)
+        _relay(init, ended_r)
+    for fd in (ended_r, mapped_w, unshared_r, proc):
+        os.close(fd)
+    _die_with(outer, signal.SIGKILL)
+    # A failure here is raised into Popen's child code, which reports it through its error
+    # pipe: Popen then raises, as for a failure in the outer process.
+    try:
+        _mount("proc", "/proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "proc")
+        check(LIBC.unshare(CLONE_NEWUSER | CLONE_NEWNS), "unshare")
+    except OSError as e:
+        os.write(reason_fd, str(e).encode())
+        os.write(unshared_w, b"x")
+        raise
+    os.write(unshared_w, b"u")
+    if os.read(mapped_r, 1) != b"m":
+        raise OSError("the ids of the run's user namespace could not be mapped")
+    for fd in (mapped_r, unshared_w):
+        os.close(fd)
+    command = os.fork()
+    if command:
+        _close_all_but(ended_w)
+        _init(command, ended_w)
+    os.close(ended_w)
+
+
+def _close_all_but(fd: int) -> None:
+    """The relaying processes keep only stdio and `fd`: not Popen's error pipe (whose end
+    tells it the command was exec'd), nor the participant's connection."""
+    os.closerange(3, fd)
+    os.closerange(fd + 1, os.sysconf("SC_OPEN_MAX"))
+
+
+def _relay(init: int, ended_r: int) -> NoReturn:
+    """The outer process: pass SIGTERM and SIGHUP on, then end as the command ended."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):  # the terminal sends these to the command
+        signal.signal(sig, signal.SIG_IGN)
+    for sig in RELAYED:
+        signal.signal(sig, lambda signum, _frame: os.kill(init, signum))
+    os.waitpid(init, 0)
+    told = os.read(ended_r, 4)
+    status = struct.unpack("i", told)[0] if len(told) == 4 else 255 << 8
+    if os.WIFSIGNALED(status):
+        ended_by = os.WTERMSIG(status)
+        if ended_by != signal.SIGKILL:  # (which has no handler to reset)
+            signal.signal(ended_by, signal.SIG_DFL)
+        os.kill(os.getpid(), ended_by)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 255)
+
+
+def _init(command: int, ended_w: int) -> NoReturn:
+    """Pid 1: relay signals to the command, reap every orphan, and once the command ended
+    say how (its wait status) and exit, which ends the namespace."""
+    for sig in (signal.SIGINT, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_IGN)
+    for sig in RELAYED:
+        signal.signal(sig, lambda signum, _frame: os.kill(command, signum))
+    while True:
+        pid, status = os.wait()
+        if pid == command:
+            os.write(ended_w, struct.pack("i", status))
+            os._exit(0)
 
 
 def view_cwd(p: Placement, cwd: Path) -> Path:
@@ -95,26 +293,29 @@ def spawn(
     cwd: Path,
     env: Mapping[str, str],
     pass_fds: tuple[int, ...] = (),
-) -> tuple[subprocess.Popen[bytes], bool]:
-    """Start `argv` in the view; the flag says whether it runs in place (namespaces worked)."""
+) -> subprocess.Popen[bytes]:
+    """Start `argv` in the view, in place; refused with the reason where it cannot be (it
+    never runs where absolute paths would reach the real tree)."""
     start = view_cwd(p, cwd)
     env = {**env, "PWD": str(start)}
     parent = os.getpid()
+    reason_r, reason_w = os.pipe2(os.O_CLOEXEC)
     try:
-        return (
-            subprocess.Popen(
-                list(argv),
-                env=env,
-                pass_fds=pass_fds,
-                preexec_fn=lambda: _enter_view(p, start, parent),
-            ),
-            True,
+        return subprocess.Popen(
+            list(argv),
+            env=env,
+            pass_fds=pass_fds,
+            preexec_fn=lambda: _enter_view(p, start, parent, reason_w),
         )
     except subprocess.SubprocessError:
-        pass
-    fallback = p.mountpoint / start.relative_to(p.worktree)
-    env["PWD"] = str(fallback)
-    proc = subprocess.Popen(
-        list(argv), env=env, cwd=fallback, pass_fds=pass_fds, preexec_fn=lambda: _die_with(parent)
-    )
-    return proc, False
+        os.close(reason_w)
+        reason_w = -1
+        reason = os.read(reason_r, 4096).decode(errors="replace") or "unknown"
+        raise GitsessError(
+            f"cannot run in place (the view over {p.worktree} in a namespace of its own): "
+            f"{reason}; see `gitsess doctor`"
+        ) from None
+    finally:
+        os.close(reason_r)
+        if reason_w >= 0:
+            os.close(reason_w)

@@ -65,23 +65,23 @@ class DaemonStopping(GitsessError):
     """The daemon decided to stop just as it was asked to take a participant in."""
 
 
-def status(session_id: str) -> Status | None:
+def status(session_dir: Path) -> Status | None:
     """The live daemon's view of itself, or None when the session is not mounted.
 
     None also means that no daemon writes delta.db any more: one that is stopping is waited for
     until it exited, after its last commit.
     """
     try:
-        reply = protocol.status(session_id)
+        reply = protocol.status(str(session_dir))
     except ConnectionError:
         # It stopped with our request unread: it closes the connection as it exits.
-        _wait_gone(session_id)
+        _wait_gone(session_dir)
         return None
     except OSError:
         return None
     except protocol.Refused as e:
         if e.stopping:
-            _wait_gone(session_id)
+            _wait_gone(session_dir)
         return None
     if reply is None:
         return None
@@ -94,21 +94,21 @@ def status(session_id: str) -> Status | None:
     )
 
 
-def _wait_gone(session_id: str) -> None:
+def _wait_gone(session_dir: Path) -> None:
     deadline = time.monotonic() + READY_TIMEOUT
-    while control.serving(session_id):
+    while control.serving(str(session_dir)):
         if time.monotonic() > deadline:
             raise GitsessError(
-                f"the daemon of session {session_id} is stopping but has not exited after "
+                f"the daemon of session {session_dir.name} is stopping but has not exited after "
                 f"{READY_TIMEOUT:.0f} s"
             )
         time.sleep(0.01)
 
 
-def sync(session_id: str) -> bool:
+def sync(session_dir: Path) -> bool:
     """Ask a live daemon to commit everything now, so delta.db readers see the latest state."""
     try:
-        return protocol.sync(session_id)
+        return protocol.sync(str(session_dir))
     except protocol.Refused:
         return True  # it answered; what it could not commit stays pending in it
     except (OSError, ConnectionError):
@@ -119,15 +119,15 @@ def sync(session_id: str) -> bool:
 COPY_TIMEOUT = 3600.0
 
 
-def copy_delta(session_id: str, dest_dir: Path) -> bool:
+def copy_delta(session_dir: Path, dest_dir: Path) -> bool:
     """Have the live daemon copy its delta (delta.db and data files) into `dest_dir`, serving no
     request meanwhile, so no write lands in the copy in part; False when no daemon serves it."""
     try:
-        return protocol.copy(session_id, str(dest_dir / "delta.db"), COPY_TIMEOUT)
+        return protocol.copy(str(session_dir), str(dest_dir / "delta.db"), COPY_TIMEOUT)
     except ConnectionError:
         # It was stopping (its last participant had just left) and closed with our request
         # unread: once it is gone, after its last commit, the caller copies delta.db itself.
-        _wait_gone(session_id)
+        _wait_gone(session_dir)
         return False
     except (OSError, protocol.Refused) as e:
         raise GitsessError(f"copying the live session's changes: {e}") from e
@@ -147,36 +147,52 @@ def locked(session_dir: Path) -> Iterator[None]:
 def ensure_mounted(spec: MountSpec) -> Status:
     """Mount the session unless its daemon already serves it; return the live status."""
     with locked(spec.session_dir):
-        live = status(spec.session_id)
+        live = status(spec.session_dir)
         if live is not None and spec.persistent and not live.persistent:
-            live = live if _persist(spec.session_id) else None
+            live = live if _persist(spec.session_dir) else None
         if live is not None:
             prestart.discard()
             return live
         clean_stale(spec.target)
         _start_daemon(spec)
-        live = status(spec.session_id)
+        live = status(spec.session_dir)
         if live is None:
             raise GitsessError(f"the session daemon exited right after mounting; see {spec.log}")
         return live
 
 
-def _persist(session_id: str) -> bool:
+def _persist(session_dir: Path) -> bool:
     """Make the live daemon stay without participants; False when it was stopping (and is
     gone now)."""
     try:
-        answered = protocol.persist(session_id)
+        answered = protocol.persist(str(session_dir))
     except ConnectionError:
         answered = False
     except protocol.Refused as e:
         answered = not e.stopping
     if answered:
         return True
-    _wait_gone(session_id)
+    _wait_gone(session_dir)
     return False
 
 
+def allow_other_permitted(conf: Path = Path("/etc/fuse.conf")) -> bool:
+    """Whether fusermount3 lets this user mount with allow_other (root always may)."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        lines = conf.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    return any(line.strip() == "user_allow_other" for line in lines)
+
+
 def _start_daemon(spec: MountSpec) -> None:
+    if spec.allow_other and not allow_other_permitted():
+        raise GitsessError(
+            "--allow-other needs `user_allow_other` in /etc/fuse.conf, which it lacks."
+            " Fix (as root): echo user_allow_other >> /etc/fuse.conf"
+        )
     spec.target.mkdir(mode=0o700, parents=True, exist_ok=True)
     args = [
         "--session-id",
@@ -250,10 +266,10 @@ def _log_tail(log: Path) -> str:
     return lines[-1] if lines else "the daemon exited"
 
 
-def join(session_id: str, participant: protocol.Participant) -> socket.socket:
+def join(session_dir: Path, participant: protocol.Participant) -> socket.socket:
     """Register a participant. The returned connection is the registration: keep it open (and
     inheritable by the command) for as long as the participant uses the mount."""
-    sock = control.connect(session_id)
+    sock = control.connect(str(session_dir))
     if sock is None:
         raise DaemonStopping("the session daemon is not running")
     try:
@@ -281,20 +297,20 @@ def mount_and_join(
     while True:
         live = ensure_mounted(spec)
         try:
-            return live, join(spec.session_id, participant)
+            return live, join(spec.session_dir, participant)
         except DaemonStopping:
             attempts -= 1
             if not attempts:
                 raise
 
 
-def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:
+def stop(session_dir: Path, mountpoint: Path, timeout: float = 10.0) -> bool:
     """Stop the daemon (it commits and unmounts); True when something was mounted."""
-    live = status(session_id)
+    live = status(session_dir)
     if live is None:
         return clean_stale(mountpoint)
     try:
-        protocol.stop(session_id)
+        protocol.stop(str(session_dir))
     except (OSError, ConnectionError):
         pass
     except protocol.Refused as e:
@@ -302,7 +318,7 @@ def stop(session_id: str, mountpoint: Path, timeout: float = 10.0) -> bool:
         raise GitsessError(str(e)) from None
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not control.serving(session_id) and not mounttable.is_mount_point(mountpoint):
+        if not control.serving(str(session_dir)) and not mounttable.is_mount_point(mountpoint):
             return True
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):

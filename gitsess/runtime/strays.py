@@ -96,13 +96,15 @@ def _daemon_pids() -> Iterator[int]:
 
 def _control_sockets() -> dict[str, str]:
     """Listening control sockets: inode -> session id."""
-    prefix = b"@" + control.address("")[1:]
+    prefix = b"@" + control.PREFIX[1:]
     found = {}
     with open("/proc/net/unix", "rb") as f:
         for line in f:
             fields = line.split()
             if len(fields) == 8 and fields[7].startswith(prefix):
-                found[fields[6].decode()] = fields[7][len(prefix) :].decode(errors="replace")
+                # `<id>-<random>` (see control.new_address): the id is a uuid.
+                named = fields[7][len(prefix) :][:36]
+                found[fields[6].decode()] = named.decode(errors="replace")
     return found
 
 
@@ -122,7 +124,7 @@ def _judge(pid: int, sockets: dict[str, str]) -> Stray | None:
     if delta.endswith(DELETED):
         return Stray(pid, session_id, delta.removesuffix(DELETED), "its session dir was deleted")
     try:
-        reply = protocol.status(session_id, timeout=STATUS_TIMEOUT)
+        reply = protocol.status(os.path.dirname(delta), timeout=STATUS_TIMEOUT)
     except (OSError, ConnectionError, protocol.Refused):
         return None
     if reply is None or reply.daemon_pid != pid:

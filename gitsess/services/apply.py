@@ -28,6 +28,7 @@ from gitsess.git.repo import RepoContext
 from gitsess.git.scratch import scratch_repo
 from gitsess.overlay.view import OverlayView
 from gitsess.services.apply_journal import (
+    Prepared,
     journal_path,
     new_journal,
     prepare,
@@ -91,8 +92,9 @@ def diff(
             repo, view, changes, binary=binary, find_renames=find_renames, stat_width=stat_width,
             scratch=scratch, merged=merged.entries,
         )  # fmt: skip
-        git = session_git.own_commits(view, repo, session)
-    left = left_out_by_git(changes)
+        git = session_git.own_commits(view, repo, session, root)
+    notes += repos_note(changes)
+    left = [p for p in left_out_by_git(changes) if p not in changes.repos]
     if left:
         notes.append(f"left in the session (git cannot carry them): {', '.join(left)}")
     if git is not None:
@@ -127,6 +129,12 @@ class Applied:
     test: TestRun | None = None  # a gated apply's test (`services/gate.py`)
     # Sessions (names) that conflict with the branch now that this apply landed on it.
     now_conflicts: tuple[str, ...] = ()
+    # what reached the branch: the session's commits as they are (a fast-forward) or as new
+    # commits (replayed), then one new commit of the changes on top (None: none was needed)
+    fast_forward: bool = False
+    replayed: tuple[str, ...] = ()
+    new_commit: str | None = None
+    new_commit_paths: int = 0
 
     @property
     def ok(self) -> bool:
@@ -147,6 +155,10 @@ class Applied:
             "base_commit": self.base,
             "notes": list(self.notes),
             "promoted": list(self.promoted),
+            "fast_forward": self.fast_forward,
+            "replayed": list(self.replayed),
+            "new_commit": self.new_commit,
+            "new_commit_paths": self.new_commit_paths,
         }
         if self.commit is not None:
             c = self.commit
@@ -186,79 +198,148 @@ def apply_to_commit(
     hold its commits). The session's base becomes the new commit when the commit is on the
     session's own branch or on the one its worktree has checked out.
     """
+    from gitsess.git.reflock import Held, Moved
+
+    if branch is not None and not pygit2.reference_is_valid_name(
+        f"refs/heads/{branch.removeprefix('refs/heads/')}"
+    ):
+        raise GitsessError(f"--branch {branch!r} is not a valid branch name")
+    with prepare(ctx, session) as p:
+        for attempt in range(_MOVED_TRIES):
+            try:
+                return _apply_to_commit(
+                    ctx, p, pathspecs, message=message, branch=branch, author=author,
+                    include_ignored=include_ignored, force=force, dry_run=dry_run, squash=squash,
+                )  # fmt: skip
+            except (Moved, Held) as e:
+                # nothing was written: the locks are taken before any real file is
+                remove_journal(ctx, p.session)
+                if isinstance(e, Held) or attempt == _MOVED_TRIES - 1:
+                    raise
+    raise AssertionError("unreachable")
+
+
+# A branch that moves under an apply this many times in a row is a busy one: say so rather
+# than go on chasing it.
+_MOVED_TRIES = 3
+
+
+def _apply_to_commit(
+    ctx: RepoContext,
+    p: Prepared,
+    pathspecs: Sequence[str],
+    *,
+    message: str,
+    branch: str | None,
+    author: pygit2.Signature | None,
+    include_ignored: bool,
+    force: bool,
+    dry_run: bool,
+    squash: bool,
+) -> Applied:
     from gitsess.git.apply_commit import apply_commit, branch_tip
     from gitsess.git.conflicts import Conflict
     from gitsess.services import session_git
 
-    with prepare(ctx, session, writes_real=True) as p:
-        target = branch or p.session.branch
-        if target is None:
+    target = branch or p.session.branch
+    if target is None:
+        raise GitsessError(
+            f"session {p.session.name} is on a detached HEAD; give --branch to commit on"
+        )
+    with (
+        open_view(ctx, p.session, p.root) as view,
+        scratch_repo(p.repo, view) as scratch,
+    ):
+        changes = compute_changes(
+            view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
+        )
+        own = target.removeprefix("refs/heads/") == p.session.branch
+        git = session_git.state(view, p.repo, p.session, p.root)
+        commits = git if git is not None and git.commits else None
+        if commits is not None and commits.off_branch and branch is None:
+            on = (commits.head.branch or "a detached HEAD").removeprefix("refs/heads/")
             raise GitsessError(
-                f"session {p.session.name} is on a detached HEAD; give --branch to commit on"
+                f"session {p.session.name}'s git is on {on}, not on its branch "
+                f"{p.session.branch}: give --branch to apply its commits onto a branch"
             )
-        with (
-            open_view(ctx, p.session, p.root) as view,
-            scratch_repo(p.repo, view) as scratch,
-        ):
-            changes = compute_changes(
-                view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
+        full = target if target.startswith("refs/") else "refs/heads/" + target
+        stale_git = git.stale_after_apply(full) if git is not None else []
+        notes = [*p.notes, *repos_note(changes)]
+        if git is not None and git.below_base:
+            notes.append(
+                f"the session's HEAD is {git.below_base} commit(s) below its base (a git reset "
+                "inside): the commit takes the files as the view has them"
             )
-            own = target.removeprefix("refs/heads/") == p.session.branch
-            commits = session_git.own_commits(view, p.repo, p.session)
-            stale_git = commits.stale_after_apply() if commits is not None else []
-            onto = undo = None
-            base = p.session.base_commit
-            if commits is not None and not squash:
-                # (squashed, they are part of the view's changes against the real worktree,
-                # which is still at the session's base: one commit takes them all)
-                # The commits' objects are the session's: copied into the real store first
-                # (not on a dry run, which replays in the scratch repository's memory).
-                if not dry_run:
-                    session_git.promote(scratch, p.repo, commits)
-                objects = scratch if dry_run else p.repo
-                tip = branch_tip(p.repo, target) or base
-                promoted = session_git.replay(p.repo, commits, tip, objects)
-                if promoted.conflicts:
-                    return Applied(
-                        "commit", dry_run, (), (), tuple(
-                            Conflict(path, "merge", "changed on the branch and in a session commit")
-                            for path in promoted.conflicts
-                        ), base=base, notes=tuple(p.notes),
-                    )  # fmt: skip
-                onto, base = promoted.tip, commits.commits[-1]
-                undo = session_git.reverted_in_view(
-                    scratch, view, commits, set(changes.paths), Pathspec(pathspecs)
-                )
-
-            def journal(result: CommitResult) -> None:
-                move = own or result.worktree_updated
-                applied = result.applied if result.worktree_updated else ()
-                keep = [*result.skipped, *changes.excluded]
-                data = new_journal(
-                    "commit", changes, applied, keep, result=result,
-                    base=result.commit or result.parent, move_base=move,
+        onto = undo = None
+        made: dict[str, Any] = {}
+        base = p.session.base_commit
+        # read once: the replay is built on it, and the ref is swapped against it
+        tip = branch_tip(p.repo, target)
+        if commits is not None and not squash:
+            # (squashed, they are part of the view's changes against the real worktree,
+            # which is still at the session's base: one commit takes them all)
+            # The commits' objects are the session's: copied into the real store first
+            # (not on a dry run, which replays in the scratch repository's memory).
+            if not dry_run:
+                session_git.promote(scratch, p.repo, commits)
+            objects = scratch if dry_run else p.repo
+            promoted = session_git.replay(p.repo, commits, tip or base, objects)
+            if promoted.conflicts:
+                return Applied(
+                    "commit", dry_run, (), (), tuple(
+                        Conflict(path, "merge", "changed on the branch and in a session commit")
+                        for path in promoted.conflicts
+                    ), base=base, notes=tuple(notes),
                 )  # fmt: skip
-                if result.worktree_updated and stale_git:
-                    data.drop += stale_git
-                    data.expect.update(dict.fromkeys(stale_git))
-                write_journal(ctx, p.session, data)
+            onto, base = promoted.tip, commits.commits[-1]
+            made = {"fast_forward": promoted.fast_forward, "replayed": promoted.commits}
+            undo = session_git.reverted_in_view(
+                scratch, view, commits, set(changes.paths), Pathspec(pathspecs)
+            )
+        elif git is not None and not squash and session_git.reached(scratch, git, tip, base):
+            # its commits are on the branch already (a fork applied, a `git merge` of them):
+            # the view's changes are on top of its HEAD, not of its base
+            onto, base = tip, git.head.commit
 
-            result = apply_commit(
-                p.repo, view, changes, branch=target, base=base,
-                message=message, author=author, force=force, dry_run=dry_run,
-                on_prepared=journal, scratch=scratch, onto=onto, undo=undo,
+        def journal(result: CommitResult) -> None:
+            move = own or result.worktree_updated
+            applied = result.applied if result.worktree_updated else ()
+            keep = [*result.skipped, *changes.excluded]
+            data = new_journal(
+                "commit", changes, applied, keep, result=result,
+                base=result.commit or result.parent, move_base=move,
             )  # fmt: skip
-        outcome = Applied(
-            "commit", dry_run, result.applied, result.skipped, result.conflicts,
-            commit=result, base=p.session.base_commit, notes=tuple(p.notes),
-            promoted=commits.commits if commits is not None else (), squashed=squash,
+            if result.worktree_updated and stale_git:
+                data.drop += stale_git
+                data.expect.update(dict.fromkeys(stale_git))
+            write_journal(ctx, p.session, data)
+
+        result = apply_commit(
+            p.repo, view, changes, branch=target, base=base,
+            message=message, author=author, force=force, dry_run=dry_run,
+            on_prepared=journal, scratch=scratch, onto=onto, undo=undo, tip=tip,
         )  # fmt: skip
-        if not result.ok or dry_run or not journal_path(ctx, p.session).exists():
-            return outcome
-        journal_data = read_journal(ctx, p.session)
-        dropped, kept = settle(ctx, p.session, p.root, journal_data, result.changed_dirs)
-        base = journal_data.base if journal_data.move_base else p.session.base_commit
-        return replace(outcome, dropped=tuple(dropped), kept=tuple(kept), base=base)
+    if result.commit is not None and result.commit != onto:
+        made["new_commit"] = result.commit
+        made["new_commit_paths"] = _paths_changed(p.repo, result.commit)
+    outcome = Applied(
+        "commit", dry_run, result.applied, result.skipped, result.conflicts,
+        commit=result, base=p.session.base_commit, notes=tuple(notes),
+        promoted=commits.commits if commits is not None else (), squashed=squash, **made,
+    )  # fmt: skip
+    if not result.ok or dry_run or not journal_path(ctx, p.session).exists():
+        return outcome
+    journal_data = read_journal(ctx, p.session)
+    dropped, kept = settle(ctx, p.session, p.root, journal_data, result.changed_dirs)
+    base = journal_data.base if journal_data.move_base else p.session.base_commit
+    return replace(outcome, dropped=tuple(dropped), kept=tuple(kept), base=base)
+
+
+def _paths_changed(repo: pygit2.Repository, commit: str) -> int:
+    new = repo[commit].peel(pygit2.Commit)
+    old = new.parents[0].tree if new.parents else None
+    diff = old.diff_to_tree(new.tree) if old is not None else new.tree.diff_to_tree(swap=True)
+    return len(diff)
 
 
 def apply_to_patch(
@@ -299,7 +380,7 @@ def apply_to_patch(
             p.repo, view, changes, mbox=mbox, message=message, author=author, dry_run=dry_run,
             merged=merged, scratch=scratch,
         )  # fmt: skip
-        git = session_git.own_commits(view, p.repo, p.session) if mbox else None
+        git = session_git.own_commits(view, p.repo, p.session, p.root) if mbox else None
         if git is not None:
             author = author or signature(p.repo, "AUTHOR")
             mails = _commit_mails(
@@ -309,8 +390,19 @@ def apply_to_patch(
     applied = tuple(c.path for c in changes.changes if c.path not in set(result.skipped))
     return Applied(
         "patch", dry_run, applied, result.skipped, (), patch=result,
-        base=p.session.base_commit, notes=tuple(p.notes),
+        base=p.session.base_commit, notes=(*p.notes, *repos_note(changes)),
     )  # fmt: skip
+
+
+def repos_note(changes: ChangeSet) -> list[str]:
+    """What git, too, leaves alone: a nested repository is written through and deleted by
+    no apply, and a `.git` by another spelling is no content."""
+    if not changes.repos:
+        return []
+    return [
+        "left in the session, as git leaves them (a repository of its own, or a name git "
+        f"refuses): {', '.join(changes.repos)}"
+    ]
 
 
 def _commit_mails(
@@ -359,11 +451,13 @@ def apply_to_worktree(
                 p.repo, view, changes, force=force, dry_run=True, merged=merged, scratch=scratch
             )
             notes = list(p.notes)
-            if changes.special:
+            special = [p for p in changes.special if p not in changes.repos]
+            if special:
                 notes.append(
                     "left in the session (apply writes no devices, fifos or sockets): "
-                    + ", ".join(changes.special)
+                    + ", ".join(special)
                 )
+            notes += repos_note(changes)
             outcome = Applied(
                 "worktree", dry_run, plan.applied, plan.skipped, plan.conflicts,
                 base=p.session.base_commit, notes=tuple(notes),

@@ -369,18 +369,11 @@ class Prepared:
 
 
 @contextmanager
-def prepare(ctx: RepoContext, session: Session, *, writes_real: bool = False) -> Iterator[Prepared]:
+def prepare(ctx: RepoContext, session: Session) -> Iterator[Prepared]:
     """Under the session's apply lock, a journal found completed first: the session as the
     registry has it now, its real worktree and repository."""
     with _locked(ctx, session):
         notes = _reconcile_locked(ctx, session) if journal_path(ctx, session).exists() else []
         session = _current(ctx, session)
         root = real_root(session)
-        if writes_real and root != session.worktree:
-            # Inside the session, `.git` at the worktree's path is the session's own: libgit2
-            # resolves every path to it, so the real branch and index are out of reach here
-            # (the real files are not: `--worktree` writes them through the daemon's root).
-            raise GitsessError(
-                "inside a session, git is the session's own: run this apply outside it"
-            )
         yield Prepared(session, root, open_real(session, root), notes)

@@ -31,6 +31,8 @@ from gitsess.git.archive import (
     delete_archive,
     list_archives,
     read_archive,
+    refused_in_tree,
+    refused_paths,
     snapshot_tree,
 )
 from gitsess.git.blob_parts import blob_parts
@@ -73,7 +75,7 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
     with prepare(ctx, session) as p, open_view(ctx, p.session, p.root) as view:
         changes = compute_changes(view, p.repo)
         s = p.session
-        git = session_git.own_commits(view, p.repo, s)
+        git = session_git.own_commits(view, p.repo, s, p.root)
         if not changes.git_changes() and git is None:
             return Archived(None, tuple(p.notes))
         if git is not None:
@@ -115,7 +117,7 @@ def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
         ):
             changes = compute_changes(view, p.repo)
             tree = snapshot_tree(scratch, view, changes, base)
-            git = session_git.own_commits(view, p.repo, p.session)
+            git = session_git.own_commits(view, p.repo, p.session, p.root)
             if keep:
                 copy_objects(scratch, p.repo, tree)
                 if git is not None:
@@ -134,7 +136,7 @@ def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
     delta = ctx.session_dir(session.id) / "delta.db"
     if not delta.exists():
         return []
-    status = mount.status(session.id)
+    status = mount.status(ctx.session_dir(session.id))
     if status is not None and status.participants:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
         raise GitsessError(f"session {session.name} is in use (pid {pids})")
@@ -219,6 +221,11 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
             f"the session was on {info.branch}; its worktree now has "
             f"{head.branch or 'a detached HEAD'} checked out"
         )
+    paths = archived_paths(repo, info)
+    check_paths(paths, f"archive {info.ref_name}")
+    if info.head is not None:  # (their tree becomes the session's index)
+        head_tree = str(repo[info.head].peel(pygit2.Commit).tree_id)
+        check_refused(refused_in_tree(repo, head_tree), f"archive {info.ref_name}")
     session = insert(
         ctx,
         new_name or info.name,
@@ -231,7 +238,6 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
         id=info.session_id if not _taken(ctx, info.session_id) else None,
     )
     try:
-        paths = archived_paths(repo, info)
         lay_paths(ctx, session, repo, paths)
         if info.head is not None:
             lay_git_files(ctx, session, session_git.restored_git(repo, session, info))
@@ -243,6 +249,22 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
         raise
     delete_archive(repo, info)
     return Restored(session, info, len(paths), notes)
+
+
+def check_paths(paths: Sequence[ArchivedPath], what: str) -> None:
+    """Refuse the whole of `what` (nothing is laid) when it carries a path `refused_paths`
+    names: no session made it, and git's own checkout would refuse it too."""
+    check_refused(refused_paths(paths), what)
+
+
+def check_refused(refused: Sequence[str], what: str) -> None:
+    if refused:
+        shown = ", ".join(repr(p) for p in refused[:5])
+        more = f" and {len(refused) - 5} more" if len(refused) > 5 else ""
+        raise GitsessError(
+            f"{what} carries paths no session can hold (a .git in some spelling, or another "
+            f"repository's commit): {shown}{more}; refused, nothing was taken"
+        )
 
 
 def kv_json(view: OverlayView) -> bytes | None:

@@ -24,7 +24,7 @@ from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.history import Checkpoint, Operation
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
-from gitsess.services import live
+from gitsess.services import live, sealed
 from gitsess.store.registry import Session
 
 # Retention defaults (see `Retention`).
@@ -68,7 +68,7 @@ def _offline(ctx: RepoContext, session: Session) -> Iterator[DeltaStore | None]:
     if not session_dir.is_dir():
         raise GitsessError(f"session {session.name} has no session dir")
     with mount.locked(session_dir):
-        if mount.status(session.id) is not None:
+        if mount.status(ctx.session_dir(session.id)) is not None:
             yield None
             return
         store = DeltaStore(_delta(ctx, session))
@@ -88,16 +88,25 @@ def checkpoint(
     kind: str = "manual",
     role: str | None = None,
 ) -> Made:
-    """A checkpoint of the session as it is now, mounted or not."""
+    """A checkpoint of the session as it is now, mounted or not. Inside a run (the state dir
+    is read-only there) only its daemon can make it: an agent's hook makes one each turn."""
+    if sealed.inside_run(ctx):
+        made = _ask(ctx, session, "checkpoint", protocol.checkpoint, kind, message, None, role)
+        if made is None:
+            raise GitsessError(
+                f"session {session.name} is not mounted, and inside a run only its daemon"
+                " makes checkpoints"
+            )
+        return Made(session, made)
     for _ in range(ATTEMPTS):
         with _offline(ctx, session) as store:
             if store is not None:
                 cp = store.mark(kind, message, None, role, always=True)
                 return Made(session, None if cp is None else cp.id)
-            made = _ask(session, "checkpoint", protocol.checkpoint, kind, message, None, role)
+            made = _ask(ctx, session, "checkpoint", protocol.checkpoint, kind, message, None, role)
             if made is not None:
                 return Made(session, made)
-        mount.status(session.id)  # (waits for a stopping daemon to be gone)
+        mount.status(ctx.session_dir(session.id))  # (waits for a stopping daemon to be gone)
     raise _gone(session, "checkpoint")
 
 
@@ -107,22 +116,26 @@ ATTEMPTS = 3
 T = TypeVar("T")
 
 
-def _ask(session: Session, what: str, op: Callable[..., T | None], *args: object) -> T | None:
+def _ask(
+    ctx: RepoContext, session: Session, what: str, op: Callable[..., T | None], *args: object
+) -> T | None:
     """`op` of the live daemon; None when it was gone or stopping before it read the request."""
     try:
-        return op(session.id, *args)
+        return op(str(ctx.session_dir(session.id)), *args)
     except protocol.Refused as e:
         if e.stopping:
             return None
+        if e.whole:
+            raise GitsessError(str(e)) from None
         raise GitsessError(f"{what} of session {session.name}: {e}") from None
     except ConnectionError:
         return None
 
 
-def _writers(session: Session) -> list[tuple[int, int, str]]:
+def _writers(ctx: RepoContext, session: Session) -> list[tuple[int, int, str]]:
     """The files of the live view some process holds open for writing."""
     try:
-        status = protocol.status(session.id)
+        status = protocol.status(str(ctx.session_dir(session.id)))
         if status is None:
             return []
         return processes.writers_on(os.stat(status.mountpoint).st_dev)
@@ -145,7 +158,7 @@ def turn_message(hook_input: str) -> str:
 
 
 def listing(ctx: RepoContext, session: Session) -> Listing:
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     delta = _delta(ctx, session)
     if not os.path.exists(delta):
         return Listing(session, [], [], False)
@@ -177,12 +190,12 @@ def rewind(
                     raise history.no_such(target) from None
                 op = done.operation
                 return Rewind(session, kind, target, op.before, op.id, False)
-            writers = _writers(session)
-            op_id = _ask(session, kind, protocol.rewind, target, kind, writers, force)
+            writers = _writers(ctx, session)
+            op_id = _ask(ctx, session, kind, protocol.rewind, target, kind, writers, force)
             if op_id is not None:
                 found = _operation(ctx, session, op_id)
                 return Rewind(session, kind, target, found.before, found.id, True)
-        mount.status(session.id)
+        mount.status(ctx.session_dir(session.id))
     raise _gone(session, kind)
 
 
@@ -214,7 +227,12 @@ def rewind_paths(
     after = checkpoint(ctx, session, f"after rewind of paths to {target}", kind="rewind")
     assert before.checkpoint is not None and after.checkpoint is not None
     return Rewind(
-        session, "rewind", target, before.checkpoint, 0, mount.status(session.id) is not None
+        session,
+        "rewind",
+        target,
+        before.checkpoint,
+        0,
+        mount.status(ctx.session_dir(session.id)) is not None,
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, compute_changes, touched_roots
 from gitsess.git.diff import read_real
 from gitsess.git.pathspec import Pathspec
@@ -66,6 +67,9 @@ def plan_discard(
                 revert.extend(selected)
             elif selected or spec.matches(top):
                 drop.append(top)
+        # the view never reports `.git`; named, the session's own git state goes whole
+        if view.touched_git():
+            drop += sorted({s.rstrip("/") for s in pathspecs if _names_git(s)})
         expect = {p: stamp(view.entry(p)) for p in drop}
         expect.update({c.path: new_stamp(c) for c in changes.changes})
     return DiscardPlan(changes.changes, tuple(drop), tuple(revert), expect), done.notes
@@ -87,16 +91,22 @@ def discard(ctx: RepoContext, session: Session, plan: DiscardPlan) -> Discarded:
 
 def discard_commits(ctx: RepoContext, session: Session) -> tuple[str, ...]:
     """Forget the commits made inside the session: its HEAD, branch and index follow the real
-    ones again, and what the commits changed stays in the view's files, uncommitted. Returns
-    the commits dropped."""
+    ones again, and what the commits changed stays in the view's files, uncommitted. A `.git`
+    the session broke (no HEAD, say) follows the real one again whole. Returns the commits
+    dropped."""
     from gitsess.services import session_git
 
     with prepare(ctx, session) as p:
         with open_view(ctx, p.session, p.root) as view:
-            git = session_git.own_commits(view, p.repo, p.session)
+            try:
+                git = session_git.state(view, p.repo, p.session, p.root)
+            except GitsessError:
+                live.drop_paths(ctx, replace(p.session, worktree=p.root), [".git"])
+                return ()
         if git is None:
             return ()
-        live.drop_paths(ctx, replace(p.session, worktree=p.root), git.stale_after_apply())
+        # back to the session's branch; a branch made inside stays, with its commits
+        live.drop_paths(ctx, replace(p.session, worktree=p.root), git.unit_paths(git.branch))
         return git.commits
 
 
@@ -117,6 +127,10 @@ def _revert(ctx: RepoContext, session: Session, root: Path, changes: Sequence[Ch
                 writer.put_symlink(change.path, read_real(root, change.path, old))
             else:
                 writer.put_file(change.path, (read_real(root, change.path, old),), old.perm)
+
+
+def _names_git(spec: str) -> bool:
+    return spec.rstrip("/") == ".git" or spec.startswith(".git/")
 
 
 def _within(path: str, top: str) -> bool:

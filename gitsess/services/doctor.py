@@ -44,6 +44,8 @@ def run_checks() -> list[Check]:
         check_read_ahead,
         check_user_namespaces,
         check_mount_namespaces,
+        check_in_place,
+        check_allow_other,
         check_repository,
     ]
     results: list[Check] = []
@@ -66,7 +68,13 @@ def check_dev_fuse(path: Path = Path("/dev/fuse")) -> Check:
     try:
         os.close(os.open(path, os.O_RDWR))
     except OSError as e:
-        return Check(name, "fail", f"cannot open it read-write: {e.strerror}")
+        # libfuse opens it itself before it asks fusermount3, and gives up when it cannot.
+        return Check(
+            name,
+            "fail",
+            f"cannot open it read-write ({e.strerror}), so no mount without root. Fix (as"
+            f" root): chmod 0666 {path} (stock Debian's mode; udev sets it at boot)",
+        )
     return Check(name, "ok", "character device, opens read-write")
 
 
@@ -156,6 +164,48 @@ def check_mount_namespaces() -> Check:
     return Check("mount namespaces", "fail", f"unavailable ({failure}); in-place views need them")
 
 
+def check_in_place() -> Check:
+    """What `gitsess run` does, tried on directories of a temporary one: the namespaces, the
+    binds, the read-only state dir, the run's own /proc, the locking user namespace."""
+    import tempfile
+
+    from gitsess.runtime import inplace
+
+    name = "runs in place"
+    with tempfile.TemporaryDirectory(prefix="gitsess-doctor-") as top:
+        worktree, view = Path(top, "worktree"), Path(top, "view")
+        for d in (worktree, view):
+            (d / ".git" / "gitsess").mkdir(parents=True)
+        placement = inplace.Placement(worktree, view, False, worktree / ".git" / "gitsess")
+        try:
+            proc = inplace.spawn(["true"], placement, cwd=worktree, env=dict(os.environ))
+        except (GitsessError, OSError) as e:
+            return Check(name, "fail", str(e))
+        code = proc.wait()
+    if code != 0:
+        return Check(name, "fail", f"a trial run ended with {code}")
+    return Check(name, "ok", "a trial command ran sealed in a view (namespaces, /proc, binds)")
+
+
+FUSE_CONF = Path("/etc/fuse.conf")
+
+
+def check_allow_other(conf: Path = FUSE_CONF) -> Check:
+    name = "mount --allow-other"
+    if os.geteuid() == 0:
+        return Check(name, "ok", "root may always")
+    from gitsess.runtime.mount import allow_other_permitted
+
+    if allow_other_permitted(conf):
+        return Check(name, "ok", f"user_allow_other is set in {conf}")
+    return Check(
+        name,
+        "warn",
+        f"user_allow_other is not set in {conf}; only needed for --allow-other. Fix (as root):"
+        f" echo user_allow_other >> {conf}",
+    )
+
+
 def try_in_child(flags: int, *, remount_private: bool) -> str | None:
     """Try `unshare(flags)` (and a private remount of /) in a forked child: whatever it gets,
     this process stays where it is. None on success, else what failed."""
@@ -190,8 +240,12 @@ def check_repository() -> list[Check]:
     where = f"worktree {ctx.worktree}" if ctx.worktree else "bare: sessions need --worktree"
     found = [Check("git repository", "ok", f"{ctx.common_dir} ({where})")]
     try:
+        problems = sessions.registry_problems(ctx)
         count = len(sessions.list_sessions(ctx))
     except GitsessError as e:
         return [*found, Check("session registry", "fail", str(e))]
+    if problems:
+        detail = f"{ctx.registry_path} is damaged ({problems[0]}); `gitsess doctor --repair`"
+        return [*found, Check("session registry", "fail", detail)]
     detail = f"{count} session(s) in {ctx.registry_path}" if count else "no sessions yet"
     return [*found, Check("session registry", "ok", detail)]

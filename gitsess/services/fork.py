@@ -76,24 +76,33 @@ def undo(ctx: RepoContext, session: Session) -> None:
 
 def fork(ctx: RepoContext, source: Session, name: str) -> Session:
     """A new session with a copy of `source`'s delta (changes, audit log, key-value store) and
-    the same worktree, branch and base; from then on the two are independent."""
+    the same worktree, branch and base; from then on the two are independent.
+
+    All or nothing: the copy is made first, in the new session's directory, and the row that
+    makes it a session comes last; a failure (a full disk) removes the directory, which frees
+    what the copy took. (Taking back a row on a full disk could fail itself.)"""
+    validate_name(name)
     source = reconcile(ctx, source).session
-    session = insert(
-        ctx,
-        name,
-        title=source.title,
-        worktree=source.worktree,
-        branch=source.branch,
-        base_commit=source.base_commit,
-        read_only=source.read_only,
-        parent=source.id,
-    )
-    src = ctx.session_dir(source.id) / "delta.db"
+    session_id = str(uuid.uuid4())
+    target = ctx.session_dir(session_id)
+    src_dir = ctx.session_dir(source.id)
     try:
-        with mount.locked(ctx.session_dir(source.id)):  # no daemon starts during an offline copy
-            if src.exists() and not mount.copy_delta(source.id, ctx.session_dir(session.id)):
-                copy_delta(str(src), str(ctx.session_dir(session.id) / "delta.db"))
+        private_dir(target)
+        with mount.locked(src_dir):  # no daemon starts during an offline copy
+            src = src_dir / "delta.db"
+            if src.exists() and not mount.copy_delta(src_dir, target):
+                copy_delta(str(src), str(target / "delta.db"))
+        return insert(
+            ctx,
+            name,
+            title=source.title,
+            worktree=source.worktree,
+            branch=source.branch,
+            base_commit=source.base_commit,
+            read_only=source.read_only,
+            parent=source.id,
+            id=session_id,
+        )
     except BaseException:
-        undo(ctx, session)
+        shutil.rmtree(target, ignore_errors=True)
         raise
-    return session

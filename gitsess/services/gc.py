@@ -82,6 +82,10 @@ def _sessions(ctx: RepoContext) -> list[Session]:
         return [] if registry is None else registry.all()
 
 
+def sessions_by_id(ctx: RepoContext, ids: Collection[str]) -> list[Session]:
+    return [s for s in _sessions(ctx) if s.id in ids]
+
+
 def _update(ctx: RepoContext, session: Session, **values: object) -> None:
     with _registry(ctx) as registry:
         if registry is not None and registry.by_id(session.id) is not None:
@@ -133,7 +137,7 @@ def _retire(ctx: RepoContext, session: Session, sweep: str, reason: str, dry_run
 @contextmanager
 def _view(ctx: RepoContext, session: Session, root: Path) -> Iterator[OverlayView]:
     """The session's view over its real worktree `root`, the live daemon's writes included."""
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     with OverlayView(
         ctx.session_dir(session.id) / "delta.db", root, live.hidden_paths(ctx, session)
     ) as view:
@@ -169,7 +173,7 @@ def sweep_stale_mounts(ctx: RepoContext, *, dry_run: bool = False) -> list[Actio
     actions = []
     for s in _sessions(ctx):
         mountpoint = ctx.session_dir(s.id) / "mnt"
-        if mount.status(s.id) is None and mounttable.is_mount_point(mountpoint):
+        if mount.status(ctx.session_dir(s.id)) is None and mounttable.is_mount_point(mountpoint):
             action = Action(
                 "stale-mount", "mount", str(mountpoint), "unmount", "its daemon is gone"
             )
@@ -209,6 +213,44 @@ def sweep_gone_branches(ctx: RepoContext, *, dry_run: bool = False) -> list[Acti
         else:
             reason = f"branch {s.branch} was deleted"
             actions.append(_retire(ctx, s, "branch-gone", reason, dry_run))
+    return actions
+
+
+def renaming(ctx: RepoContext) -> list[Session]:
+    """Sessions whose branch has no ref while their worktree's HEAD still names it: git is
+    renaming it (`branch -m` deletes the old ref before it writes the new one and moves HEAD;
+    git deletes no branch a worktree has checked out). With reflogs off nothing else says so."""
+    repo = ctx.open()
+    found = []
+    for s in _sessions(ctx):
+        if s.branch is None or not s.worktree.is_dir() or tracking.tip(repo, s.branch):
+            continue
+        try:
+            if tracking.checked_out(s.worktree).branch == s.branch:
+                found.append(s)
+        except GitsessError:
+            continue
+    return found
+
+
+def follow_heads(
+    ctx: RepoContext, renamed: list[Session], *, dry_run: bool = False
+) -> list[Action]:
+    """`renaming` sessions once the rename is done: bound to the branch their worktree's HEAD
+    names now."""
+    repo = ctx.open()
+    actions = []
+    for s in renamed:
+        try:
+            new = tracking.checked_out(s.worktree).branch
+        except GitsessError:
+            continue
+        if new is None or new == s.branch or tracking.tip(repo, new) is None:
+            continue
+        action = Action(
+            "branch-gone", "session", s.name, "rebind", f"branch {s.branch} is now {new}"
+        )
+        actions.append(_attempt(action, dry_run, partial(_update, ctx, s, branch=new)))
     return actions
 
 
@@ -266,10 +308,16 @@ def _merged(repo: pygit2.Repository, session: Session, target: str, before: str 
         return False
     if before is not None and (str(tip_id) == before or repo.descendant_of(before, tip_id)):
         return False
-    return (
-        str(tip_id) != session.base_commit
-        or branch_tip.commit_time > session.created_at.timestamp()
-    )
+    if str(tip_id) != session.base_commit:
+        return True
+    # At the session's base: merged only if that base is work on the branch (an apply moved
+    # both there), not the commit the branch was made from. The graph of ref updates says
+    # which; the clocks (a commit's whole seconds, a creation time's fraction) only when git
+    # kept no reflog.
+    moved = tracking.moved_since_created(repo, session.branch)
+    if moved is not None:
+        return moved
+    return branch_tip.commit_time > session.created_at.timestamp()
 
 
 def sweep_detached(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
@@ -383,7 +431,7 @@ def sweep_orphan_dirs(ctx: RepoContext, *, dry_run: bool = False) -> list[Action
                 replace(action, error="it holds changes; `gitsess doctor --repair` recovers it")
             )
             continue
-        status = mount.status(directory.name)
+        status = mount.status(directory)
         if status is not None and status.participants:
             pids = ", ".join(str(p.get("pid")) for p in status.participants)
             actions.append(replace(action, error=f"its view is in use (pid {pids})"))
@@ -393,8 +441,8 @@ def sweep_orphan_dirs(ctx: RepoContext, *, dry_run: bool = False) -> list[Action
 
 
 def _delete_orphan(ctx: RepoContext, directory: Path) -> None:
-    status = mount.status(directory.name)
-    mount.stop(directory.name, Path(status.mountpoint) if status else directory / "mnt")
+    status = mount.status(directory)
+    mount.stop(directory, Path(status.mountpoint) if status else directory / "mnt")
     if mounttable.is_mount_point(directory / "mnt"):
         # deleting through a live view would delete the view's files, not the directory
         raise GitsessError(f"{directory / 'mnt'} is still mounted")
@@ -548,6 +596,9 @@ def sweep_stray_daemons(ctx: RepoContext, *, dry_run: bool = False) -> list[Acti
 # In the order `gc` runs them: sessions whose worktree or branch is gone go before the sweeps
 # that look at the branch a worktree has checked out.
 SWEEPS: tuple[Sweep, ...] = (
+    # first: an archive the sweeps below make survives the run that made it, whatever the
+    # maximum age, and a dry run lists what the run does
+    sweep_old_archives,
     sweep_stray_daemons,
     sweep_interrupted_applies,
     sweep_stale_mounts,
@@ -557,7 +608,6 @@ SWEEPS: tuple[Sweep, ...] = (
     sweep_detached,
     sweep_committed,
     sweep_orphan_dirs,
-    sweep_old_archives,
     sweep_history,
 )
 

@@ -54,7 +54,18 @@ _HEADER = """\
 # runs first, with the same arguments and input; its exit status is this hook's. gitsess itself
 # never fails the git command: its errors go to hooks.log in the gitsess state dir.
 
-run_gitsess() {{ {command} "$@"; }}
+run_gitsess() {{
+    if command -v {program} >/dev/null 2>&1; then
+        {command} "$@"
+        return
+    fi
+    # One line per git command (its hooks share the parent), not a "not found" per hook.
+    [ "$(cat "$state/hooks.missing" 2>/dev/null)" = "$PPID" ] && return
+    echo "$PPID" >"$state/hooks.missing" 2>/dev/null
+    echo "gitsess: the git hooks cannot run {program} (not found), so sessions do not follow" \\
+        "branches and worktrees now; put gitsess on PATH or run 'gitsess hooks install'" \\
+        "again, then 'gitsess gc' catches up" >&2
+}}
 
 user_hook="$0{suffix}"
 status=0
@@ -114,6 +125,12 @@ if [ -x "$user_hook" ]; then
 fi
 """
 
+_INSIDE = """
+# git inside a session (run sets GITSESS_SESSION_ID) changes only the session's own .git: no
+# branch or worktree the sweeps look at moved, so no Python needs to start.
+[ -z "$GITSESS_SESSION_ID" ] || exit $status
+"""
+
 _FILTERS = {
     "reference-transaction": """
 # Of all ref updates, only a deleted branch concerns sessions, once the deletion is done, and
@@ -168,11 +185,13 @@ def render(name: str, command: Sequence[str]) -> str:
         name=name,
         suffix=USER_SUFFIX,
         command=" ".join(shlex.quote(word) for word in command),
+        program=shlex.quote(command[0]),
     )
     if name in _PRE_COMMIT_ARGS:
         text += _PRE_COMMIT.format(args=_PRE_COMMIT_ARGS[name])
     text += _FIND_STATE
     text += _USER_WITH_INPUT if name in STDIN_HOOKS else _USER
+    text += _INSIDE
     text += _FILTERS.get(name, "")
     text += (_RUN_WITH_INPUT if name in STDIN_HOOKS else _RUN).format(name=name)
     return text
@@ -332,12 +351,15 @@ def run_hook(
         return HookRun([], f"{type(e).__name__}: {e}")
     log = ctx.state_dir / LOG
     if name == "reference-transaction" and args[:1] == (FOLLOW_RENAME,):
-        return _follow_rename(ctx, log)
+        return _follow_rename(ctx, log, args[1:])
     try:
         with gc.exclusive(ctx):
             actions = _dispatch(ctx, name, list(args), stdin, cwd)
-        if name == "reference-transaction" and tracking.rename_in_progress(ctx.common_dir):
-            _follow_rename_later(cwd, env)
+        renaming = [s.id for s in gc.renaming(ctx)] if name == "reference-transaction" else []
+        if renaming or (
+            name == "reference-transaction" and tracking.rename_in_progress(ctx.common_dir)
+        ):
+            _follow_rename_later(cwd, env, renaming)
     except Exception as e:
         _log(log, name, args, [], traceback.format_exc())
         return HookRun([], f"{type(e).__name__}: {e}", log)
@@ -352,9 +374,11 @@ FOLLOW_RENAME = "--follow-rename"
 RENAME_WAIT = 10.0
 
 
-def _follow_rename_later(cwd: Path, env: Mapping[str, str]) -> None:
+def _follow_rename_later(cwd: Path, env: Mapping[str, str], renaming: Sequence[str]) -> None:
+    """`renaming`: the sessions whose worktree's HEAD still names their deleted branch now,
+    while the hook runs (`gc.renaming`): by the time this process looks, git has moved it."""
     subprocess.Popen(
-        [*default_command(), "hook", "reference-transaction", FOLLOW_RENAME],
+        [*default_command(), "hook", "reference-transaction", FOLLOW_RENAME, *renaming],
         cwd=cwd,
         env=dict(env),
         stdin=subprocess.DEVNULL,
@@ -364,13 +388,17 @@ def _follow_rename_later(cwd: Path, env: Mapping[str, str]) -> None:
     )
 
 
-def _follow_rename(ctx: RepoContext, log: Path) -> HookRun:
+def _follow_rename(ctx: RepoContext, log: Path, renaming: Sequence[str]) -> HookRun:
     deadline = time.monotonic() + RENAME_WAIT
-    while tracking.rename_in_progress(ctx.common_dir) and time.monotonic() < deadline:
+    ids = set(renaming)  # with reflogs off, their worktrees' HEADs tell the new name
+    while (
+        tracking.rename_in_progress(ctx.common_dir) or any(s.id in ids for s in gc.renaming(ctx))
+    ) and time.monotonic() < deadline:
         time.sleep(0.02)
+    pending = gc.sessions_by_id(ctx, ids)
     try:
         with gc.exclusive(ctx):
-            actions = gc.sweep_gone_branches(ctx)
+            actions = gc.follow_heads(ctx, pending) + gc.sweep_gone_branches(ctx)
     except Exception as e:
         _log(log, "reference-transaction", [FOLLOW_RENAME], [], traceback.format_exc())
         return HookRun([], f"{type(e).__name__}: {e}", log)

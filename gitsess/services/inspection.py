@@ -171,7 +171,7 @@ def cat(ctx: RepoContext, session: Session, path: str, at: int | None = None) ->
 
 def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
     session = info.session
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     delta = delta_path(ctx, session)
     size = sum(p.stat().st_size for p in (delta, Path(f"{delta}-wal")) if p.exists())
     size += data_bytes(str(delta))
@@ -214,7 +214,7 @@ def drift(session: Session, session_dir: Path) -> list[Drift]:
     dropped) has nothing left to conflict with and is left out.
     """
     delta = session_dir / "delta.db"
-    mount.sync(session.id)
+    mount.sync(session_dir)
     with DeltaReader(delta) as reader:
         rows = reader.drift()
     if not rows or not session.worktree.is_dir():
@@ -238,6 +238,7 @@ class OwnCommit:
 def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
     """The session's own commits, oldest first (`gitsess show` lists them)."""
     from gitsess.services import session_git
+    from gitsess.services.real_tree import real_root
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return []
@@ -247,7 +248,10 @@ def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
     with live.open_view(ctx, session) as view:
         if not view.touched_git():
             return []
-        git = session_git.state(view, repo, session)
+        try:
+            git = session_git.state(view, repo, session, real_root(session))
+        except GitsessError:  # a `.git` the session broke: no commits to list
+            return []
         if git is None:
             return []
         # The commits' objects are the session's own, read through its view.

@@ -1,7 +1,8 @@
 """A session's key-value store: JSON values in the `kv` table of its delta.db.
 
 Safe beside a live daemon: delta.db is in WAL mode, every write here is one short
-`BEGIN IMMEDIATE` transaction, and the daemon never touches `kv`.
+`BEGIN IMMEDIATE` transaction. Inside a run the state dir is read-only (`runtime/inplace.py`):
+writes go through the session's daemon there, which is live as long as the run is.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
-from gitsess.overlay import delta, schema
+from gitsess.overlay import delta, protocol, schema
+from gitsess.services import sealed
 from gitsess.services.timeline import delta_path
 from gitsess.store.registry import Session
 
@@ -38,9 +40,20 @@ class Item:
 def encode(value: object) -> str:
     """`value` as the JSON text the store keeps; NaN and infinities are not JSON."""
     try:
-        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise GitsessError(f"not a JSON value: {e}") from None
+    _utf8(text, "a value")
+    return text
+
+
+def _utf8(text: str, what: str) -> None:
+    """Refuse text that is not UTF-8: bytes from the command line that are not (kept as
+    surrogates), or a lone surrogate a JSON escape made. SQLite keeps UTF-8 text only."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        raise GitsessError(f"{what} must be UTF-8 text: {text!r} is not") from None
 
 
 def decode(text: str) -> Any:
@@ -61,6 +74,7 @@ def decode(text: str) -> Any:
 def _check_key(key: str) -> str:
     if not key:
         raise GitsessError("a key cannot be empty")
+    _utf8(key, "a key")
     return key
 
 
@@ -73,7 +87,7 @@ def _store(ctx: RepoContext, session: Session, *, create: bool) -> Iterator[apsw
     if not path.parent.is_dir():
         raise GitsessError(f"the directory of session {session.name} is missing: {path.parent}")
     try:
-        conn = schema.connect(str(path))
+        conn = schema.connect(str(path), readonly=sealed.inside_run(ctx))
     except apsw.Error as e:
         raise GitsessError(f"cannot open {path}: {e}") from e
     try:
@@ -82,6 +96,12 @@ def _store(ctx: RepoContext, session: Session, *, create: bool) -> Iterator[apsw
         raise GitsessError(f"{path}: {e}") from e
     finally:
         conn.close()
+
+
+def check_item(key: str, value: object) -> None:
+    """What `put` would refuse, refused before anything is written (a pull takes many)."""
+    _check_key(key)
+    encode(value)
 
 
 def get(ctx: RepoContext, session: Session, key: str) -> Item:
@@ -96,13 +116,35 @@ def put(ctx: RepoContext, session: Session, key: str, value: object) -> Item:
     """Set `key` to `value` (any JSON-encodable value), replacing what it held."""
     text = encode(value)
     stamp = time.time_ns()
+    if sealed.inside_run(ctx):
+        _through_daemon(ctx, session, _check_key(key), text, stamp)
+        return Item(key, json.loads(text), stamp)
     with _store(ctx, session, create=True) as conn:
         assert conn is not None
         delta.kv_put(conn, _check_key(key), text, stamp)
     return Item(key, json.loads(text), stamp)
 
 
+def _through_daemon(
+    ctx: RepoContext, session: Session, key: str, text: str | None, stamp: int
+) -> bool:
+    try:
+        existed = protocol.kv(str(ctx.session_dir(session.id)), key, text, stamp)
+    except (OSError, ConnectionError, protocol.Refused) as e:
+        raise GitsessError(f"session {session.name}'s daemon: {e}") from None
+    if existed is None:
+        raise GitsessError(
+            f"session {session.name} is not mounted, and inside a run its key-value store is"
+            " written only through its daemon"
+        )
+    return existed
+
+
 def remove(ctx: RepoContext, session: Session, key: str) -> None:
+    if sealed.inside_run(ctx):
+        if not _through_daemon(ctx, session, _check_key(key), None, time.time_ns()):
+            raise GitsessError(f"session {session.name} has no key {key!r}")
+        return
     with _store(ctx, session, create=False) as conn:
         removed = conn is not None and delta.kv_remove(conn, _check_key(key))
     if not removed:

@@ -118,7 +118,6 @@ def git_config_env(env: Mapping[str, str], config: Mapping[str, str]) -> dict[st
 @dataclass(frozen=True)
 class RunResult:
     exit_code: int
-    in_place: bool
 
 
 def run(
@@ -131,11 +130,13 @@ def run(
     read_only: bool = False,
     role: str | None = None,
     run_id: int | None = None,
+    own_state: Path | None = None,
 ) -> RunResult:
     """Run `argv` inside the session's view, mounting it first unless it is live.
 
     The participant registration is a connection the command inherits: the daemon keeps the
-    view mounted while the command or anything it started still holds it.
+    view mounted while the command or anything it started still holds it. `own_state`: the
+    agent's isolation root, which stays writable inside (the rest of the state dir does not).
     """
     from gitsess.runtime import inplace
 
@@ -144,15 +145,20 @@ def run(
         spec, protocol.Participant(os.getpid(), role, read_only, list(argv), run_id)
     )
     hidden = hidden_paths(ctx, session)
-    state = session.worktree / hidden[0] if hidden else None
-    placement = inplace.Placement(session.worktree, Path(live.mountpoint), read_only, state)
+    # Where the command finds the state dir: its real path, in the worktree or not.
+    state = session.worktree / hidden[0] if hidden else ctx.state_dir
+    placement = inplace.Placement(
+        session.worktree,
+        Path(live.mountpoint),
+        read_only,
+        state,
+        writable=() if own_state is None else (own_state,),
+    )
     child_env = {**env, **session_env(ctx, session, live.mountpoint, env)}
     with conn:
         os.set_inheritable(conn.fileno(), True)
         try:
-            proc, in_place = inplace.spawn(
-                argv, placement, cwd=cwd, env=child_env, pass_fds=(conn.fileno(),)
-            )
+            proc = inplace.spawn(argv, placement, cwd=cwd, env=child_env, pass_fds=(conn.fileno(),))
         except FileNotFoundError:
             raise GitsessError(f"command not found: {argv[0]}", exit_code=127) from None
         except PermissionError:
@@ -169,7 +175,7 @@ def run(
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-    return RunResult(128 - code if code < 0 else code, in_place)
+    return RunResult(128 - code if code < 0 else code)
 
 
 def keep_mounted(
@@ -182,13 +188,15 @@ def keep_mounted(
     force: bool = False,
 ) -> mount.Status:
     """`gitsess mount`: a mount that stays until `gitsess umount`; read-only when asked or
-    when the session is.
+    when the session is. A mount point given must be a directory already.
 
     A mount hides what its directory held: a directory with files is refused unless `force`.
     A session mounts in one place: asked for another while mounted, it says where it is.
     """
+    if mountpoint is not None and not mountpoint.is_dir():
+        raise GitsessError(f"mount point {mountpoint} is not a directory (create it first)")
     if mountpoint is not None:
-        current = mount.status(session.id)
+        current = mount.status(ctx.session_dir(session.id))
         if current is not None:
             if Path(current.mountpoint).resolve() != mountpoint.resolve():
                 raise GitsessError(
@@ -223,12 +231,12 @@ def apply_interrupted(ctx: RepoContext, session: Session) -> bool:
 
 
 def mountpoint_of(ctx: RepoContext, session: Session) -> Path:
-    live = mount.status(session.id)
+    live = mount.status(ctx.session_dir(session.id))
     return Path(live.mountpoint) if live else ctx.session_dir(session.id) / "mnt"
 
 
 def unmount(ctx: RepoContext, session: Session) -> bool:
-    return mount.stop(session.id, mountpoint_of(ctx, session))
+    return mount.stop(ctx.session_dir(session.id), mountpoint_of(ctx, session))
 
 
 @dataclass(frozen=True)
@@ -237,10 +245,10 @@ class LiveSession:
     status: mount.Status
 
 
-def live_sessions(sessions: Sequence[Session]) -> list[LiveSession]:
+def live_sessions(ctx: RepoContext, sessions: Sequence[Session]) -> list[LiveSession]:
     out = []
     for s in sessions:
-        st = mount.status(s.id)
+        st = mount.status(ctx.session_dir(s.id))
         if st is not None:
             out.append(LiveSession(s, st))
     return out
@@ -251,7 +259,7 @@ def open_view(ctx: RepoContext, session: Session, at: int | None = None) -> Over
     with `at`, as it was at that checkpoint."""
     from gitsess.overlay.view import OverlayView
 
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     return OverlayView(
         ctx.session_dir(session.id) / "delta.db",
         session.worktree,
@@ -281,14 +289,14 @@ def drop_paths(
     with mount.locked(session_dir):
         try:
             try:
-                reply = protocol.drop(session.id, paths, restamp, expect)
+                reply = protocol.drop(str(ctx.session_dir(session.id)), paths, restamp, expect)
             except ConnectionError:
                 # It was stopping and closed with our request unread: once it is gone (after
                 # its last commit) delta.db is ours to write; a daemon started meanwhile is asked.
                 reply = (
                     None
-                    if mount.status(session.id) is None
-                    else protocol.drop(session.id, paths, restamp, expect)
+                    if mount.status(ctx.session_dir(session.id)) is None
+                    else protocol.drop(str(ctx.session_dir(session.id)), paths, restamp, expect)
                 )
         except protocol.Refused as e:
             raise GitsessError(f"the session daemon refused: {e}") from None
@@ -311,6 +319,8 @@ class Counts:
     changed_files: int | None  # files that differ from the worktree's; None: no delta yet
     commits: int | None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read
+    head_branch: str | None = None  # its HEAD's branch, when not the session's branch
+    below_base: int = 0  # its HEAD was reset this many commits below its base
     bytes_by_kind: Bytes | None = None  # where its delta's bytes go
 
 
@@ -332,12 +342,22 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
             import pygit2
 
             from gitsess.services import session_git
+            from gitsess.services.real_tree import real_root
 
             try:
-                git = session_git.state(view, ctx.open(), session)
+                git = session_git.state(view, ctx.open(), session, real_root(session))
             except (GitsessError, pygit2.GitError, KeyError, ValueError):
                 return Counts(changed, None, bytes_by_kind=used)
-            return Counts(changed, 0 if git is None else len(git.commits), bytes_by_kind=used)
+            if git is None:
+                return Counts(changed, 0, bytes_by_kind=used)
+            off = (git.head.branch or "(detached)") if git.off_branch else None
+            return Counts(
+                changed,
+                len(git.commits),
+                bytes_by_kind=used,
+                head_branch=off,
+                below_base=git.below_base,
+            )
     except DamagedDelta:
         return Counts(None, None, damaged=True)
     except (OSError, GitsessError):

@@ -24,6 +24,7 @@ import pygit2
 
 from gitsess.errors import GitsessError
 from gitsess.git import published, transport
+from gitsess.git.archive import refused_in_tree
 from gitsess.git.published import Published
 from gitsess.git.repo import RepoContext, head_of, open_worktree
 from gitsess.git.transport import Progress as Progress  # the cli shows its counts
@@ -173,7 +174,7 @@ def _same(
 def _audit(ctx: RepoContext, session: Session) -> tuple[dict[str, int], list[Run]]:
     """Events per operation, and the runs. Only counts are pushed: command lines and the
     log's paths stay here (a command line may hold a token)."""
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     with DeltaReader(delta_path(ctx, session)) as reader:
         ops = reader.op_counts()
     return ops, runs(ctx, session)
@@ -234,9 +235,27 @@ def pull(
             f"{target.label} has no session {name} (`gitsess ls --remote {target.label}`)"
         )
     there = published.read(repo, theirs)
+    _verify(repo, there, f"{target.label}'s session {name} ({theirs[:10]})")
     if local is None:
-        return _pull_new(ctx, repo, target.label, name, there, worktree)
-    return _pull_into(ctx, repo, target.label, local, there, force)
+        done = _pull_new(ctx, repo, target.label, name, there, worktree)
+    else:
+        done = _pull_into(ctx, repo, target.label, local, there, force)
+    if there.name != name:
+        claim = f"the commit of {ref} calls itself session {there.name!r}; it is {name} here"
+        done = replace(done, notes=(*done.notes, claim))
+    return done
+
+
+def _verify(repo: pygit2.Repository, there: Published, what: str) -> None:
+    """Refuse, before anything is made, a session commit that no push made: paths no session
+    holds (`archives.check_paths`), in its changes or in the commits made inside it (whose
+    tree becomes the session's index), or a key-value store that is not one."""
+    archives.check_paths(published.content_paths(repo, there), what)
+    if there.head is not None:
+        head = repo[there.head].peel(pygit2.Commit)
+        archives.check_refused(refused_in_tree(repo, str(head.tree_id)), what)
+    for key, value in published.kv_items(repo, there).items():
+        kv.check_item(key, value)
 
 
 def _pull_new(
@@ -285,7 +304,7 @@ def _pull_into(
     there: Published,
     force: bool,
 ) -> Pulled:
-    status = mount.status(session.id)
+    status = mount.status(ctx.session_dir(session.id))
     if status is not None and status.participants:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
         raise GitsessError(
@@ -293,21 +312,19 @@ def _pull_into(
             "leave it first"
         )
     synced = _synced(ctx, session)
-    if synced is not None and published.descends(repo, synced.commit, there.commit):
+    standing = _standing(ctx, repo, session, synced, there.commit)
+    if standing.snap is None:
         return Pulled(session, remote, there.commit, "up-to-date", 0, 0)
-    snap = archives.snapshot(ctx, session, keep=False)
+    snap = standing.snap
     session = snap.session
-    state = (snap.tree, session.base_commit)
-    if state == (published.content_tree(repo, there), there.base):
+    if standing.relation == "same":
         keys = _take_kv(ctx, repo, session, there)
         _record(ctx, session, remote, there.commit, snap)
         return Pulled(session, remote, there.commit, "same", 0, keys, notes=snap.notes)
-    changed = snap.changes > 0 if synced is None else state != (synced.tree, synced.base)
-    behind = synced is None or published.descends(repo, there.commit, synced.commit)
     archived = None
-    if changed or not behind:
+    if standing.relation == "diverged":
         if not force:
-            raise GitsessError(_diverged(session, remote, changed, behind))
+            raise GitsessError(_diverged(session, remote, standing.changed, standing.behind))
         archived = archives.archive(ctx, session).ref if snap.changes else None
     plan, notes = discard.plan_discard(ctx, session, include_ignored=False)
     discarded = discard.discard(ctx, session, plan)
@@ -327,7 +344,7 @@ def _pull_into(
             f"the session was pushed from branch {there.branch or '(detached)'}; here it stays "
             f"on {session.branch or 'a detached HEAD'}"
         )
-    outcome: Outcome = "fast-forward" if not changed and behind else "replaced"
+    outcome: Outcome = "replaced" if standing.relation == "diverged" else "fast-forward"
     return Pulled(session, remote, there.commit, outcome, files, keys, archived, tuple(notes))
 
 
@@ -393,17 +410,52 @@ def _binding(session: Session) -> Binding:
 # ls --remote
 
 
-# "-": no session of that name here; "unsynced": one that was never pushed or pulled; "synced":
-# the commit last pushed or pulled here; "behind": a newer one; "ahead": an older one (something
-# newer was pushed from here since); "diverged": neither
-Relation = Literal["-", "unsynced", "synced", "behind", "ahead", "diverged"]
+# "-": no session of that name here; "unsynced": one that was never pushed or pulled, and has
+# no changes (a pull takes theirs); "synced": the commit last pushed or pulled here; "behind": a
+# newer one, and the session has not changed since (a pull fast-forwards); "ahead": an older one
+# (something newer was pushed from here since); "same": another commit, with the state the
+# session has; "diverged": the session changed since and the remote's commit is newer, or that
+# commit does not follow the one last pushed or pulled (a pull needs --force)
+Relation = Literal["-", "unsynced", "synced", "behind", "ahead", "same", "diverged"]
+
+
+@dataclass(frozen=True)
+class Standing:
+    """How a local session stands to a remote's commit: `pull` acts on it, `ls --remote`
+    shows it, computed by one function (`_standing`) for both."""
+
+    relation: Relation
+    snap: archives.Snapshot | None = None  # the session's state, when it had to be read
+    changed: bool = False  # the session changed since it was last synced
+    behind: bool = False  # the remote's commit follows the one last synced
+
+
+def _standing(
+    ctx: RepoContext, repo: pygit2.Repository, local: Session, synced: Synced | None, oid: str
+) -> Standing:
+    if synced is not None and published.descends(repo, synced.commit, oid):
+        return Standing("synced" if synced.commit == oid else "ahead")
+    there = published.read(repo, oid)
+    snap = archives.snapshot(ctx, local, keep=False)
+    state = (snap.tree, snap.session.base_commit)
+    if state == (published.content_tree(repo, there), there.base):
+        return Standing("same", snap)
+    changed = snap.changes > 0 if synced is None else state != (synced.tree, synced.base)
+    behind = synced is None or published.descends(repo, oid, synced.commit)
+    if changed or not behind:
+        return Standing("diverged", snap, changed, behind)
+    return Standing("unsynced" if synced is None else "behind", snap, changed, behind)
 
 
 @dataclass(frozen=True)
 class RemoteSession:
+    name: str  # from the ref: what `pull NAME` takes
     published: Published
     files: int
     here: Relation
+    # the commit's own `Gitsess-Name` trailer, when it names another session than the ref
+    # (a commit pushed under another name by hand, or crafted): shown, never used
+    claims: str | None = None
 
 
 def list_remote(
@@ -414,7 +466,7 @@ def list_remote(
     target = transport.open_remote(repo, remote)
     refs = transport.list_refs(target, published.PREFIX)
     heads = transport.fetch(target, sorted(refs), progress=progress) if refs else {}
-    found = []
+    found: list[tuple[str, Published, int, Session | None, Synced | None]] = []
     with _registry(ctx) as registry:
         for ref, oid in sorted(heads.items()):
             if not ref.startswith(published.PREFIX) or oid not in repo:
@@ -423,22 +475,15 @@ def list_remote(
                 there = published.read(repo, oid)
             except GitsessError:
                 continue  # not a session commit: someone else's ref in our namespace
+            name = ref.removeprefix(published.PREFIX)
             files = len(published.content_paths(repo, there))
-            found.append(RemoteSession(there, files, _relation(repo, registry, there.name, oid)))
-    return target.label, found
-
-
-def _relation(repo: pygit2.Repository, registry: Registry | None, name: str, oid: str) -> Relation:
-    local = None if registry is None else registry.by_name(name)
-    if registry is None or local is None:
-        return "-"
-    synced = registry.synced(local.id)
-    if synced is None:
-        return "unsynced"
-    if synced.commit == oid:
-        return "synced"
-    if published.descends(repo, oid, synced.commit):
-        return "behind"
-    if published.descends(repo, synced.commit, oid):
-        return "ahead"
-    return "diverged"
+            local = None if registry is None else registry.by_name(name)
+            synced = None if registry is None or local is None else registry.synced(local.id)
+            found.append((name, there, files, local, synced))
+    # (the registry is closed: reading a session's state takes it again)
+    listed = []
+    for name, there, files, local, synced in found:
+        here = "-" if local is None else _standing(ctx, repo, local, synced, there.commit).relation
+        claims = there.name if there.name != name else None
+        listed.append(RemoteSession(name, there, files, here, claims))
+    return target.label, listed

@@ -27,6 +27,7 @@ from gitsess.store.registry import Registry
 class Repaired:
     moved_aside: Path | None  # the unreadable registry, kept under this name
     recovered: tuple[str, ...]  # names of the sessions made again from their dirs
+    mended: int = 0  # text values that were not UTF-8, mended in place
 
 
 def holds_changes(session_dir: Path) -> bool:
@@ -48,8 +49,9 @@ def holds_changes(session_dir: Path) -> bool:
 
 def repair(ctx: RepoContext) -> Repaired:
     moved = _set_aside_if_unreadable(ctx.registry_path)
+    mended = 0 if moved is not None else _mend_text(ctx.registry_path)
     if not ctx.sessions_dir.is_dir():
-        return Repaired(moved, ())
+        return Repaired(moved, (), mended)
     known = {s.session.id for s in sessions.list_sessions(ctx)}
     recovered = []
     for directory in sorted(ctx.sessions_dir.iterdir()):
@@ -64,7 +66,7 @@ def repair(ctx: RepoContext) -> Repaired:
             title="recovered by gitsess doctor --repair",
         )
         recovered.append(made.name)
-    return Repaired(moved, tuple(recovered))
+    return Repaired(moved, tuple(recovered), mended)
 
 
 def _set_aside_if_unreadable(path: Path) -> Path | None:
@@ -72,9 +74,8 @@ def _set_aside_if_unreadable(path: Path) -> Path | None:
         return None
     try:
         with Registry.opened(path, create=False) as registry:
-            if registry is not None:
-                registry.count()
-        return None
+            if registry is None or not [p for p in registry.problems() if "UTF-8" not in p]:
+                return None
     except GitsessError:
         pass
     aside = path.with_name(f"{path.name}.damaged-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -83,6 +84,11 @@ def _set_aside_if_unreadable(path: Path) -> Path | None:
         if source.exists():
             os.replace(source, Path(f"{aside}{suffix}"))
     return aside
+
+
+def _mend_text(path: Path) -> int:
+    with Registry.opened(path, create=False) as registry:
+        return 0 if registry is None else registry.mend_text()
 
 
 def is_session_id(name: str) -> bool:

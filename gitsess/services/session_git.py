@@ -11,13 +11,22 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pygit2
 from pygit2.enums import ObjectType
 
+from gitsess.errors import GitsessError
 from gitsess.git.scratch import ScratchRepository, scratch_repo
-from gitsess.git.session_refs import SessionHead, ahead_commits, read_head
+from gitsess.git.session_refs import (
+    SessionHead,
+    commits_not_in,
+    count_between,
+    first_parent_chain,
+    read_head,
+    real_refs,
+)
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:  # `ls` counts commits without loading apply's machinery
@@ -35,22 +44,59 @@ _FOLLOWED_AFTER_APPLY = ("HEAD", "index", "ORIG_HEAD", "COMMIT_EDITMSG", "logs/H
 @dataclass(frozen=True)
 class SessionGit:
     head: SessionHead
-    commits: tuple[str, ...]  # the session's commits its branch lacks, oldest first
+    # the session's own commits (reachable from its HEAD, from no real ref and not from its
+    # base), oldest first; `chain` is those on its HEAD's first-parent line, what a replay takes
+    commits: tuple[str, ...]
+    chain: tuple[str, ...]
     common: str  # where the view's shared git state is, below `.git/` ("common/" when linked)
+    branch: str | None  # the session's branch, as a full ref
+    behind: int  # commits of the real branch the session's HEAD lacks
+    below_base: int  # commits of the base the session's HEAD lacks when it is an ancestor
 
-    def stale_after_apply(self) -> list[str]:
-        """Paths of the session's `.git` that an apply of its commits hands back to the real
-        repository (as view paths)."""
+    @property
+    def off_branch(self) -> bool:
+        """Whether the session's HEAD is on another branch than the session's (or detached)."""
+        return self.branch is not None and self.head.branch != self.branch
+
+    def stale_after_apply(self, target: str) -> list[str]:
+        """Paths of the session's `.git` that an apply of its commits onto `target` (a full
+        ref) hands back to the real repository (as view paths): HEAD, the index and the
+        branch's ref together (overlay/gitunit.py), and only when HEAD is on `target`: a
+        branch made in the session, or an index on another, stays the session's."""
+        return self.unit_paths(target) if self.head.branch == target else []
+
+    def unit_paths(self, branch: str | None) -> list[str]:
+        """HEAD, the index (and what goes with them) and `branch`'s ref and log, as view
+        paths: dropped together, the session's git follows the real repository again."""
         paths = [".git/" + r for r in _FOLLOWED_AFTER_APPLY]
-        if self.head.branch is not None:
-            shared = (self.head.branch, "logs/" + self.head.branch)
-            paths += [".git/" + self.common + r for r in shared]
+        if branch is not None:
+            paths += [".git/" + self.common + r for r in (branch, "logs/" + branch)]
         return paths
 
 
-def state(view: OverlayView, repo: pygit2.Repository, session: Session) -> SessionGit | None:
+def real_common(root: Path, worktree: Path) -> Path:
+    """The real repository's common dir as this process reaches it, given the real worktree
+    as reached (`real_tree.real_root`: through the daemon's root from inside a session)."""
+    dotgit = root / ".git"
+    if dotgit.is_dir():
+        return dotgit
+    try:
+        admin = dotgit.read_text().strip().removeprefix("gitdir: ")
+        prefix = str(root)[: len(str(root)) - len(str(worktree))]
+        admin_dir = Path(prefix + admin) if os.path.isabs(admin) else root / admin
+        common = (admin_dir / "commondir").read_text().strip()
+    except OSError as e:
+        raise GitsessError(f"cannot read the git dir of {worktree}: {e}") from e
+    return Path(os.path.normpath(admin_dir / common))
+
+
+def state(
+    view: OverlayView, repo: pygit2.Repository, session: Session, root: Path
+) -> SessionGit | None:
     """The session's git state; None while it never changed its `.git` (then it is the real
-    repository's, and has no commits of its own)."""
+    repository's, and has no commits of its own). `root` is the real worktree as reached
+    (`real_tree.real_root`); the real refs are read from its files, so the answer is the same
+    inside the session (where `repo` is the view's) and outside."""
     if not view.touched_git():
         return None
     # A linked worktree's view keeps the common dir at `.git/common` (overlay/tree.py): HEAD
@@ -61,15 +107,36 @@ def state(view: OverlayView, repo: pygit2.Repository, session: Session) -> Sessi
         return view.read_git(rel if rel == "HEAD" else common + rel)
 
     head = read_head(read)
+    refs = real_refs(real_common(root, session.worktree))
+    branch = None if session.branch is None else "refs/heads/" + session.branch
+    tip = refs.get(branch) if branch is not None else None
+    hide = [*refs.values(), *([session.base_commit] if session.base_commit else [])]
+    below = 0
+    base = session.base_commit
+    # the commits' objects are the session's own, read through its view
     with scratch_repo(repo, view) as objects:
-        commits = ahead_commits(objects, head.commit, upstream(repo, session))
-    return SessionGit(head, tuple(commits), common)
+        commits = commits_not_in(objects, head.commit, hide)
+        if head.commit not in (None, base) and base is not None and not commits:
+            assert head.commit is not None
+            if objects.descendant_of(base, head.commit):
+                below = count_between(objects, base, head.commit)
+        return SessionGit(
+            head,
+            tuple(commits),
+            tuple(first_parent_chain(objects, commits)),
+            common,
+            branch,
+            count_between(objects, tip, head.commit),
+            below,
+        )
 
 
-def own_commits(view: OverlayView, repo: pygit2.Repository, session: Session) -> SessionGit | None:
+def own_commits(
+    view: OverlayView, repo: pygit2.Repository, session: Session, root: Path
+) -> SessionGit | None:
     """The session's git state when it has commits of its own (its HEAD is the last of
     them), else None."""
-    git = state(view, repo, session)
+    git = state(view, repo, session, root)
     return git if git is not None and git.commits else None
 
 
@@ -90,6 +157,15 @@ def files_for_head(repo: pygit2.Repository, session: Session, head: str) -> dict
     return {ref: head.encode() + b"\n", "index": data}
 
 
+def reached(repo: pygit2.Repository, git: SessionGit, tip: str | None, base: str | None) -> bool:
+    """Whether the session's HEAD is past its base and the branch's `tip` has it."""
+    head = git.head.commit
+    if head is None or tip is None or head == base:
+        return False
+    ahead = base is None or repo.descendant_of(head, base)
+    return ahead and (head == tip or repo.descendant_of(tip, head))
+
+
 def restored_git(repo: pygit2.Repository, session: Session, info: ArchiveInfo) -> dict[str, bytes]:
     """The files of a restored session's `.git` that bring back the commits made inside the
     archived one (`info.head`): its branch ending at them, and their objects as loose
@@ -103,7 +179,7 @@ def restored_git(repo: pygit2.Repository, session: Session, info: ArchiveInfo) -
         files = files_for_head(repo, session, info.head)
     else:
         files = {"HEAD": info.head.encode() + b"\n"}
-    commits = ahead_commits(repo, info.head, info.base)
+    commits = commits_not_in(repo, info.head, [info.base] if info.base else [])
     base_objects = _tree_objects(repo, info.base)
     store = ("common/" if linked else "") + "objects/"
     for _, kind, data in needed_objects(repo, commits, base_objects.__contains__):
@@ -131,16 +207,6 @@ def _tree_objects(repo: pygit2.Repository, commit: str | None) -> set[pygit2.Oid
     return found
 
 
-def upstream(repo: pygit2.Repository, session: Session) -> str | None:
-    """What the session's commits are counted against: its branch's real tip, else its base."""
-    if session.branch is not None:
-        try:
-            return str(repo.references["refs/heads/" + session.branch].resolve().target)
-        except KeyError:
-            pass
-    return session.base_commit
-
-
 def replay(
     repo: pygit2.Repository, git: SessionGit, onto: str | None, objects: pygit2.Repository
 ) -> Replayed:
@@ -152,7 +218,7 @@ def replay(
 
     return replay_commits(
         objects,
-        git.commits,
+        git.chain,
         onto,
         committer=signature(repo, "COMMITTER"),
     )
@@ -176,8 +242,8 @@ def reverted_in_view(
 ) -> dict[str, tuple[str, int] | None]:
     """Paths the session's commits changed where the view now shows what the worktree has
     (no change of the delta's): their view state, for the commit on top of the replayed ones."""
-    first = scratch[git.commits[0]].peel(pygit2.Commit)
-    last = scratch[git.commits[-1]].peel(pygit2.Commit)
+    first = scratch[git.chain[0]].peel(pygit2.Commit)
+    last = scratch[git.chain[-1]].peel(pygit2.Commit)
     diff = (
         first.parents[0].tree.diff_to_tree(last.tree) if first.parents else last.tree.diff_to_tree()
     )

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SESSION_ENV",
+    "NoSuchSession",
     "Removal",
     "RepoContext",
     "RepoSessions",
@@ -49,6 +50,7 @@ __all__ = [
     "info",
     "list_everywhere",
     "list_sessions",
+    "registry_problems",
     "remove",
     "rename",
     "resolve",
@@ -93,6 +95,8 @@ class SessionInfo:
     damaged: bool = False  # its delta.db cannot be read (see `remove`'s force)
     status: str = "idle"  # running (someone inside), mounted, idle, damaged
     behind: int | None = None  # commits the branch gained since the session's base
+    head_branch: str | None = None  # the session's HEAD's branch, when not the session's
+    below_base: int = 0  # the session's HEAD was reset this many commits below its base
     # Bytes of its delta by kind: live files, checkpoints, audit log, free pages.
     bytes_by_kind: Bytes | None = None
 
@@ -284,6 +288,16 @@ def resolve_or_create(
         return resolve(ctx, ref, env=env), False
 
 
+def registry_problems(ctx: RepoContext) -> list[str]:
+    """What a full read of the registry finds wrong (none when there is no registry)."""
+    with _registry(ctx, create=False) as registry:
+        return [] if registry is None else registry.problems()
+
+
+class NoSuchSession(GitsessError):
+    """A reference that names no session (the registry itself was read)."""
+
+
 def _ref(ref: str | None, env: Mapping[str, str] | None) -> str:
     env = os.environ if env is None else env
     ref = ref or env.get(SESSION_ENV)
@@ -301,9 +315,9 @@ def _find(ctx: RepoContext, registry: Registry, ref: str) -> Session:
     return session
 
 
-def _unknown(ctx: RepoContext, registry: Registry | None, ref: str) -> GitsessError:
+def _unknown(ctx: RepoContext, registry: Registry | None, ref: str) -> NoSuchSession:
     hint = did_you_mean(ref, set() if registry is None else registry.names())
-    return GitsessError(f"no session {ref!r} in {ctx.common_dir}{hint}")
+    return NoSuchSession(f"no session {ref!r} in {ctx.common_dir}{hint}")
 
 
 def close_names(ctx: RepoContext, name: str) -> str:
@@ -374,16 +388,18 @@ def _infos(
                 changed_files=counts.changed_files,
                 commits=counts.commits,
                 damaged=counts.damaged,
-                status="damaged" if counts.damaged else _status(s),
+                status="damaged" if counts.damaged else _status(ctx, s),
                 behind=_behind(ctx, s),
+                head_branch=counts.head_branch,
+                below_base=counts.below_base,
                 bytes_by_kind=counts.bytes_by_kind,
             )
         )
     return infos
 
 
-def _status(session: Session) -> str:
-    status = mount.status(session.id)
+def _status(ctx: RepoContext, session: Session) -> str:
+    status = mount.status(ctx.session_dir(session.id))
     if status is None:
         return "idle"
     return "running" if status.participants else "mounted"
@@ -443,7 +459,11 @@ def rename(ctx: RepoContext, ref: str | None, new_name: str) -> Session:
     """Give a session a new name. Its worktree and branch keep theirs: a branch may be shared."""
     validate_name(new_name)
     with _existing_registry(ctx) as registry:
-        return registry.update(_find(ctx, registry, _ref(ref, None)).id, name=new_name)
+        session = _find(ctx, registry, _ref(ref, None))
+        if session.name == new_name:
+            # `rename base -1` names the newest session (-1), not a new name: say so.
+            raise GitsessError(f"session {session.name} is already named {new_name}")
+        return registry.update(session.id, name=new_name)
 
 
 def set_title(ctx: RepoContext, ref: str | None, title: str) -> Session:
@@ -468,7 +488,7 @@ def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> 
     """
     if session.branch is None or not session.worktree.is_dir():
         return session
-    from gitsess.git.tracking import checked_out
+    from gitsess.git.tracking import branch_gone, checked_out
 
     head = checked_out(session.worktree)
     if head.branch == session.branch:
@@ -478,6 +498,12 @@ def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> 
             return registry.update(session.id, state="active")
     if not rebind:
         now = f"branch {head.branch}" if head.branch else "a detached HEAD"
+        if branch_gone(ctx.open(), session.branch):
+            raise GitsessError(
+                f"session {session.name} belongs to branch {session.branch}, which was deleted "
+                f"({session.worktree} has {now} checked out); pass --rebind to move the session "
+                f"onto {now}, or `gitsess rm {session.name}` (its changes are archived)"
+            )
         raise GitsessError(
             f"session {session.name} belongs to branch {session.branch}, but its worktree "
             f"{session.worktree} has {now} checked out; check out {session.branch} again, or "
@@ -494,7 +520,7 @@ def _unmount_for_removal(ctx: RepoContext, session: Session) -> None:
     """A mounted session is unmounted first; one with people inside is refused."""
     from gitsess.services import live
 
-    status = mount.status(session.id)
+    status = mount.status(ctx.session_dir(session.id))
     if status is not None and status.participants:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
         raise GitsessError(
@@ -526,7 +552,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     Unapplied changes are archived first (`Removal.archive`; `gitsess restore` takes them back).
     """
     from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
-    from gitsess.git.worktree import keep_reasons, remove_created
+    from gitsess.git.worktree import keep_detached, keep_reasons, remove_created
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import agents, archives
 
@@ -577,6 +603,12 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
             )
         else:
             try:
+                kept_head = keep_detached(ctx.open(), session.worktree)
+                if kept_head is not None:
+                    notes.append(
+                        f"the worktree's detached HEAD held commits no ref reaches: kept as "
+                        f"{kept_head}"
+                    )
                 remove_created(ctx, binding)
                 removed = True
             except GitsessError as e:

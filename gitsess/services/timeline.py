@@ -23,6 +23,7 @@ from gitsess.git.location import RepoContext
 from gitsess.overlay import delta, schema
 from gitsess.overlay.delta import DamagedDelta
 from gitsess.runtime import mount
+from gitsess.services import sealed
 from gitsess.store.registry import Registry, Run, Session
 
 T = TypeVar("T")
@@ -256,11 +257,14 @@ def delta_path(ctx: RepoContext, session: Session) -> Path:
 
 def runs(ctx: RepoContext, session: Session) -> list[Run]:
     """The session's runs; one whose `gitsess run` is gone without ending it (killed) is ended
-    now, so that it stops counting as running."""
+    now, so that it stops counting as running. (Not from inside a run: no outside process is
+    visible there, and the registry is read-only.)"""
     with Registry.opened(ctx.registry_path, create=False) as registry:
         if registry is None:
             return []
         found = registry.runs(session.id)
+        if sealed.inside_run(ctx):
+            return found
         lost = [r for r in found if r.ended_at is None and not _runner_alive(r)]
         for r in lost:
             registry.end_lost_run(r.id)
@@ -292,7 +296,7 @@ def timeline(ctx: RepoContext, session: Session, flt: Filter) -> Timeline:
     """
     all_runs = runs(ctx, session)
     _check_run(session, flt, all_runs)
-    mount.sync(session.id)
+    mount.sync(ctx.session_dir(session.id))
     with DeltaReader(delta_path(ctx, session)) as reader:
         last_id = reader.max_event_id()
         events = reader.events(flt, upto_id=last_id)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gitsess.errors import GitsessError
+from gitsess.git import dotgit
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Kind, kind_of
 from gitsess.overlay.delta import DeltaStore
@@ -233,7 +234,9 @@ class ViewWriter:
 
 
 def _check(path: str) -> None:
-    if not path or path == ".git" or path.startswith((".git/", "/")):
+    # (a `.git` anywhere, in any spelling: the session's own is `put_git_file`'s, and one
+    # further down is another repository, whose config git would run)
+    if dotgit.refused(path):
         raise GitsessError(f"not a path inside the session's view: {path!r}")
 
 
@@ -249,7 +252,7 @@ def view_writer(ctx: RepoContext, session: Session, lower: Path) -> Iterator[Vie
     or where it is reachable from inside a session)."""
     session_dir = ctx.session_dir(session.id)
     with mount.locked(session_dir):
-        status = mount.status(session.id)
+        status = mount.status(ctx.session_dir(session.id))
         if status is not None:
             if status.read_only:
                 raise GitsessError(f"session {session.name} is mounted read-only")

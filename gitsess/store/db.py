@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,24 +25,57 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def keep_private(path: Path) -> None:
+    """Make an existing directory of ours 0700, whatever it was made with (a `.git/gitsess`
+    made 0755 by hand or by an old version would show titles and command lines to everyone)."""
+    try:
+        st = path.stat()
+        if st.st_uid == os.geteuid() and st.st_mode & 0o077:
+            path.chmod(0o700)
+    except OSError as e:
+        raise GitsessError(f"cannot make {path} private: {e.strerror}") from e
+
+
 def connect(path: Path) -> apsw.Connection:
     """A connection in WAL mode with foreign keys on and a busy timeout.
 
     Readers and writers of other processes wait for each other instead of failing; writes go
     through `write_txn` so they take the write lock up front.
     """
+    read_only = _on_read_only_fs(path.parent)
     try:
-        conn = apsw.Connection(str(path))
+        conn = open_read_only(path) if read_only else apsw.Connection(str(path))
     except apsw.Error as e:
         raise db_error(path, e) from e
     try:
         conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         conn.execute("PRAGMA foreign_keys = ON")
-        enable_wal(conn)
+        if not read_only:
+            enable_wal(conn)
     except apsw.Error as e:
         conn.close()
         raise db_error(path, e) from e
     return conn
+
+
+def open_read_only(path: Path | str) -> apsw.Connection:
+    """A reader of a WAL database in a read-only directory (the state dir inside a run).
+
+    SQLite reads such a database through its `-shm` file, which it cannot create there: when
+    no connection holds the database open there is none, and no `-wal` either, so everything
+    is in the database file itself, which is then opened as immutable (no locks, no WAL). A
+    live writer's (a session's daemon) `-shm` is used as it is."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        return conn
+    except apsw.CantOpenError:
+        conn.close()
+        wal = Path(f"{path}-wal")
+        if wal.exists() and wal.stat().st_size > 0:
+            raise
+    uri = f"file:{urllib.parse.quote(str(path))}?immutable=1"
+    return apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
 
 
 def enable_wal(conn: apsw.Connection) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -46,7 +47,31 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+def _sql(value: object) -> object:
+    """A value as SQLite keeps it: text must be UTF-8, so a str holding bytes that are not
+    (os.fsdecode's surrogates: a path, an argument) goes as those bytes, a BLOB, which
+    `_text` turns back (a lookup by such a value finds no text, as it should)."""
+    if isinstance(value, str):
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "surrogateescape")
+    return value
+
+
+def _text(value: Any) -> Any:
+    return os.fsdecode(value) if isinstance(value, bytes) else value
+
+
+def _title(value: object) -> object:
+    """A title is text to show: bytes in it that are not UTF-8 become U+FFFD."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return value
+
+
 def _session(row: tuple[Any, ...]) -> Session:
+    row = tuple(_text(v) for v in row)
     (id_, seq, name, title, created, used, worktree, branch, base, state, ro, parent, cw, cb) = row
     return Session(
         id=id_,
@@ -85,7 +110,7 @@ def _run(row: tuple[Any, ...]) -> Run:
     return Run(
         id=id_,
         command=json.loads(command),
-        cwd=Path(cwd),
+        cwd=Path(_text(cwd)),
         pid=pid,
         role=role,
         started_at=datetime.fromisoformat(started),
@@ -186,6 +211,8 @@ class Registry:
                 db.private_dir(path.parent)
             except OSError as e:
                 raise GitsessError(f"cannot create {path.parent}: {e.strerror}") from e
+        if create:
+            db.keep_private(path.parent)
         registry = cls(db.connect(path), path)
         try:
             with registry.guard():
@@ -215,6 +242,56 @@ class Registry:
             yield
         except apsw.Error as e:
             raise db.db_error(self.path, e) from e
+        except UnicodeDecodeError as e:
+            raise GitsessError(
+                f"{self.path} is damaged (a text in it is not UTF-8: {e.reason}); "
+                "`gitsess doctor --repair` mends it"
+            ) from e
+
+    def problems(self) -> list[str]:
+        """What reading all of it finds: SQLite's own check (a zeroed page), text that is
+        not UTF-8 (which every command reading that row would fail on)."""
+        with self.guard():
+            found = [str(r[0]) for r in self.conn.execute("PRAGMA quick_check") if r[0] != "ok"]
+        if found:
+            return found
+        return [f"{t}.{c} of row {rowid} is not UTF-8" for t, c, rowid, _ in self._bad_text()]
+
+    def _bad_text(self) -> list[tuple[str, str, int, bytes]]:
+        bad = []
+        with self.guard():
+            tables = [
+                str(name)
+                for (name,) in self.conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'"
+                    " AND name NOT LIKE 'sqlite_%'"
+                )
+            ]
+            for table in tables:
+                columns = [str(r[1]) for r in self.conn.execute(f'PRAGMA table_info("{table}")')]
+                for column in columns:
+                    rows = self.conn.execute(
+                        f'SELECT rowid, CAST("{column}" AS BLOB) FROM "{table}"'
+                        f" WHERE typeof(\"{column}\") = 'text'"
+                    )
+                    for rowid, raw in rows:
+                        try:
+                            bytes(raw).decode()
+                        except UnicodeDecodeError:
+                            bad.append((table, column, int(rowid), bytes(raw)))
+        return bad
+
+    def mend_text(self) -> int:
+        """Replace what is not UTF-8 in text values (U+FFFD, as a reader would show it); how
+        many values it mended."""
+        bad = self._bad_text()
+        with self.write():
+            for table, column, rowid, raw in bad:
+                self.conn.execute(
+                    f'UPDATE "{table}" SET "{column}" = ? WHERE rowid = ?',
+                    (raw.decode(errors="replace"), rowid),
+                )
+        return len(bad)
 
     @contextmanager
     def write(self) -> Iterator[None]:
@@ -225,14 +302,14 @@ class Registry:
     def _one(self, where: str, *args: object) -> Session | None:
         with self.guard():
             row = self.conn.execute(
-                f"SELECT {_COLUMNS} FROM sessions WHERE {where}", args
+                f"SELECT {_COLUMNS} FROM sessions WHERE {where}", tuple(_sql(a) for a in args)
             ).fetchone()
         return None if row is None else _session(row)
 
     def _many(self, where: str, *args: object) -> list[Session]:
         sql = f"SELECT {_COLUMNS} FROM sessions WHERE {where} ORDER BY seq"
         with self.guard():
-            return [_session(row) for row in self.conn.execute(sql, args)]
+            return [_session(row) for row in self.conn.execute(sql, tuple(_sql(a) for a in args))]
 
     def all(self) -> list[Session]:
         """Every session, oldest first."""
@@ -290,11 +367,11 @@ class Registry:
                     'active', ?, ?, ?, ?)""",
                 (
                     id,
-                    name,
-                    title,
+                    _sql(name),
+                    _title(title),
                     stamp,
                     stamp,
-                    str(worktree),
+                    _sql(str(worktree)),
                     branch,
                     base_commit,
                     int(read_only),
@@ -321,8 +398,9 @@ class Registry:
             try:
                 self.conn.execute(
                     f"UPDATE sessions SET {assignments} WHERE id = ?",
-                    (*values.values(), session_id),
-                )
+                    (*(_title(v) if k == "title" else _sql(v) for k, v in values.items()),
+                     session_id),
+                )  # fmt: skip
             except apsw.ConstraintError as e:
                 raise NameTaken(f"a session named {values.get('name')!r} already exists") from e
         session = self.by_id(session_id)
@@ -342,7 +420,7 @@ class Registry:
             self.conn.execute(
                 "INSERT INTO runs (session_id, command, cwd, pid, role, started_at)"
                 " VALUES (?, ?, ?, ?, ?, ?)",
-                (session_id, json.dumps(command), str(cwd), pid, role, now().isoformat()),
+                (session_id, json.dumps(command), _sql(str(cwd)), pid, role, now().isoformat()),
             )
             run_id = self.conn.last_insert_rowid()
         return run_id

@@ -160,3 +160,45 @@ def test_a_merge_conflict_says_which_side_removed(repo: Path, tmp_path: Path) ->
     done = gitsess(repo, "apply", "exp", "--commit", "-m", "rm")
     assert done.returncode == 1
     assert "gone.txt: removed in the session, changed on the branch (merge)" in done.stderr
+
+
+def test_arguments_that_would_do_nothing_or_too_much_are_refused(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Issue 37 item 15: an empty --branch, a rename to the name it has, a mount point that
+    does not exist."""
+    assert gitsess(repo, "run", "-s", "base", "--", "sh", "-c", "echo x > x.txt").returncode == 0
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
+    done = gitsess(repo, "apply", "base", "--commit", "--branch", "", "-m", "m")
+    assert (done.returncode, done.stderr) == (
+        1,
+        "gitsess: --branch '' is not a valid branch name\n",
+    )
+    again = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True)
+    assert again.stdout == head.stdout
+    renamed = gitsess(repo, "rename", "base", "-1")
+    assert (renamed.returncode, renamed.stderr) == (
+        1,
+        "gitsess: session base is already named base\n",
+    )
+    missing = tmp_path / "nonexistent" / "dir"
+    mounted = gitsess(repo, "mount", "base", str(missing))
+    assert mounted.returncode == 1
+    assert (
+        mounted.stderr == f"gitsess: mount point {missing} is not a directory (create it first)\n"
+    )
+    assert not missing.parent.exists()
+
+
+def test_an_unreadable_registry_is_said_so_not_taken_for_a_path(repo: Path) -> None:
+    """Issue 37 item 14: `diff s` / `apply s --patch` when the registry cannot be read."""
+    assert gitsess(repo, "new", "s").returncode == 0
+    registry = repo / ".git" / "gitsess" / "sessions.db"
+    for extra in ("-wal", "-shm"):
+        Path(f"{registry}{extra}").unlink(missing_ok=True)
+    registry.write_bytes(b"this is not a database, not at all" * 200)
+    for args in (["diff", "s"], ["apply", "s", "--patch"]):
+        done = gitsess(repo, *args)
+        assert done.returncode == 1
+        assert "neither a session nor a path" not in done.stderr, done.stderr
+        assert "sessions.db" in done.stderr, done.stderr

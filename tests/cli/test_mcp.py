@@ -254,3 +254,35 @@ def test_run_kills_a_command_past_its_timeout(repo: Path, tmp_path: Path) -> Non
     # the command went with the `gitsess run` that ran it
     left = subprocess.run(["pgrep", "-f", "sleep 7731"], capture_output=True, check=False)
     assert left.stdout == b""
+
+
+@pytest.mark.timeout(400)
+def test_checkpoint_undo_and_rewind_answer_what_the_cli_json_gives(
+    repo: Path, tmp_path: Path
+) -> None:
+    errlog = tmp_path / "server.err"
+    answers = agent(
+        repo,
+        [
+            ["new", {"name": "cp"}],
+            ["run", {"session": "cp", "command": ["sh", "-c", "echo good > f"]}],
+            ["checkpoint", {"session": "cp", "message": "good"}],
+            ["run", {"session": "cp", "command": ["sh", "-c", "echo bad > f"]}],
+            ["undo", {"session": "cp"}],
+            ["rewind", {"session": "cp", "checkpoint": 999}],
+            ["checkpoints", {"session": "cp"}],
+        ],
+        errlog,
+    )
+    made, undone = ok(answers[2]), ok(answers[4])
+    assert made["name"] == "cp" and isinstance(made["checkpoint"], int)
+    assert undone["kind"] == "undo" and undone["name"] == "cp"
+    assert gitsess(repo, "fs", "cp", "cat", "f").stdout == "good\n"
+    is_error, text = answers[5]
+    assert is_error and text == cli_error(repo, "rewind", "cp", "999")
+    assert ok(answers[6]) == cli_json(repo, "checkpoints", "cp", "--json")
+    # the undo is itself undone, through the rewind tool: the bad run's state comes back
+    back = agent(repo, [["rewind", {"session": "cp", "checkpoint": undone["before"]}]], errlog)
+    assert ok(back[0])["checkpoint"] == undone["before"]
+    assert gitsess(repo, "fs", "cp", "cat", "f").stdout == "bad\n"
+    assert "Traceback" not in errlog.read_text()

@@ -11,7 +11,13 @@ import pytest
 
 from gitsess.errors import GitsessError
 from gitsess.git.replay import Replayed, replay_commits
-from gitsess.git.session_refs import SessionHead, ahead_commits, read_head
+from gitsess.git.session_refs import (
+    SessionHead,
+    commits_not_in,
+    first_parent_chain,
+    read_head,
+    real_refs,
+)
 from tests.util import git, make_repo, write
 
 from .helpers import copy_repo
@@ -146,38 +152,53 @@ def test_read_head_malformed(files: dict[str, bytes]) -> None:
     assert "\n" not in str(info.value)
 
 
-# -- ahead_commits -----------------------------------------------------------------------------
+# -- commits_not_in, first_parent_chain, real_refs -------------------------------------------
 
 
-def test_ahead_commits_matches_rev_list(repo: Path) -> None:
+def test_commits_not_in_matches_rev_list(repo: Path) -> None:
     base = rev(repo, "HEAD")
     git(repo, "checkout", "-q", "-b", "side")
     commit(repo, {"a.txt": edit_line(1, "side")}, "s1")
     git(repo, "checkout", "-q", "main")
     commit(repo, {"b.txt": edit_line(1, "main")}, "m1")
     git(repo, "checkout", "-q", "-b", "session", base)
-    commit(repo, {"c.txt": "x\n"}, "x1")
+    x1 = commit(repo, {"c.txt": "x\n"}, "x1")
     git(repo, "merge", "-q", "--no-edit", "side")
     head = commit(repo, {"c.txt": "y\n"}, "x2")
 
     repository = pygit2.Repository(str(repo))
-    got = ahead_commits(repository, head, rev(repo, "main"))
+    got = commits_not_in(repository, head, [rev(repo, "main")])
     expect = git(repo, "rev-list", "--reverse", "--topo-order", "main..session").split()
     assert got == expect
     assert len(got) == 4  # x1, s1, the merge, x2
     assert got[-1] == head
+    # a real branch's commits are no session's, whichever it merged
+    assert len(commits_not_in(repository, head, [rev(repo, "main"), rev(repo, "side")])) == 3
     assert (
-        ahead_commits(repository, head, None)
+        commits_not_in(repository, head, [])
         == git(repo, "rev-list", "--reverse", "--topo-order", "session").split()
     )
-    assert ahead_commits(repository, head, head) == []
-    assert ahead_commits(repository, None, head) == []
-    assert ahead_commits(repository, base, head) == []
+    assert commits_not_in(repository, head, [head]) == []
+    assert commits_not_in(repository, None, [head]) == []
+    assert commits_not_in(repository, base, [head]) == []
+    merge = rev(repo, "session~1")
+    assert first_parent_chain(repository, got) == [x1, merge, head]
 
 
-def test_ahead_commits_unknown_commit(repo: Path) -> None:
+def test_commits_not_in_unknown_commit(repo: Path) -> None:
     with pytest.raises(GitsessError):
-        ahead_commits(pygit2.Repository(str(repo)), "1" * 40, None)
+        commits_not_in(pygit2.Repository(str(repo)), "1" * 40, [])
+
+
+def test_real_refs_reads_loose_and_packed(repo: Path) -> None:
+    git(repo, "branch", "packed")
+    git(repo, "tag", "t1")
+    git(repo, "pack-refs", "--all")
+    loose = commit(repo, {"a.txt": "loose\n"}, "loose")
+    refs = real_refs(repo / ".git")
+    assert refs["refs/heads/main"] == loose
+    assert refs["refs/heads/packed"] == refs["refs/tags/t1"] == rev(repo, "packed")
+    assert not any(name.startswith("refs/stash") for name in refs)
 
 
 # -- replay_commits ---------------------------------------------------------------------------
@@ -350,12 +371,28 @@ def test_promote_merge_commit(repo: Path) -> None:
     assert ff == Replayed(ids[-1], tuple(ids), True, ())
 
     main_tip = commit(repo, {"a.txt": "moved\n"}, "m")
-    with pytest.raises(GitsessError, match=r"is a merge; apply --squash"):
-        replay_commits(repository, ids, main_tip)
+    replayed = replay_commits(repository, ids, main_tip)
+    merge = repository[replayed.tip or ""].peel(pygit2.Commit)
+    assert [str(p) for p in merge.parent_ids] == [replayed.commits[0], rev(repo, "side")]
+    assert merge.tree["b.txt"].peel(pygit2.Blob).data.decode() == edit_line(7, "side")
+    assert merge.tree["a.txt"].peel(pygit2.Blob).data == b"moved\n"
     squashed = replay_commits(repository, ids, main_tip, squash_message="sq")
     new = repository[squashed.tip or ""].peel(pygit2.Commit)
     assert new.tree["b.txt"].peel(pygit2.Blob).data.decode() == edit_line(7, "side")
     assert new.tree["a.txt"].peel(pygit2.Blob).data == b"moved\n"
+
+
+def test_promote_skips_commits_the_branch_has_by_another_route(repo: Path) -> None:
+    ids = session_commits(repo, THREE)
+    git(repo, "checkout", "-q", "main")
+    git(repo, "cherry-pick", ids[0])
+    # the branch changed the picked line again: re-applying the pick would conflict
+    main_tip = commit(repo, {"a.txt": edit_line(2, "later")}, "later")
+    result = replay_commits(pygit2.Repository(str(repo)), ids, main_tip)
+    assert len(result.commits) == 2
+    assert git(repo, "log", "--format=%s", f"{main_tip}..{result.tip}").splitlines() == [
+        "third", "second",
+    ]  # fmt: skip
 
 
 def test_promote_rejects_broken_chain(repo: Path) -> None:

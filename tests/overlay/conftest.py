@@ -51,19 +51,19 @@ class Mounted:
         mount.ensure_mounted(self.spec)
 
     def unmount(self) -> None:
-        mount.stop(self.spec.session_id, self.mnt)
+        mount.stop(self.spec.session_dir, self.mnt)
 
     def remount(self) -> None:
         self.unmount()
         self.mount()
 
     def daemon_pid(self) -> int:
-        st = mount.status(self.spec.session_id)
+        st = mount.status(self.spec.session_dir)
         assert st is not None
         return st.daemon_pid
 
     def sync(self) -> None:
-        assert mount.sync(self.spec.session_id)
+        assert mount.sync(self.spec.session_dir)
 
     def run_while_stopped(self, code: str, *args: str, wait: float) -> bytes | None:
         """The output of `python -c code args...`, run while the daemon is stopped, so that
@@ -88,14 +88,14 @@ class Mounted:
         learnt before (and until then, the kernel keeps what it learns for a second only)."""
 
         def watched() -> bool:
-            status = protocol.status(self.spec.session_id)
+            status = protocol.status(str(self.spec.session_dir))
             return status is not None and status.watched
 
         assert eventually(watched)
 
 
 def _teardown(m: Mounted) -> None:
-    st = mount.status(m.spec.session_id)
+    st = mount.status(m.spec.session_dir)
     try:
         m.unmount()
     finally:
@@ -124,4 +124,4 @@ def mounted(tmp_path: Path, worktree: Path) -> Iterator[Mounted]:
         yield m
     finally:
         _teardown(m)
-        assert control.connect(spec.session_id, timeout=1) is None
+        assert control.connect(str(spec.session_dir), timeout=1) is None

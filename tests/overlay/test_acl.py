@@ -81,3 +81,18 @@ def test_a_worktree_script_edited_with_sed_stays_executable(mounted: Mounted) ->
     script.chmod(0o755)
     subprocess.run(["sed", "-i", "s/a/b/", "run.sh"], cwd=mounted.mnt, check=True)
     assert stat.S_IMODE((mounted.mnt / "run.sh").stat().st_mode) == 0o755
+
+
+def test_the_mode_an_acl_gives_is_seen_at_once(mounted: Mounted) -> None:
+    """The kernel keeps the attributes it cached from `sed`'s temporary file (0600) for the
+    attribute timeout unless told: stat right after must see the mode the ACL gave (issue 37,
+    item 17)."""
+    (mounted.mnt / "run.sh").write_text("a\n")
+    os.chmod(mounted.mnt / "run.sh", 0o755)
+    script = (
+        "sed -i s/a/b/ run.sh && stat -c %a run.sh && test -x run.sh && echo x; "
+        "cp -p run.sh copy.sh && stat -c %a copy.sh; "
+        "install -m 750 run.sh installed && stat -c %a installed"
+    )
+    done = subprocess.run(["sh", "-c", script], cwd=mounted.mnt, capture_output=True, text=True)
+    assert done.stdout.split() == ["755", "x", "755", "750"], done.stderr

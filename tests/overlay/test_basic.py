@@ -355,7 +355,7 @@ def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path:
         writer.wait()
     from gitsess.runtime import mount
 
-    assert eventually(lambda: mount.status(mounted.spec.session_id) is None)
+    assert eventually(lambda: mount.status(mounted.spec.session_dir) is None)
     # The worktree watch ends with its daemon (its stdin closes), killed or not.
     assert eventually(lambda: not os.path.exists(f"/proc/{watch[0]}"))
     mount.clean_stale(mounted.mnt)
@@ -427,7 +427,7 @@ def test_dropping_applied_paths_leaves_the_delta(mounted: Mounted) -> None:
     (mounted.lower / "fresh").mkdir()
     (mounted.lower / "fresh" / "f").write_text("f\n")
     paths = ["README", "src/pkg/new.py", "bin/tool", "fresh", "fresh/f"]
-    reply = protocol.drop(mounted.spec.session_id, paths)
+    reply = protocol.drop(str(mounted.spec.session_dir), paths)
     assert reply is not None and reply.kept == []
     assert rows(mounted, "SELECT name, ino FROM dentries WHERE ino != 0 AND parent = 1") == []
     assert data_files(mounted) == {}
@@ -493,7 +493,7 @@ def test_pyfuse3_is_the_patched_build() -> None:
 
 
 def test_a_copy_the_daemon_cannot_make_is_an_error_reply(mounted: Mounted, tmp_path: Path) -> None:
-    session = mounted.spec.session_id
+    session = str(mounted.spec.session_dir)
     assert control.request(session, {"op": "copy"}) == {
         "ok": False,
         "error": "copy goes to delta.db of a new session's dir",
@@ -505,7 +505,7 @@ def test_a_copy_the_daemon_cannot_make_is_an_error_reply(mounted: Mounted, tmp_p
 
 
 def test_a_malformed_control_request_is_an_error_reply(mounted: Mounted) -> None:
-    session = mounted.spec.session_id
+    session = str(mounted.spec.session_dir)
     reply = control.request(session, {"op": "drop", "paths": 5})
     assert reply is not None and reply["ok"] is False and "bad request" in reply["error"]
     sock = control.connect(session)
@@ -518,7 +518,7 @@ def test_a_malformed_control_request_is_an_error_reply(mounted: Mounted) -> None
 
 
 def test_an_unknown_op_is_an_error_reply(mounted: Mounted) -> None:
-    session = mounted.spec.session_id
+    session = str(mounted.spec.session_dir)
     for op in ("nope", ["status"], None):
         assert control.request(session, {"op": op}) == {
             "ok": False,

@@ -1,39 +1,42 @@
-"""Whether a daemon serves a session, asked without connecting to it."""
+"""Whether a daemon serves a session, asked without connecting to it or taking its lock."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import uuid
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 from gitsess.overlay import control
 
 
-def test_a_daemon_that_accepts_no_more_still_counts_as_serving() -> None:
-    session = f"test-{uuid.uuid4()}"
-    assert not control.serving(session)
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    clients: list[socket.socket] = []
+def test_the_lock_says_who_serves_and_asking_takes_nothing(tmp_path: Path) -> None:
+    d = str(tmp_path)
+    assert not control.serving(d)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from gitsess.overlay import control; "
+         f"fd = control.hold({d!r}); print(fd is not None, flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
-        listener.bind(control.address(session))
-        listener.listen(1)
-        assert control.serving(session)
-        # Nothing accepts (a stopping daemon): the backlog fills and connecting fails ...
-        full = False
-        for _ in range(4):
-            client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            client.setblocking(False)
-            clients.append(client)
-            try:
-                client.connect(control.address(session))
-            except BlockingIOError:
-                full = True
-        assert full
-        # ... but the question is still answered, and leaves nothing in the backlog.
-        assert control.serving(session)
+        assert holder.stdout is not None and holder.stdout.readline() == "True\n"
+        for _ in range(3):
+            assert control.serving(d)
+        # Asking took nothing: a second daemon is still turned away, and the first keeps it.
+        assert control.hold(d) is None
+        assert control.serving(d)
     finally:
-        for client in clients:
-            with contextlib.suppress(OSError):
-                client.close()
-        listener.close()
-    assert not control.serving(session)
+        holder.communicate("")
+    assert not control.serving(d)
+    fd = control.hold(d)
+    assert fd is not None
+    os.close(fd)
+
+
+def test_no_published_name_means_no_daemon(tmp_path: Path) -> None:
+    assert control.address(str(tmp_path)) is None
+    assert control.connect(str(tmp_path)) is None
+    control.publish(str(tmp_path), b"\0gitsess-x-1234")
+    assert control.address(str(tmp_path)) == b"\0gitsess-x-1234"
+    assert (tmp_path / control.NAME_FILE).stat().st_mode & 0o777 == 0o600
+    assert control.connect(str(tmp_path)) is None  # nobody listens on it

@@ -121,7 +121,7 @@ def _kill_under_load(mounted: Mounted, log: Path, seed: int) -> None:
     finally:
         load.kill()
         load.wait()
-    assert eventually(lambda: mount.status(mounted.spec.session_id) is None)
+    assert eventually(lambda: mount.status(mounted.spec.session_dir) is None)
     mount.clean_stale(mounted.mnt)
     conn = apsw.Connection(str(mounted.spec.delta), flags=apsw.SQLITE_OPEN_READONLY)
     try:

@@ -46,7 +46,7 @@ class FullDisk:
         (self.disk / "filler").unlink()
 
     def daemon_pid(self) -> int:
-        live = mount.status(self.session_dir.name)
+        live = mount.status(self.session_dir)
         assert live is not None
         return live.daemon_pid
 
@@ -66,7 +66,7 @@ def full_disk(repo: Path, tmp_path: Path) -> Iterator[FullDisk]:
     finally:
         (disk / "filler").unlink(missing_ok=True)
         for session_dir in (disk / "state" / "sessions").glob("*"):
-            mount.stop(session_dir.name, view)
+            mount.stop(session_dir, view)
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
@@ -123,7 +123,7 @@ def test_unmounting_on_a_full_disk_says_no_space_and_keeps_the_view(full_disk: F
     assert "no space" in done.stderr and len(done.stderr.strip().splitlines()) == 1
     # The daemon itself refuses to stop while what it holds cannot be saved.
     with pytest.raises(GitsessError, match="stays mounted"):
-        mount.stop(d.session_dir.name, d.view)
+        mount.stop(d.session_dir, d.view)
     assert mounttable.is_mount_point(d.view)
     assert (d.view / "late9").read_bytes() == written["late9"]
     d.free()
@@ -143,3 +143,53 @@ def test_writes_after_space_comes_back_are_kept_too(full_disk: FullDisk) -> None
     assert gitsess(d.repo, "umount", "exp", env=d.env).returncode == 0
     _delta_is_whole(d.session_dir)
     _reads_back(d, written)
+
+
+def test_apply_commit_on_a_full_disk_says_no_space(tmp_path: Path) -> None:
+    """libgit2 reports a failed object write on a full disk as "no error" (issue 37 item 14)."""
+    from tests.util import make_repo
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(disk)], check=True)
+    try:
+        repo = make_repo(disk / "repo")
+        script = "head -c 3000000 /dev/urandom > big.bin"
+        assert gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", script).returncode == 0
+        with open(disk / "filler", "wb") as f, pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        # Room for the apply's journal and lock, not for the 3 MB object.
+        filler = disk / "filler"
+        os.truncate(filler, filler.stat().st_size - (512 << 10))
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True)
+        done = gitsess(repo, "apply", "exp", "--commit", "-m", "big")
+        assert done.returncode == 1
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert "no error" not in done.stderr
+        assert "no space" in done.stderr.lower(), done.stderr
+        again = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True)
+        assert again.stdout == head.stdout
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_fork_on_a_full_disk_leaves_no_session_behind(full_disk: FullDisk) -> None:
+    """Issue 37 item 12: all or nothing."""
+    (full_disk.view / "big.bin").write_bytes(os.urandom(6 << 20))
+    assert gitsess(full_disk.repo, "show", "exp", env=full_disk.env).returncode == 0  # synced
+    sessions = full_disk.disk / "state" / "sessions"
+    before = sorted(p.name for p in sessions.iterdir())
+    full_disk.fill()
+    done = gitsess(full_disk.repo, "fork", "exp", "copy", env=full_disk.env)
+    assert done.returncode == 1
+    assert done.stderr.count("\n") == 1 and "no space" in done.stderr.lower(), done.stderr
+    assert sorted(p.name for p in sessions.iterdir()) == before
+    listed = gitsess(full_disk.repo, "ls", env=full_disk.env).stdout
+    assert "copy" not in listed
+    full_disk.free()
+    again = gitsess(full_disk.repo, "fork", "exp", "copy", env=full_disk.env)
+    assert again.returncode == 0, again.stderr
+    shown = gitsess(full_disk.repo, "fs", "copy", "stat", "big.bin", env=full_disk.env)
+    assert shown.returncode == 0, shown.stderr

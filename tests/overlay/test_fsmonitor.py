@@ -17,7 +17,13 @@ pytestmark = pytest.mark.fuse
 
 
 def status(m: Mounted, *, monitored: bool) -> str:
-    env = {**os.environ, "GITSESS_SESSION_ID": m.spec.session_id}
+    # The hook finds the daemon in the session dir, `$GITSESS_DIR/sessions/<id>`.
+    state = m.spec.session_dir.parent / "state"
+    link = state / "sessions" / m.spec.session_id
+    if not link.is_symlink():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(m.spec.session_dir)
+    env = {**os.environ, "GITSESS_SESSION_ID": m.spec.session_id, "GITSESS_DIR": str(state)}
     if monitored:
         env.update(git_config_env({}, FSMONITOR_CONFIG))
         env["GIT_TRACE_FSMONITOR"] = str(m.spec.session_dir / "fsmonitor.trace")
@@ -73,7 +79,7 @@ def test_fsmonitor_agrees_with_a_full_scan(mounted: Mounted) -> None:
 def test_unknown_token_means_everything(mounted: Mounted) -> None:
     from gitsess.overlay import protocol
 
-    session = mounted.spec.session_id
+    session = str(mounted.spec.session_dir)
     mounted.wait_watched()
     reply = protocol.fsmonitor(session, "stale", 5)
     assert reply is not None
@@ -93,7 +99,7 @@ def test_a_worktree_edit_made_just_before_a_query_is_in_its_answer(mounted: Moun
     it has what the worktree saw up to the query (item 6 of issue 41)."""
     from gitsess.overlay import protocol
 
-    session = mounted.spec.session_id
+    session = str(mounted.spec.session_dir)
     mounted.wait_watched()
     first = protocol.fsmonitor(session, "", 5)
     assert first is not None

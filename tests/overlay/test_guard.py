@@ -58,7 +58,7 @@ def _kill_while_listing(mounted: Mounted) -> None:
         time.sleep(0.03)
         os.kill(daemon, signal.SIGKILL)
         assert eventually(lambda: _ended(daemon), timeout=10)
-        assert eventually(lambda: control.connect(mounted.spec.session_id, 1) is None)
+        assert eventually(lambda: control.connect(str(mounted.spec.session_dir), 1) is None)
     finally:
         if not _ended(daemon):
             guard.abort(device, str(mounted.mnt))  # nothing else would end it

@@ -40,7 +40,7 @@ def test_control_requests_are_answered_while_a_client_keeps_the_view_busy(
     try:
         assert went_on.wait(10)
         for _ in range(20):
-            assert protocol.status(mounted.spec.session_id) is not None
+            assert protocol.status(str(mounted.spec.session_dir)) is not None
             # the client goes on too: requests are served between the control's turns
             went_on.clear()
             assert went_on.wait(5)
@@ -56,7 +56,7 @@ def test_a_signal_stops_the_daemon_cleanly(mounted: Mounted) -> None:
     os.kill(pid, signal.SIGTERM)
     assert eventually(lambda: not mounttable.is_mount_point(mounted.mnt), timeout=10)
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and mount.status(mounted.spec.session_id) is not None:
+    while time.monotonic() < deadline and mount.status(mounted.spec.session_dir) is not None:
         time.sleep(0.05)
     assert "unmounted" in mounted.spec.log.read_text()
     mounted.mount()

@@ -153,7 +153,7 @@ def test_a_view_stops_by_itself_while_its_listings_are_in_flight(tmp_path: Path)
             mount.ensure_mounted(spec)
             assert (spec.target / "README").read_text() == "readme\n"
             os.lstat(spec.target / "src" / "main.py")
-            assert mount.stop(spec.session_id, spec.target)
+            assert mount.stop(spec.session_dir, spec.target)
         finally:
-            mount.stop(spec.session_id, spec.target)
+            mount.stop(spec.session_dir, spec.target)
         assert "unmounted" in spec.log.read_text(), f"stop {i} needed a kill"

@@ -44,10 +44,12 @@ def test_a_view_under_a_path_with_spaces_is_found_and_swept(spaced: Path) -> Non
     assert gitsess(spaced, "mount", "s").returncode == 0
     mnt = discover(spaced).session_dir(session(spaced, "s").id) / "mnt"
     assert mounttable.is_mount_point(mnt)
-    status = mount.status(session(spaced, "s").id)
+    status = mount.status(discover(spaced).session_dir(session(spaced, "s").id))
     assert status is not None
     os.kill(status.daemon_pid, signal.SIGKILL)
-    assert eventually(lambda: mount.status(session(spaced, "s").id) is None)
+    assert eventually(
+        lambda: mount.status(discover(spaced).session_dir(session(spaced, "s").id)) is None
+    )
     done = gitsess(spaced, "gc")
     assert done.returncode == 0, done.stderr
     assert not mounttable.is_mount_point(mnt)

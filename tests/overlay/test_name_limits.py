@@ -231,7 +231,7 @@ def test_deep_worktree_changes_show_through(mounted: Mounted) -> None:
     with contextlib.chdir(mounted.mnt):
         assert eventually(lambda: _read(f"{deep}/f") == b"two, longer\n")
         assert os.listdir(deep) == ["f"]
-    status = protocol.status(mounted.spec.session_id)
+    status = protocol.status(str(mounted.spec.session_dir))
     assert status is not None and status.watched
 
 

@@ -46,7 +46,7 @@ def test_a_lazily_unmounted_view_s_daemon_saves_and_exits(mounted: Mounted) -> N
         subprocess.run(["fusermount3", "-uz", str(mounted.mnt)], check=True)
         assert not mounttable.is_mount_point(mounted.mnt)
         assert eventually(lambda: exited(pid), timeout=WITHIN_S)
-        assert not control.serving(mounted.spec.session_id)
+        assert eventually(lambda: not control.serving(str(mounted.spec.session_dir)))
     finally:
         os.close(held)
     with OverlayView(mounted.spec.session_dir / "delta.db", mounted.lower) as view:
@@ -73,7 +73,7 @@ def test_a_daemon_whose_session_dir_was_deleted_exits_and_unmounts(
         (mnt / "made").write_text("soon gone\n")
         shutil.rmtree(session_dir)
         assert eventually(lambda: exited(pid), timeout=WITHIN_S)
-        assert not control.serving(spec.session_id)
+        assert not control.serving(str(spec.session_dir))
         assert not mounttable.is_mount_point(mnt)
     finally:
         if not exited(pid):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.git.repo import discover
 from gitsess.overlay import control, protocol
 from tests.util import gitsess
 
@@ -62,11 +63,23 @@ def as_user(user: tuple[int, int], action: Callable[[], bytes]) -> bytes:
     return b"".join(chunks)
 
 
+def listening_name(session_id: str) -> bytes:
+    """The daemon's name as anyone sees it in /proc/net/unix (the file naming it is private)."""
+    with open("/proc/net/unix", "rb") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) == 8 and fields[7].startswith(b"@gitsess-" + session_id.encode()):
+                return b"\0" + fields[7][1:]
+    raise AssertionError("no daemon listens")
+
+
 def ask(session_id: str, message: dict[str, object]) -> Callable[[], bytes]:
+    name = listening_name(session_id)
+
     def action() -> bytes:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(10)
-            sock.connect(control.address(session_id))
+            sock.connect(name)
             sock.sendall(json.dumps(message).encode() + b"\n")
             return b"reply: " + sock.recv(65536)
 
@@ -75,7 +88,7 @@ def ask(session_id: str, message: dict[str, object]) -> Callable[[], bytes]:
 
 @pytest.fixture
 def mounted(repo: Path, tmp_path: Path) -> Iterator[str]:
-    """A session kept mounted by root; its id."""
+    """A session kept mounted by root; its session dir."""
     assert gitsess(repo, "new", "exp").returncode == 0
     view = tmp_path / "view"
     view.mkdir()
@@ -83,7 +96,7 @@ def mounted(repo: Path, tmp_path: Path) -> Iterator[str]:
     assert done.returncode == 0, done.stderr
     shown = json.loads(gitsess(repo, "show", "exp", "--json").stdout)
     try:
-        yield str(shown["id"])
+        yield str(discover(repo).session_dir(shown["id"]))
     finally:
         gitsess(repo, "umount", "exp")
 
@@ -92,7 +105,7 @@ def mounted(repo: Path, tmp_path: Path) -> Iterator[str]:
 def test_another_user_gets_nothing_from_the_control_socket(
     repo: Path, mounted: str, other_uid: tuple[int, int], op: str
 ) -> None:
-    out = as_user(other_uid, ask(mounted, {"op": op, "paths": ["README.md"]}))
+    out = as_user(other_uid, ask(Path(mounted).name, {"op": op, "paths": ["README.md"]}))
     # closed unanswered: an empty reply, or the write or read failing on the closed socket
     assert out == b"reply: " or b"BrokenPipe" in out or b"ConnectionReset" in out, out
     assert protocol.status(mounted) is not None  # still serving its owner
@@ -108,8 +121,8 @@ def test_copy_goes_only_to_a_new_session_dir(repo: Path, mounted: str, tmp_path:
         assert not dest.exists()
 
 
-def test_a_name_bound_by_another_user_is_not_believed(other_uid: tuple[int, int]) -> None:
-    fake = str(uuid.uuid4())
+def squat(other_uid: tuple[int, int], name: bytes) -> int:
+    """A process of the other user that holds `name` (and answers lies on it); its pid."""
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -118,24 +131,87 @@ def test_a_name_bound_by_another_user_is_not_believed(other_uid: tuple[int, int]
         os.setgid(other_uid[1])
         os.setuid(other_uid[0])
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        server.bind(control.address(fake))
+        server.bind(name)
         server.listen(1)
         os.write(ready_w, b"x")
-        server.settimeout(10)
+        server.settimeout(30)
         try:
-            conn, _ = server.accept()
-            conn.recv(100)
-            conn.sendall(b'{"ok": true, "daemon_pid": 1, "mountpoint": "/"}\n')
+            while True:
+                conn, _ = server.accept()
+                conn.recv(100)
+                conn.sendall(b'{"ok": true, "daemon_pid": 1, "mountpoint": "/"}\n')
         except OSError:
             pass
         os._exit(0)
     os.close(ready_w)
     os.read(ready_r, 1)
+    os.close(ready_r)
+    return pid
+
+
+def test_a_name_bound_by_another_user_is_not_believed(
+    tmp_path: Path, other_uid: tuple[int, int]
+) -> None:
+    fake = str(uuid.uuid4())
+    name = b"\0gitsess-" + fake.encode()
+    control.publish(str(tmp_path), name)
+    pid = squat(other_uid, name)
     try:
-        assert protocol.status(fake) is None
+        assert protocol.status(str(tmp_path)) is None
     finally:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
+
+
+def test_another_user_cannot_take_the_sessions_name_first(
+    repo: Path, other_uid: tuple[int, int]
+) -> None:
+    """The name a session's daemon listens on cannot be known before it is taken: the old
+    `\\0gitsess-<id>` (the id is in everyone's /proc/self/mountinfo) held by another user
+    stops nothing."""
+    assert gitsess(repo, "new", "exp").returncode == 0
+    session_id = json.loads(gitsess(repo, "show", "exp", "--json").stdout)["id"]
+    pid = squat(other_uid, b"\0gitsess-" + session_id.encode())
+    try:
+        done = gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", "echo in > in.txt; cat in.txt")
+        assert (done.returncode, done.stdout) == (0, "in\n"), done.stderr
+        session_dir = discover(repo).session_dir(session_id)
+        assert (session_dir / control.NAME_FILE).stat().st_mode & 0o077 == 0
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+
+
+def test_refused_connections_do_not_fill_the_log(
+    repo: Path, mounted: str, other_uid: tuple[int, int]
+) -> None:
+    log = Path(mounted) / "daemon.log"
+    before = log.stat().st_size
+    name = listening_name(Path(mounted).name)
+
+    def hammer() -> bytes:
+        for _ in range(300):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                try:
+                    sock.connect(name)
+                    sock.recv(10)
+                except OSError:
+                    pass
+        return b"done"
+
+    assert as_user(other_uid, hammer) == b"done"
+    assert protocol.status(mounted) is not None  # every refusal was handled before this answer
+    added = log.read_text()[before:]
+    assert added.count("refused") == 1, added
+    assert "refused 1 control connection(s) from uid" in added
+
+
+def test_the_state_dir_is_made_private_whatever_it_was(repo: Path) -> None:
+    state = repo / ".git" / "gitsess"
+    state.mkdir(mode=0o755)
+    state.chmod(0o755)
+    assert gitsess(repo, "new", "exp").returncode == 0
+    assert state.stat().st_mode & 0o777 == 0o700
 
 
 @pytest.mark.parametrize("name", ["types.py", "enum.py", "signal.py", "select.py"])

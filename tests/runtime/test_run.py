@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import shlex
 import shutil
 import signal
 import subprocess
@@ -129,10 +128,10 @@ def test_read_only_participants_get_erofs(repo: Path) -> None:
 def test_stale_mount_is_cleaned_and_remounted(repo: Path) -> None:
     assert run(repo, "stale", "echo kept > kept.txt; sync").returncode == 0
     assert gitsess(repo, "mount", "stale").returncode == 0
-    status = mount.status(_id(repo, "stale"))
+    status = mount.status(_dir(repo, "stale"))
     assert status is not None
     os.kill(status.daemon_pid, signal.SIGKILL)
-    assert eventually(lambda: mount.status(_id(repo, "stale")) is None)
+    assert eventually(lambda: mount.status(_dir(repo, "stale")) is None)
     done = run(repo, "stale", "cat kept.txt")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "kept\n"
@@ -140,6 +139,11 @@ def test_stale_mount_is_cleaned_and_remounted(repo: Path) -> None:
 
 def _id(repo: Path, name: str) -> str:
     return str(json.loads(gitsess(repo, "show", name, "--json").stdout)["id"])
+
+
+def _dir(repo: Path, name: str) -> Path:
+    """The session dir of session `name`, which names its daemon."""
+    return discover(repo).session_dir(_id(repo, name))
 
 
 def test_mount_of_a_read_only_session_is_read_only(repo: Path, tmp_path: Path) -> None:
@@ -175,29 +179,31 @@ def test_mount_and_umount_keep_a_view_until_told(repo: Path, tmp_path: Path) -> 
 def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: InProcess) -> None:
     made = gs.json("new", "brief")
     gs.ok("mount", "brief")
-    first = mount.status(made["id"])
+    first = mount.status(discover(repo).session_dir(made["id"]))
     assert first is not None
-    assert protocol.stop(made["id"])
+    assert protocol.stop(str(discover(repo).session_dir(made["id"])))
     # Stopping, it still holds the session's name and may still commit: no one may write
     # delta.db or start another daemon until it is gone.
-    assert mount.status(made["id"]) is None
-    assert control.connect(made["id"]) is None
+    assert mount.status(discover(repo).session_dir(made["id"])) is None
+    assert control.connect(str(discover(repo).session_dir(made["id"]))) is None
     assert not mounttable.is_mount_point(Path(first.mountpoint))
 
 
 def test_joining_a_daemon_as_it_stops_starts_another(repo: Path, ctx: RepoContext) -> None:
     session = sessions.create(ctx, "quick")
     first = mount.ensure_mounted(live.spec_for(ctx, session, persistent=True))
-    assert protocol.stop(session.id)
+    assert protocol.stop(str(ctx.session_dir(session.id)))
     with pytest.raises(mount.DaemonStopping):
-        mount.join(session.id, protocol.Participant(os.getpid(), None, False, [], None))
+        mount.join(
+            ctx.session_dir(session.id), protocol.Participant(os.getpid(), None, False, [], None)
+        )
     status, conn = mount.mount_and_join(
         live.spec_for(ctx, session), protocol.Participant(os.getpid(), None, False, [], None)
     )
     with conn:
         assert status.daemon_pid != first.daemon_pid
         assert (Path(status.mountpoint) / "README.md").read_text() == "hello\n"
-        now = mount.status(session.id)
+        now = mount.status(ctx.session_dir(session.id))
         assert now is not None
         assert [p["pid"] for p in now.participants] == [os.getpid()]
 
@@ -245,7 +251,7 @@ def test_other_users_need_allow_other(repo: Path) -> None:
     try:
         _check_allow_other(repo, target, runuser)
     finally:
-        mount.stop(_id(repo, "shared"), target)
+        mount.stop(_dir(repo, "shared"), target)
         target.rmdir()
 
 
@@ -284,7 +290,7 @@ def test_new_mount_creates_and_mounts_in_one_command(repo: Path) -> None:
     assert (target / "README.md").read_text() == "hello\n"
     (target / "made-here").write_text("x")
     assert not (repo / "made-here").exists()
-    status = mount.status(made["id"])
+    status = mount.status(discover(repo).session_dir(made["id"]))
     assert status is not None and status.persistent
     text = gitsess(repo, "new", "plain", "--mount")
     assert text.returncode == 0, text.stderr
@@ -357,29 +363,13 @@ def test_daemons_are_forked_from_one_spare(repo: Path, gs: InProcess) -> None:
     first, second = gs.json("new", "one"), gs.json("new", "two")
     assert "is mounted at" in gs.ok("mount", "one")
     assert "is mounted at" in gs.ok("mount", "two")
-    one, two = mount.status(first["id"]), mount.status(second["id"])
+    sessions_dir = discover(repo).sessions_dir
+    one, two = (mount.status(sessions_dir / made["id"]) for made in (first, second))
     assert one is not None and two is not None
     assert _parent(one.daemon_pid) == _parent(two.daemon_pid)
     parent_argv = Path(f"/proc/{_parent(one.daemon_pid)}/cmdline").read_bytes().split(b"\0")
     assert spare.MODULE.encode() in parent_argv
     assert (Path(one.mountpoint) / "README.md").read_text() == "hello\n"
-
-
-def test_a_daemon_started_inside_a_session_holds_nothing_of_it(repo: Path) -> None:
-    """A command inside session `outer` mounts session `inner`: the daemon must not inherit
-    the command's connection to `outer`'s daemon, which would keep `outer` mounted as long as
-    `inner` is."""
-    assert gitsess(repo, "new", "inner").returncode == 0
-    cli = " ".join(shlex.quote(a) for a in GITSESS)
-    done = run(repo, "outer", f"{cli} mount inner")
-    assert done.returncode == 0, done.stderr
-    assert "is mounted at" in done.stdout
-    try:
-        # `inner` was mounted in `outer`'s mount namespace: once `outer`'s view is gone, so is
-        # `inner`'s from every table, and its daemon stops too (issue 41, item 5).
-        assert eventually(lambda: mount.status(_id(repo, "outer")) is None)
-    finally:
-        gitsess(repo, "umount", "inner")
 
 
 _IDLE_SPARE = """

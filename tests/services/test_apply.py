@@ -302,19 +302,18 @@ def test_bad_input_is_one_line(repo: Path, exp: Session, cli: Cli) -> None:
     assert err.strip() == "gitsess: session det is on a detached HEAD; give --branch to commit on"
 
 
-def test_diff_and_apply_from_inside_the_session(repo: Path, ctx: RepoContext) -> None:
-    """Inside `gitsess run` the worktree's path shows the view; gitsess still finds the real
-    files (through the daemon's root) to compare with and write to."""
+def test_diff_and_apply_from_inside_the_session_are_refused(repo: Path, ctx: RepoContext) -> None:
+    """Inside `gitsess run` nothing leads to the real tree (issue 37): diff and apply say to
+    run them outside, in one line, and the real tree stays as it was."""
     me = " ".join([*GITSESS])
-    script = (
-        "echo inside > made.txt && cd src && "
-        f"{me} diff --name-status -- ../made.txt && {me} apply --worktree"
-    )
+    script = f"echo inside > made.txt && cd src && {me} diff -- ../made.txt; {me} apply --worktree"
     done = gitsess(repo, "run", "-s", "inner", "--", "sh", "-c", script)
     try:
-        assert done.returncode == 0, done.stderr
-        assert done.stdout.splitlines()[0] == "A\tmade.txt"
-        assert (repo / "made.txt").read_text() == "inside\n"
+        assert done.returncode == 1
+        lines = done.stderr.splitlines()[1:]  # after "new session inner"
+        assert len(lines) == 2, done.stderr
+        assert all("outside the session" in line for line in lines), done.stderr
+        assert not (repo / "made.txt").exists()
     finally:
         session = sessions.resolve(ctx, "inner")
         live.unmount(ctx, session)
@@ -353,7 +352,7 @@ def test_kill_during_apply_commit_then_the_next_command_completes_it(
         m.write("README.md", "one\n")
         m.write("a/new.txt", "two\n")
         (m.mnt / "src" / "app.py").unlink()
-        daemon = mount.status(exp.id)
+        daemon = mount.status(ctx.session_dir(exp.id))
         assert daemon is not None
         if not keep_mounted:
             stop(ctx, exp, daemon.daemon_pid)
@@ -395,6 +394,13 @@ def test_kill_during_apply_worktree_then_the_next_command_completes_it(
     )  # fmt: skip
     assert done.returncode == -9, done.stderr
     assert not (repo / "d").exists()  # only part was written
+    # Whoever looks before the next command is told (issue 37 item 16).
+    notice = (
+        "gitsess: session exp: an apply was interrupted and the real worktree may show part of"
+        " it; any gitsess command on the session (or gitsess gc) completes it\n"
+    )
+    assert cli("ls")[1] == notice
+    assert cli("show", "exp")[1] == notice
     _, err = cli("apply", "exp", "--worktree")
     assert "completed an interrupted apply --worktree (7 path(s))" in err
     assert "Nothing to apply" in err

@@ -173,7 +173,7 @@ def test_rewind_inside_a_running_session(repo: Path, ctx: RepoContext, tmp_path:
     )
     try:
         assert eventually(started.exists)
-        mnt = Path(protocol.status(session.id).mountpoint)  # type: ignore[union-attr]
+        mnt = Path(protocol.status(str(ctx.session_dir(session.id))).mountpoint)  # type: ignore[union-attr]
         for n in names[:3]:
             # whole or not at all for the reader: a rename over it
             (mnt / f"{n}.tmp").write_bytes(_content(n, b"2"))
@@ -206,14 +206,14 @@ def test_kill_9_during_a_rewind_leaves_the_old_state_or_the_new(
         assert cp is not None
         for n in names:
             (mnt / n).write_bytes(_content(n, b"2"))
-        protocol.sync(session.id)
-        pid = protocol.status(session.id).daemon_pid  # type: ignore[union-attr]
+        protocol.sync(str(ctx.session_dir(session.id)))
+        pid = protocol.status(str(ctx.session_dir(session.id))).daemon_pid  # type: ignore[union-attr]
         worker = threading.Thread(target=_try_rewind, args=(ctx, session, cp))
         worker.start()
         time.sleep(delay)
         os.kill(pid, signal.SIGKILL)
         worker.join()
-        assert eventually(lambda: _gone(session.id))
+        assert eventually(lambda: _gone(str(ctx.session_dir(session.id))))
         live.unmount(ctx, session)
         status = live.keep_mounted(
             ctx, session, mountpoint=None, allow_other=False, read_only=False
@@ -228,9 +228,9 @@ def test_kill_9_during_a_rewind_leaves_the_old_state_or_the_new(
     assert outcomes  # (which of the two each kill left depends on the machine's timing)
 
 
-def _gone(session_id: str) -> bool:
+def _gone(session_dir: str) -> bool:
     try:
-        return protocol.status(session_id) is None
+        return protocol.status(session_dir) is None
     except OSError:
         return False
 

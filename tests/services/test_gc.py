@@ -57,11 +57,13 @@ def test_gc_finds_what_no_hook_saw(repo: Path, tmp_path: Path) -> None:
     git(linked, "checkout", "-q", "-b", "side2")
     assert gitsess(repo, "new", "stale").returncode == 0
     assert gitsess(repo, "mount", "stale").returncode == 0
-    status = mount.status(session(repo, "stale").id)
+    status = mount.status(discover(repo).session_dir(session(repo, "stale").id))
     assert status is not None
     os.kill(status.daemon_pid, signal.SIGKILL)
     stale_mount = discover(repo).session_dir(session(repo, "stale").id) / "mnt"
-    assert eventually(lambda: mount.status(session(repo, "stale").id) is None)
+    assert eventually(
+        lambda: mount.status(discover(repo).session_dir(session(repo, "stale").id)) is None
+    )
     sessions_dir = discover(repo).sessions_dir
     orphan = sessions_dir / str(uuid.uuid4())
     orphan.mkdir()

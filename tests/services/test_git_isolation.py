@@ -200,7 +200,7 @@ def test_apply_commit_from_inside_a_session_is_refused(worked: Path) -> None:
     cmd = " ".join(GITSESS)
     done = run(worked, "exp", f"echo x > x.txt; {cmd} apply --commit -m x")
     assert done.returncode == 1
-    assert "run this apply outside it" in done.stderr
+    assert "`gitsess apply` cannot run inside a session's run" in done.stderr
     assert git(worked, "log", "-1", "--format=%s") == "second"
 
 
@@ -232,7 +232,10 @@ def test_a_linked_worktree_session_isolates_git_too(worked: Path) -> None:
     assert fsck_clean(worked)
     assert (tree / ".git").is_file()  # the real one stays a gitdir file
     assert '"commits": 1' in gitsess(tree, "show", "lw", "--json").stdout
-    applied = gitsess(tree, "apply", "lw", "--commit", "-m", "rest")
+    # its git is on `side`, made inside: that needs saying where the commits go
+    refused = gitsess(tree, "apply", "lw", "--commit", "-m", "rest")
+    assert refused.returncode == 1 and "give --branch" in refused.stderr
+    applied = gitsess(tree, "apply", "lw", "--commit", "--branch", "gitsess/lw", "-m", "rest")
     assert applied.returncode == 0, applied.stderr
     assert git(tree, "log", "-1", "--format=%s") == "in-linked"
     assert git(worked, "log", "-1", "--format=%s") == "second"  # main did not move

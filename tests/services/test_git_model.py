@@ -178,3 +178,74 @@ def test_git_in_a_session_matches_a_plain_copy_long(
     repos: tuple[Path, Path], steps: list[str]
 ) -> None:
     check(repos, steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# outside commits interleaved with the session's own
+
+
+# Makes HEAD, the index and the branch's ref the session's own from the start (a ref written,
+# even with the value it has): from then on a commit made outside shows in the session as a
+# plain copy would see it, a file that appears in its worktree, never in its HEAD.
+OWN_GIT = "git update-ref refs/heads/main HEAD"
+
+
+def check_interleaved(repos: tuple[Path, Path], chunks: list[list[str]]) -> None:
+    repo, template = repos
+    n = next(_examples)
+    model = template.parent / f"model{n}"
+    session = f"model{n}"
+    outside: list[str] = []
+    start = git(template, "rev-parse", "HEAD")
+    try:
+        subprocess.run(["cp", "-a", str(template), str(model)], check=True)
+        for k, steps in enumerate(chunks):
+            script = render([OWN_GIT, *steps] if k == 0 else steps).replace(FINAL, "")
+            before = real_state(repo)
+            want = subprocess.run(
+                ["sh", "-c", script], cwd=model, capture_output=True, text=True, timeout=60
+            )
+            got = gitsess(repo, "run", "-s", session, "--", "sh", "-c", script)
+            assert got.returncode == want.returncode == 0, got.stderr
+            assert got.stdout == want.stdout, script
+            assert real_state(repo) == before
+            name = f"out{n}-{k}.txt"  # the real repository is the same for every example
+            (model / name).write_text(f"outside {k}\n")
+            outside.append(commit(repo, name, f"outside {k}\n", f"outside {k}"))
+        final = render([])
+        want = subprocess.run(["sh", "-c", final], cwd=model, capture_output=True, text=True)
+        got = gitsess(repo, "run", "-s", session, "--", "sh", "-c", final)
+        assert got.stdout == want.stdout
+        applied = gitsess(repo, "apply", session, "--commit", "--branch", "main", "-m", "end")
+        assert applied.returncode in (0, 1), applied.stderr
+        on_main = set(git(repo, "rev-list", "main").split())
+        assert set(outside) <= on_main
+        fsck = subprocess.run(["git", "fsck", "--no-progress"], cwd=repo, capture_output=True)
+        assert fsck.returncode == 0, fsck.stderr
+    finally:
+        shutil.rmtree(model, ignore_errors=True)
+        gitsess(repo, "rm", "--force", session)
+        # the next example starts where the model's copy does
+        git(repo, "reset", "-q", "--hard", start)
+
+
+interleaved = st.lists(st.lists(ops, min_size=1, max_size=4), min_size=2, max_size=3)
+
+
+@pytest.mark.timeout(600)
+@settings(max_examples=3, **COMMON)  # type: ignore[arg-type]
+@given(chunks=interleaved)
+def test_outside_commits_interleaved_with_the_sessions(
+    repos: tuple[Path, Path], chunks: list[list[str]]
+) -> None:
+    check_interleaved(repos, chunks)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+@settings(max_examples=100, **COMMON)  # type: ignore[arg-type]
+@given(chunks=interleaved)
+def test_outside_commits_interleaved_with_the_sessions_long(
+    repos: tuple[Path, Path], chunks: list[list[str]]
+) -> None:
+    check_interleaved(repos, chunks)

@@ -337,3 +337,14 @@ def test_a_renamed_branch_is_followed_at_once(repo: Path) -> None:
     git(repo, "branch", "-m", "topic", "renamed")
     assert eventually(lambda: session(repo, "t").branch == "renamed", timeout=15)
     assert session(repo, "t").state == "active"
+
+
+def test_a_renamed_branch_is_followed_with_reflogs_off(repo: Path) -> None:
+    """No reflog says "renamed": the worktree's HEAD, which git moves to the new name, does."""
+    git(repo, "config", "core.logAllRefUpdates", "false")
+    git(repo, "checkout", "-q", "-b", "topic")
+    assert gitsess(repo, "new", "t").returncode == 0
+    git(repo, "branch", "-m", "topic", "renamed")
+    assert eventually(lambda: session(repo, "t").branch == "renamed", timeout=15)
+    assert gitsess(repo, "gc").returncode == 0
+    assert session(repo, "t").state == "active" and archives(repo) == []

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess.git.repo import RepoContext
+from gitsess.git.repo import RepoContext, discover
 from gitsess.runtime import mount
 from gitsess.services.sessions import create
 from tests.live_util import InProcess, call, eventually, follower, run
@@ -97,7 +97,7 @@ def test_show_gives_usage(repo: Path, ctx: RepoContext, gs: InProcess) -> None:
     # into delta.db: the sizes below are compared once it is gone (a suite run saw the WAL
     # counted by `show` and gone by the time the test looked).
     session_id = gs.json("show", "exp")["id"]
-    assert eventually(lambda: mount.status(session_id) is None)
+    assert eventually(lambda: mount.status(discover(repo).session_dir(session_id)) is None)
     info = gs.json("show", "exp")
     usage = info["usage"]
     # The first command named the session.

@@ -237,7 +237,8 @@ def test_diverged_pull_is_refused_unless_forced(a: Machine, b: Machine, origin: 
     assert "session exp has diverged from origin's (it has changes here that were never " in err
     _, err = a("push", "exp", code=1)
     assert "origin has session exp at" in err and "with work never pulled here" in err
-    assert json.loads(a("ls", "--remote", "--json")[0])[0]["sync"] == "behind"
+    # as pull says: one relation for both
+    assert json.loads(a("ls", "--remote", "--json")[0])[0]["sync"] == "diverged"
 
     out, err = a("pull", "exp", "--force")
     assert "replaced by theirs" in out and "archived as refs/gitsess/archive/exp" in err

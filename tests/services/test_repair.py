@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -49,3 +51,52 @@ def _contents(repo: Path, ids: list[str]) -> list[str]:
         mine = next(n for n in listing if n in ("one.txt", "two.txt"))
         out.append(gitsess(repo, "fs", name, "cat", mine).stdout)
     return out
+
+
+def _commands_say_repair(repo: Path) -> None:
+    for args in (["ls"], ["show", "exp"], ["gc"], ["run", "-s", "exp", "--", "true"]):
+        done = gitsess(repo, *args)
+        assert done.returncode == 1, (args, done.stdout)
+        assert done.stderr.count("\n") == 1 and "doctor --repair" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr
+
+
+def test_text_that_is_not_utf8_is_found_by_doctor_and_mended(repo: Path) -> None:
+    """Issue 37 item 13: bad bytes in a text column; every command says so in one line,
+    doctor finds it, and --repair mends it in place (names and all stay)."""
+    assert gitsess(repo, "new", "exp", "--title", "ok").returncode == 0
+    registry = repo / ".git" / "gitsess" / "sessions.db"
+    with sqlite3.connect(registry) as db:
+        db.execute("UPDATE sessions SET title = CAST(x'41ff42' AS TEXT)")
+    db.close()
+    _commands_say_repair(repo)
+    doctor = gitsess(repo, "doctor")
+    assert doctor.returncode == 1
+    assert "damaged" in doctor.stdout and "not UTF-8" in doctor.stdout
+    repaired = gitsess(repo, "doctor", "--repair")
+    assert repaired.stdout == "Mended 1 text value(s) of the registry that were not UTF-8\n"
+    shown = gitsess(repo, "show", "exp", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["title"] == "A\ufffdB"
+    assert "session registry" in gitsess(repo, "doctor").stdout
+
+
+def test_a_zeroed_page_is_found_by_doctor_and_repaired(repo: Path) -> None:
+    for name in ("exp", "two"):
+        done = gitsess(repo, "run", "-s", name, "--", "sh", "-c", f"echo {name} > {name}.txt")
+        assert done.returncode == 0, done.stderr
+    registry = repo / ".git" / "gitsess" / "sessions.db"
+    with sqlite3.connect(registry) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = db.execute("PRAGMA page_size").fetchone()[0]
+        root = db.execute("SELECT rootpage FROM sqlite_master WHERE name = 'sessions'").fetchone()
+    db.close()
+    with open(registry, "r+b") as f:
+        f.seek((root[0] - 1) * page)
+        f.write(b"\0" * page)
+    doctor = gitsess(repo, "doctor")
+    assert doctor.returncode == 1
+    assert "sessions.db" in doctor.stdout and "OK" not in doctor.stdout.split("session registry")[1]
+    repaired = gitsess(repo, "doctor", "--repair")
+    assert "The unreadable registry is kept as" in repaired.stdout
+    assert repaired.stdout.count("Recovered session") == 2

@@ -23,6 +23,18 @@ def _start(repo: Path, script: str) -> subprocess.Popen[bytes]:
     return proc
 
 
+def _by_arguments(argv: list[str]) -> int | None:
+    wanted = b"\0".join(a.encode() for a in argv) + b"\0"
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if entry.isdigit() and f.read() == wanted:
+                    return int(entry)
+        except OSError:
+            continue
+    return None
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -48,11 +60,12 @@ def test_a_signal_to_run_reaches_the_command(repo: Path, sig: signal.Signals) ->
 
 
 def test_a_killed_run_takes_its_command_along_and_ends(repo: Path) -> None:
-    pid_file = repo.parent / "pid"
-    script = f"echo $$ > {pid_file}; touch {repo.parent / 'started'}; exec sleep 300"
-    proc = _start(repo, script)
-    assert eventually(lambda: pid_file.exists() and pid_file.read_text().strip() != "")
-    child = int(pid_file.read_text())
+    # Found by its arguments: `$$` inside is its pid in the run's own PID namespace.
+    marker = f"300.{os.getpid()}{int(time.time() * 1000) % 100000}"
+    proc = _start(repo, f"touch {repo.parent / 'started'}; exec sleep {marker}")
+    assert eventually(lambda: _by_arguments(["sleep", marker]) is not None)
+    child = _by_arguments(["sleep", marker])
+    assert child is not None
     proc.kill()
     proc.wait(timeout=10)
     assert eventually(lambda: not _alive(child), timeout=10)

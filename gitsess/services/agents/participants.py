@@ -30,6 +30,7 @@ from gitsess.store.registry import Participant, Registry, Session
 
 ROLE_ENV = "GITSESS_ROLE"
 ROOT_ENV = "GITSESS_AGENT_ROOT"
+SESSION_ID_ENV = "GITSESS_SESSION_ID"  # what every run gives its command (services/live.py)
 WATCH_LOG = "agents.log"
 
 _ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -93,7 +94,7 @@ def prepare(
         )
     known = profiles.load(ctx, env)
     wanted = known.get(kind) if kind is not None else None
-    _refuse_inside(session, [role])
+    _refuse_inside(ctx, session, [role])
     notes: list[str] = []
     with _registry(ctx) as registry, registry.write():
         row = registry.participant(session.id, role)
@@ -135,14 +136,20 @@ def prepare(
     run_argv, run_env = lever.apply(
         list(argv) or list(profile.command), profile.visible_env(env), root
     )
-    if profile.turn_hook and run_argv:
+    # The CLI's own options go only to the CLI itself, not to another command run as it.
+    own = bool(run_argv) and _program(run_argv[0]) in {_program(c) for c in profile.command[:1]}
+    if profile.turn_hook and own:
         _write_turn_hooks(root)
         hook = [a.replace(profiles.ROOT_MARK, str(root)) for a in profile.turn_hook]
         run_argv = [run_argv[0], *hook, *run_argv[1:]]
     run_env |= {ROLE_ENV: role, ROOT_ENV: str(root)}
     if mcp:
-        run_argv, run_env = _with_mcp(profile, root, run_argv, run_env)
+        run_argv, run_env = _with_mcp(profile, root, run_argv, run_env, own)
     return Prepared(started, run_argv, run_env, notes, fd, watcher)
+
+
+def _program(arg: str) -> str:
+    return os.path.basename(arg)
 
 
 def _write_turn_hooks(root: Path) -> None:
@@ -156,9 +163,9 @@ MCP_CONFIG = "gitsess-mcp.json"
 
 
 def _with_mcp(
-    profile: profiles.Profile, root: Path, argv: list[str], env: dict[str, str]
+    profile: profiles.Profile, root: Path, argv: list[str], env: dict[str, str], own: bool
 ) -> tuple[list[str], dict[str, str]]:
-    if not profile.mcp_args and profile.mcp_env is None:
+    if profile.mcp_env is None and not (profile.mcp_args and own):
         return argv, env
     server = {"command": sys.executable, "args": ["-m", "gitsess", "mcp"]}
     config = root / MCP_CONFIG
@@ -169,7 +176,7 @@ def _with_mcp(
         a.replace(profiles.MCP_CONFIG_MARK, str(config)).replace(profiles.MCP_TOML_MARK, toml)
         for a in profile.mcp_args
     )
-    return profiles.Lever(env=profile.mcp_env, args=args).apply(argv, env, config)
+    return profiles.Lever(env=profile.mcp_env, args=args if own else ()).apply(argv, env, config)
 
 
 def _add(
@@ -198,15 +205,29 @@ def _add(
     return row
 
 
-def _refuse_inside(session: Session, roles: Collection[str]) -> None:
+def _refuse_inside(ctx: RepoContext, session: Session, roles: Collection[str]) -> None:
     """The daemon knows who is inside even when the `gitsess run` that started them died."""
-    status = mount.status(session.id)
+    status = mount.status(ctx.session_dir(session.id))
     for p in status.participants if status is not None else []:
-        if p.get("role") in roles:
+        if p.get("role") not in roles:
+            continue
+        pid = p.get("pid")
+        if isinstance(pid, int) and not processes.alive(pid):
+            # its `gitsess run` was killed; what it started runs on, inside, as that role
+            left = _left_running(session, str(p["role"]))
+            pids = ", ".join(map(str, left)) or "unknown"
             raise GitsessError(
-                f"role {p['role']} is already running in session {session.name}"
-                f" (pid {p.get('pid')})"
+                f"role {p['role']} is still running in session {session.name}: its gitsess run"
+                f" (pid {pid}) is gone, but the command it started is not (pid {pids}); end "
+                "that, or pick another role"
             )
+        raise GitsessError(
+            f"role {p['role']} is already running in session {session.name} (pid {pid})"
+        )
+
+
+def _left_running(session: Session, role: str) -> list[int]:
+    return processes.with_env({SESSION_ID_ENV: session.id, ROLE_ENV: role})
 
 
 def _running(session: Session, row: Participant) -> GitsessError:
@@ -304,7 +325,7 @@ def purge_session(ctx: RepoContext, registry: Registry, session: Session) -> Non
 
 
 def _purge(ctx: RepoContext, registry: Registry, session: Session, rows: list[Participant]) -> None:
-    _refuse_inside(session, [row.role for row in rows])
+    _refuse_inside(ctx, session, [row.role for row in rows])
     held: list[int] = []
     try:
         for row in rows:
@@ -331,7 +352,16 @@ def list_participants(ctx: RepoContext, session: Session | None) -> list[AgentIn
             return []
         names = {s.id: s.name for s in registry.all()}
         rows = registry.participants(None if session is None else session.id)
-    return [AgentInfo(p, names[p.session_id], p.state == "running" and _alive(p.pid)) for p in rows]
+    return [
+        AgentInfo(p, names[p.session_id], p.state == "running" and _running_still(p)) for p in rows
+    ]
+
+
+def _running_still(p: Participant) -> bool:
+    """Its `gitsess run` runs, or what that started does after it was killed."""
+    if _alive(p.pid):
+        return True
+    return bool(processes.with_env({SESSION_ID_ENV: p.session_id, ROLE_ENV: p.role}))
 
 
 def _alive(pid: int | None) -> bool:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from gitsess import processes
 from gitsess.git.repo import discover
 from gitsess.runtime import mount
 from gitsess.services import sessions
@@ -92,7 +93,7 @@ def live(repo: Path, fake_bin: Path) -> Iterator[Live]:
                 proc.kill()
                 proc.communicate()
         gitsess(repo, "umount", "S")
-        assert mount.status(session_id) is None
+        assert mount.status(discover(repo).session_dir(session_id)) is None
 
 
 def test_four_agents_in_one_session_keep_their_own_conversations(
@@ -182,6 +183,41 @@ def test_a_run_without_an_agent_is_left_alone(live: Live, home: Path) -> None:
     assert done.stdout == f"{home}|none|none\n"
     assert live.agents() == {}
     assert not homes_dir(discover(live.repo).state_dir).exists()
+
+
+def test_a_role_whose_run_was_killed_names_what_still_runs(live: Live, tmp_path: Path) -> None:
+    ready, until = tmp_path / "ready", tmp_path / "until"
+    # an agent's own processes may leave the run's process group (the run's command itself
+    # dies with it): `setsid` stands for them
+    script = f"setsid claude --ready {ready} --until {until} & wait"
+    argv = [*GITSESS, "run", "-s", "S", "--agent", "claude", "--role", "c1", "--", "sh", "-c",
+            script]  # fmt: skip
+    wrapper = subprocess.Popen(argv, cwd=live.repo, env=live.env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    live.procs.append(wrapper)
+    live.wait_ready([ready])
+    child = int(ready.read_text())
+    wrapper.kill()  # kill -9 of `gitsess run`; the agent it started lives on
+    wrapper.wait()
+    assert processes.alive(child)
+    assert live.agents()["c1"]["status"] == "running"
+    again = live.gitsess("run", "-s", "S", "--agent", "claude", "--role", "c1", "--", "true")
+    assert again.returncode == 1
+    assert f"(pid {wrapper.pid}) is gone" in again.stderr
+    assert f"is not (pid {child})" in again.stderr
+    until.write_text("")
+    assert eventually_gone(child)
+
+
+def eventually_gone(pid: int) -> bool:
+    deadline = time.monotonic() + TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_each_claude_turn_makes_a_checkpoint_named_after_its_prompt(live: Live) -> None:

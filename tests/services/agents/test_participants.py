@@ -75,7 +75,7 @@ def test_a_new_role_gets_a_private_seeded_root_and_its_lever(
     # is a file in the root too
     hooks = str(root / "gitsess-turn-hooks.json")
     mcp = str(root / "gitsess-mcp.json")
-    assert p.argv == ["claude", "--settings", hooks, "--mcp-config", mcp, "--continue"]
+    assert p.argv == ["claude", "--mcp-config", mcp, "--settings", hooks, "--continue"]
     assert "checkpoint --turn" in Path(hooks).read_text()
     assert p.env["CLAUDE_CONFIG_DIR"] == str(root)
     assert (p.env["GITSESS_ROLE"], p.env["GITSESS_AGENT_ROOT"]) == ("claude", str(root))

@@ -1,0 +1,268 @@
+"""HEAD, the index and the current branch's ref of the view's `.git`: one unit.
+
+Each file below `.git` follows the real one until the session changes it. For these three that
+is not enough: a session whose index is its own while its HEAD still follows the real branch
+commits the session's index on top of a real commit it never saw, and so reverts that commit.
+So they follow the real repository together, or are the session's own together: the first
+change the session makes to any of them (or to their lock files, or to `packed-refs`, which
+may hold the branch) first makes all three its own, as the real repository has them at one
+instant (`_real_state`: read twice alike, with none of git's lock files on them held, as git
+itself leaves them between two commands). A HEAD renamed in while they are the session's own
+(`git checkout other`) takes the branch it names along (`_own_branch`).
+
+Whether they are the session's own is the view's `.git/HEAD` being an upper file (or gone);
+an apply that hands them back to the real repository drops all three together
+(`services/session_git.py`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from gitsess.errors import GitsessError
+from gitsess.overlay.gitdir import GIT, GIT_COMMON
+from gitsess.overlay.nodes import Node, join
+
+if TYPE_CHECKING:
+    from gitsess.git.session_refs import SessionHead
+    from gitsess.overlay.tree import Tree
+
+_HEAD = GIT + b"/HEAD"
+_INDEX = GIT + b"/index"
+_LOCK = b".lock"
+# How long a snapshot waits for git's lock files on the unit to go (a real `git commit` moves
+# the ref, then renames its index in): past it, the state is taken as it is.
+_SETTLE_S = 2.0
+_SETTLE_STEP_S = 0.005
+
+State = tuple[bytes, bytes | None, str | None, str | None]  # HEAD, index, branch, its tip
+
+
+# ---------------------------------------------------------------- the hooks (called by Tree)
+
+
+def before_node_change(tree: Tree, n: Node) -> None:
+    """Called before lower node `n` gets a row of its own."""
+    busy = n.upper or tree.git_unit_busy or not stat.S_ISREG(n.mode)
+    if not busy and _in_unit(tree, n.lower):
+        own(tree)
+
+
+def before_name_change(tree: Tree, parent: Node, name: bytes) -> None:
+    """Called before a name in `parent` is made, removed or renamed."""
+    rel = parent.worktree_rel
+    if rel is not None and not tree.git_unit_busy and _in_unit(tree, join(rel, name)):
+        own(tree)
+
+
+def after_rename(tree: Tree, parent: Node, name: bytes) -> None:
+    """A file renamed in as `name` of `parent`: when that is HEAD, the branch it names becomes
+    the session's own too (as the real repository has it, if it was not yet)."""
+    if parent.worktree_rel is None or join(parent.worktree_rel, name) != _HEAD:
+        return
+    branch = _view_head(tree).branch
+    if branch is None:
+        return
+    n = tree.resolve(_common(tree) + branch.encode())
+    if n is not None and n.upper:
+        return
+    tip = _real_tip(tree, branch)
+    _busy(tree, lambda: _put_ref(tree, branch, tip))
+
+
+def hides_real_lock(tree: Tree, n: Node) -> bool:
+    """Whether lower node `n` is a real git's lock file on HEAD, the index or the branch of a
+    session that has them as its own: not the session's, so not in its view (a git inside
+    would take it for another git at work on its own state)."""
+    rel = n.lower
+    if rel is None or not rel.endswith(_LOCK) or n.upper or not is_own(tree):
+        return False
+    bare = rel.removesuffix(_LOCK)
+    if bare in (_HEAD, _INDEX):
+        return True
+    branch = _view_head(tree).branch
+    return branch is not None and bare == _common(tree) + branch.encode()
+
+
+# ---------------------------------------------------------------- taking the unit
+
+
+def is_own(tree: Tree) -> bool:
+    head = tree.resolve(_HEAD)
+    return head is None or head.upper
+
+
+def own(tree: Tree) -> None:
+    """Make HEAD, the index and the current branch's ref the session's own, as the real
+    repository has them at one instant (nothing when they are already)."""
+    if is_own(tree):
+        return
+    head, index, branch, tip = _real_state(tree)
+
+    def put() -> None:
+        _put(tree, _HEAD, head)
+        if index is not None:
+            _put(tree, _INDEX, index)
+        if branch is not None:
+            _put_ref(tree, branch, tip)
+
+    _busy(tree, put)
+
+
+def _busy(tree: Tree, work: Callable[[], None]) -> None:
+    tree.git_unit_busy = True
+    try:
+        work()
+    finally:
+        tree.git_unit_busy = False
+
+
+def _common(tree: Tree) -> bytes:
+    """Where the view keeps refs and packed-refs: `.git/common/` for a linked worktree."""
+    return (GIT_COMMON if tree.redirects else GIT) + b"/"
+
+
+def _in_unit(tree: Tree, rel: bytes | None) -> bool:
+    """Whether a change at view path `rel` changes the unit (a lock file of one of its files
+    included, and a directory holding one renamed or removed)."""
+    if rel is None or not (rel == GIT or rel.startswith(GIT + b"/")):
+        return False
+    bare = rel.removesuffix(_LOCK)
+    common = _common(tree)
+    if bare in (_HEAD, _INDEX, common + b"packed-refs"):
+        return True
+    heads = common + b"refs/heads"
+    if (heads + b"/").startswith(rel + b"/"):
+        return True  # `.git`, `.git/refs`, `.git/refs/heads` themselves
+    if not bare.startswith(heads + b"/"):
+        return False
+    branch = _view_head(tree).branch
+    if branch is None:
+        return False
+    ref = common + branch.encode()
+    return bare == ref or (ref + b"/").startswith(bare + b"/")
+
+
+def _view_head(tree: Tree) -> SessionHead:
+    # (loaded here: it loads pygit2, which `ls` of a session that never wrote `.git` must not)
+    from gitsess.git.session_refs import SessionHead, read_head
+
+    common = _common(tree)
+
+    def read(rel: str) -> bytes | None:
+        path = _HEAD if rel == "HEAD" else common + rel.encode()
+        n = tree.resolve(path)
+        if n is None or not stat.S_ISREG(n.mode):
+            return None
+        if not n.upper:
+            return _real(tree, path)
+        return tree.read(n, 0, n.size)
+
+    try:
+        return read_head(read)
+    except GitsessError:
+        return SessionHead(None, None)
+
+
+def _real(tree: Tree, rel: bytes) -> bytes | None:
+    try:
+        with open(tree.lower_path(rel), "rb") as f:
+            return f.read()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+
+
+def _real_tip(tree: Tree, branch: str) -> str | None:
+    from gitsess.git.session_refs import read_head
+
+    common = _common(tree)
+
+    def read(rel: str) -> bytes | None:
+        if rel == "HEAD":
+            return f"ref: {branch}\n".encode()
+        return _real(tree, common + rel.encode())
+
+    try:
+        return read_head(read).commit
+    except GitsessError:
+        return None
+
+
+def _real_state(tree: Tree) -> State:
+    """The real HEAD's bytes, the real index's, HEAD's branch and that branch's tip, as one
+    state of the real repository: read twice alike, with no lock file of git's on them."""
+    deadline = time.monotonic() + _SETTLE_S
+    last: State | None = None
+    while True:
+        state = _read_real_state(tree)
+        if state == last and not _real_locks(tree, state[2]):
+            return state
+        if time.monotonic() > deadline:
+            return state
+        last = state
+        time.sleep(_SETTLE_STEP_S)
+
+
+def _read_real_state(tree: Tree) -> State:
+    from gitsess.git.session_refs import read_head
+
+    head = _real(tree, _HEAD) or b""
+    common = _common(tree)
+
+    def read(rel: str) -> bytes | None:
+        return head if rel == "HEAD" else _real(tree, common + rel.encode())
+
+    index = _real(tree, _INDEX)
+    try:
+        parsed = read_head(read)
+    except GitsessError:
+        return head, index, None, None
+    return head, index, parsed.branch, parsed.commit
+
+
+def _real_locks(tree: Tree, branch: str | None) -> bool:
+    names = [_HEAD, _INDEX] + ([_common(tree) + branch.encode()] if branch else [])
+    return any(os.path.lexists(tree.lower_path(rel + _LOCK)) for rel in names)
+
+
+def _put(tree: Tree, rel: bytes, data: bytes) -> None:
+    n = tree.resolve(rel)
+    if n is not None and stat.S_ISREG(n.mode):
+        _rewrite(tree, n, data)
+
+
+def _rewrite(tree: Tree, n: Node, data: bytes) -> None:
+    tree.ensure_data(n, keep=0)
+    tree.write(n, 0, data)
+
+
+def _put_ref(tree: Tree, branch: str, tip: str | None) -> None:
+    """The branch's loose ref in the session at `tip`; for None (no such branch yet), a
+    loose ref the real repository has is hidden."""
+    parts = (_common(tree) + branch.encode()).split(b"/")
+    d = tree.resolve(b"")
+    assert d is not None
+    for part in parts[:-1]:
+        child = tree.find(d.ino, part)
+        if child is None:
+            if tip is None:
+                return
+            child = tree.add_dir(d, part)
+        if not child.is_dir:
+            return
+        d = child
+    name = parts[-1]
+    n = tree.find(d.ino, name)
+    if n is not None and not stat.S_ISREG(n.mode):
+        return
+    if tip is None:
+        if n is not None:
+            tree.hide(d, name)
+    elif n is not None:
+        _rewrite(tree, n, tip.encode() + b"\n")
+    else:
+        tree.add_file(d, name, tip.encode() + b"\n")

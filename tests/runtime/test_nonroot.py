@@ -1,0 +1,131 @@
+"""The main paths as an ordinary user made with `useradd` (issue 37, items 8, 9 and 11): a user
+needs root for nothing but installing packages.
+
+scripts/test.sh runs this file on its own as well, so CI shows it ran (and did not skip).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.nonroot import User, make_user_repo, user_env
+
+pytestmark = pytest.mark.fuse
+
+
+@pytest.fixture(scope="module")
+def user() -> Iterator[User]:
+    with user_env() as u:
+        yield u
+
+
+@pytest.fixture
+def repo(user: User) -> Iterator[Path]:
+    top = user.home / f"r{os.urandom(4).hex()}"
+    path = make_user_repo(user, top / "repo")
+    try:
+        yield path
+    finally:
+        listed = user.gitsess(path, "ls", "--json")
+        for s in json.loads(listed.stdout) if listed.returncode == 0 else []:
+            user.gitsess(path, "umount", s["name"])
+
+
+def ok(done: object) -> str:
+    assert getattr(done, "returncode", 1) == 0, getattr(done, "stderr", "")
+    return str(getattr(done, "stdout", ""))
+
+
+def test_the_main_paths(user: User, repo: Path) -> None:
+    ok(user.gitsess(repo, "new", "exp"))
+    # In place: the worktree's own path shows the view, absolute paths included.
+    script = (
+        f"pwd; echo changed > {repo}/README.md; echo new > new.txt; "
+        "git add new.txt && git commit -q -m 'made inside' && git log -1 --format=%s"
+    )
+    out = ok(user.gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", script))
+    assert out.splitlines() == [str(repo), "made inside"]
+    assert (repo / "README.md").read_text() == "hello\n"
+    assert not (repo / "new.txt").exists()
+    # Objects git made inside (0444, written through the descriptor that made them) are whole.
+    fsck = ok(user.gitsess(repo, "run", "-s", "exp", "--", "git", "fsck", "--no-dangling"))
+    assert "error" not in fsck
+    ok(user.gitsess(repo, "apply", "exp", "--commit", "-m", "from the session"))
+    log = ok(user.run(["git", "log", "--format=%s"], repo)).split("\n")
+    assert log[:3] == ["from the session", "made inside", "first"]
+    assert (repo / "new.txt").read_text() == "new\n"
+    assert (repo / "README.md").read_text() == "changed\n"
+    # mount / umount
+    view = user.home / f"view-{os.urandom(4).hex()}"
+    ok(user.run(["mkdir", str(view)], repo))
+    ok(user.gitsess(repo, "new", "two"))
+    ok(user.gitsess(repo, "mount", "two", str(view)))
+    ok(user.run(["sh", "-c", f"echo two > {view}/two.txt"], repo))
+    assert ok(user.gitsess(repo, "diff", "two", "--name-only")).split() == ["two.txt"]
+    ok(user.gitsess(repo, "umount", "two"))
+    assert not (view / "two.txt").exists()
+    # rm, gc
+    ok(user.gitsess(repo, "rm", "two", "--force"))
+    ok(user.gitsess(repo, "gc"))
+    names = [s["name"] for s in json.loads(ok(user.gitsess(repo, "ls", "--json")))]
+    assert "two" not in names
+
+
+def test_a_run_is_sealed_for_a_user_too(user: User, repo: Path) -> None:
+    """As a user the run holds every capability in its own user namespace; still it can take
+    neither the view off the worktree nor the seal off the state dir, nor see out."""
+    ok(user.gitsess(repo, "new", "exp"))
+    script = (
+        "echo view > README.md; "
+        f"umount -l {repo} 2>/dev/null && echo unmounted-view; "
+        "mount -o remount,rw,bind .git/gitsess 2>/dev/null && echo remounted; "
+        "rm -f .git/gitsess/sessions/*/delta.db* 2>/dev/null || echo no-rm; "
+        'echo escaped > "/proc/$PPID/root$PWD/README.md" 2>/dev/null; '
+        "cat README.md"
+    )
+    out = ok(user.gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", script))
+    assert out.splitlines() == ["no-rm", "view"]
+    assert (repo / "README.md").read_text() == "hello\n"
+    assert list((repo / ".git" / "gitsess" / "sessions").glob("*/delta.db"))
+
+
+def test_doctor_and_allow_other_say_what_a_user_needs(user: User, repo: Path) -> None:
+    """Issue 37 items 9 and 10: doctor tries what a run does; --allow-other without
+    user_allow_other names the fix instead of "fuse_session_mount failed"."""
+    doctor = user.gitsess(repo, "doctor", "--json")
+    checks = {c["name"]: c for c in json.loads(doctor.stdout)}
+    assert checks["runs in place"]["verdict"] == "ok", checks["runs in place"]
+    assert checks["/dev/fuse"]["verdict"] == "ok", checks["/dev/fuse"]
+    conf = Path("/etc/fuse.conf")
+    allowed = conf.exists() and "user_allow_other" in conf.read_text().splitlines()
+    ok(user.gitsess(repo, "new", "exp"))
+    mounted = user.gitsess(repo, "mount", "exp", "--allow-other")
+    if allowed:
+        assert mounted.returncode == 0, mounted.stderr
+        return
+    assert checks["mount --allow-other"]["verdict"] == "warn"
+    assert "echo user_allow_other >> /etc/fuse.conf" in checks["mount --allow-other"]["detail"]
+    assert mounted.returncode == 1
+    assert "user_allow_other" in mounted.stderr and "fuse_session_mount" not in mounted.stderr
+
+
+def test_doctor_names_the_fix_for_a_dev_fuse_users_cannot_open(user: User) -> None:
+    """Issue 37 item 10: libfuse opens /dev/fuse itself before it asks fusermount3."""
+    node = user.home / "fuse-0600"
+    os.mknod(node, 0o600 | stat.S_IFCHR, os.stat("/dev/fuse").st_rdev)
+    try:
+        code = (
+            "from pathlib import Path; from gitsess.services.doctor import check_dev_fuse; "
+            f"c = check_dev_fuse(Path({str(node)!r})); print(c.verdict); print(c.detail)"
+        )
+        verdict, detail = ok(user.run([user.python, "-c", code], user.home)).splitlines()
+    finally:
+        node.unlink()
+    assert verdict == "fail"
+    assert f"chmod 0666 {node}" in detail

@@ -1,0 +1,110 @@
+"""A run cannot reach the real state dir or the real tree (issue 37, items 1 and 2): the state
+dir is read-only inside, the run has its own PID namespace and /proc, and its mounts are locked."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from gitsess.git.repo import discover
+from tests.util import GITSESS, gitsess
+
+pytestmark = pytest.mark.fuse
+
+GS = " ".join(shlex.quote(a) for a in GITSESS)
+
+
+def run(repo: Path, script: str, *extra: str) -> tuple[int, str, str]:
+    done = gitsess(repo, "run", "-s", "exp", *extra, "--", "sh", "-c", script)
+    return done.returncode, done.stdout, done.stderr
+
+
+def session_dir(repo: Path, name: str) -> Path:
+    shown = json.loads(gitsess(repo, "show", name, "--json").stdout)
+    return discover(repo).session_dir(shown["id"])
+
+
+@pytest.mark.parametrize("extra", [(), ("--read-only",)], ids=["writable", "read-only"])
+def test_a_run_cannot_write_the_state_dir(repo: Path, extra: tuple[str, ...]) -> None:
+    assert gitsess(repo, "new", "other").returncode == 0
+    assert run(repo, "echo work > work.txt")[0] == 0
+    other = session_dir(repo, "other")
+    assert gitsess(repo, "run", "-s", "other", "--", "sh", "-c", "echo o > o.txt").returncode == 0
+    state = repo / ".git" / "gitsess"
+    before = sorted(p.name for p in state.iterdir())
+    script = (
+        "rm -f .git/gitsess/sessions/*/delta.db* 2>/dev/null || echo no-rm; "
+        "echo '{}' 2>/dev/null > .git/gitsess/apply-journal.json || echo no-journal; "
+        "mkdir .git/gitsess/planted 2>/dev/null || echo no-mkdir; "
+        "test -e .git/gitsess/sessions.db && echo still-there"
+    )
+    code, out, err = run(repo, script, *extra)
+    assert code == 0, err
+    assert out.split() == ["no-rm", "no-journal", "no-mkdir", "still-there"]
+    assert sorted(p.name for p in state.iterdir()) == before
+    assert not (state / "apply-journal.json").exists()
+    assert (other / "delta.db").exists()
+    assert gitsess(repo, "fs", "other", "cat", "o.txt").stdout == "o\n"
+    assert gitsess(repo, "fs", "exp", "cat", "work.txt").stdout == "work\n"
+
+
+def test_a_run_cannot_unseal_its_mounts(repo: Path) -> None:
+    """Root inside a run may mount, but what it inherited is locked: the view cannot be taken
+    off the worktree, nor the state dir remounted writable."""
+    script = (
+        "mount -o remount,rw,bind .git/gitsess 2>/dev/null && echo remounted; "
+        "umount .git/gitsess 2>/dev/null && echo unmounted-state; "
+        f"umount -l {shlex.quote(str(repo))} 2>/dev/null && echo unmounted-view; "
+        "touch .git/gitsess/x 2>/dev/null && echo wrote; "
+        "cat README.md"
+    )
+    code, out, err = run(repo, f"echo view > README.md; {script}")
+    assert code == 0, err
+    assert out.splitlines() == ["view"]
+    assert (repo / "README.md").read_text() == "hello\n"
+    assert not (repo / ".git" / "gitsess" / "x").exists()
+
+
+def test_no_outside_process_is_visible(repo: Path) -> None:
+    script = (
+        'echo escaped > "/proc/$PPID/root$PWD/README.md" 2>/dev/null; '
+        'echo "ppid=$PPID"; '
+        f"test -e /proc/{os.getpid()} && echo sees-pytest; "
+        "ls /proc | grep -c '^[0-9]'"
+    )
+    code, out, err = run(repo, script)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == "ppid=1"  # the run's own init
+    assert "sees-pytest" not in lines
+    assert int(lines[-1]) <= 4  # init, sh, ls, grep
+    assert (repo / "README.md").read_text() == "hello\n"
+
+
+def test_the_state_is_read_inside_and_written_through_the_daemon(repo: Path) -> None:
+    script = (
+        f"{GS} kv set k --json 7 && {GS} kv get k && {GS} show --json >/dev/null && "
+        f"{GS} ls >/dev/null && echo read"
+    )
+    code, out, err = run(repo, script)
+    assert code == 0, err
+    assert out.splitlines() == ["7", "read"]
+    assert gitsess(repo, "kv", "exp", "get", "k").stdout == "7\n"
+
+
+@pytest.mark.parametrize(
+    "command", [["rm", "exp", "--force"], ["new", "x"], ["apply", "--worktree"], ["gc"]]
+)
+def test_commands_that_write_the_state_are_refused_inside(repo: Path, command: list[str]) -> None:
+    assert gitsess(repo, "new", "exp").returncode == 0
+    code, _, err = run(repo, f"{GS} {shlex.join(command)}")
+    assert code == 1
+    assert err == (
+        f"gitsess: `gitsess {command[0]}` cannot run inside a session's run: the state dir is"
+        " read-only there; run it outside the session\n"
+    )
+    assert gitsess(repo, "show", "exp").returncode == 0
