@@ -83,6 +83,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "log": ("gitsess log exp --since 10m", "gitsess log exp --op unlink --json"),
     "ls": ("gitsess ls", "gitsess ls --everywhere"),
     "mount": ("gitsess mount exp", "gitsess mount exp ~/views/exp"),
+    "mcp": ("gitsess mcp", "claude mcp add gitsess -- gitsess mcp"),
+    "overlaps": ("gitsess overlaps", "gitsess overlaps --json"),
     "new": ('gitsess new exp -t "try a faster parser"', "gitsess new exp --worktree --mount"),
     "ps": ("gitsess ps",),
     "pull": ("gitsess pull exp", "gitsess pull exp upstream --worktree"),

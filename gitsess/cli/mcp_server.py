@@ -301,15 +301,25 @@ TOOLS: tuple[Tool, ...] = (
 _CALLS = threading.Lock()
 
 
-def _answering(fn: Callable[..., Any]) -> Callable[..., Any]:
+# The command each tool is a face of, where its name differs: inside a run, a tool is
+# refused as its command would be (`services/sealed.py`).
+_COMMAND = {"sessions": "ls", "kv_get": "kv", "kv_set": "kv"}
+
+
+def _answering(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     """`fn` answering JSON text, and an anticipated error as the tool's error result carrying
     the CLI's one-line message (a ToolError's would be prefixed by the SDK)."""
     from mcp.types import CallToolResult, TextContent
+
+    from gitsess.services import sealed
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> str | CallToolResult:
         with _CALLS:
             try:
+                refused = sealed.refusal([_COMMAND.get(name, name)], os.environ)
+                if refused is not None:
+                    raise GitsessError(refused)
                 return json_text(fn(*args, **kwargs))
             except Exception as e:
                 message = one_line(e)
@@ -334,7 +344,7 @@ def build() -> Any:
     )
     for tool in TOOLS:
         server.add_tool(
-            _answering(tool.fn),
+            _answering(tool.name, tool.fn),
             name=tool.name,
             description=tool.fn.__doc__,
             annotations=ToolAnnotations(read_only_hint=tool.read_only),

@@ -24,6 +24,8 @@ class Audit:
     events: list[tuple[object, ...]] = field(default_factory=list)
     new_processes: list[tuple[int, int, str, str]] = field(default_factory=list)
     _process_ids: dict[int, int] = field(default_factory=dict)
+    # the daemon's number of a process -> the number it knows itself by (`_own_pid`)
+    _own_pids: dict[int, int] = field(default_factory=dict)
     _owners: dict[int, Participant | None] = field(default_factory=dict)
     # (inode, pid) -> index in `events` of the write record that process's writes add to.
     _writes: dict[tuple[int, int], int] = field(default_factory=dict)
@@ -47,6 +49,7 @@ class Audit:
         self, op: str, path: bytes, pid: int, target: bytes | None, nbytes: int | None
     ) -> None:
         owner = self.owner(pid)
+        process = self._process(pid)
         self.events.append(
             (
                 time.time_ns(),
@@ -54,8 +57,8 @@ class Audit:
                 os.fsdecode(path),
                 None if target is None else os.fsdecode(target),
                 nbytes,
-                pid or None,
-                self._process(pid),
+                self._own_pids.get(pid) if pid else None,
+                process,
                 owner.role if owner else None,
                 owner.run_id if owner else None,
             )
@@ -101,7 +104,8 @@ class Audit:
         ident = self.next_process_id
         self.next_process_id += 1
         self._process_ids[pid] = ident
-        self.new_processes.append((ident, pid, name, cmdline))
+        own = self._own_pids[pid] = _own_pid(pid)
+        self.new_processes.append((ident, own, name, cmdline))
         return ident
 
     def owner(self, pid: int) -> Participant | None:
@@ -129,6 +133,19 @@ def _describe(pid: int) -> tuple[str, str]:
         return name, " ".join(a.decode(errors="replace") for a in args)
     except OSError:
         return "?", ""
+
+
+def _own_pid(pid: int) -> int:
+    """The number the process knows itself by (`$$`): a run's processes live in a PID namespace
+    of their own, where the daemon's number for them means nothing."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"NSpid:"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError):
+        pass
+    return pid
 
 
 def _parent(pid: int) -> int:

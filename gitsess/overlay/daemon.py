@@ -564,6 +564,8 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
     # states. The kernel forgets its caches after the switch, before the answer.
     tree = state.tree
     assert tree.store.history is not None
+    # What the rewind changes is read from delta.db: the writes still pending count too.
+    tree.commit(durable=True, settle=False)
     writers = {int(ino): (pid, path) for pid, ino, path in msg.get("writers") or ()}
     held = sorted(set(writers) & tree.store.history.changed_inodes(int(msg["target"])))
     if held and not msg.get("force"):
@@ -573,7 +575,6 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
             "error": f"process {pid} holds {path} open for writing, and the rewind changes it"
             " (--force rewinds anyway)",
         }, None
-    tree.commit(durable=True, settle=False)
     kept = tree.keep_content(tree.store.history.gone_at(int(msg["target"])))
     try:
         rewound = tree.store.rewind(int(msg["target"]), str(msg.get("kind") or "rewind"))

@@ -19,6 +19,7 @@ import time
 
 from gitsess.overlay import gitunit
 from gitsess.overlay.delta import INLINE
+from gitsess.overlay.gitdir import object_store
 from gitsess.overlay.nodes import ROOT_INODE, Node, err, join, stamp
 from gitsess.overlay.tree_data import DataTree
 
@@ -159,6 +160,12 @@ class Tree(DataTree):
         n.atime_ns = n.mtime_ns = n.ctime_ns = now
         if stat.S_ISDIR(mode):
             n.entries = {}
+            # A fan-out dir git makes in the object store (`objects/9c`) also shows the real
+            # one: objects the real repository writes there later must stay readable, as
+            # the session's HEAD may follow them (the one git state, `gitunit.py`).
+            below = self._child_lower_rel(parent, name)
+            if below is not None and object_store(below) is not None:
+                n.origin = below
         self.nodes[n.ino] = n
         self._set_entry(parent, name, n.ino)
         self._touch_dir(parent)

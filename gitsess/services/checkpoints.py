@@ -190,6 +190,11 @@ def rewind(
                     raise history.no_such(target) from None
                 op = done.operation
                 return Rewind(session, kind, target, op.before, op.id, False)
+            # The daemon tells the files the rewind changes from its committed history, which
+            # holds a write of the last commit interval only once committed: without this, a
+            # file written just before (on a loaded machine) passes for unchanged, and a
+            # writer holding it does not stop the rewind.
+            mount.sync(ctx.session_dir(session.id))
             writers = _writers(ctx, session)
             op_id = _ask(ctx, session, kind, protocol.rewind, target, kind, writers, force)
             if op_id is not None:
@@ -293,6 +298,7 @@ def trim(ctx: RepoContext, session: Session, keep: Retention) -> Trimmed | None:
     """Apply the retention to a session that is not mounted (None: it is, or has no delta)."""
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return None
+    _wait_lingering(ctx, session)
     now = time.time_ns()
     with _offline(ctx, session) as store:
         if store is None:
@@ -304,6 +310,25 @@ def trim(ctx: RepoContext, session: Session, keep: Retention) -> Trimmed | None:
         before = 0 if keep.log_age is None else now - int(keep.log_age.total_seconds() * 1e9)
         dropped = retention.trim_log(store.conn, keep.log_events, before)
         return Trimmed(pruned, dropped, store.shrink())
+
+
+# How long `trim` waits for a daemon with no participant left to stop (it lingers
+# `daemon.LINGER` for a quick re-run, then commits and exits; slower on a loaded machine).
+SETTLE_TIMEOUT = 15.0
+
+
+def _wait_lingering(ctx: RepoContext, session: Session) -> None:
+    """Until a daemon that only lingers (no participant, not kept mounted) is gone: right
+    after a run, the session is about to be unmounted, and skipping it would leave its
+    history untrimmed until some later gc. One kept mounted or with a run inside is left
+    to a later gc (it is in use); so is one still lingering at the deadline."""
+    session_dir = ctx.session_dir(session.id)
+    deadline = time.monotonic() + SETTLE_TIMEOUT
+    while time.monotonic() < deadline:
+        found = mount.status(session_dir)  # (None once it is gone, a stopping one waited for)
+        if found is None or found.persistent or found.participants:
+            return
+        time.sleep(0.02)
 
 
 @dataclass(frozen=True)

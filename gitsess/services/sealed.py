@@ -11,11 +11,13 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from gitsess.git.repo import RepoContext
 
-# What works inside a run: commands that only read the state, `kv` and `checkpoint` (whose
-# writes go through the daemon), and the git hooks (which do nothing inside a session).
+# What works inside a run: commands that only read the state, `kv`, `checkpoint`, `undo` and
+# `rewind` (whose writes go through the daemon: the run's session is mounted), the git hooks
+# (which do nothing inside a session), and the MCP server, whose tools answer each as the
+# command would.
 INSIDE = frozenset(
-    {"agents", "archives", "checkpoint", "completion", "doctor", "fs", "hook", "kv", "log",
-     "ls", "ps", "show", "tour", "watch"}
+    {"agents", "archives", "checkpoint", "checkpoints", "completion", "doctor", "fs", "hook",
+     "kv", "log", "ls", "mcp", "ps", "rewind", "show", "tour", "undo", "watch"}
 )  # fmt: skip
 
 

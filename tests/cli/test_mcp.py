@@ -190,13 +190,16 @@ def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
 
 def test_inside_a_session_the_tools_default_to_it(repo: Path, tmp_path: Path) -> None:
     errlog = tmp_path / "server.err"
-    plan = [["show", {}], ["kv_set", {"key": "from", "value": "inside"}]]
+    plan = [["show", {}], ["kv_set", {"key": "from", "value": "inside"}], ["diff", {}]]
     done = gitsess(
         repo, "run", "-s", "inside", "--", sys.executable, str(AGENT), json.dumps(plan),
         str(errlog),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    shown, stored = (ok(a) for a in json.loads(done.stdout))
+    *answers, refused = json.loads(done.stdout)
+    shown, stored = (ok(a) for a in answers)
+    # as `gitsess diff` inside a run would be: the real tree is out of reach there
+    assert refused[0] and "cannot run inside a session's run" in refused[1]
     assert shown["name"] == "inside"
     assert stored == {"key": "from", "value": "inside"}
     assert gitsess(repo, "kv", "inside", "get", "from").stdout == "inside\n"

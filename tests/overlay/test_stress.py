@@ -168,7 +168,10 @@ def test_state_dir_is_hidden_from_a_mounted_view(mounted: Mounted, tmp_path: Pat
         assert "/.git/HEAD" in inside
         assert not [p for p in inside if "gitsess-test" in p]
         subprocess.run(["rm", "-rf", str(m.mnt / ".git")], capture_output=True)
-        assert sorted(os.listdir(m.mnt / ".git")) == ["objects"]
+        # objects are the session's own too: only the sealed stand-in is left, unlisted
+        assert os.listdir(m.mnt / ".git") == []
+        with pytest.raises(OSError):
+            (m.mnt / ".git").rmdir()
         assert (mounted.lower / ".git" / "gitsess-test" / "delta.db").is_file()
     finally:
         m.unmount()

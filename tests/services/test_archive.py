@@ -176,8 +176,8 @@ _REWRITER = """
 import os, sys, select
 root, n = sys.argv[1], 0
 os.makedirs(f"{root}/w", exist_ok=True)
-print("started", flush=True)
-while not select.select([sys.stdin], [], [], 0)[0]:
+# "started" once the first rewrite is whole: a fork before it finds `w` empty (a slow start)
+while n < 1 or not select.select([sys.stdin], [], [], 0)[0]:
     path = f"{root}/w/{n % 8}.bin"
     with open(path, "wb") as f:
         for _ in range(16):
@@ -185,6 +185,8 @@ while not select.select([sys.stdin], [], [], 0)[0]:
     if n % 3 == 0 and os.path.exists(f"{root}/w/{(n + 4) % 8}.bin"):
         os.unlink(f"{root}/w/{(n + 4) % 8}.bin")
     n += 1
+    if n == 1:
+        print("started", flush=True)
 """
 
 

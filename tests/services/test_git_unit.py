@@ -135,11 +135,20 @@ def test_a_reset_below_the_base_is_said(worked: Path) -> None:
 def test_show_and_mbox_inside_a_session_answer_as_outside(worked: Path) -> None:
     ok(run(worked, "exp", "echo 1 > c1.txt && git add c1.txt && git commit -q -m c1"))
     cmd = " ".join(GITSESS)
-    inside = ok(run(worked, "exp", f"{cmd} show exp --json"))
-    outside = gitsess(worked, "show", "exp", "--json").stdout
-    assert '"commits": 1' in inside.stdout and '"commits": 1' in outside
-    mails = ok(run(worked, "exp", f"{cmd} apply --patch --mbox -m m | grep -c '^From: '"))
-    assert mails.stdout.strip() == "1"  # the commit, and no changes since
+    outside = json.loads(ok(gitsess(worked, "show", "exp", "--json")).stdout)
+    assert outside["commits"] == 1 and len(outside["own_commits"]) == 1
+    # Inside a run the real worktree and its refs are out of reach (the worktree's path shows
+    # the view, whose branch ref is the session's own; the state dir holds no refs): which
+    # commits are the session's own is unknown there, and `show` says so (null, none listed)
+    # rather than a count that could be wrong.
+    inside = json.loads(ok(run(worked, "exp", f"{cmd} show exp --json")).stdout)
+    assert inside["commits"] is None and inside["own_commits"] == []
+    # `apply` (its mbox export included) reaches the real tree: refused inside, as outside
+    # it answers with the commit, and no changes since.
+    refused = run(worked, "exp", f"{cmd} apply --patch --mbox -m m")
+    assert refused.returncode != 0 and "cannot run inside a session's run" in refused.stderr
+    mails = ok(gitsess(worked, "apply", "exp", "--patch", "--mbox", "-m", "m")).stdout
+    assert mails.count("\nFrom: ") + mails.startswith("From: ") == 1
 
 
 # ---------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ def test_the_tour_runs_every_step_and_leaves_nothing_behind(tmp_path: Path) -> N
     assert "Created session idea" in done.stdout
     assert "Removed worktree" in done.stdout
     assert "+    return text.splitlines()" in done.stdout  # the session's diff
-    assert "Committed" in done.stdout and "on main: 2 path(s)" in done.stdout
+    assert "1 commit fast-forwarded, 1 new commit with 1 path" in done.stdout
     assert "is back at checkpoint" in done.stdout  # the bad run undone
     assert "left and right both changed 1 path(s): README.md; would conflict on README.md" in (
         done.stdout
