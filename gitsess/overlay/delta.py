@@ -135,35 +135,8 @@ def copy_data(src: str, dest: str) -> None:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
         raise OSError(errno.EPERM, f"{dest_dir} is not a directory of this user's")
     for name in names:
-        fd_in = os.open(os.path.join(src_dir, name), os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            # never through a link planted where a data file goes
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-            fd_out = os.open(os.path.join(dest_dir, name), flags, 0o600)
-            try:
-                _copy_extents(fd_in, fd_out)
-            finally:
-                os.close(fd_out)
-        finally:
-            os.close(fd_in)
-
-
-def _copy_extents(fd_in: int, fd_out: int) -> None:
-    size = os.fstat(fd_in).st_size
-    os.ftruncate(fd_out, size)
-    pos = 0
-    while pos < size:
-        try:
-            start = os.lseek(fd_in, pos, os.SEEK_DATA)
-        except OSError:  # ENXIO: only a hole is left
-            return
-        end = os.lseek(fd_in, start, os.SEEK_HOLE)
-        while start < end:
-            copied = os.copy_file_range(fd_in, fd_out, end - start, start, start)
-            if not copied:
-                return
-            start += copied
-        pos = end
+        # a reflink where the filesystem has them; never through a link planted there
+        history.copy_file(os.path.join(src_dir, name), os.path.join(dest_dir, name))
 
 
 # `shrink`: free pages worth giving back (4 MiB of 4 KiB pages), and SQLite's auto_vacuum mode.
