@@ -116,6 +116,22 @@ def connect(session_dir: str, timeout: float = TIMEOUT) -> socket.socket | None:
     return sock
 
 
+def connect_trusted(name: bytes, timeout: float | None = None) -> socket.socket | None:
+    """A connection to the abstract socket `name` (a watch process, the spare), if one of this
+    user (or root) serves it: another user could have taken the name first."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    try:
+        sock.connect(name)
+    except OSError:
+        sock.close()
+        return None
+    if not trusted(peer_uid(sock)):
+        sock.close()
+        return None
+    return sock
+
+
 def peer_uid(sock: socket.socket) -> int:
     """The user of the process at the other end of a unix socket, as the kernel saw it."""
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))

@@ -78,7 +78,7 @@ class LowerWatcher:
         name = address(self.root)
         deadline = time.monotonic() + START_S
         while time.monotonic() < deadline:
-            sock = _connect(name)
+            sock = control.connect_trusted(name)
             if sock is not None:
                 return sock
             started = self._started
@@ -161,18 +161,3 @@ class LowerWatcher:
             self._lock.notify_all()
         sock.close()
         return not (self._stopping or failed)
-
-
-def _connect(name: bytes) -> socket.socket | None:
-    """A connection to the watch process named `name`, if one of this user (or root) serves
-    it: another user could have taken the name first."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(name)
-    except OSError:
-        sock.close()
-        return None
-    if not control.trusted(control.peer_uid(sock)):
-        sock.close()
-        return None
-    return sock

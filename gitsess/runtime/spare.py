@@ -120,21 +120,10 @@ def fork_daemon(
 
 
 def _connect(name: bytes) -> socket.socket | None:
-    import socket
-
+    # (imported here: the command line's fast path imports this module before the overlay)
     from gitsess.overlay import control
 
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(CONNECT_S)
-    try:
-        sock.connect(name)
-    except OSError:
-        sock.close()
-        return None
-    if not control.trusted(control.peer_uid(sock)):
-        sock.close()
-        return None
-    return sock
+    return control.connect_trusted(name, CONNECT_S)
 
 
 def serve() -> int:
