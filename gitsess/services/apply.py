@@ -28,7 +28,7 @@ from gitsess.git.repo import RepoContext
 from gitsess.git.scratch import scratch_repo
 from gitsess.overlay.view import OverlayView
 from gitsess.services.apply_journal import (
-    Prepared,
+    PreparedApply,
     journal_path,
     new_journal,
     prepare,
@@ -226,7 +226,7 @@ _MOVED_TRIES = 3
 
 def _apply_to_commit(
     ctx: RepoContext,
-    p: Prepared,
+    p: PreparedApply,
     pathspecs: Sequence[str],
     *,
     message: str,

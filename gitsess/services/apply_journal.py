@@ -105,7 +105,7 @@ def journal_path(ctx: RepoContext, session: Session) -> Path:
 
 
 @dataclass
-class Journal:
+class ApplyJournal:
     """What `apply-journal.json` holds; `to_json` is the file's format, which a journal written
     by an earlier version has too (a crash may be completed by the next version)."""
 
@@ -129,7 +129,7 @@ class Journal:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Journal:
+    def from_json(cls, data: dict[str, Any]) -> ApplyJournal:
         from gitsess.git.apply_commit import CommitResult
 
         result = data["result"]
@@ -144,11 +144,11 @@ class Journal:
         )
 
 
-def read_journal(ctx: RepoContext, session: Session) -> Journal:
-    return Journal.from_json(json.loads(journal_path(ctx, session).read_text()))
+def read_journal(ctx: RepoContext, session: Session) -> ApplyJournal:
+    return ApplyJournal.from_json(json.loads(journal_path(ctx, session).read_text()))
 
 
-def write_journal(ctx: RepoContext, session: Session, journal: Journal) -> None:
+def write_journal(ctx: RepoContext, session: Session, journal: ApplyJournal) -> None:
     path = journal_path(ctx, session)
     tmp = path.with_suffix(".tmp")
     with open(tmp, "w") as f:
@@ -174,10 +174,10 @@ def new_journal(
     result: CommitResult | None = None,
     base: str | None = None,
     move_base: bool = False,
-) -> Journal:
+) -> ApplyJournal:
     by_path = {c.path: c for c in changes.changes}
     drop = droppable(applied, keep)
-    return Journal(
+    return ApplyJournal(
         target=target,
         paths=list(applied),
         drop=drop,
@@ -192,7 +192,7 @@ def settle(
     ctx: RepoContext,
     session: Session,
     root: Path,
-    journal: Journal,
+    journal: ApplyJournal,
     restamp: Iterable[str],
 ) -> tuple[list[str], list[str]]:
     """Drop what the journal says may go (unless written to meanwhile), refresh the records of
@@ -302,7 +302,9 @@ def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
     return removed
 
 
-def _finish_commit(ctx: RepoContext, session: Session, root: Path, journal: Journal) -> list[str]:
+def _finish_commit(
+    ctx: RepoContext, session: Session, root: Path, journal: ApplyJournal
+) -> list[str]:
     from gitsess.git.apply_commit import finish_commit
 
     result = journal.result
@@ -322,7 +324,9 @@ def _finish_commit(ctx: RepoContext, session: Session, root: Path, journal: Jour
     return [f"completed an interrupted apply --commit ({what} on {result.branch})"]
 
 
-def _finish_worktree(ctx: RepoContext, session: Session, root: Path, journal: Journal) -> list[str]:
+def _finish_worktree(
+    ctx: RepoContext, session: Session, root: Path, journal: ApplyJournal
+) -> list[str]:
     from gitsess.git.apply_worktree import apply_worktree
 
     paths = journal.paths
@@ -361,7 +365,7 @@ def _only(changes: ChangeSet, paths: set[str]) -> ChangeSet:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedApply:
     session: Session
     root: Path
     repo: pygit2.Repository
@@ -369,11 +373,11 @@ class Prepared:
 
 
 @contextmanager
-def prepare(ctx: RepoContext, session: Session) -> Iterator[Prepared]:
+def prepare(ctx: RepoContext, session: Session) -> Iterator[PreparedApply]:
     """Under the session's apply lock, a journal found completed first: the session as the
     registry has it now, its real worktree and repository."""
     with _locked(ctx, session):
         notes = _reconcile_locked(ctx, session) if journal_path(ctx, session).exists() else []
         session = _current(ctx, session)
         root = real_root(session)
-        yield Prepared(session, root, open_real(session, root), notes)
+        yield PreparedApply(session, root, open_real(session, root), notes)

@@ -142,7 +142,7 @@ def run(
 
     spec = spec_for(ctx, session)
     live, conn = mount.mount_and_join(
-        spec, protocol.Participant(os.getpid(), role, read_only, list(argv), run_id)
+        spec, protocol.Joiner(os.getpid(), role, read_only, list(argv), run_id)
     )
     hidden = hidden_paths(ctx, session)
     # Where the command finds the state dir: its real path, in the worktree or not.
@@ -186,7 +186,7 @@ def keep_mounted(
     allow_other: bool,
     read_only: bool,
     force: bool = False,
-) -> mount.Status:
+) -> protocol.DaemonStatus:
     """`gitsess mount`: a mount that stays until `gitsess umount`; read-only when asked or
     when the session is. A mount point given must be a directory already.
 
@@ -242,7 +242,7 @@ def unmount(ctx: RepoContext, session: Session) -> bool:
 @dataclass(frozen=True)
 class LiveSession:
     session: Session
-    status: mount.Status
+    status: protocol.DaemonStatus
 
 
 def live_sessions(ctx: RepoContext, sessions: Sequence[Session]) -> list[LiveSession]:
