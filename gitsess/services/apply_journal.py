@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pygit2
 
-from gitsess import processes
+from gitsess import durable, processes
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, ChangeSet, compute_changes
@@ -149,14 +148,10 @@ def read_journal(ctx: RepoContext, session: Session) -> ApplyJournal:
 
 
 def write_journal(ctx: RepoContext, session: Session, journal: ApplyJournal) -> None:
-    path = journal_path(ctx, session)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(journal.to_json()))  # `json.dump` encodes in Python, `dumps` in C
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-    fsync_dir(path.parent)
+    with durable.write_aside(journal_path(ctx, session), durable=True) as f:
+        f.write(
+            json.dumps(journal.to_json()).encode()
+        )  # `json.dump` encodes in Python, `dumps` in C
 
 
 def remove_journal(ctx: RepoContext, session: Session) -> None:
@@ -278,10 +273,6 @@ def _reconcile_locked(ctx: RepoContext, session: Session) -> list[str]:
     return notes
 
 
-# What a real-tree write of an apply writes aside before renaming it in (`write_targets`).
-_LEFTOVER = re.compile(r"\..+\.gitsess-(\d+)\.tmp")
-
-
 def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
     """The files an apply that was killed wrote aside and never renamed in, in the folders of
     the paths it was writing: removed (only those of a process that is gone)."""
@@ -292,8 +283,8 @@ def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
         except OSError:
             continue
         for name in names:
-            found = _LEFTOVER.fullmatch(name)
-            if found is None or processes.alive(int(found.group(1))):
+            writer = durable.aside_writer(name)
+            if writer is None or processes.alive(writer):
                 continue
             path = root / folder / name
             with contextlib.suppress(FileNotFoundError):
