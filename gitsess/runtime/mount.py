@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.overlay import control, mounttable, protocol
 from gitsess.overlay.protocol import DaemonStatus
 from gitsess.runtime import prestart
@@ -175,7 +175,7 @@ def allow_other_permitted(conf: Path = Path("/etc/fuse.conf")) -> bool:
 def _start_daemon(spec: MountSpec) -> None:
     if spec.allow_other and not allow_other_permitted():
         raise GitsessError(
-            "--allow-other needs `user_allow_other` in /etc/fuse.conf, which it lacks."
+            f"{option('allow-other')} needs `user_allow_other` in /etc/fuse.conf, which it lacks."
             " Fix (as root): echo user_allow_other >> /etc/fuse.conf"
         )
     spec.target.mkdir(mode=0o700, parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pygit2
 
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 
 # Change is what a command shows of each path (the cli meets it here, not in the git layer).
 from gitsess.git.changes import Change as Change
@@ -203,7 +203,7 @@ def apply_to_commit(
     if branch is not None and not pygit2.reference_is_valid_name(
         f"refs/heads/{branch.removeprefix('refs/heads/')}"
     ):
-        raise GitsessError(f"--branch {branch!r} is not a valid branch name")
+        raise GitsessError(f"{option('branch')} {branch!r} is not a valid branch name")
     with prepare(ctx, session) as p:
         for attempt in range(_MOVED_TRIES):
             try:
@@ -244,7 +244,7 @@ def _apply_to_commit(
     target = branch or p.session.branch
     if target is None:
         raise GitsessError(
-            f"session {p.session.name} is on a detached HEAD; give --branch to commit on"
+            f"session {p.session.name} is on a detached HEAD; give {option('branch')} to commit on"
         )
     with (
         open_view(ctx, p.session, p.root) as view,
@@ -260,7 +260,7 @@ def _apply_to_commit(
             on = (commits.head.branch or "a detached HEAD").removeprefix("refs/heads/")
             raise GitsessError(
                 f"session {p.session.name}'s git is on {on}, not on its branch "
-                f"{p.session.branch}: give --branch to apply its commits onto a branch"
+                f"{p.session.branch}: give {option('branch')} to apply its commits onto a branch"
             )
         full = target if target.startswith("refs/") else "refs/heads/" + target
         stale_git = git.stale_after_apply(full) if git is not None else []

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
 from gitsess.overlay import fsmonitor_hook, protocol
 from gitsess.runtime import mount, strays
@@ -206,7 +206,7 @@ def keep_mounted(
         elif not force and mountpoint.is_dir() and any(mountpoint.iterdir()):
             raise GitsessError(
                 f"{mountpoint} is not empty: the mount would hide its files; choose an empty "
-                "directory, or pass --force to mount over them"
+                f"directory, or pass {option('force')} to mount over them"
             )
     spec = spec_for(
         ctx,

@@ -21,7 +21,7 @@ from uuid import uuid4
 import apsw
 
 from gitsess import processes
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.git.repo import RepoContext
 from gitsess.runtime import mount
 from gitsess.services.agents import profiles, roots
@@ -86,7 +86,7 @@ def prepare(
     """
     role = role or kind
     if role is None:
-        raise GitsessError("give --agent KIND, --role ROLE, or both")
+        raise GitsessError(f"give {option('agent', 'KIND')}, {option('role', 'ROLE')}, or both")
     if not _ROLE.fullmatch(role):
         raise GitsessError(
             f"invalid role {role!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a"
@@ -102,7 +102,8 @@ def prepare(
         if row is None:
             if wanted is None or kind is None:
                 raise GitsessError(
-                    f"session {session.name} has no role {role!r} yet; start it with --agent KIND"
+                    f"session {session.name} has no role {role!r} yet; start it with "
+                    + option("agent", "KIND")
                 )
             row = _add(ctx, registry, session, role, kind, wanted)
         profile = known.get(row.kind)
