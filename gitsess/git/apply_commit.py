@@ -47,7 +47,12 @@ from gitsess.git.objects import (
     view_or_blob,
 )
 from gitsess.git.patch import carried_by_git, left_out_by_git
-from gitsess.git.realtree import (
+from gitsess.git.reflock import IndexLock, Moved, RefLock
+from gitsess.git.repo import common_dir
+from gitsess.git.scratch import BIG_FILE, BigFile, ScratchRepository, scratch_repo
+from gitsess.git.view import SessionView
+from gitsess.git.worktree import checked_out_at
+from gitsess.git.worktree_writes import (
     Target,
     plan_writes,
     session_target,
@@ -55,11 +60,6 @@ from gitsess.git.realtree import (
     workdir_of,
     write_targets,
 )
-from gitsess.git.reflock import IndexLock, Moved, RefLock
-from gitsess.git.repo import common_dir
-from gitsess.git.scratch import BIG_FILE, BigFile, ScratchRepository, scratch_repo
-from gitsess.git.view import SessionView
-from gitsess.git.worktree import checked_out_at
 
 
 class Unread(Enum):

@@ -24,7 +24,7 @@ import pygit2
 
 from gitsess.errors import GitsessError, option
 from gitsess.git import published, transport
-from gitsess.git.archive import refused_in_tree
+from gitsess.git.archive_commits import refused_in_tree
 from gitsess.git.published import Published
 from gitsess.git.repo import RepoContext, head_of, open_worktree
 from gitsess.git.transport import Progress as Progress  # the cli shows its counts

@@ -30,7 +30,7 @@ from gitsess.git.session_refs import (
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:  # `ls` counts commits without loading apply's machinery
-    from gitsess.git.archive import ArchiveInfo
+    from gitsess.git.archive_commits import ArchiveInfo
     from gitsess.git.pathspec import Pathspec
     from gitsess.git.replay import Replayed
     from gitsess.git.view import SessionView

@@ -551,7 +551,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     nowhere else (uncommitted changes, commits on no other branch); `force` removes them anyway.
     Unapplied changes are archived first (`Removal.archive`; `gitsess restore` takes them back).
     """
-    from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
+    from gitsess.git.archive_commits import PREFIX as ARCHIVE_PREFIX
     from gitsess.git.worktree import keep_detached, keep_reasons, remove_created
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import agents, archives
