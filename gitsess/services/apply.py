@@ -253,7 +253,7 @@ def _apply_to_commit(
         changes = compute_changes(
             view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
         )
-        own = target.removeprefix("refs/heads/") == p.session.branch
+        on_own_branch = target.removeprefix("refs/heads/") == p.session.branch
         git = session_git.state(view, p.repo, p.session, p.root)
         commits = git if git is not None and git.commits else None
         if commits is not None and commits.off_branch and branch is None:
@@ -270,7 +270,7 @@ def _apply_to_commit(
                 f"the session's HEAD is {git.below_base} commit(s) below its base (a git reset "
                 "inside): the commit takes the files as the view has them"
             )
-        onto = undo = None
+        replayed_tip = reverted = None
         made: dict[str, Any] = {}
         base = p.session.base_commit
         # read once: the replay is built on it, and the ref is swapped against it
@@ -291,18 +291,18 @@ def _apply_to_commit(
                         for path in promoted.conflicts
                     ), base=base, notes=tuple(notes),
                 )  # fmt: skip
-            onto, base = promoted.tip, commits.commits[-1]
+            replayed_tip, base = promoted.tip, commits.commits[-1]
             made = {"fast_forward": promoted.fast_forward, "replayed": promoted.commits}
-            undo = session_git.reverted_in_view(
+            reverted = session_git.reverted_in_view(
                 scratch, view, commits, set(changes.paths), Pathspec(pathspecs)
             )
         elif git is not None and not squash and session_git.reached(scratch, git, tip, base):
             # its commits are on the branch already (a fork applied, a `git merge` of them):
             # the view's changes are on top of its HEAD, not of its base
-            onto, base = tip, git.head.commit
+            replayed_tip, base = tip, git.head.commit
 
         def journal(result: CommitResult) -> None:
-            move = own or result.worktree_updated
+            move = on_own_branch or result.worktree_updated
             applied = result.applied if result.worktree_updated else ()
             keep = [*result.skipped, *changes.excluded]
             data = new_journal(
@@ -317,9 +317,10 @@ def _apply_to_commit(
         result = apply_commit(
             p.repo, view, changes, branch=target, base=base,
             message=message, author=author, force=force, dry_run=dry_run,
-            on_prepared=journal, scratch=scratch, onto=onto, undo=undo, tip=tip,
+            on_prepared=journal, scratch=scratch, replayed_tip=replayed_tip, reverted=reverted,
+            tip=tip,
         )  # fmt: skip
-    if result.commit is not None and result.commit != onto:
+    if result.commit is not None and result.commit != replayed_tip:
         made["new_commit"] = result.commit
         made["new_commit_paths"] = _paths_changed(p.repo, result.commit)
     outcome = Applied(
@@ -418,10 +419,12 @@ def _commit_mails(
     from gitsess.git.commit_mails import changes_mail, commit_mail
     from gitsess.services import session_git
 
-    undo = session_git.reverted_in_view(scratch, view, git, set(changes.paths), Pathspec(pathspecs))
+    reverted = session_git.reverted_in_view(
+        scratch, view, git, set(changes.paths), Pathspec(pathspecs)
+    )
     mails = [commit_mail(scratch, c) for c in git.commits]
     last = changes_mail(
-        scratch, view, changes, git.commits[-1], undo, message=message, author=author
+        scratch, view, changes, git.commits[-1], reverted, message=message, author=author
     )
     return b"".join([*mails, last])
 
