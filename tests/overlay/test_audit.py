@@ -18,7 +18,7 @@ from gitsess.overlay.tree import Tree
 
 @dataclass(frozen=True)
 class _Context:
-    """All `write` reads of a WRITE's request context (patch item 12): its writer."""
+    """All `write` reads of a WRITE's request context (patch 0008): its writer."""
 
     pid: int
 

@@ -118,20 +118,21 @@ def test_listing_threads_end_when_stopped_even_with_the_view_gone(tmp_path: Path
     for i in range(3000):
         (many / f"entry-{i:05d}").touch()
     code = f"""
-import os, time, pyfuse3
+import os, time
+from gitsess.overlay import _lister
 tasks = lambda: len(os.listdir("/proc/self/task"))
 before = tasks()
-assert pyfuse3.list_ahead(b"/nonexistent/gone", {listahead.THREADS})
-assert pyfuse3.list_ahead(b"/nonexistent/gone/too", {listahead.THREADS})
+assert _lister.list_ahead(b"/nonexistent/gone", {listahead.THREADS})
+assert _lister.list_ahead(b"/nonexistent/gone/too", {listahead.THREADS})
 assert tasks() == before + {listahead.THREADS}, tasks()
-assert pyfuse3.stat_ahead(b"/nonexistent/gone", {listahead.THREADS})
-assert pyfuse3.stat_ahead({str(many).encode()!r}, {listahead.THREADS})
+assert _lister.stat_ahead(b"/nonexistent/gone", {listahead.THREADS})
+assert _lister.stat_ahead({str(many).encode()!r}, {listahead.THREADS})
 deadline = time.monotonic() + 10
-while pyfuse3.list_ahead_pending() and time.monotonic() < deadline:
+while _lister.pending() and time.monotonic() < deadline:
     time.sleep(0.01)
-assert pyfuse3.list_ahead_pending() == 0
-pyfuse3.list_ahead_stop()
-assert not pyfuse3.list_ahead(b"/", {listahead.THREADS})
+assert _lister.pending() == 0
+_lister.stop()
+assert not _lister.list_ahead(b"/", {listahead.THREADS})
 while tasks() > before and time.monotonic() < deadline:
     time.sleep(0.01)
 assert tasks() == before, tasks()
