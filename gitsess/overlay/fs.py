@@ -336,7 +336,7 @@ class Filesystem(pyfuse3.Operations):
                     raise
             else:
                 self._record("create", parent_inode, name, ctx)
-                return self._open_handle(made, ctx.pid), self._entry(made)
+                return self._open_handle(made), self._entry(made)
         # The kernel asked to create a name it believed absent (the worktree grew it
         # meanwhile): O_EXCL fails as on any filesystem, otherwise the file is opened.
         if flags & os.O_EXCL:
@@ -384,9 +384,9 @@ class Filesystem(pyfuse3.Operations):
             self.tree.truncate(n, 0)
             self.tree.audit.record("truncate", self.tree.path_of(n), pid)
             self.tree.journal.note(self.tree.path_of(n))
-        return self._open_handle(n, pid)
+        return self._open_handle(n)
 
-    def _open_handle(self, n: Node, pid: int) -> FileInfo:
+    def _open_handle(self, n: Node) -> FileInfo:
         # Only CREATE opens here: requests name the file by its inode (zero-message opens).
         return FileInfo(fh=FileHandleT(n.ino), keep_cache=True)
 
