@@ -30,22 +30,32 @@ if [[ ! -x .venv/bin/python ]]; then
     "$python" -m venv .venv
 fi
 
-# pyfuse3 from its PyPI source with patches/pyfuse3-$pyfuse3_version.patch (why: see the patch),
-# before gitsess itself so that pip finds the requirement met and keeps this build.
+# pyfuse3 from its PyPI source with the series patches/pyfuse3/NNNN-*.patch applied in order (what
+# each patch is for: its header; which could go upstream: docs/ARCHITECTURE.md), before gitsess
+# itself so that pip finds the requirement met and keeps this build. The stamp is a hash over
+# the series: a changed, added or removed patch rebuilds it.
 pyfuse3_version=3.5.0
-pyfuse3_patch=patches/pyfuse3-$pyfuse3_version.patch
+pyfuse3_series=(patches/pyfuse3/[0-9][0-9][0-9][0-9]-*.patch)
 pyfuse3_stamp=.venv/.gitsess-pyfuse3-patch
-if [[ "$(cat "$pyfuse3_stamp" 2>/dev/null)" != "$(sha256sum <"$pyfuse3_patch")" ]] ||
+pyfuse3_hash=$(for patch in "${pyfuse3_series[@]}"; do
+    echo "$patch $(sha256sum <"$patch")"
+done | sha256sum)
+if [[ "$(cat "$pyfuse3_stamp" 2>/dev/null)" != "$pyfuse3_hash" ]] ||
     ! .venv/bin/python -c 'import pyfuse3' 2>/dev/null; then
-    echo "setup: building pyfuse3 $pyfuse3_version with $pyfuse3_patch"
+    echo "setup: building pyfuse3 $pyfuse3_version with the ${#pyfuse3_series[@]} patches of patches/pyfuse3/"
     build=$(mktemp -d)
     trap 'rm -rf "$build"' EXIT
     .venv/bin/python -m pip download -q --no-binary :all: --no-deps "pyfuse3==$pyfuse3_version" \
         -d "$build"
     tar xzf "$build/pyfuse3-$pyfuse3_version.tar.gz" -C "$build"
-    (cd "$build/pyfuse3-$pyfuse3_version" && git apply "$OLDPWD/$pyfuse3_patch")
+    for patch in "${pyfuse3_series[@]}"; do
+        if ! (cd "$build/pyfuse3-$pyfuse3_version" && git apply "$OLDPWD/$patch" 2>"$build/apply.err"); then
+            echo "setup: $patch does not apply to pyfuse3 $pyfuse3_version ($(head -n1 "$build/apply.err"))" >&2
+            exit 1
+        fi
+    done
     .venv/bin/python -m pip install -q --force-reinstall --no-deps "$build/pyfuse3-$pyfuse3_version"
-    sha256sum <"$pyfuse3_patch" >"$pyfuse3_stamp"
+    echo "$pyfuse3_hash" >"$pyfuse3_stamp"
 fi
 
 # Install again when the declared dependencies or the install's mode changed since the last
@@ -56,8 +66,11 @@ fi
 # process as well: `gitsess mount` 227-244 ms with it, 213-232 ms without (docs/PERFORMANCE.md).
 stamp=.venv/.gitsess-installed
 install_mode=compat
-if [[ ! -f $stamp || pyproject.toml -nt $stamp || $(<"$stamp") != "$install_mode" ]] ||
-    ! .venv/bin/python -c 'import gitsess.cli, pyfuse3, pytest, xdist, mypy' 2>/dev/null; then
+# The install also builds gitsess's C extension (gitsess/overlay/_lister.c) in place.
+if [[ ! -f $stamp || pyproject.toml -nt $stamp || gitsess/overlay/_lister.c -nt $stamp ||
+    $(<"$stamp") != "$install_mode" ]] ||
+    ! .venv/bin/python -c 'import gitsess.cli, gitsess.overlay._lister, pyfuse3, pytest, xdist, mypy' \
+        2>/dev/null; then
     echo "setup: installing gitsess with its test and dev extras into .venv"
     .venv/bin/python -m pip install -q -e '.[test,dev]' --config-settings "editable_mode=$install_mode"
     echo "$install_mode" >"$stamp"

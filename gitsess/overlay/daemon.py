@@ -25,7 +25,7 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, guard, history, hostloop, listahead, presence, protocol
+from gitsess.overlay import control, guard, history, presence, protocol
 from gitsess.overlay.audit import Attribution
 from gitsess.overlay.delta import DeltaStore, copy_delta, kv_get, kv_put, kv_remove
 from gitsess.overlay.fs import Filesystem
@@ -49,7 +49,7 @@ LINGER = 0.3
 # keep two in flight: a cold read of 500 MiB took half the daemon's CPU (docs/PERFORMANCE.md).
 # Exactly two: the kernel cuts each window of read-ahead into READs of that size, and the rest
 # of a window that is no multiple of it became a READ of its own (a third of them, of 32 KiB).
-READ_AHEAD_KB = 2 * getattr(pyfuse3, "read_size", lambda: 1 << 20)() // 1024
+READ_AHEAD_KB = 2 * pyfuse3.read_size() // 1024
 # How long a stopping daemon serves its own directory listings in flight, at most.
 LISTINGS_DRAIN = 2.0
 # While commits fail, how often the log says so again.
@@ -91,7 +91,7 @@ class DaemonState:
     mountpoint: str
     persistent: bool
     read_only: bool
-    ahead: ListAhead | None
+    ahead: ListAhead
     presence: Presence
     participants: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_id: int = 1
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         options.add("allow_other")
     if args.read_only:
         options.add("ro")
-    ahead = ListAhead(args.mountpoint) if listahead.AVAILABLE else None
+    ahead = ListAhead(args.mountpoint)
     try:
         pyfuse3.init(Filesystem(tree, ahead), args.mountpoint, options)
     except RuntimeError as e:
@@ -175,10 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
     try:
-        if hostloop.SERVES:
-            HostLoop().run(lambda ended: _serve(state, listener, watcher, args.ready_fd, ended))
-        else:
-            trio.run(_serve, state, listener, watcher, args.ready_fd, None)
+        HostLoop().run(lambda ended: _serve(state, listener, watcher, args.ready_fd, ended))
     finally:
         if guarded is not None:
             guard.stand_down(guarded)
@@ -222,10 +219,10 @@ async def _serve(
     listener: socket.socket,
     watcher: LowerWatcher,
     ready_fd: int | None,
-    fuse_ended: trio.Event | None,
+    fuse_ended: trio.Event,
 ) -> None:
     """Everything but the FUSE requests, which `HostLoop` serves while this waits for
-    `fuse_ended`; without it (a stock pyfuse3) they are served here, by `pyfuse3.main`."""
+    `fuse_ended`."""
     token = trio.lowlevel.current_trio_token()
     state.watcher = watcher
     watcher.on_change = lambda rels: _invalidate(state.tree, rels, token)
@@ -254,11 +251,7 @@ async def _serve(
         nursery.start_soon(
             lambda: trio.to_thread.run_sync(state.tree.remove_stray_data, abandon_on_cancel=True)
         )
-        if fuse_ended is not None:
-            await fuse_ended.wait()
-        else:
-            # Every handler is synchronous: more worker tasks would add locking, not concurrency.
-            await pyfuse3.main(min_tasks=1, max_tasks=1)
+        await fuse_ended.wait()
         nursery.cancel_scope.cancel()
 
 
@@ -320,7 +313,7 @@ def _invalidate_all(entries: list[tuple[int, bytes]], inodes: list[int]) -> None
 
 def _invalidate_entries(entries: list[tuple[int, bytes]]) -> set[int]:
     """Returns the directories, whose inodes it invalidated too: the kernel may hold their
-    listings (see fs.INODE_FH)."""
+    listings (see fs.py's zero-message opens)."""
     for parent, name in entries:
         with contextlib.suppress(OSError):
             pyfuse3.invalidate_entry(pyfuse3.InodeT(parent), pyfuse3.FileNameT(name))
@@ -397,11 +390,10 @@ def _stop(state: DaemonState, why: str, *, until_saved: bool = True) -> OSError 
 async def _stop_when_asked(state: DaemonState) -> None:
     await state.stop_asked.wait()
     # Our own listings wait for this loop: it serves them before it ends (see listahead).
-    if state.ahead is not None:
-        state.ahead.stop()
-        with trio.move_on_after(LISTINGS_DRAIN):
-            while not state.ahead.idle:
-                await trio.sleep(0.001)
+    state.ahead.stop()
+    with trio.move_on_after(LISTINGS_DRAIN):
+        while not state.ahead.idle:
+            await trio.sleep(0.001)
     pyfuse3.terminate()
 
 

@@ -11,8 +11,7 @@ import logging
 import os
 import stat
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import pyfuse3
 from pyfuse3 import (
@@ -31,12 +30,15 @@ from pyfuse3 import (
     XAttrNameT,
 )
 
-from gitsess.overlay import acl
+from gitsess.overlay import acl, pyfuse3_build
 from gitsess.overlay import passthrough as pt
 from gitsess.overlay.gitdir import in_git
 from gitsess.overlay.listahead import SUBDIRS, ListAhead
 from gitsess.overlay.nodes import Node
 from gitsess.overlay.tree import Tree
+
+# Everything below is written for gitsess's build of pyfuse3 (patches/pyfuse3/): refuse another.
+pyfuse3_build.require()
 
 log = logging.getLogger("gitsess.fs")
 T = TypeVar("T")
@@ -47,38 +49,20 @@ TIMEOUT = 300.0
 GIT_TIMEOUT = 1.0
 
 
-@dataclass
-class Handle:
-    node: Node
-    pid: int = 0  # who opened it: the writer, where a WRITE does not say
+# Zero-message opens: the handlers get the inode number as `fh` when the kernel sends none
+# (patch 0001), and `open` and `opendir` answer ENOSYS: the kernel stops sending OPEN, OPENDIR,
+# RELEASE and RELEASEDIR, and keeps every file's pages and every directory listing in its page
+# cache until told they changed, so a warm read of a file or a warm `find` sends no request at
+# all. CREATE hands out the inode number as its handle too: from the first `open` answered
+# ENOSYS on, the kernel sends no RELEASE for any file, not even one made by CREATE, so a handle
+# kept for it would never be let go (nor the file's node, nor the data of a file unlinked since).
 
-
-# pyfuse3 as built by scripts/setup.sh (patches/pyfuse3-3.5.0.patch) hands the inode number to
-# handlers as `fh` when the kernel sends none. Then `open` and `opendir` answer ENOSYS: the
-# kernel stops sending OPEN, OPENDIR, RELEASE and RELEASEDIR, and keeps every file's pages and
-# every directory listing in its page cache until told they changed, so a warm read of a file
-# or a warm `find` sends no request at all. CREATE hands out the inode number as its handle
-# too: from the first `open` answered ENOSYS on, the kernel sends no RELEASE for any file, not
-# even one made by CREATE, so a handle kept for it would never be let go (nor the file's node,
-# nor the data of a file unlinked since). Without the patch, handles are numbered from
-# HANDLES_FROM up, apart from the inode numbers.
-INODE_FH: bool = getattr(pyfuse3, "FH_DEFAULTS_TO_INODE", False)
-HANDLES_FROM = 1 << 62
-
-# pyfuse3 as built by scripts/setup.sh also lists an entry by name, inode and type alone, for
-# inodes the kernel holds already (a `git status` looks up every file before it lists the
-# directories): no attributes to fetch or send, and no lookup count to take back later.
-NAME_ONLY: Callable[..., bool] | None = getattr(pyfuse3, "readdir_reply_name", None)
-
-# pyfuse3 as built by scripts/setup.sh also fills an entry from a worktree object's lstat in C:
-# field by field from Python that was some 2 us of every entry of a cold listing.
-ENTRY_FROM_STAT: Callable[..., EntryAttributes] | None = getattr(pyfuse3, "entry_from_stat", None)
-
-# pyfuse3 as built by scripts/setup.sh also answers a read with a slice of an open file, spliced
-# into the FUSE device: the data is not copied into Python and out again (a cold sequential read
-# of a big worktree file spent two thirds of the daemon's CPU in those copies). `read` returns
-# it where bytes are due. Smaller reads are copied: the splice's extra system calls cost more.
-FILE_SLICE: Callable[[int, int, int], bytes] | None = getattr(pyfuse3, "FileSlice", None)
+# `read` answers with a slice of an open file (patch 0006), spliced into the FUSE device: the
+# data is not copied into Python and out again (a cold sequential read of a big worktree file
+# spent two thirds of the daemon's CPU in those copies). It returns one where bytes are due
+# (pyfuse3 types `read` for bytes). Smaller reads are copied: the splice's extra system calls
+# cost more.
+FILE_SLICE = cast(Callable[[int, int, int], bytes], pyfuse3.FileSlice)
 SPLICE_MIN = 64 * 1024
 
 # Listings of directories being read, kept for the requests that continue them.
@@ -130,19 +114,17 @@ class Filesystem(pyfuse3.Operations):
     # `create` of 2,000 files took a third longer and 500 MiB + fsync longer too; only runs of
     # small writes to one file are cheaper with it (docs/PERFORMANCE.md).
     enable_writeback_cache = False
-    # Without OPEN requests an O_TRUNC arrives as a SETATTR of the size (patch item 2).
-    atomic_o_trunc = not INODE_FH
-    # The writer of each WRITE (patch item 12): nothing else names it without OPEN requests.
+    # Without OPEN requests an O_TRUNC arrives as a SETATTR of the size (patch 0002).
+    atomic_o_trunc = False
+    # The writer of each WRITE (patch 0008): nothing else names it without OPEN requests.
     write_context = True
 
     def __init__(self, tree: Tree, ahead: ListAhead | None = None) -> None:
         super().__init__()
         self.tree = tree
         self.ahead = ahead
-        self.handles: dict[int, Handle] = {}
         self.listings: dict[int, tuple[list[int], list[bytes]]] = {}
         self.git_reads = pt.ReadFds()
-        self._next_fh = HANDLES_FROM
 
     # ---------------------------------------------------------------- helpers
 
@@ -150,7 +132,7 @@ class Filesystem(pyfuse3.Operations):
         follows = pt.follows_git(n)
         timeout = GIT_TIMEOUT if follows or not self.tree.watched else TIMEOUT
         e = self._attributes(n, timeout)
-        if follows and INODE_FH and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
+        if follows and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
             # their pages until their attributes change: each open(2) or stat(2) of one by
             # name is a LOOKUP, whose changed mtime or size drops them (FUSE_AUTO_INVAL_DATA).
@@ -158,11 +140,12 @@ class Filesystem(pyfuse3.Operations):
         return e
 
     def _attributes(self, n: Node, timeout: float) -> EntryAttributes:
-        if ENTRY_FROM_STAT is not None:
-            lower = self.tree.lower_stat(n)
-            if lower is not None:
-                st, nlink = lower
-                return ENTRY_FROM_STAT(st, InodeT(n.ino), nlink, timeout)
+        lower = self.tree.lower_stat(n)
+        if lower is not None:
+            # Filled in C (patch 0005): field by field from Python that was some 2 us of every
+            # entry of a cold listing.
+            st, nlink = lower
+            return pyfuse3.entry_from_stat(st, InodeT(n.ino), nlink, timeout)
         a = self.tree.getattr(n)
         e = EntryAttributes()
         e.st_ino = InodeT(a.ino)
@@ -202,11 +185,6 @@ class Filesystem(pyfuse3.Operations):
         path = self._path(parent, name)
         self.tree.audit.record(op, path, ctx.pid)
         self.tree.journal.note(path, is_dir=op in ("mkdir", "rmdir"))
-
-    def _new_fh(self) -> int:
-        fh = self._next_fh
-        self._next_fh += 1
-        return fh
 
     # ---------------------------------------------------------------- lookups and attributes
 
@@ -358,7 +336,7 @@ class Filesystem(pyfuse3.Operations):
                     raise
             else:
                 self._record("create", parent_inode, name, ctx)
-                return self._open_handle(made, ctx.pid), self._entry(made)
+                return self._open_handle(made), self._entry(made)
         # The kernel asked to create a name it believed absent (the worktree grew it
         # meanwhile): O_EXCL fails as on any filesystem, otherwise the file is opened.
         if flags & os.O_EXCL:
@@ -399,36 +377,28 @@ class Filesystem(pyfuse3.Operations):
     # ---------------------------------------------------------------- file data
 
     async def open(self, inode: InodeT, flags: FlagT, ctx: RequestContext) -> FileInfo:
-        if INODE_FH:
-            raise FUSEError(errno.ENOSYS)
-        return await self._open_node(self.tree.node(inode), flags, ctx.pid)
+        raise FUSEError(errno.ENOSYS)
 
     async def _open_node(self, n: Node, flags: int, pid: int) -> FileInfo:
         if flags & os.O_TRUNC and flags & os.O_ACCMODE != os.O_RDONLY:
             self.tree.truncate(n, 0)
             self.tree.audit.record("truncate", self.tree.path_of(n), pid)
             self.tree.journal.note(self.tree.path_of(n))
-        return self._open_handle(n, pid)
+        return self._open_handle(n)
 
-    def _open_handle(self, n: Node, pid: int) -> FileInfo:
-        if INODE_FH:
-            # (only CREATE opens here then) requests name the file by its inode, see INODE_FH
-            return FileInfo(fh=FileHandleT(n.ino), keep_cache=True)
-        fh = self._new_fh()
-        self.handles[fh] = Handle(n, pid)
-        self.tree.opened(n)
-        return FileInfo(fh=FileHandleT(fh), keep_cache=True)
+    def _open_handle(self, n: Node) -> FileInfo:
+        # Only CREATE opens here: requests name the file by its inode (zero-message opens).
+        return FileInfo(fh=FileHandleT(n.ino), keep_cache=True)
 
     async def read(self, fh: FileHandleT, off: int, size: int) -> bytes:
-        h = self.handles.get(fh)
-        n = h.node if h is not None else self.tree.node(fh)
+        n = self.tree.node(fh)
         if not n.upper and in_git(n.lower):
             return self.git_reads.read(n.ino, self._real(n), off, size)
         fd = self.tree.worktree_fd(n)
         if fd is not None:
             if off == 0 and self.ahead is not None:
                 self._read_ahead(self.ahead, n)
-            if FILE_SLICE is not None and size >= SPLICE_MIN:
+            if size >= SPLICE_MIN:
                 return FILE_SLICE(fd, off, size)
             # (not `tree.read`, which would look the descriptor up, and check it, again)
             return os.pread(fd, size, off)
@@ -445,10 +415,9 @@ class Filesystem(pyfuse3.Operations):
     async def write(
         self, fh: FileHandleT, off: int, buf: bytes, ctx: RequestContext | None = None
     ) -> int:
-        h = self.handles.get(fh)
-        n = h.node if h is not None else self.tree.node(fh)
+        n = self.tree.node(fh)
         written = self.tree.write(n, off, buf)
-        pid = ctx.pid if ctx is not None else h.pid if h is not None else 0
+        pid = ctx.pid if ctx is not None else 0
         if not self.tree.audit.add_write(n.ino, pid, written):
             path = self.tree.path_of(n)
             self.tree.audit.record_write(n.ino, path, pid, written)
@@ -458,8 +427,7 @@ class Filesystem(pyfuse3.Operations):
     async def fallocate(
         self, fh: FileHandleT, mode: int, offset: int, length: int, ctx: RequestContext
     ) -> None:
-        h = self.handles.get(fh)
-        n = h.node if h is not None else self.tree.node(fh)
+        n = self.tree.node(fh)
         self.tree.fallocate(n, mode, offset, length)
         path = self.tree.path_of(n)
         self.tree.audit.record("fallocate", path, ctx.pid)
@@ -471,10 +439,9 @@ class Filesystem(pyfuse3.Operations):
         raise FUSEError(errno.ENOSYS)
 
     async def release(self, fh: FileHandleT) -> None:
-        h = self.handles.pop(fh, None)
-        if h is None:  # a file made by CREATE, closed before any `open` (see INODE_FH)
-            return
-        self.tree.released(h.node)
+        # Only for a file made by CREATE and closed before any `open` was answered ENOSYS:
+        # nothing is held for it.
+        return
 
     async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
         self.tree.commit(durable=True, settle=False)
@@ -482,12 +449,10 @@ class Filesystem(pyfuse3.Operations):
     # ---------------------------------------------------------------- directories
 
     async def opendir(self, inode: InodeT, ctx: RequestContext) -> FileHandleT:
-        if INODE_FH:
-            raise FUSEError(errno.ENOSYS)
-        return FileHandleT(inode)
+        raise FUSEError(errno.ENOSYS)
 
     async def readdir(self, fh: FileHandleT, start_id: int, token: ReaddirToken) -> None:
-        # `fh` is the directory's inode either way (see INODE_FH).
+        # `fh` is the directory's inode (see zero-message opens above).
         d = self.tree.node(fh)
         listing = self.listings.get(fh) if start_id else None
         if listing is None:
@@ -499,12 +464,16 @@ class Filesystem(pyfuse3.Operations):
         subdirs = SUBDIRS if ahead is not None and ahead.subdirs_due(d.ino) else 0
         for index in range(bisect.bisect_right(cookies, start_id), len(names)):
             name = names[index]
-            if NAME_ONLY is not None:
-                held = self.tree.known(d, name)
-                if held is not None and held.lookups:
-                    if not NAME_ONLY(token, name, held.ino, held.mode, cookies[index]):
-                        return
-                    continue
+            held = self.tree.known(d, name)
+            if held is not None and held.lookups:
+                # By name, inode and type alone (patch 0004): the kernel holds this inode
+                # already (a `git status` looks up every file before it lists the directories),
+                # so no attributes to fetch or send, and no lookup count to take back later.
+                if not pyfuse3.readdir_reply_name(
+                    token, FileNameT(name), InodeT(held.ino), ModeT(held.mode), cookies[index]
+                ):
+                    return
+                continue
             try:
                 n = self.tree.find(d.ino, name)
             except OSError:

@@ -2,12 +2,12 @@
 
 With trio's own loop, a request that arrived while the daemon slept woke it through trio's
 epoll, a run-loop iteration and a task reschedule: some 20 us of Python per request, for a
-client that works through files one at a time almost every request (docs/PERFORMANCE.md,
-item 1). Here the main thread sleeps in poll(2) on the FUSE device and on a wake-up fd (the
-GIL released) and serves a request the moment it is there (`pyfuse3.serve`, the gitsess build
-of pyfuse3). trio runs as a guest (`trio.lowlevel.start_guest_run`): it waits for its own I/O
-and deadlines in a thread of its own, and hands each of its ticks to this loop, which runs it
-on the main thread between two requests. FUSE handlers and trio's tasks therefore still take
+client that works through files one at a time almost every request (docs/PERFORMANCE.md, item
+1). Here the main thread sleeps in poll(2) on the FUSE device and on a wake-up fd (the GIL
+released) and serves a request the moment it is there (`pyfuse3.serve`, patch 0003 of gitsess's
+build of pyfuse3). trio runs as a guest (`trio.lowlevel.start_guest_run`): it waits for its own
+I/O and deadlines in a thread of its own, and hands each of its ticks to this loop, which runs
+it on the main thread between two requests. FUSE handlers and trio's tasks therefore still take
 turns on one thread and never run at once, as under `trio.run`; a tick that is ready goes
 before the next request, so a burst of requests cannot starve the control socket.
 """
@@ -28,11 +28,6 @@ if TYPE_CHECKING:
     import outcome  # trio's own dependency: what a guest run ends with
 
 T = TypeVar("T")
-
-# The gitsess build of pyfuse3 has `serve`; on a stock build the daemon runs `trio.run`. A
-# build of an older patch has a `serve` that takes no queue of calls: its patch had no
-# `list_ahead` either.
-SERVES: bool = hasattr(pyfuse3, "serve") and hasattr(pyfuse3, "list_ahead")
 
 
 class HostLoop:

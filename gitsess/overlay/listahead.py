@@ -4,22 +4,22 @@ A client that looks up one name in a directory the kernel knows nothing of mostl
 the others (`git status` lstats every tracked file, a test runner imports module after module,
 `ls -l`), and each of those names costs a LOOKUP request, a round trip through the daemon. One
 READDIRPLUS answers for a whole directory instead: the kernel links a dentry, with its
-attributes, for every entry it lists, and keeps the listing itself (see fs.INODE_FH) for the
-client's own readdir later. So a lookup in a directory hands that directory to a thread of the
-daemon's own, which lists it through the mount: the kernel asks the daemon, between the
-client's requests, and the client's next lookups there are answered from the kernel's caches.
+attributes, for every entry it lists, and keeps the listing itself (see fs.py's zero-message
+opens) for the client's own readdir later. So a lookup in a directory hands that directory to a
+thread of the daemon's own, which lists it through the mount: the kernel asks the daemon,
+between the client's requests, and the client's next lookups there are answered from the
+kernel's caches.
 
 The kernel serves requests in the order they come, so a listing waits behind the lookups
 already queued; a client with many threads (git's index preload runs up to 20) is ahead of a
 single lister in many directories at once, hence several listing threads. They are threads of
-C in the gitsess build of pyfuse3 (`pyfuse3.list_ahead`) that never take the GIL: listing
-threads of Python contended for it with the thread serving requests, which lost more than the
-listings won (docs/PERFORMANCE.md, item 10). What they read is thrown away (the kernel's
-caches are the point), and a listing that fails (the directory went, the view was unmounted)
-is dropped. A listing leaves the kernel's atime of the directory stale, so a thread stats the
-directory after listing it: the client's next stat of it (glibc's `opendir` makes one) is
-then answered by the kernel, not by a GETATTR it waits for. On a stock pyfuse3 nothing is
-listed ahead.
+C (gitsess/overlay/_lister.c) that never take the GIL: listing threads of Python contended for
+it with the thread serving requests, which lost more than the listings won (docs/PERFORMANCE.md,
+item 10). What they read is thrown away (the kernel's caches are the point), and a listing
+that fails (the directory went, the view was unmounted) is dropped. A listing leaves the
+kernel's atime of the directory stale, so a thread stats the directory after listing it: the
+client's next stat of it (glibc's `opendir` makes one) is then answered by the kernel, not by
+a GETATTR it waits for.
 
 A listing asked for by a lookup also lists the directory's subdirectories ahead (up to
 SUBDIRS of them), once, when the daemon serves it: a client that looks up names one by one
@@ -53,7 +53,7 @@ import math
 import os
 import time
 
-import pyfuse3
+from gitsess.overlay import _lister
 
 # Threads listing directories at once.
 THREADS = 8
@@ -64,10 +64,6 @@ AGAIN = 1.0
 KEPT = 4096
 # Subdirectories listed ahead with a directory a lookup had listed, at most.
 SUBDIRS = 64
-
-# The gitsess build of pyfuse3 lists in threads of C; on a stock build (or one of a patch from
-# before `read_ahead`) nothing is listed ahead.
-AVAILABLE: bool = hasattr(pyfuse3, "read_ahead")
 
 
 class ListAhead:
@@ -100,7 +96,7 @@ class ListAhead:
             if len(self._parents) >= KEPT:
                 self._parents.clear()
             self._parents.add(ino)
-        pyfuse3.list_ahead(self._root + b"/" + path if path else self._root, THREADS)
+        _lister.list_ahead(self._root + b"/" + path if path else self._root, THREADS)
 
     def subdirs_due(self, ino: int) -> bool:
         """Whether the listing of directory `ino` being served is to list its subdirectories
@@ -114,7 +110,7 @@ class ListAhead:
     def stat_below(path: bytes) -> None:
         """Read the worktree's directory at `path` (absolute) and lstat its entries soon, in
         the same threads, for the worktree filesystem's caches."""
-        pyfuse3.stat_ahead(path, THREADS)
+        _lister.stat_ahead(path, THREADS)
 
     def read_due(self, ino: int) -> bool:
         """A file of directory `ino` is read from its start, none of it in the kernel: whether
@@ -136,14 +132,14 @@ class ListAhead:
     def read_below(path: bytes) -> None:
         """Start the disk on the files of the worktree's directory at `path` (absolute) soon,
         in the same threads, for the worktree filesystem's page cache."""
-        pyfuse3.read_ahead(path, THREADS)
+        _lister.read_ahead(path, THREADS)
 
     @staticmethod
     def stop() -> None:
         """Start no listing from now on."""
-        pyfuse3.list_ahead_stop()
+        _lister.stop()
 
     @property
     def idle(self) -> bool:
         """Whether no listing is queued or in flight."""
-        return bool(pyfuse3.list_ahead_pending() == 0)
+        return _lister.pending() == 0

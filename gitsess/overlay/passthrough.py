@@ -25,7 +25,8 @@ def call(fn: Callable[..., T], *args: object, **kwargs: object) -> T:
         raise FUSEError(e.errno or errno.EIO) from None
 
 
-# Files below `.git` kept open for reads that come without a handle (fs.INODE_FH).
+# Files below `.git` kept open for reads that come without a handle (fs.py's zero-message
+# opens).
 READ_FDS_OPEN = 64
 
 

@@ -31,8 +31,9 @@ WHITEOUT_SETTLE_NS = 1_000_000_000
 LISTINGS_KEPT = 20_000
 # Data files kept open between requests.
 DATA_FDS_OPEN = 64
-# Worktree files kept open between reads. Without OPEN requests (fs.INODE_FH) nothing says
-# when a reader is done with a file, so its descriptor stays until it is among the oldest.
+# Worktree files kept open between reads. Without OPEN requests (fs.py's zero-message opens)
+# nothing says when a reader is done with a file, so its descriptor stays until it is among the
+# oldest.
 LOWER_FDS_OPEN = 256
 
 

@@ -103,36 +103,28 @@ def check_libfuse() -> Check:
     return Check(name, "ok", f"{library} version {version}")
 
 
-# The items of patches/pyfuse3-3.5.0.patch, which its build reports as GITSESS_PATCH_ITEMS.
-PATCH_ITEMS = 16
-
-
 def check_pyfuse3() -> Check:
     try:
         import pyfuse3
+
+        from gitsess.overlay import pyfuse3_build
     except ImportError as e:
         return Check("pyfuse3", "fail", f"cannot import it: {e}")
-    if not getattr(pyfuse3, "FH_DEFAULTS_TO_INODE", False):
-        return Check(
-            "pyfuse3",
-            "warn",
-            f"version {pyfuse3.__version__} without patches/pyfuse3-3.5.0.patch: the kernel"
-            " caches no directory listings (scripts/setup.sh builds the patched one)",
-        )
-    if getattr(pyfuse3, "GITSESS_PATCH_ITEMS", 0) < PATCH_ITEMS:
-        return Check(
-            "pyfuse3",
-            "warn",
-            f"version {pyfuse3.__version__} with an older patches/pyfuse3-3.5.0.patch: requests"
-            " cost more than they need, or are refused (scripts/setup.sh rebuilds it)",
-        )
-    return Check("pyfuse3", "ok", f"version {pyfuse3.__version__}, gitsess's build")
+    problem = pyfuse3_build.problem()
+    if problem is not None:
+        return Check("pyfuse3", "fail", problem)
+    series = f"the {pyfuse3_build.PATCHES} patches of patches/pyfuse3/"
+    return Check("pyfuse3", "ok", f"version {pyfuse3.__version__}, gitsess's build ({series})")
 
 
 def check_read_ahead(sysfs: Path = Path("/sys/class/bdi")) -> Check:
+    name = "read-ahead"
+    from gitsess.overlay import pyfuse3_build
+
+    if pyfuse3_build.problem() is not None:
+        return Check(name, "warn", "needs gitsess's build of pyfuse3 (see the pyfuse3 check)")
     from gitsess.overlay.daemon import READ_AHEAD_KB
 
-    name = "read-ahead"
     slower = "a sequential read costs a request per 128 KiB, not per 1 MiB"
     if os.geteuid() != 0:
         return Check(name, "warn", f"not root: views keep the kernel's 128 KiB; {slower}")

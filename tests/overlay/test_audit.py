@@ -18,7 +18,7 @@ from gitsess.overlay.tree import Tree
 
 @dataclass(frozen=True)
 class _Context:
-    """All `write` reads of a WRITE's request context (patch item 12): its writer."""
+    """All `write` reads of a WRITE's request context (patch 0008): its writer."""
 
     pid: int
 
@@ -38,7 +38,7 @@ def test_writes_keep_the_run_of_their_first_write(tmp_path: Path) -> None:
         audit.forget_participants()
         node = tree.resolve(b"file")
         assert node is not None
-        fh = filesystem._open_handle(node, os.getpid()).fh
+        fh = filesystem._open_handle(node).fh
         ctx = cast(pyfuse3.RequestContext, _Context(os.getpid()))
 
         async def write_leave_write() -> None:

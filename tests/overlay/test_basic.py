@@ -14,7 +14,7 @@ import apsw
 import pyfuse3
 import pytest
 
-from gitsess.overlay import control, daemon, fs, protocol
+from gitsess.overlay import control, daemon, protocol
 from gitsess.overlay.tree_data import INLINE_MAX
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
@@ -478,18 +478,12 @@ def test_the_view_reads_ahead_more_than_the_kernels_default(mounted: Mounted) ->
     # size as a READ of its own.
     window = daemon.READ_AHEAD_KB * 1024
     assert window == 2 * pyfuse3.read_size()
-    # and each READ's reply fits the pipe it is spliced through (patch item 8)
+    # and each READ's reply fits the pipe it is spliced through (patch 0006)
     pipe_max = int(Path("/proc/sys/fs/pipe-max-size").read_text())
     assert pyfuse3.read_size() <= pipe_max - 4 * os.sysconf("SC_PAGESIZE")
     big = mounted.lower / "big"
     big.write_bytes(os.urandom(3 << 20))
     assert (mounted.mnt / "big").read_bytes() == big.read_bytes()
-
-
-def test_pyfuse3_is_the_patched_build() -> None:
-    # scripts/setup.sh builds pyfuse3 with patches/; without it the kernel caches no listings.
-    assert fs.INODE_FH
-    assert fs.NAME_ONLY is not None
 
 
 def test_a_copy_the_daemon_cannot_make_is_an_error_reply(mounted: Mounted, tmp_path: Path) -> None:

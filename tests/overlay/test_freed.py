@@ -48,8 +48,8 @@ def _node_rows(m: Mounted) -> int:
 
 
 def test_unlinked_files_give_their_space_back_after_a_read(mounted: Mounted) -> None:
-    # Once an open(2) of an existing file has been answered ENOSYS (fs.INODE_FH), the kernel
-    # sends no RELEASE for any file, not even those made by CREATE.
+    # Once an open(2) of an existing file has been answered ENOSYS (fs.py's zero-message
+    # opens), the kernel sends no RELEASE for any file, not even those made by CREATE.
     assert (mounted.mnt / "README").read_bytes() == b"readme\n"
     payload = os.urandom(200_000)
     scratch = mounted.mnt / "scratch"

@@ -9,16 +9,12 @@ import time
 
 import pytest
 
-from gitsess.overlay import hostloop, mounttable, protocol
+from gitsess.overlay import mounttable, protocol
 from gitsess.runtime import mount
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
 
 pytestmark = pytest.mark.fuse
-
-
-def test_the_patched_pyfuse3_serves_without_trio() -> None:
-    assert hostloop.SERVES
 
 
 def test_control_requests_are_answered_while_a_client_keeps_the_view_busy(

@@ -118,23 +118,46 @@ def test_listing_threads_end_when_stopped_even_with_the_view_gone(tmp_path: Path
     for i in range(3000):
         (many / f"entry-{i:05d}").touch()
     code = f"""
-import os, time, pyfuse3
+import os, time
+from gitsess.overlay import _lister
 tasks = lambda: len(os.listdir("/proc/self/task"))
 before = tasks()
-assert pyfuse3.list_ahead(b"/nonexistent/gone", {listahead.THREADS})
-assert pyfuse3.list_ahead(b"/nonexistent/gone/too", {listahead.THREADS})
+assert _lister.list_ahead(b"/nonexistent/gone", {listahead.THREADS})
+assert _lister.list_ahead(b"/nonexistent/gone/too", {listahead.THREADS})
 assert tasks() == before + {listahead.THREADS}, tasks()
-assert pyfuse3.stat_ahead(b"/nonexistent/gone", {listahead.THREADS})
-assert pyfuse3.stat_ahead({str(many).encode()!r}, {listahead.THREADS})
+assert _lister.stat_ahead(b"/nonexistent/gone", {listahead.THREADS})
+assert _lister.stat_ahead({str(many).encode()!r}, {listahead.THREADS})
 deadline = time.monotonic() + 10
-while pyfuse3.list_ahead_pending() and time.monotonic() < deadline:
+while _lister.pending() and time.monotonic() < deadline:
     time.sleep(0.01)
-assert pyfuse3.list_ahead_pending() == 0
-pyfuse3.list_ahead_stop()
-assert not pyfuse3.list_ahead(b"/", {listahead.THREADS})
+assert _lister.pending() == 0
+_lister.stop()
+assert not _lister.list_ahead(b"/", {listahead.THREADS})
 while tasks() > before and time.monotonic() < deadline:
     time.sleep(0.01)
 assert tasks() == before, tasks()
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
+
+
+def test_listing_threads_work_while_python_holds_the_gil(tmp_path: Path) -> None:
+    """The threads never take the GIL: they finish a directory of 3,000 lstats while the only
+    Python thread computes for two seconds and, with a switch interval longer than that, never
+    lets the GIL go (threads that needed it would still be waiting)."""
+    many = tmp_path / "many"
+    many.mkdir()
+    for i in range(3000):
+        (many / f"entry-{i:05d}").touch()
+    code = f"""
+import sys, time
+from gitsess.overlay import _lister
+sys.setswitchinterval(60)
+assert _lister.stat_ahead({str(many).encode()!r}, 1)
+end = time.monotonic() + 2
+while time.monotonic() < end:
+    pass
+assert _lister.pending() == 0, _lister.pending()
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr

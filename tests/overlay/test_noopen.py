@@ -16,15 +16,11 @@ import apsw
 import pytest
 
 from gitsess.overlay import tree_lookup
-from gitsess.overlay.fs import INODE_FH
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted, make_worktree
 from tests.util import git
 
-pytestmark = [
-    pytest.mark.fuse,
-    pytest.mark.skipif(not INODE_FH, reason="needs gitsess's build of pyfuse3"),
-]
+pytestmark = pytest.mark.fuse
 
 FILES = 40
 LIBC = ctypes.CDLL(None, use_errno=True)

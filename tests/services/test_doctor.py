@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.overlay import pyfuse3_build
 from gitsess.services import doctor
 from tests.util import gitsess
 
@@ -81,15 +82,28 @@ def test_missing_fusermount_fails_the_run(repo: Path) -> None:
 
 def test_pyfuse3_build_is_named() -> None:
     check = doctor.check_pyfuse3()
-    assert (check.verdict, check.detail) == ("ok", "version 3.5.0, gitsess's build")
+    assert (check.verdict, check.detail) == (
+        "ok",
+        f"version 3.5.0, gitsess's build (the {pyfuse3_build.PATCHES} patches of patches/pyfuse3/)",
+    )
 
 
-def test_a_build_of_an_older_patch_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_build_of_an_older_series_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     import pyfuse3
 
-    monkeypatch.setattr(pyfuse3, "GITSESS_PATCH_ITEMS", doctor.PATCH_ITEMS - 1)
+    monkeypatch.setattr(pyfuse3, "GITSESS_PATCHES", pyfuse3_build.PATCHES - 1)
     check = doctor.check_pyfuse3()
-    assert check.verdict == "warn" and "with an older patches/pyfuse3-3.5.0.patch" in check.detail
+    assert check.verdict == "fail" and check.detail == pyfuse3_build.problem()
+
+
+def test_a_stock_build_fails_and_read_ahead_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pyfuse3
+
+    monkeypatch.delattr(pyfuse3, "GITSESS_PATCHES")
+    check = doctor.check_pyfuse3()
+    assert check.verdict == "fail"
+    assert check.detail.startswith("pyfuse3 3.5.0 has none of the")
+    assert doctor.check_read_ahead().detail.startswith("needs gitsess's build of pyfuse3")
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="as root, views read ahead more")
