@@ -52,6 +52,22 @@ def test_a_session_commit_never_reverts_a_commit_made_outside(worked: Path) -> N
     assert git(worked, "status", "--porcelain") == ""
 
 
+def test_a_real_gits_index_lock_does_not_stop_a_git_inside_a_following_session(
+    worked: Path,
+) -> None:
+    """The unit follows the real repository (as after an apply) while a real git holds its
+    `index.lock`: a git inside takes the unit as its own and commits; the real lock stays."""
+    lock = worked / ".git" / "index.lock"
+    lock.write_bytes(b"held by a real git\n")
+    made = run(worked, "exp", "echo s > s.txt && git add s.txt && git commit -qm inside")
+    assert made.returncode == 0, made.stderr
+    assert lock.read_bytes() == b"held by a real git\n"
+    assert git(worked, "log", "-1", "--format=%s") == "second"
+    lock.unlink()
+    inside = ok(run(worked, "exp", "git log -1 --format=%s && git status --porcelain"))
+    assert inside.stdout == "inside\n"
+
+
 def test_a_session_that_only_read_git_follows_the_real_branch(worked: Path) -> None:
     ok(run(worked, "exp", "git log -1 >/dev/null"))
     commit(worked, "a.txt", "1\n", "outside")
