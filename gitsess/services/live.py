@@ -322,6 +322,9 @@ class Counts:
     head_branch: str | None = None  # its HEAD's branch, when not the session's branch
     below_base: int = 0  # its HEAD was reset this many commits below its base
     bytes_by_kind: Bytes | None = None  # where its delta's bytes go
+    # Its real worktree and branch cannot be read here (inside a run of its worktree): the
+    # counts that compare with them are None, not a count against the view.
+    out_of_reach: bool = False
 
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
@@ -329,20 +332,22 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
     from gitsess.overlay.delta import DamagedDelta, data_bytes
     from gitsess.overlay.retention import bytes_by_kind
     from gitsess.services.changecount import changed_files
+    from gitsess.services.real_tree import out_of_reach, real_root
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return Counts(None, None)
     try:
         with open_view(ctx, session) as view:
-            changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
             store = view.store
             used = bytes_by_kind(store.conn, store.data_dir, data_bytes(store.path))
+            if out_of_reach(session):
+                return Counts(None, None, bytes_by_kind=used, out_of_reach=True)
+            changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
             if not view.touched_git():  # its git is the real one: no commits, no repository read
                 return Counts(changed, 0, bytes_by_kind=used)
             import pygit2
 
             from gitsess.services import session_git
-            from gitsess.services.real_tree import real_root
 
             try:
                 git = session_git.state(view, ctx.open(), session, real_root(session))

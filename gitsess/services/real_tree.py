@@ -18,13 +18,20 @@ from gitsess.services import live
 from gitsess.store.registry import Session
 
 
+def out_of_reach(session: Session) -> bool:
+    """Whether the session's worktree shows a view here, not the real files: inside a run of
+    that worktree, where nothing leads to the real files and the real branch
+    (`runtime/inplace.py`)."""
+    return mounttable.is_mount_point(session.worktree)
+
+
 def real_root(session: Session) -> Path:
     """The session's real worktree, refused inside a session: there the worktree's own path
-    shows the view, and nothing in a run leads to the real files (`runtime/inplace.py`)."""
+    shows the view (`out_of_reach`)."""
     worktree = session.worktree
     if not worktree.is_dir():
         raise GitsessError(f"session {session.name} is bound to {worktree}, which no longer exists")
-    if mounttable.is_mount_point(worktree):
+    if out_of_reach(session):
         raise GitsessError(
             f"{worktree} shows a session's view here, not the real worktree; "
             "run this outside the session"

@@ -148,21 +148,32 @@ def test_a_reset_below_the_base_is_said(worked: Path) -> None:
 # 8: the same answer inside a session and outside
 
 
-def test_show_and_mbox_inside_a_session_answer_as_outside(worked: Path) -> None:
+def test_show_ls_and_mbox_inside_a_session_say_what_they_cannot_know(worked: Path) -> None:
     ok(run(worked, "exp", "echo 1 > c1.txt && git add c1.txt && git commit -q -m c1"))
+    commit(worked, "a.txt", "1\n", "outside")
     cmd = " ".join(GITSESS)
     outside = json.loads(ok(gitsess(worked, "show", "exp", "--json")).stdout)
-    assert outside["commits"] == 1 and len(outside["own_commits"]) == 1
-    # Inside a run the real worktree and its refs are out of reach (the worktree's path shows
-    # the view, whose branch ref is the session's own; the state dir holds no refs): which
-    # commits are the session's own is unknown there, and `show` says so (null, none listed)
-    # rather than a count that could be wrong.
+    assert (outside["changed_files"], outside["commits"], outside["behind"]) == (1, 1, 1)
+    assert len(outside["own_commits"]) == 1 and not outside["out_of_reach"]
+    # Inside a run the worktree's path shows the view and its `.git` is the session's: the real
+    # files and branch are out of reach, so what compares with them is unknown there, and said
+    # so (null, "?" and a note), never counted against the view (which gave 0 changes, no
+    # commits and a wrong "behind").
     inside = json.loads(ok(run(worked, "exp", f"{cmd} show exp --json")).stdout)
-    assert inside["commits"] is None and inside["own_commits"] == []
-    # `apply` (its mbox export included) reaches the real tree: refused inside, as outside
-    # it answers with the commit, and no changes since.
+    assert inside["out_of_reach"] and inside["own_commits"] is None
+    assert (inside["changed_files"], inside["commits"], inside["behind"]) == (None, None, None)
+    assert {k: v for k, v in inside.items() if k in ("id", "name", "branch", "base_commit")} == {
+        k: v for k, v in outside.items() if k in ("id", "name", "branch", "base_commit")
+    }
+    text = ok(run(worked, "exp", f"{cmd} show exp; {cmd} ls")).stdout
+    for key in ("changes", "behind", "commits"):
+        assert any(line.split() == [key, "?"] for line in text.splitlines()), text
+    assert text.count("out of reach") == 2
+    # `apply --patch --mbox` needs the session's commits and the real worktree: refused in
+    # one line inside, as every apply is; outside it writes the commit's mail and the rest.
     refused = run(worked, "exp", f"{cmd} apply --patch --mbox -m m")
     assert refused.returncode != 0 and "cannot run inside a session's run" in refused.stderr
+    assert refused.stderr.count("\n") == 1 and not refused.stdout
     mails = ok(gitsess(worked, "apply", "exp", "--patch", "--mbox", "-m", "m")).stdout
     assert mails.count("\nFrom: ") + mails.startswith("From: ") == 1
 
