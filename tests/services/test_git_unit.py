@@ -182,12 +182,37 @@ def test_show_ls_and_mbox_inside_a_session_say_what_they_cannot_know(worked: Pat
 # 9: a --worktree session's own branch is not "checked out elsewhere"
 
 
-def test_a_worktree_session_switches_back_to_its_own_branch(worked: Path) -> None:
+def test_a_worktree_session_switches_back_to_its_own_branch(worked: Path, tmp_path: Path) -> None:
     made = ok(gitsess(worked, "new", "lw", "--worktree", "--json"))
     tree = Path(json.loads(made.stdout)["worktree"])
-    script = "git switch -q -c side && git switch -q gitsess/lw && git rev-parse --abbrev-ref HEAD"
-    done = ok(gitsess(tree, "run", "-s", "lw", "--", "sh", "-c", script))
-    assert done.stdout == "gitsess/lw\n"
+    script = (
+        "git switch -q -c side && git switch -q {branch} && git rev-parse --abbrev-ref HEAD"
+        " && git branch --show-current"
+    )
+    inside = script.format(branch="gitsess/lw")
+    done = ok(gitsess(tree, "run", "-s", "lw", "--", "sh", "-c", inside))
+    # as in a real linked worktree of the same repository
+    real = tmp_path / "real-lw"
+    git(worked, "worktree", "add", "-q", "-b", "topic", str(real))
+    want = subprocess.run(
+        ["sh", "-c", script.format(branch="topic")], cwd=real, capture_output=True, text=True
+    )
+    assert want.returncode == 0, want.stderr
+    assert done.stdout == want.stdout.replace("topic", "gitsess/lw") == "gitsess/lw\ngitsess/lw\n"
+
+
+@pytest.mark.xfail(
+    reason="known gap: git names the main worktree after the common dir's real path, which is "
+    "the view's `.git/common`; and the session's own entry of `worktrees/` is sealed (seen, git "
+    "takes its branch as checked out elsewhere), so it is not listed",
+    strict=True,
+)
+def test_worktree_list_in_a_worktree_session_is_the_real_ones(worked: Path) -> None:
+    made = ok(gitsess(worked, "new", "lw", "--worktree", "--json"))
+    tree = Path(json.loads(made.stdout)["worktree"])
+    want = git(tree, "worktree", "list", "--porcelain")
+    done = ok(gitsess(tree, "run", "-s", "lw", "--", "git", "worktree", "list", "--porcelain"))
+    assert done.stdout.strip() == want
 
 
 # ---------------------------------------------------------------------------------------------
