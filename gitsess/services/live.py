@@ -327,12 +327,20 @@ class Counts:
     out_of_reach: bool = False
 
 
+def out_of_reach(session: Session) -> bool:
+    """Whether the session's worktree shows a view here, not the real files: inside a run of
+    that worktree, where nothing leads to the real files and the real branch
+    (`runtime/inplace.py`)."""
+    from gitsess.overlay import mounttable
+
+    return mounttable.is_mount_point(session.worktree)
+
+
 def counts(ctx: RepoContext, session: Session) -> Counts:
     """What `ls` and `show` count of a session: its touched paths and its own commits."""
     from gitsess.overlay.delta import DamagedDelta, data_bytes
     from gitsess.overlay.retention import bytes_by_kind
     from gitsess.services.changecount import changed_files
-    from gitsess.services.real_tree import out_of_reach, real_root
 
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return Counts(None, None)
@@ -348,6 +356,7 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
             import pygit2
 
             from gitsess.services import session_git
+            from gitsess.services.real_tree import real_root
 
             try:
                 git = session_git.state(view, ctx.open(), session, real_root(session))

@@ -11,27 +11,19 @@ import pygit2
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext, open_worktree
-from gitsess.overlay import mounttable
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
 from gitsess.services import live
 from gitsess.store.registry import Session
 
 
-def out_of_reach(session: Session) -> bool:
-    """Whether the session's worktree shows a view here, not the real files: inside a run of
-    that worktree, where nothing leads to the real files and the real branch
-    (`runtime/inplace.py`)."""
-    return mounttable.is_mount_point(session.worktree)
-
-
 def real_root(session: Session) -> Path:
     """The session's real worktree, refused inside a session: there the worktree's own path
-    shows the view (`out_of_reach`)."""
+    shows the view (`live.out_of_reach`)."""
     worktree = session.worktree
     if not worktree.is_dir():
         raise GitsessError(f"session {session.name} is bound to {worktree}, which no longer exists")
-    if out_of_reach(session):
+    if live.out_of_reach(session):
         raise GitsessError(
             f"{worktree} shows a session's view here, not the real worktree; "
             "run this outside the session"
