@@ -162,6 +162,28 @@ def test_a_fan_out_dir_pruned_inside_still_shows_real_objects_written_there_late
     assert again.stdout.split() == [blob_id(later)[2:]]
 
 
+def test_a_fan_out_dir_found_missing_shows_when_the_real_repository_makes_it(
+    worked: Path, tmp_path: Path
+) -> None:
+    """The kernel caches no "missing" in the object store: a git inside that just looked for
+    a loose object finds it the moment the real repository wrote it (a commit the session's
+    HEAD follows)."""
+    present = {p.name for p in (worked / ".git" / "objects").iterdir()}
+    data = next(d for i in itertools.count() if blob_id(d := b"new %d\n" % i)[:2] not in present)
+    oid = blob_id(data)
+    view = tmp_path / "view"
+    view.mkdir()
+    assert gitsess(worked, "new", "exp").returncode == 0
+    assert gitsess(worked, "mount", "exp", str(view)).returncode == 0
+    try:
+        loose = view / ".git" / "objects" / oid[:2] / oid[2:]
+        assert not loose.exists()
+        assert git(worked, "hash-object", "-w", "--stdin", input=data) == oid
+        assert loose.read_bytes() == (worked / ".git" / "objects" / oid[:2] / oid[2:]).read_bytes()
+    finally:
+        assert gitsess(worked, "umount", "exp").returncode == 0
+
+
 # ---------------------------------------------------------------------------------------------
 # items 2, 3: fetch, gc, repack, maintenance and commit-graph work inside, as in a clone
 
