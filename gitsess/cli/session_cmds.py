@@ -167,6 +167,8 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
         click.echo(_DRIFT_NOTE)
     if clash:
         click.echo(_CLASH_NOTE)
+    if any(i.out_of_reach for i in infos):
+        click.echo(_OUT_OF_REACH_NOTE)
     _say_interrupted(ctx, [i.session for i in infos])
 
 
@@ -190,7 +192,7 @@ def show_json(
         **info_json(info),
         "usage": asdict(usage),
         "drift": [{"path": d.path, "time": d.time} for d in drift],
-        "own_commits": [asdict(c) for c in commits],
+        "own_commits": None if info.out_of_reach else [asdict(c) for c in commits],
     }
 
 
@@ -257,8 +259,19 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
+# Inside a run the worktree's path shows the view: what compares with the real worktree and
+# branch (changes, commits, behind) is unknown there, and said so rather than counted wrong.
+OUT_OF_REACH = "?"
+_OUT_OF_REACH_NOTE = (
+    "? inside a session's run the real worktree and branch are out of reach: changes, commits "
+    "and behind are not known here (run gitsess outside the session for them)"
+)
+
+
 def changes_text(info: SessionInfo) -> str:
     """CHANGES: "2 files, 1 commit", "none"; a count that cannot be read is left out."""
+    if info.out_of_reach:
+        return OUT_OF_REACH
     parts = []
     if info.changed_files:
         parts.append(_plural(info.changed_files, "file"))
@@ -361,8 +374,8 @@ def show(
         ("last used", f"{s.last_used_at:%Y-%m-%d %H:%M:%S} UTC ({ago(s.last_used_at)})"),
         ("state", info.status),
         ("changes", changes_text(info)),
-        ("behind", "-" if info.behind is None else _plural(info.behind, "commit")),
-        ("commits", _commits(info.commits)),
+        ("behind", _behind_text(info)),
+        ("commits", OUT_OF_REACH if info.out_of_reach else _commits(info.commits)),
         *_git_rows(info),
         ("delta size", f"{_size(usage.delta_bytes)} ({_size(usage.live_bytes)} in use)"),
         *([("of which", _kinds(usage.bytes_by_kind))] if usage.bytes_by_kind is not None else []),
@@ -376,6 +389,8 @@ def show(
         click.echo(f"{_bold(f'{key:<{width}}')}  {table.clean(value)}")
     for c in commits:
         click.echo(f"  {c.commit[:10]} {table.clean(c.subject)}")
+    if info.out_of_reach:
+        click.echo(_OUT_OF_REACH_NOTE)
     _say_interrupted(ctx, [s])
     if drift:
         click.echo(
@@ -414,6 +429,12 @@ def _runs(usage: inspection.Usage) -> str:
 
 def _when(moment: datetime | None) -> str:
     return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S} UTC ({ago(moment)})"
+
+
+def _behind_text(info: SessionInfo) -> str:
+    if info.out_of_reach:
+        return OUT_OF_REACH
+    return "-" if info.behind is None else _plural(info.behind, "commit")
 
 
 def _commits(count: int | None) -> str:

@@ -165,12 +165,19 @@ class Filesystem(pyfuse3.Operations):
         e.st_ctime_ns = a.ctime_ns
         return e
 
-    def _negative(self, in_git: bool) -> EntryAttributes:
+    def _negative(self, parent: Node) -> EntryAttributes:
         # A zero inode is a cacheable "does not exist": the kernel stops asking until told
-        # (nothing tells it of what git makes below `.git` from outside the view).
+        # (nothing tells it of what git makes below `.git` from outside the view). In the
+        # object store not at all: the session's HEAD may follow a real branch whose new
+        # commit (its ref read afresh) is in a fan-out dir a git inside just found missing.
         e = EntryAttributes()
         e.st_ino = InodeT(0)
-        e.entry_timeout = TIMEOUT if self.tree.watched and not in_git else GIT_TIMEOUT
+        if pt.in_object_store(parent.worktree_rel):
+            e.entry_timeout = 0.0
+        elif self.tree.watched and not pt.follows_git(parent):
+            e.entry_timeout = TIMEOUT
+        else:
+            e.entry_timeout = GIT_TIMEOUT
         return e
 
     def _real(self, n: Node) -> bytes:
@@ -195,7 +202,7 @@ class Filesystem(pyfuse3.Operations):
             self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
         n = self.tree.find(parent_inode, name)
         if n is None:
-            return self._negative(pt.follows_git(self.tree.node(parent_inode)))
+            return self._negative(self.tree.node(parent_inode))
         entry = self._entry(n)
         self.tree.count_lookup(n)
         return entry

@@ -75,11 +75,13 @@ def after_rename(tree: Tree, parent: Node, name: bytes) -> None:
 
 
 def hides_real_lock(tree: Tree, n: Node) -> bool:
-    """Whether lower node `n` is a real git's lock file on HEAD, the index or the branch of a
-    session that has them as its own: not the session's, so not in its view (a git inside
-    would take it for another git at work on its own state)."""
+    """Whether lower node `n` is a real git's lock file on HEAD, the index or the session's
+    branch: not the session's, so not in its view (a git inside would take it for another git
+    at work on its own state). Also while the unit follows the real repository (after an
+    apply handed it back): a git inside that takes a lock makes the unit its own first, as
+    the real repository has it once the real git is done (`_real_state`), and works on that."""
     rel = n.lower
-    if rel is None or not rel.endswith(_LOCK) or n.upper or not is_own(tree):
+    if rel is None or not rel.endswith(_LOCK) or n.upper:
         return False
     bare = rel.removesuffix(_LOCK)
     if bare in (_HEAD, _INDEX):

@@ -11,7 +11,7 @@ from typing import TypeVar
 from pyfuse3 import FUSEError, SetattrFields
 
 from gitsess.overlay.fdcache import FdCache, same_file
-from gitsess.overlay.gitdir import in_git, object_store
+from gitsess.overlay.gitdir import OBJECT_STORES, in_git, object_store
 from gitsess.overlay.nodes import Node
 
 T = TypeVar("T")
@@ -64,6 +64,11 @@ def follows_git(n: Node) -> bool:
     """Whether `n` shows a real object below `.git` (the session's own files excepted): git
     changes those from outside the session, where no worktree watch sees it."""
     return in_git(n.worktree_rel) and not (n.upper and n.entries is None)
+
+
+def in_object_store(rel: bytes | None) -> bool:
+    """Whether a worktree path is an object store or below one."""
+    return rel in OBJECT_STORES or object_store(rel) is not None
 
 
 def lasting(rel: bytes | None) -> bool:

@@ -301,9 +301,26 @@ class Tree(DataTree):
 
     def _rmdir_node(self, p: Node, name: bytes, n: Node) -> None:
         p.subdirs = None
+        below = self._child_lower_rel(p, name)
+        if below is not None and object_store(below) is not None and self._lower_stat(below):
+            self._rmdir_in_object_store(p, name, n, below)
+            return
         self._remove_entry(p, name)
         self._touch_dir(p)
         self._unname(n)
+
+    def _rmdir_in_object_store(self, p: Node, name: bytes, n: Node, below: bytes) -> None:
+        """A real directory of the object store (`objects/9c`, emptied by a `git prune` or
+        `repack -d` inside) is not hidden whole: that would hide the objects the real
+        repository writes there later, which the session's HEAD, following the real branch,
+        may need. A new directory takes the name instead (the kernel marks the removed one
+        dead: nothing can be made in it), hiding only what the real one holds now; an empty
+        one is not listed (`LookupTree.children`), so the removal shows as one."""
+        a = self.getattr(n)
+        self._unname(n)
+        shell = self._new_node(p, name, a.mode, a.uid, a.gid)
+        for real, _ in self._lower_listing(below):
+            self._set_entry(shell, real, 0)
 
     def _detach_lower(self, n: Node) -> None:
         """A lower node the session removed: it has no name any more, though still open."""

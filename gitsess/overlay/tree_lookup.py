@@ -17,7 +17,7 @@ from gitsess.overlay.audit import Audit
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
 from gitsess.overlay.fdcache import FdCache
 from gitsess.overlay.fsmonitor import FsmonitorJournal
-from gitsess.overlay.gitdir import GIT, GIT_COMMON, in_git, linked_git
+from gitsess.overlay.gitdir import GIT, GIT_COMMON, in_git, linked_git, object_store
 from gitsess.overlay.nodes import ROOT_INODE, Attr, Node, Pending, err, join, stamp
 from gitsess.overlay.writebehind import WriteBehind
 
@@ -647,8 +647,21 @@ class LookupTree:
                     yield name, is_dir
         for name in sorted(entries):
             ino = entries[name]
-            if ino:
+            if ino and not self._unlisted(self.nodes[ino]):
                 yield name, self.nodes[ino].is_dir
+
+    def _unlisted(self, n: Node) -> bool:
+        """Whether `n` is an empty directory of the session's in an object store that shows
+        the real one (one it removed: `Tree._rmdir_in_object_store`). Found by name, as the
+        real one is there, but not listed, so that its removal shows (and `rm -rf` of the
+        store can remove the store)."""
+        return (
+            n.entries is not None
+            and n.origin is not None
+            and not any(n.entries.values())
+            and object_store(n.origin) is not None
+            and next(self.children(n), None) is None
+        )
 
     def _lower_listing(self, rel: bytes) -> list[tuple[bytes, bool]]:
         """A lower directory's names, sorted, with their kinds; rescanned only when the

@@ -322,6 +322,18 @@ class Counts:
     head_branch: str | None = None  # its HEAD's branch, when not the session's branch
     below_base: int = 0  # its HEAD was reset this many commits below its base
     bytes_by_kind: Bytes | None = None  # where its delta's bytes go
+    # Its real worktree and branch cannot be read here (inside a run of its worktree): the
+    # counts that compare with them are None, not a count against the view.
+    out_of_reach: bool = False
+
+
+def out_of_reach(session: Session) -> bool:
+    """Whether the session's worktree shows a view here, not the real files: inside a run of
+    that worktree, where nothing leads to the real files and the real branch
+    (`runtime/inplace.py`)."""
+    from gitsess.overlay import mounttable
+
+    return mounttable.is_mount_point(session.worktree)
 
 
 def counts(ctx: RepoContext, session: Session) -> Counts:
@@ -334,9 +346,11 @@ def counts(ctx: RepoContext, session: Session) -> Counts:
         return Counts(None, None)
     try:
         with open_view(ctx, session) as view:
-            changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
             store = view.store
             used = bytes_by_kind(store.conn, store.data_dir, data_bytes(store.path))
+            if out_of_reach(session):
+                return Counts(None, None, bytes_by_kind=used, out_of_reach=True)
+            changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
             if not view.touched_git():  # its git is the real one: no commits, no repository read
                 return Counts(changed, 0, bytes_by_kind=used)
             import pygit2

@@ -11,7 +11,6 @@ import pygit2
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext, open_worktree
-from gitsess.overlay import mounttable
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
 from gitsess.services import live
@@ -20,11 +19,11 @@ from gitsess.store.registry import Session
 
 def real_root(session: Session) -> Path:
     """The session's real worktree, refused inside a session: there the worktree's own path
-    shows the view, and nothing in a run leads to the real files (`runtime/inplace.py`)."""
+    shows the view (`live.out_of_reach`)."""
     worktree = session.worktree
     if not worktree.is_dir():
         raise GitsessError(f"session {session.name} is bound to {worktree}, which no longer exists")
-    if mounttable.is_mount_point(worktree):
+    if live.out_of_reach(session):
         raise GitsessError(
             f"{worktree} shows a session's view here, not the real worktree; "
             "run this outside the session"

@@ -99,6 +99,9 @@ class SessionInfo:
     below_base: int = 0  # the session's HEAD was reset this many commits below its base
     # Bytes of its delta by kind: live files, checkpoints, audit log, free pages.
     bytes_by_kind: Bytes | None = None
+    # Inside a run of its worktree its real worktree and branch cannot be read: changed_files,
+    # commits and behind are None then (unknown), never a count against the view.
+    out_of_reach: bool = False
 
 
 @dataclass(frozen=True)
@@ -389,10 +392,11 @@ def _infos(
                 commits=counts.commits,
                 damaged=counts.damaged,
                 status="damaged" if counts.damaged else _status(ctx, s),
-                behind=_behind(ctx, s),
+                behind=None if counts.out_of_reach else _behind(ctx, s),
                 head_branch=counts.head_branch,
                 below_base=counts.below_base,
                 bytes_by_kind=counts.bytes_by_kind,
+                out_of_reach=counts.out_of_reach,
             )
         )
     return infos

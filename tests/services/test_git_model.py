@@ -233,12 +233,6 @@ interleaved = st.lists(st.lists(ops, min_size=1, max_size=4), min_size=2, max_si
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.xfail(
-    reason="known gap: a `git repack -a -d` or `git prune` inside a session removes emptied "
-    "fan-out dirs of its object store, and a removed dir then hides the objects the real "
-    "repository writes there later (rmdir there must hide only the session's own entries)",
-    strict=False,
-)
 @settings(max_examples=3, **COMMON)  # type: ignore[arg-type]
 @given(chunks=interleaved)
 def test_outside_commits_interleaved_with_the_sessions(

@@ -6,6 +6,7 @@ commits need."""
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import subprocess
@@ -122,6 +123,65 @@ def test_rm_rf_of_a_mounted_views_git_leaves_the_real_one(worked: Path, tmp_path
         assert gitsess(worked, "umount", "exp").returncode == 0
     assert dot_git(worked) == before
     assert fsck_clean(worked)
+
+
+def blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def test_a_fan_out_dir_pruned_inside_still_shows_real_objects_written_there_later(
+    worked: Path,
+) -> None:
+    """`git repack -a -d` inside removes the fan-out dirs it emptied; the session's HEAD still
+    follows the real branch, so a real object that lands in such a dir later must be read."""
+    later = b"outside\n"
+    fan_out = blob_id(later)[:2]
+    # a real loose object in that fan-out dir first, reachable (so repack packs it)
+    early = next(
+        text for i in itertools.count() if blob_id(text := b"early %d\n" % i)[:2] == fan_out
+    )
+    commit(worked, "early.txt", early.decode(), "early")
+    assert (worked / ".git" / "objects" / fan_out).is_dir()
+    done = run(worked, "exp", "git repack -q -a -d && git prune && ls .git/objects")
+    assert done.returncode == 0, done.stderr
+    assert fan_out not in done.stdout.split()
+    outside = commit(worked, "later.txt", later.decode(), "later")
+    assert (worked / ".git" / "objects" / fan_out / blob_id(later)[2:]).is_file()
+    inside = run(
+        worked,
+        "exp",
+        "git log -1 --format=%H && git cat-file -p HEAD:later.txt && "
+        "git fsck --no-dangling --no-progress && ls .git/objects",
+    )
+    assert inside.returncode == 0, inside.stderr
+    lines = inside.stdout.splitlines()
+    assert lines[:2] == [outside, "outside"]
+    assert fan_out in lines[2:]
+    # what the session removed stays removed: the early object is its pack's only
+    again = run(worked, "exp", f"ls .git/objects/{fan_out}")
+    assert again.stdout.split() == [blob_id(later)[2:]]
+
+
+def test_a_fan_out_dir_found_missing_shows_when_the_real_repository_makes_it(
+    worked: Path, tmp_path: Path
+) -> None:
+    """The kernel caches no "missing" in the object store: a git inside that just looked for
+    a loose object finds it the moment the real repository wrote it (a commit the session's
+    HEAD follows)."""
+    present = {p.name for p in (worked / ".git" / "objects").iterdir()}
+    data = next(d for i in itertools.count() if blob_id(d := b"new %d\n" % i)[:2] not in present)
+    oid = blob_id(data)
+    view = tmp_path / "view"
+    view.mkdir()
+    assert gitsess(worked, "new", "exp").returncode == 0
+    assert gitsess(worked, "mount", "exp", str(view)).returncode == 0
+    try:
+        loose = view / ".git" / "objects" / oid[:2] / oid[2:]
+        assert not loose.exists()
+        assert git(worked, "hash-object", "-w", "--stdin", input=data) == oid
+        assert loose.read_bytes() == (worked / ".git" / "objects" / oid[:2] / oid[2:]).read_bytes()
+    finally:
+        assert gitsess(worked, "umount", "exp").returncode == 0
 
 
 # ---------------------------------------------------------------------------------------------
