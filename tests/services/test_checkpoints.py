@@ -281,6 +281,47 @@ def test_a_fork_keeps_the_checkpoints(repo: Path, gs: InProcess) -> None:
     assert by_name["copy"]["bytes_by_kind"]["checkpoints_bytes"] > 40_000
 
 
+def test_a_fork_at_a_checkpoint_holds_its_state_git_included(repo: Path, gs: InProcess) -> None:
+    big = "b" * 30_000
+    run(
+        repo,
+        "src",
+        f"echo one > f; mkdir d; echo x > d/x; printf {big} > big;"
+        " git add -A; git commit -q -m first",
+    )
+    assert "Checkpoint 2" in gs.ok("checkpoint", "src", "-m", "first commit")
+    later = (
+        "echo two > f; rm -r d; printf small > big; echo new > g; chmod +x f;"
+        " git add -A; git commit -q -m second; git checkout -q -b other"
+    )
+    run(repo, "src", later)
+    show = "cat f d/x big; echo; ls; stat -c %a f; git log --format=%s; git branch --show-current"
+    out = gs.ok("fork", "src", "past", "--at", "2", "--json")
+    assert json.loads(out)["name"] == "past"
+    # its history keeps the source's later state, as after any rewind: undo brings it back
+    assert gs.ok("fs", "past", "cat", "f") == "one\n"
+    gs.ok("undo", "past")
+    assert gs.ok("fs", "past", "cat", "f") == "two\n"
+    gs.ok("undo", "past")
+    past = run(repo, "past", show + "; git status --short").stdout
+    assert past == f"one\nx\n{big}\nREADME.md\nbig\nd\nf\nsrc\n644\nfirst\n" + _log_tail(repo) + (
+        "main\n"
+    )
+    source = run(
+        repo, "src", "cat f big; echo; ls; git log -1 --format=%s; git branch --show-current"
+    )
+    assert source.stdout == "two\nsmall\nREADME.md\nbig\nf\ng\nsrc\nsecond\nother\n"
+    assert "no checkpoint 99" in gs.fails("fork", "src", "nope", "--at", "99")
+    assert "nope" not in [s["name"] for s in gs.json("ls")]
+
+
+def _log_tail(repo: Path) -> str:
+    """The subjects of the real repository's commits, newest first."""
+    return subprocess.run(
+        ["git", "log", "--format=%s"], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout
+
+
 def test_diff_between_checkpoints(repo: Path, gs: InProcess) -> None:
     run(repo, "d", "echo one > f; echo keep > k; mkdir -p new/dir")
     gs.ok("checkpoint", "d")
