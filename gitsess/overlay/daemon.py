@@ -567,7 +567,8 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
     # What the rewind changes is read from delta.db: the writes still pending count too.
     tree.commit(durable=True, settle=False)
     writers = {int(ino): (pid, path) for pid, ino, path in msg.get("writers") or ()}
-    held = sorted(set(writers) & tree.store.history.changed_inodes(int(msg["target"])))
+    changed = tree.store.history.changed_inodes(int(msg["target"]))
+    held = sorted(set(writers) & changed)
     if held and not msg.get("force"):
         pid, path = writers[held[0]]
         return {
@@ -576,14 +577,16 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
             " (--force rewinds anyway)",
         }, None
     kept = tree.keep_content(tree.store.history.gone_at(int(msg["target"])))
+    replaced = tree.hold_replaced(changed)
     try:
         rewound = tree.store.rewind(int(msg["target"]), str(msg.get("kind") or "rewind"))
-    except KeyError:
+    except BaseException as e:
         tree.let_go(*kept)
-        missing = str(history.no_such(int(msg["target"])))
-        return {"ok": False, "error": missing, "whole": True}, None
-    except BaseException:
-        tree.let_go(*kept)
+        for ino in replaced:
+            tree.replaced.told(ino)
+        if isinstance(e, KeyError):
+            missing = str(history.no_such(int(msg["target"])))
+            return {"ok": False, "error": missing, "whole": True}, None
         raise
     state.stale_inodes.extend(tree.reload(rewound.inodes))
     state.stale_entries.extend(rewound.entries)
