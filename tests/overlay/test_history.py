@@ -102,6 +102,11 @@ def mark(tree: Tree) -> int:
     return cp.id
 
 
+def changed_inodes(tree: Tree, cp: int) -> set[int]:
+    assert tree.store.history is not None
+    return tree.store.history.changed_inodes(cp)
+
+
 def rewind(tree: Tree, cp: int) -> history.Rewound:
     tree.commit(settle=False)
     done = tree.store.rewind(cp, "rewind")
@@ -303,7 +308,7 @@ def test_a_file_changed_in_place_reads_as_it_was_until_the_kernel_has_its_attrib
             assert n is not None
             tree.count_lookup(n)  # the kernel holds it
         tree.commit(settle=False)
-        tree.hold_replaced(tree.store.history.changed_inodes(cp))
+        tree.hold_replaced(changed_inodes(tree, cp))
         rewind(tree, cp)
 
         def read(name: str) -> bytes:
@@ -326,7 +331,7 @@ def test_a_file_changed_in_place_reads_as_it_was_until_the_kernel_has_its_attrib
         # a write ends the old content too, and forgetting the node lets its descriptor go
         put(tree, "data", olds["data"])
         tree.commit(settle=False)
-        tree.hold_replaced(tree.store.history.changed_inodes(cp))
+        tree.hold_replaced(changed_inodes(tree, cp))
         assert len(tree.replaced) == 3
         data = tree.resolve(b"data")
         assert data is not None
