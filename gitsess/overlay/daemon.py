@@ -25,7 +25,16 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, guard, history, hostloop, listahead, presence, protocol
+from gitsess.overlay import (
+    control,
+    guard,
+    history,
+    hostloop,
+    listahead,
+    presence,
+    protocol,
+    retention,
+)
 from gitsess.overlay.audit import Participant
 from gitsess.overlay.delta import DeltaStore, copy_delta, kv_get, kv_put, kv_remove
 from gitsess.overlay.fs import Filesystem
@@ -593,6 +602,27 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
     return {"ok": True, "operation": rewound.operation.id}, None
 
 
+def _trim(state: State, msg: dict[str, Any]) -> Reply:
+    """The retention applied to a mounted session (gc), on the event loop: no write lands
+    between the commit and the trim, and the history the tree saves to is reloaded after."""
+    tree = state.tree
+    assert tree.store.history is not None
+    tree.commit(durable=True, settle=False)
+    pruned = tree.store.history.prune(int(msg["keep"]), int(msg["max_age_ns"]), time.time_ns())
+    dropped = retention.trim_log(
+        tree.store.conn,
+        int(msg["log_events"]),
+        int(msg["log_before_ns"]),
+        tree.audit.known_processes(),
+    )
+    try:
+        shrank = tree.store.shrink()
+    except apsw.Error as e:  # a reader's snapshot, a full disk: the commit loop tries again
+        log.warning("could not shrink delta.db (%s)", e)
+        shrank = False
+    return {"ok": True, "checkpoints": pruned, "events": dropped, "shrank": shrank}, None
+
+
 def _sync(state: State, msg: dict[str, Any]) -> Reply:
     state.tree.commit(durable=True, settle=False)
     return {"ok": True}, None
@@ -703,6 +733,7 @@ HANDLERS: dict[str, Callable[[State, dict[str, Any]], Reply]] = {
     protocol.STOP: _stop_op,
     protocol.CHECKPOINT: _checkpoint,
     protocol.REWIND: _rewind,
+    protocol.TRIM: _trim,
 }
 
 

@@ -47,6 +47,21 @@ def test_trim_keeps_the_newest_and_summarises_the_runs_it_drops(tmp_path: Path) 
     row = store.conn.execute("SELECT events, last_ns FROM run_summaries WHERE run_id = 2")
     assert row.fetchall() == [(30, 79)]
     assert retention.trim_log(store.conn, 1000, 0) == 0
+    assert retention.summaries(store.conn)[2].events == 30
+    store.close()
+
+
+def test_trim_keeps_the_processes_a_live_daemon_refers_to(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _log(store, [(t, "write", 10, 1) for t in range(10)])
+    assert retention.trim_log(store.conn, 0, 0, keep_processes={1}) == 10
+    assert store.conn.execute("SELECT id FROM processes").fetchall() == [(1,)]
+    store.conn.execute(
+        "INSERT INTO events (time_ns, op, path, pid, process) VALUES (20, 'write', 'f', 7, 1)"
+    )
+    # offline (no daemon knows it): a process goes with its last event
+    assert retention.trim_log(store.conn, 0, 0) == 1
+    assert store.conn.execute("SELECT id FROM processes").fetchall() == []
     store.close()
 
 

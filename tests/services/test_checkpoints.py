@@ -266,6 +266,37 @@ def test_gc_keeps_what_the_retention_says(repo: Path, gs: InProcess) -> None:
     assert "gitsess.checkpoints.keep" in gs.fails("gc")
 
 
+def test_gc_trims_a_mounted_session_through_its_daemon(
+    repo: Path, ctx: RepoContext, gs: InProcess
+) -> None:
+    session = sessions.create(ctx, "up")
+    live.keep_mounted(ctx, session, mountpoint=None, allow_other=False, read_only=False)
+    daemon = protocol.status(str(ctx.session_dir(session.id)))
+    assert daemon is not None
+    for i in range(5):
+        run(repo, "up", f"echo {i} > f; echo {i} > g{i}")
+    assert len(gs.json("checkpoints", "up")["checkpoints"]) == 5
+    subprocess.run(["git", "config", "gitsess.checkpoints.keep", "2"], cwd=repo, check=True)
+    subprocess.run(["git", "config", "gitsess.log.maxEvents", "3"], cwd=repo, check=True)
+    out = gs.ok("gc")
+    assert "3 checkpoint(s)" in out
+    still = protocol.status(str(ctx.session_dir(session.id)))
+    assert still is not None and still.daemon_pid == daemon.daemon_pid
+    assert [c["checkpoint"] for c in gs.json("checkpoints", "up")["checkpoints"]] == [4, 5]
+    assert gs.ok("fs", "up", "cat", "f", "--at", "4") == "2\n"
+    # the runs whose events went are summarised in the log
+    log = gs.ok("log", "up")
+    assert "earlier no longer kept (" in log and "write" in log
+    # the daemon goes on logging, its known processes kept
+    run(repo, "up", "echo after > h; echo more >> h")
+    assert [e["path"] for e in map(json.loads, gs.ok("log", "up", "--json").splitlines())][-2:] == [
+        "h",
+        "h",
+    ]
+    gs.ok("rewind", "up", "4")
+    assert gs.ok("fs", "up", "cat", "f") == "2\n"
+
+
 def test_a_fork_keeps_the_checkpoints(repo: Path, gs: InProcess) -> None:
     big = "x" * 40_000
     run(repo, "orig", f"printf {big} > big")
