@@ -616,7 +616,7 @@ def _trim(state: State, msg: dict[str, Any]) -> Reply:
         tree.audit.known_processes(),
     )
     try:
-        shrank = tree.store.shrink()
+        shrank = tree.store.shrink(eager=True)
     except apsw.Error as e:  # a reader's snapshot, a full disk: the commit loop tries again
         log.warning("could not shrink delta.db (%s)", e)
         shrank = False

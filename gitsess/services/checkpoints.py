@@ -309,7 +309,7 @@ def trim(ctx: RepoContext, session: Session, keep: Retention) -> Trimmed | None:
                 assert store.history is not None
                 pruned = store.history.prune(keep.keep, age, now)
                 dropped = retention.trim_log(store.conn, keep.log_events, before)
-                return Trimmed(pruned, dropped, store.shrink())
+                return Trimmed(pruned, dropped, store.shrink(eager=True))
             done = _ask(
                 ctx, session, "trim", protocol.trim, keep.keep, age, keep.log_events, before
             )

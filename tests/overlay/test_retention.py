@@ -76,3 +76,26 @@ def test_a_big_log_is_given_back_to_the_disk(tmp_path: Path) -> None:
     assert after.log_bytes < before.log_bytes / 50
     assert os.path.getsize(store.path) < before.log_bytes / 4
     store.close()
+
+
+def test_after_a_trim_free_pages_go_back_below_a_quarter_too(tmp_path: Path) -> None:
+    # A trim frees pages on purpose: gc gives them back even when they are fewer than the
+    # quarter of delta.db the commit loop waits for, and truncates the WAL that held the trim.
+    store = _store(tmp_path)
+    with store.conn:
+        store.conn.executemany(
+            "INSERT INTO events (time_ns, op, path, bytes, run_id) VALUES (?, 'write', ?, 10, 1)",
+            ((t, f"{t:0200d}") for t in range(120_000)),
+        )
+    store.checkpoint()
+    retention.trim_log(store.conn, 96_000, 0)
+    free = store.conn.execute("PRAGMA freelist_count").fetchall()[0][0]
+    pages = store.conn.execute("PRAGMA page_count").fetchall()[0][0]
+    assert isinstance(free, int) and isinstance(pages, int)
+    assert free >= 1024 and free * 4 < pages
+    assert not store.shrink()
+    assert os.path.getsize(store.path + "-wal") > 0
+    assert store.shrink(eager=True)
+    assert store.conn.execute("PRAGMA freelist_count").fetchall()[0][0] == 0
+    assert os.path.getsize(store.path + "-wal") == 0
+    store.close()
