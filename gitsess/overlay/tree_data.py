@@ -320,6 +320,8 @@ class DataTree(LookupTree):
                     content = os.open(self.store.data_path(ino), os.O_RDONLY | os.O_CLOEXEC)
                 except FileNotFoundError:
                     content = b""  # no data file: it reads as zeros, as it did
+                except OSError:
+                    continue  # out of descriptors: it reads as the rewind left it, not whole
                 size = n.size
             else:
                 rel = n.worktree_rel
@@ -330,7 +332,7 @@ class DataTree(LookupTree):
                         os.open, self.lower_path(rel), os.O_RDONLY | os.O_CLOEXEC
                     )
                 except OSError:
-                    continue  # gone from the worktree: nothing to keep
+                    continue  # gone from the worktree (or out of descriptors): not kept
                 size = n.size if n.upper else os.fstat(content).st_size
             self.replaced.hold(ino, size, content)
             held.append(ino)
