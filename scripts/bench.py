@@ -1240,6 +1240,76 @@ def run_checkpoints(b: Bench) -> None:
     )
 
 
+STRESS_OPS = 100_000
+
+
+def _stress(root: Path, ops: int, seed: int) -> None:
+    """Many small writes, renames and unlinks over about 100 files (a view of ~220 KB), as
+    an agent's build-and-test loop makes them: the audit log grows by one row per change."""
+    rng = random.Random(seed)
+    names = [f"s{i:03d}" for i in range(100)]
+    for _ in range(ops):
+        name = root / rng.choice(names)
+        roll = rng.random()
+        if roll < 0.7 or not name.exists():
+            name.write_bytes(rng.randbytes(rng.randint(500, 4000)))
+        elif roll < 0.85:
+            name.rename(root / rng.choice(names))
+        else:
+            name.unlink()
+
+
+def _session_disk(session_dir: Path) -> int:
+    return sum(
+        _disk_bytes(session_dir / name)
+        if (session_dir / name).is_dir()
+        else (session_dir / name).stat().st_blocks * 512
+        for name in ("delta.db", "delta.db-wal", "data", "checkpoints")
+        if (session_dir / name).exists()
+    )
+
+
+def run_governance(b: Bench) -> None:
+    """Storage governance: a 100,000-op stress run in a mounted session, a checkpoint every
+    1,000 ops, then `gitsess gc` (the retention, through the daemon) with the defaults and
+    with `gitsess.log.maxEvents` 20,000: the session's disk bytes against what the live
+    view, the kept checkpoints and the kept log need (`show`'s bytes by kind)."""
+    from gitsess.overlay import protocol
+
+    repo = b.tmp / "cp-stress"
+    _init_repo(repo, b.env)
+    names = [f"f{i:02d}.txt" for i in range(20)]
+    _write_files(repo, names, 200_000, random.Random(3))
+    _commit_all(repo, names, b.env)
+    with new_session(b, repo, "stress") as s, cli_mounted(b, repo, s) as view:
+        sd = session_dir_of(s)
+        start = time.perf_counter()
+        for turn in range(STRESS_OPS // 1000):
+            _stress(view.root, 1000, turn)
+            protocol.checkpoint(str(sd), "turn", "", None, None)
+        took = time.perf_counter() - start
+        protocol.sync(str(sd))
+        steps = [("before gc", None), ("gc, defaults", None), ("gc, log.maxEvents 20000", "20000")]
+        for label, max_events in steps:
+            if max_events is not None:
+                git(repo, "config", "gitsess.log.maxEvents", max_events, env=b.env)
+            if label != "before gc":
+                gitsess_cli(b, repo, "gc")
+            protocol.sync(str(sd))
+            kinds = json.loads(gitsess_cli(b, repo, "show", s.name, "--json"))["usage"][
+                "bytes_by_kind"
+            ]
+            need = kinds["files_bytes"] + kinds["checkpoints_bytes"] + kinds["log_bytes"]
+            disk = _session_disk(sd)
+            b.notes.append(
+                f"stress {STRESS_OPS:,} ops ({took:.0f} s, 100 checkpoints), {label}:"
+                f" {disk / MIB:.1f} MiB on disk; needed {need / MIB:.1f} MiB (files"
+                f" {kinds['files_bytes'] / MIB:.2f}, checkpoints"
+                f" {kinds['checkpoints_bytes'] / MIB:.2f}, log {kinds['log_bytes'] / MIB:.2f},"
+                f" free {kinds['free_bytes'] / MIB:.2f}): {disk / need:.2f}x (goal < 2x)"
+            )
+
+
 # ---------------------------------------------------------------------------------- diff / apply
 
 
@@ -2188,6 +2258,7 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             b.notes.append("diff / apply --commit: not yet available (no such gitsess commands)")
     if "checkpoints" in only or (not only and not b.cfg.quick):
         run_checkpoints(b)
+        run_governance(b)
     if (not b.cfg.quick and not only) or RADAR in only:
         if cli_has(b, "overlaps"):
             run_radar(b, corpus)

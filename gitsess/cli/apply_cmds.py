@@ -723,9 +723,20 @@ def _discard_json(
     "args", nargs=-1, metavar="[SESSION] NEW_NAME", shell_complete=complete_session_first
 )
 @takes_session
+@click.option(
+    "--at",
+    "at",
+    type=int,
+    metavar="CHECKPOINT",
+    help="Start from the session as it was at this checkpoint (`gitsess checkpoints`).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the new session as JSON.")
 def fork(
-    args: tuple[str, ...], offsets: tuple[str, ...], session_option: str | None, as_json: bool
+    args: tuple[str, ...],
+    offsets: tuple[str, ...],
+    session_option: str | None,
+    at: int | None,
+    as_json: bool,
 ) -> None:
     """A new session NEW_NAME with a copy of a session's changes, on the same worktree."""
     from gitsess.services import fork as forking
@@ -733,7 +744,7 @@ def fork(
     ref, (new_name,) = session_ref(args, 1, offsets, session_option)
     ctx = discover()
     source = sessions.resolve(ctx, ref)
-    made = forking.fork(ctx, source, new_name)
+    made = forking.fork(ctx, source, new_name, at=at)
     if as_json:
         print_json(asdict(made))
         return

@@ -98,9 +98,13 @@ def _seconds(start: datetime, end: datetime) -> str:
 def _header(group: timeline.Group) -> tuple[str, datetime]:
     """The group's heading and the moment its event times are counted from."""
     count = f"{len(group.events)} change{'' if len(group.events) == 1 else 's'}"
+    trimmed = group.trimmed
+    if trimmed is not None:
+        count += f" · {_trimmed(trimmed.events, trimmed.ops, trimmed.bytes)}"
     run = group.run
     if run is None:
-        start = group.events[0].time
+        first = group.events[0].time_ns if group.events else trimmed.first_ns if trimmed else 0
+        start = datetime.fromtimestamp(first / 1e9, UTC)
         return f"[bold]outside any run[/] · {ago(start)} · {count}", start
     parts = [f"[bold]run {run.id}[/]", escape(" ".join(run.command))]
     if run.role:
@@ -113,6 +117,13 @@ def _header(group: timeline.Group) -> tuple[str, datetime]:
         parts += [_seconds(run.started_at, run.ended_at), code]
     parts.append(count)
     return " · ".join(parts), run.started_at
+
+
+def _trimmed(events: int, ops: dict[str, int], size: int) -> str:
+    """The events of a run the log's retention dropped, as the run's summary keeps them."""
+    counts = ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda i: -i[1]))
+    written = f", {size} bytes written" if size else ""
+    return f"{events} earlier no longer kept ({counts}{written})"
 
 
 def _row(item: Event | GitActivity, start: datetime) -> tuple[str, str, str, str, str, str]:

@@ -173,12 +173,13 @@ def discard(paths: list[str], session: str | None = None) -> Any:
     }
 
 
-def fork(new_name: str, session: str | None = None) -> Any:
-    """A new session NEW_NAME with a copy of the session's changes (`gitsess fork --json`)."""
+def fork(new_name: str, session: str | None = None, at: int | None = None) -> Any:
+    """A new session NEW_NAME with a copy of the session's changes, as they were at
+    checkpoint `at` if given (`gitsess fork [--at CP] --json`)."""
     from gitsess.services import fork as forking
 
     ctx, found = _target(session)
-    return asdict(forking.fork(ctx, found, new_name))
+    return asdict(forking.fork(ctx, found, new_name, at=at))
 
 
 def overlaps() -> Any:

@@ -90,6 +90,11 @@ class Audit:
         self._writes.clear()
         return out
 
+    def known_processes(self) -> set[int]:
+        """The process rows this log refers to without writing them again: a log trim keeps
+        them."""
+        return set(self._process_ids.values())
+
     def forget_participants(self) -> None:
         """Participants changed: who owns which process must be worked out again."""
         self._owners.clear()

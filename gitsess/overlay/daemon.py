@@ -25,7 +25,7 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, guard, history, presence, protocol
+from gitsess.overlay import control, guard, history, presence, protocol, retention
 from gitsess.overlay.audit import Attribution
 from gitsess.overlay.delta import DeltaStore, copy_delta, kv_get, kv_put, kv_remove
 from gitsess.overlay.fs import Filesystem
@@ -559,7 +559,8 @@ def _rewind(state: DaemonState, msg: dict[str, Any]) -> Reply:
     # What the rewind changes is read from delta.db: the writes still pending count too.
     tree.commit(durable=True, settle=False)
     writers = {int(ino): (pid, path) for pid, ino, path in msg.get("writers") or ()}
-    held = sorted(set(writers) & tree.store.history.changed_inodes(int(msg["target"])))
+    changed = tree.store.history.changed_inodes(int(msg["target"]))
+    held = sorted(set(writers) & changed)
     if held and not msg.get("force"):
         pid, path = writers[held[0]]
         return {
@@ -568,18 +569,41 @@ def _rewind(state: DaemonState, msg: dict[str, Any]) -> Reply:
             " (--force rewinds anyway)",
         }, None
     kept = tree.keep_content(tree.store.history.gone_at(int(msg["target"])))
+    replaced = tree.hold_replaced(changed)
     try:
         rewound = tree.store.rewind(int(msg["target"]), str(msg.get("kind") or "rewind"))
-    except KeyError:
+    except BaseException as e:
         tree.let_go(*kept)
-        missing = str(history.no_such(int(msg["target"])))
-        return {"ok": False, "error": missing, "whole": True}, None
-    except BaseException:
-        tree.let_go(*kept)
+        for ino in replaced:
+            tree.replaced.told(ino)
+        if isinstance(e, KeyError):
+            missing = str(history.no_such(int(msg["target"])))
+            return {"ok": False, "error": missing, "whole": True}, None
         raise
     state.stale_inodes.extend(tree.reload(rewound.inodes))
     state.stale_entries.extend(rewound.entries)
     return {"ok": True, "operation": rewound.operation.id}, None
+
+
+def _trim(state: DaemonState, msg: dict[str, Any]) -> Reply:
+    """The retention applied to a mounted session (gc), on the event loop: no write lands
+    between the commit and the trim, and the history the tree saves to is reloaded after."""
+    tree = state.tree
+    assert tree.store.history is not None
+    tree.commit(durable=True, settle=False)
+    pruned = tree.store.history.prune(int(msg["keep"]), int(msg["max_age_ns"]), time.time_ns())
+    dropped = retention.trim_log(
+        tree.store.conn,
+        int(msg["log_events"]),
+        int(msg["log_before_ns"]),
+        tree.audit.known_processes(),
+    )
+    try:
+        shrank = tree.store.shrink(eager=True)
+    except apsw.Error as e:  # a reader's snapshot, a full disk: the commit loop tries again
+        log.warning("could not shrink delta.db (%s)", e)
+        shrank = False
+    return {"ok": True, "checkpoints": pruned, "events": dropped, "shrank": shrank}, None
 
 
 def _sync(state: DaemonState, msg: dict[str, Any]) -> Reply:
@@ -692,6 +716,7 @@ HANDLERS: dict[str, Callable[[DaemonState, dict[str, Any]], Reply]] = {
     protocol.STOP: _stop_op,
     protocol.CHECKPOINT: _checkpoint,
     protocol.REWIND: _rewind,
+    protocol.TRIM: _trim,
 }
 
 

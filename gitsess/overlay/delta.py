@@ -182,14 +182,18 @@ class DeltaStore:
         )
         return (pages - free) * size
 
-    def shrink(self) -> bool:
+    def shrink(self, *, eager: bool = False) -> bool:
         """Give free pages back to the disk once they are over a quarter of delta.db (and over
         SHRINK_MIN_PAGES): incrementally where the file allows it, else by one VACUUM, which
-        also makes it allow it from then on. Whether it shrank."""
+        also makes it allow it from then on. Whether it shrank. `eager` (after a trim of the
+        history, which freed them on purpose): over SHRINK_MIN_PAGES is enough, and the WAL,
+        which holds the trim's pages, is truncated anyway."""
         pages, free, mode = (
             schema.pragma(self.conn, p) for p in ("page_count", "freelist_count", "auto_vacuum")
         )
-        if free < SHRINK_MIN_PAGES or free * 4 < pages:
+        if free < SHRINK_MIN_PAGES or (free * 4 < pages and not eager):
+            if eager:
+                self.checkpoint()
             return False
         # (fetched: a pragma that returns rows does its work a row at a time)
         if mode == INCREMENTAL_VACUUM:

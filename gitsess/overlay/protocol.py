@@ -32,6 +32,7 @@ STOP = "stop"
 KV = "kv"
 CHECKPOINT = "checkpoint"
 REWIND = "rewind"
+TRIM = "trim"
 
 
 class Refused(Exception):
@@ -195,3 +196,26 @@ def rewind(
         session_dir, REWIND, target=target, kind=kind, writers=list(writers), force=force
     )
     return None if reply is None else int(reply["operation"])
+
+
+# Dropping old checkpoints and events of a big log, then giving pages back, takes seconds.
+TRIM_TIMEOUT = 120.0
+
+
+def trim(
+    session_dir: str, keep: int, max_age_ns: int, log_events: int, log_before_ns: int
+) -> tuple[int, int, bool] | None:
+    """Have the daemon apply a retention (see `History.prune`, `retention.trim_log`): the
+    checkpoints and events it dropped, and whether delta.db shrank (None: no daemon)."""
+    reply = _request(
+        session_dir,
+        TRIM,
+        TRIM_TIMEOUT,
+        keep=keep,
+        max_age_ns=max_age_ns,
+        log_events=log_events,
+        log_before_ns=log_before_ns,
+    )
+    if reply is None:
+        return None
+    return int(reply["checkpoints"]), int(reply["events"]), bool(reply["shrank"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import apsw
@@ -44,9 +45,36 @@ def bytes_by_kind(conn: apsw.Connection, data_dir: str, data_bytes: int) -> Byte
     return Bytes(files + data_bytes, cps, log, free)
 
 
-def trim_log(conn: apsw.Connection, max_events: int, before_ns: int) -> int:
+@dataclass(frozen=True)
+class RunSummary:
+    """What the events a trim dropped said about one run (run 0: events of no run)."""
+
+    run_id: int
+    events: int
+    first_ns: int
+    last_ns: int
+    bytes: int
+    ops: dict[str, int]
+
+
+def summaries(conn: apsw.Connection) -> dict[int, RunSummary]:
+    """The runs some of whose events a trim dropped, by run id."""
+    out = {}
+    for row in conn.execute(
+        "SELECT run_id, events, first_ns, last_ns, bytes, ops FROM run_summaries"
+    ):
+        run_id, n, first, last, size = (int(v) for v in row[:5])
+        out[run_id] = RunSummary(run_id, n, first, last, size, json.loads(str(row[5])))
+    return out
+
+
+def trim_log(
+    conn: apsw.Connection, max_events: int, before_ns: int, keep_processes: Collection[int] = ()
+) -> int:
     """Drop the events older than `before_ns` and all but the newest `max_events`, adding what
-    they said about their runs to `run_summaries` first. Returns how many went."""
+    they said about their runs to `run_summaries` first, and the processes no event is left
+    of, but for `keep_processes` (a live daemon's, which it will refer to again). Returns how
+    many events went."""
     rows = conn.execute("SELECT min(id), max(id) FROM events").fetchall()
     low, high = rows[0]
     if low is None:
@@ -94,6 +122,8 @@ def trim_log(conn: apsw.Connection, max_events: int, before_ns: int) -> int:
         conn.execute(
             "DELETE FROM processes WHERE id NOT IN"
             " (SELECT process FROM events WHERE process IS NOT NULL)"
+            " AND id NOT IN (SELECT value FROM json_each(?))",
+            (json.dumps(sorted(keep_processes)),),
         )
         conn.execute("COMMIT")
     except BaseException:

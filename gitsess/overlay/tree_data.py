@@ -81,6 +81,7 @@ class DataTree(LookupTree):
         """
         if n.ino in self._kept:
             raise err(errno.ESTALE)  # a file a rewind removed (see `keep_content`)
+        self.replaced.told(n.ino)  # (a file a rewind changed: what it had is no longer read)
         self.make_upper(n)
         if n.data:
             return
@@ -298,6 +299,44 @@ class DataTree(LookupTree):
                     self._kept[ino] = b""  # no data file: it reads as zeros, as it did
             kept.append(ino)
         return kept
+
+    def hold_replaced(self, inodes: Iterable[int]) -> list[int]:
+        """Before a rewind that changes these nodes in place: the content of the files the
+        kernel holds, which reads answer until the kernel has their new attributes (see
+        overlay/replaced.py). Returns the nodes held (for `replaced.told`, should the rewind
+        not happen)."""
+        held = []
+        for ino in inodes:
+            n = self.nodes.get(ino)
+            if n is None or not (n.lookups or n.opens) or not stat.S_ISREG(n.mode):
+                continue
+            if ino in self._kept or ino in self.replaced:
+                continue  # (removed by the rewind; or held since an earlier one, still unread)
+            content: bytes | int
+            if n.upper and n.data == INLINE:
+                content, size = self._inline(n), n.size
+            elif n.upper and n.data:
+                try:
+                    content = os.open(self.store.data_path(ino), os.O_RDONLY | os.O_CLOEXEC)
+                except FileNotFoundError:
+                    content = b""  # no data file: it reads as zeros, as it did
+                except OSError:
+                    continue  # out of descriptors: it reads as the rewind left it, not whole
+                size = n.size
+            else:
+                rel = n.worktree_rel
+                try:
+                    if rel is None:
+                        continue
+                    content = longpath.call(
+                        os.open, self.lower_path(rel), os.O_RDONLY | os.O_CLOEXEC
+                    )
+                except OSError:
+                    continue  # gone from the worktree (or out of descriptors): not kept
+                size = n.size if n.upper else os.fstat(content).st_size
+            self.replaced.hold(ino, size, content)
+            held.append(ino)
+        return held
 
     def _inline(self, n: Node) -> bytes:
         """An inline file's bytes (up to its size; any shorter, the rest reads as zeros)."""

@@ -19,6 +19,7 @@ from gitsess.overlay.fdcache import FdCache
 from gitsess.overlay.fsmonitor import FsmonitorJournal
 from gitsess.overlay.gitdir import GIT, GIT_COMMON, in_git, linked_git, object_store
 from gitsess.overlay.nodes import ROOT_INODE, Attr, Node, Pending, err, join, stamp
+from gitsess.overlay.replaced import Replaced
 from gitsess.overlay.writebehind import WriteBehind
 
 NAME_MAX = 255
@@ -82,6 +83,8 @@ class LookupTree:
         # The content a rewind took away from files the kernel holds (see `keep_content`):
         # inline bytes, or a descriptor of the old data file.
         self._kept: dict[int, bytes | int] = {}
+        # The old content of files a rewind changed in place (see `DataTree.hold_replaced`).
+        self.replaced = Replaced()
         self._write_behind = WriteBehind()
         self.audit = Audit(next_process_id=store.next_process_id())
         self.journal = FsmonitorJournal()
@@ -222,6 +225,7 @@ class LookupTree:
     def close(self) -> None:
         self._write_behind.close()
         self.let_go(*self._kept)
+        self.replaced.clear()
         self._data_fds.close_all()
         self._lower_fds.close_all()
 

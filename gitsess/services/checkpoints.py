@@ -295,40 +295,28 @@ class Trimmed:
 
 
 def trim(ctx: RepoContext, session: Session, keep: Retention) -> Trimmed | None:
-    """Apply the retention to a session that is not mounted (None: it is, or has no delta)."""
+    """Apply the retention to a session, through its daemon when it is mounted (None: it has
+    no delta)."""
     if not (ctx.session_dir(session.id) / "delta.db").exists():
         return None
-    _wait_lingering(ctx, session)
     now = time.time_ns()
-    with _offline(ctx, session) as store:
-        if store is None:
-            return None
-        assert store.history is not None
-        far = 1 << 62
-        age = far if keep.max_age is None else int(keep.max_age.total_seconds() * 1e9)
-        pruned = store.history.prune(keep.keep, age, now)
-        before = 0 if keep.log_age is None else now - int(keep.log_age.total_seconds() * 1e9)
-        dropped = retention.trim_log(store.conn, keep.log_events, before)
-        return Trimmed(pruned, dropped, store.shrink())
-
-
-# How long `trim` waits for a daemon with no participant left to stop (it lingers
-# `daemon.LINGER` for a quick re-run, then commits and exits; slower on a loaded machine).
-SETTLE_TIMEOUT = 15.0
-
-
-def _wait_lingering(ctx: RepoContext, session: Session) -> None:
-    """Until a daemon that only lingers (no participant, not kept mounted) is gone: right
-    after a run, the session is about to be unmounted, and skipping it would leave its
-    history untrimmed until some later gc. One kept mounted or with a run inside is left
-    to a later gc (it is in use); so is one still lingering at the deadline."""
-    session_dir = ctx.session_dir(session.id)
-    deadline = time.monotonic() + SETTLE_TIMEOUT
-    while time.monotonic() < deadline:
-        found = mount.status(session_dir)  # (None once it is gone, a stopping one waited for)
-        if found is None or found.persistent or found.participants:
-            return
-        time.sleep(0.02)
+    far = 1 << 62
+    age = far if keep.max_age is None else int(keep.max_age.total_seconds() * 1e9)
+    before = 0 if keep.log_age is None else now - int(keep.log_age.total_seconds() * 1e9)
+    for _ in range(ATTEMPTS):
+        with _offline(ctx, session) as store:
+            if store is not None:
+                assert store.history is not None
+                pruned = store.history.prune(keep.keep, age, now)
+                dropped = retention.trim_log(store.conn, keep.log_events, before)
+                return Trimmed(pruned, dropped, store.shrink(eager=True))
+            done = _ask(
+                ctx, session, "trim", protocol.trim, keep.keep, age, keep.log_events, before
+            )
+            if done is not None:
+                return Trimmed(*done)
+        mount.status(ctx.session_dir(session.id))
+    raise _gone(session, "trim")
 
 
 @dataclass(frozen=True)

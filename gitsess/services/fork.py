@@ -10,7 +10,8 @@ from pathlib import Path
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
-from gitsess.overlay.delta import copy_delta
+from gitsess.overlay import history
+from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.runtime import mount
 from gitsess.services.apply_journal import reconcile
 from gitsess.services.sessions import validate_name
@@ -74,9 +75,13 @@ def undo(ctx: RepoContext, session: Session) -> None:
 # fork
 
 
-def fork(ctx: RepoContext, source: Session, name: str) -> Session:
-    """A new session with a copy of `source`'s delta (changes, audit log, key-value store) and
-    the same worktree, branch and base; from then on the two are independent.
+def fork(ctx: RepoContext, source: Session, name: str, *, at: int | None = None) -> Session:
+    """A new session with a copy of `source`'s delta (changes, audit log, key-value store,
+    checkpoints) and the same worktree, branch and base; from then on the two are independent.
+
+    `at`: the new session holds the state of checkpoint `at` (files, `.git`, all of it), by
+    rewinding the copy there: its history keeps the source's later checkpoints, and `undo` in
+    it brings back the source's state at the fork, as after any rewind.
 
     All or nothing: the copy is made first, in the new session's directory, and the row that
     makes it a session comes last; a failure (a full disk) removes the directory, which frees
@@ -92,6 +97,8 @@ def fork(ctx: RepoContext, source: Session, name: str) -> Session:
             src = src_dir / "delta.db"
             if src.exists() and not mount.copy_delta(src_dir, target):
                 copy_delta(str(src), str(target / "delta.db"))
+        if at is not None:
+            _rewind_copy(target / "delta.db", at)
         return insert(
             ctx,
             name,
@@ -106,3 +113,18 @@ def fork(ctx: RepoContext, source: Session, name: str) -> Session:
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
+
+
+def _rewind_copy(delta: Path, at: int) -> None:
+    """The fresh copy (no daemon serves it yet) back to checkpoint `at`."""
+    if not delta.exists():
+        raise history.no_such(at)
+    store = DeltaStore(str(delta))
+    try:
+        assert store.history is not None
+        store.history.clear_unfinished()  # (of a source killed in a rewind, copied offline)
+        store.rewind(at, "fork")
+    except KeyError:
+        raise history.no_such(at) from None
+    finally:
+        store.close()

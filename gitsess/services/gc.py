@@ -560,8 +560,8 @@ def retention(repo: pygit2.Repository) -> checkpoints.Retention:
 
 
 def sweep_history(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
-    """Checkpoints and audit log events past their retention, in sessions that are not
-    mounted (a mounted one is trimmed by a later gc)."""
+    """Checkpoints and audit log events past their retention (a mounted session's through
+    its daemon)."""
     if dry_run:
         return []
     keep = retention(ctx.open())

@@ -22,6 +22,7 @@ from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
 from gitsess.overlay import delta, schema
 from gitsess.overlay.delta import DamagedDelta
+from gitsess.overlay.retention import RunSummary, summaries
 from gitsess.runtime import mount
 from gitsess.services import sealed
 from gitsess.store.registry import Registry, Run, Session
@@ -115,10 +116,12 @@ class Filter:
 
 @dataclass(frozen=True)
 class Group:
-    """A run and its events; `run` is None for events of no run (a `gitsess mount` user)."""
+    """A run and its events; `run` is None for events of no run (a `gitsess mount` user).
+    `trimmed`: what its events the log's retention dropped said (counts per op, bytes)."""
 
     run: Run | None
     events: list[Event]
+    trimmed: RunSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -237,6 +240,10 @@ class DeltaReader:
         )
         return [Event(*row) for row in rows]
 
+    def trimmed(self) -> dict[int, RunSummary]:
+        """The runs (0: no run) whose older events the log's retention dropped."""
+        return self._read(summaries, {})
+
     def op_counts(self) -> dict[str, int]:
         """How many events of each operation the log holds."""
         return self._read(delta.op_counts, {})
@@ -300,6 +307,8 @@ def timeline(ctx: RepoContext, session: Session, flt: Filter) -> Timeline:
     with DeltaReader(delta_path(ctx, session)) as reader:
         last_id = reader.max_event_id()
         events = reader.events(flt, upto_id=last_id)
+        # (a summary has no paths or pids to match: shown when no event is asked for)
+        trimmed = {} if flt.selects_events else reader.trimmed()
     by_run: dict[int, list[Event]] = {}
     loose: list[Event] = []
     known = {r.id for r in all_runs}
@@ -310,6 +319,8 @@ def timeline(ctx: RepoContext, session: Session, flt: Filter) -> Timeline:
             loose.append(e)
     shown = [r for r in all_runs if _shows(r, flt, by_run)]
     groups: list[Group] = []
+    if 0 in trimmed and flt.since_ns is None and flt.run_id is None:
+        groups.append(Group(None, [], trimmed[0]))
     pending = iter(loose)
     nxt = next(pending, None)
     for run in shown:
@@ -320,7 +331,7 @@ def timeline(ctx: RepoContext, session: Session, flt: Filter) -> Timeline:
             nxt = next(pending, None)
         if stretch:
             groups.append(Group(None, stretch))
-        groups.append(Group(run, by_run.get(run.id, [])))
+        groups.append(Group(run, by_run.get(run.id, []), trimmed.get(run.id)))
     rest = ([] if nxt is None else [nxt]) + list(pending)
     if rest:
         groups.append(Group(None, rest))

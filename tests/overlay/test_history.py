@@ -11,11 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import trio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pyfuse3 import FileHandleT, InodeT, RequestContext
 
 from gitsess.overlay import history
 from gitsess.overlay.delta import DeltaAt, DeltaStore
+from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.nodes import ROOT_INODE, Node
 from gitsess.overlay.tree import Tree
 from gitsess.overlay.tree_data import INLINE_MAX
@@ -97,6 +100,11 @@ def mark(tree: Tree) -> int:
     cp = tree.store.mark("manual", "", always=True)
     assert cp is not None
     return cp.id
+
+
+def changed_inodes(tree: Tree, cp: int) -> set[int]:
+    assert tree.store.history is not None
+    return tree.store.history.changed_inodes(cp)
 
 
 def rewind(tree: Tree, cp: int) -> history.Rewound:
@@ -278,3 +286,58 @@ def _run_model(factory: pytest.TempPathFactory, ops_list: list[tuple[str, str, i
     (root / "big").write_bytes(b"L" * (2 * INLINE_MAX))
     (base / "session").mkdir()
     _model(ops_list, root, str(base / "session" / "delta.db"))
+
+
+def test_a_file_changed_in_place_reads_as_it_was_until_the_kernel_has_its_attributes(
+    lower: Path, delta: str
+) -> None:
+    # What the daemon answers the kernel around a live rewind: the kernel holds each file's
+    # size (and some pages) from before, so its reads get the old bytes until a GETATTR or a
+    # LOOKUP gave it the new attributes (whose new size makes it drop the pages it holds).
+    olds = {"inline": b"i2" * 100, "data": b"d2" * INLINE_MAX, "big": b"b2" * INLINE_MAX}
+    news = {"inline": b"i1" * 10, "data": b"d1" * (INLINE_MAX * 3), "big": b"B" * (INLINE_MAX * 3)}
+    with opened(delta, lower) as tree:
+        put(tree, "inline", news["inline"])
+        put(tree, "data", news["data"])
+        cp = mark(tree)
+        for name, content in olds.items():
+            put(tree, name, content)  # `big` is the worktree's until now: its copy goes
+        fs = Filesystem(tree)
+        nodes = {name: tree.resolve(name.encode()) for name in olds}
+        for n in nodes.values():
+            assert n is not None
+            tree.count_lookup(n)  # the kernel holds it
+        tree.commit(settle=False)
+        tree.hold_replaced(changed_inodes(tree, cp))
+        rewind(tree, cp)
+
+        def read(name: str) -> bytes:
+            n = nodes[name]
+            assert n is not None
+            got: object = trio.run(fs.read, FileHandleT(n.ino), 0, 1 << 20)
+            if isinstance(got, bytes):
+                return got
+            # a slice of the worktree file, spliced to the kernel
+            fd, off, size = got.fd, got.offset, got.size  # type: ignore[attr-defined]
+            return os.pread(fd, size, off)
+
+        assert {name: read(name) for name in olds} == olds
+        for name in olds:
+            n = nodes[name]
+            assert n is not None
+            attrs = trio.run(fs.getattr, InodeT(n.ino), RequestContext())
+            assert attrs.st_size == len(news[name])
+            assert read(name) == news[name]
+        # a write ends the old content too, and forgetting the node lets its descriptor go
+        put(tree, "data", olds["data"])
+        tree.commit(settle=False)
+        tree.hold_replaced(changed_inodes(tree, cp))
+        assert len(tree.replaced) == 3
+        data = tree.resolve(b"data")
+        assert data is not None
+        tree.write(data, 0, b"xy")
+        assert read("data") == b"xy" + olds["data"][2:]
+        big = nodes["big"]
+        assert big is not None
+        trio.run(fs.forget, [(InodeT(big.ino), 1)])
+        assert big.ino not in tree.replaced

@@ -47,6 +47,21 @@ def test_trim_keeps_the_newest_and_summarises_the_runs_it_drops(tmp_path: Path) 
     row = store.conn.execute("SELECT events, last_ns FROM run_summaries WHERE run_id = 2")
     assert row.fetchall() == [(30, 79)]
     assert retention.trim_log(store.conn, 1000, 0) == 0
+    assert retention.summaries(store.conn)[2].events == 30
+    store.close()
+
+
+def test_trim_keeps_the_processes_a_live_daemon_refers_to(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    _log(store, [(t, "write", 10, 1) for t in range(10)])
+    assert retention.trim_log(store.conn, 0, 0, keep_processes={1}) == 10
+    assert store.conn.execute("SELECT id FROM processes").fetchall() == [(1,)]
+    store.conn.execute(
+        "INSERT INTO events (time_ns, op, path, pid, process) VALUES (20, 'write', 'f', 7, 1)"
+    )
+    # offline (no daemon knows it): a process goes with its last event
+    assert retention.trim_log(store.conn, 0, 0) == 1
+    assert store.conn.execute("SELECT id FROM processes").fetchall() == []
     store.close()
 
 
@@ -60,4 +75,27 @@ def test_a_big_log_is_given_back_to_the_disk(tmp_path: Path) -> None:
     after = retention.bytes_by_kind(store.conn, store.data_dir, 0)
     assert after.log_bytes < before.log_bytes / 50
     assert os.path.getsize(store.path) < before.log_bytes / 4
+    store.close()
+
+
+def test_after_a_trim_free_pages_go_back_below_a_quarter_too(tmp_path: Path) -> None:
+    # A trim frees pages on purpose: gc gives them back even when they are fewer than the
+    # quarter of delta.db the commit loop waits for, and truncates the WAL that held the trim.
+    store = _store(tmp_path)
+    with store.conn:
+        store.conn.executemany(
+            "INSERT INTO events (time_ns, op, path, bytes, run_id) VALUES (?, 'write', ?, 10, 1)",
+            ((t, f"{t:0200d}") for t in range(120_000)),
+        )
+    store.checkpoint()
+    retention.trim_log(store.conn, 96_000, 0)
+    free = store.conn.execute("PRAGMA freelist_count").fetchall()[0][0]
+    pages = store.conn.execute("PRAGMA page_count").fetchall()[0][0]
+    assert isinstance(free, int) and isinstance(pages, int)
+    assert free >= 1024 and free * 4 < pages
+    assert not store.shrink()
+    assert os.path.getsize(store.path + "-wal") > 0
+    assert store.shrink(eager=True)
+    assert store.conn.execute("PRAGMA freelist_count").fetchall()[0][0] == 0
+    assert os.path.getsize(store.path + "-wal") == 0
     store.close()

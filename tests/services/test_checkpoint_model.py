@@ -1,7 +1,7 @@
 """Model check of checkpoints on a mounted session: random file and git operations with
 checkpoints between them, each checkpoint copied with `cp -a`, then rewinds to random
-checkpoints, after each of which the view must equal that copy (files, modes, symlinks, the
-session's `.git`)."""
+checkpoints, after each of which the view must equal that copy (files, modes, symlinks, empty
+directories, extended attributes, the session's `.git` with its objects)."""
 
 from __future__ import annotations
 
@@ -29,29 +29,34 @@ ops = st.one_of(
     st.tuples(st.just("link"), st.sampled_from(NAMES), st.just(0)),
     st.tuples(st.just("commit"), st.just(""), st.just(0)),
     st.tuples(st.just("branch"), st.just(""), st.integers(0, 3)),
+    st.tuples(st.just("mkdir"), st.just(""), st.integers(0, 3)),
+    st.tuples(st.just("xattr"), st.sampled_from(NAMES), st.integers(0, 2)),
     st.tuples(st.just("checkpoint"), st.just(""), st.just(0)),
     st.tuples(st.just("rewind"), st.just(""), st.integers(0, 50)),
 )
 
 
-def state_of(root: Path) -> dict[str, tuple[str, bytes, int]]:
-    """What `cp -a` keeps, path by path; `.git/objects` aside (it passes through to the real
-    object store, which only grows)."""
-    out: dict[str, tuple[str, bytes, int]] = {}
+State = dict[str, tuple[str, bytes, int, dict[str, bytes]]]
+
+
+def state_of(root: Path) -> State:
+    """What `cp -a` keeps, path by path: kind, content (a symlink's target), permission bits
+    and extended attributes; `.git/objects` included (the session's objects are its own)."""
+    out: State = {}
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
-        if rel_dir == ".git":
-            dirnames[:] = [d for d in dirnames if d != "objects"]
         for name in [*dirnames, *filenames]:
             path = os.path.join(dirpath, name)
             rel = os.path.normpath(os.path.join(rel_dir, name))
             st_ = os.lstat(path)
             if stat.S_ISLNK(st_.st_mode):
-                out[rel] = ("l", os.fsencode(os.readlink(path)), 0)
-            elif stat.S_ISDIR(st_.st_mode):
-                out[rel] = ("d", b"", st_.st_mode & 0o7777)
+                out[rel] = ("l", os.fsencode(os.readlink(path)), 0, {})
+                continue
+            xattrs = {k: os.getxattr(path, k) for k in os.listxattr(path) if k.startswith("user.")}
+            if stat.S_ISDIR(st_.st_mode):
+                out[rel] = ("d", b"", st_.st_mode & 0o7777, xattrs)
             else:
-                out[rel] = ("f", Path(path).read_bytes(), st_.st_mode & 0o7777)
+                out[rel] = ("f", Path(path).read_bytes(), st_.st_mode & 0o7777, xattrs)
     return out
 
 
@@ -72,6 +77,10 @@ def _apply(mnt: Path, op: str, name: str, n: int, i: int) -> None:
         path.chmod(n)
     elif op == "link" and not os.path.lexists(path.with_suffix(".lnk")) and path.parent.is_dir():
         os.symlink(name.rsplit("/", 1)[-1], path.with_suffix(".lnk"))
+    elif op == "mkdir":
+        (mnt / "empty" / f"d{n}").mkdir(parents=True, exist_ok=True)
+    elif op == "xattr" and path.is_file() and not path.is_symlink():
+        os.setxattr(path, "user.note", b"v%d-%d" % (n, i))
     elif op == "commit":
         _git(mnt, "add", "-A")
         _git(mnt, "commit", "-q", "-m", f"step {i}")

@@ -266,6 +266,37 @@ def test_gc_keeps_what_the_retention_says(repo: Path, gs: InProcess) -> None:
     assert "gitsess.checkpoints.keep" in gs.fails("gc")
 
 
+def test_gc_trims_a_mounted_session_through_its_daemon(
+    repo: Path, ctx: RepoContext, gs: InProcess
+) -> None:
+    session = sessions.create(ctx, "up")
+    live.keep_mounted(ctx, session, mountpoint=None, allow_other=False, read_only=False)
+    daemon = protocol.status(str(ctx.session_dir(session.id)))
+    assert daemon is not None
+    for i in range(5):
+        run(repo, "up", f"echo {i} > f; echo {i} > g{i}")
+    assert len(gs.json("checkpoints", "up")["checkpoints"]) == 5
+    subprocess.run(["git", "config", "gitsess.checkpoints.keep", "2"], cwd=repo, check=True)
+    subprocess.run(["git", "config", "gitsess.log.maxEvents", "3"], cwd=repo, check=True)
+    out = gs.ok("gc")
+    assert "3 checkpoint(s)" in out
+    still = protocol.status(str(ctx.session_dir(session.id)))
+    assert still is not None and still.daemon_pid == daemon.daemon_pid
+    assert [c["checkpoint"] for c in gs.json("checkpoints", "up")["checkpoints"]] == [4, 5]
+    assert gs.ok("fs", "up", "cat", "f", "--at", "4") == "2\n"
+    # the runs whose events went are summarised in the log
+    log = gs.ok("log", "up")
+    assert "earlier no longer kept (" in log and "write" in log
+    # the daemon goes on logging, its known processes kept
+    run(repo, "up", "echo after > h; echo more >> h")
+    assert [e["path"] for e in map(json.loads, gs.ok("log", "up", "--json").splitlines())][-2:] == [
+        "h",
+        "h",
+    ]
+    gs.ok("rewind", "up", "4")
+    assert gs.ok("fs", "up", "cat", "f") == "2\n"
+
+
 def test_a_fork_keeps_the_checkpoints(repo: Path, gs: InProcess) -> None:
     big = "x" * 40_000
     run(repo, "orig", f"printf {big} > big")
@@ -279,6 +310,47 @@ def test_a_fork_keeps_the_checkpoints(repo: Path, gs: InProcess) -> None:
     listed = gs.json("ls")
     by_name = {s["name"]: s for s in listed}
     assert by_name["copy"]["bytes_by_kind"]["checkpoints_bytes"] > 40_000
+
+
+def test_a_fork_at_a_checkpoint_holds_its_state_git_included(repo: Path, gs: InProcess) -> None:
+    big = "b" * 30_000
+    run(
+        repo,
+        "src",
+        f"echo one > f; mkdir d; echo x > d/x; printf {big} > big;"
+        " git add -A; git commit -q -m first",
+    )
+    assert "Checkpoint 2" in gs.ok("checkpoint", "src", "-m", "first commit")
+    later = (
+        "echo two > f; rm -r d; printf small > big; echo new > g; chmod +x f;"
+        " git add -A; git commit -q -m second; git checkout -q -b other"
+    )
+    run(repo, "src", later)
+    show = "cat f d/x big; echo; ls; stat -c %a f; git log --format=%s; git branch --show-current"
+    out = gs.ok("fork", "src", "past", "--at", "2", "--json")
+    assert json.loads(out)["name"] == "past"
+    # its history keeps the source's later state, as after any rewind: undo brings it back
+    assert gs.ok("fs", "past", "cat", "f") == "one\n"
+    gs.ok("undo", "past")
+    assert gs.ok("fs", "past", "cat", "f") == "two\n"
+    gs.ok("undo", "past")
+    past = run(repo, "past", show + "; git status --short").stdout
+    assert past == f"one\nx\n{big}\nREADME.md\nbig\nd\nf\nsrc\n644\nfirst\n" + _log_tail(repo) + (
+        "main\n"
+    )
+    source = run(
+        repo, "src", "cat f big; echo; ls; git log -1 --format=%s; git branch --show-current"
+    )
+    assert source.stdout == "two\nsmall\nREADME.md\nbig\nf\ng\nsrc\nsecond\nother\n"
+    assert "no checkpoint 99" in gs.fails("fork", "src", "nope", "--at", "99")
+    assert "nope" not in [s["name"] for s in gs.json("ls")]
+
+
+def _log_tail(repo: Path) -> str:
+    """The subjects of the real repository's commits, newest first."""
+    return subprocess.run(
+        ["git", "log", "--format=%s"], cwd=repo, check=True, capture_output=True, text=True
+    ).stdout
 
 
 def test_diff_between_checkpoints(repo: Path, gs: InProcess) -> None:
