@@ -4,10 +4,10 @@ test, and followed by the radar's word on which other sessions now conflict.
 A gated apply (`test`) takes its turn on the branch (`branch_queue.turn`: one at a time, in
 arrival order), builds the apply's result as a commit on a throwaway ref at the branch's tip
 (the same apply, aimed elsewhere: the session's delta and base stay as they are), runs the test
-in a throwaway checkout of that commit, and applies for real only if the test passed and the
-branch's tip is still the one tested; a moved tip means building and testing again, up to
-`retries` more times. The test's output is kept in the session dir, its run in the registry
-(`gitsess log` lists it).
+in a throwaway session view of that commit over the real worktree (`result_view`), and applies
+for real only if the test passed and the branch's tip is still the one tested; a moved tip
+means building and testing again, up to `retries` more times. The test's output is kept in
+the session dir, its run in the registry (`gitsess log` lists it).
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ import pygit2
 from gitsess.errors import GitsessError
 from gitsess.git.apply_commit import branch_tip
 from gitsess.git.repo import RepoContext
-from gitsess.git.throwaway import checkout
 from gitsess.services import branch_queue, overlaps, sessions
 from gitsess.services.apply import Applied, apply_to_commit
 from gitsess.services.real_tree import open_real, real_root
+from gitsess.services.result_view import ROLE, result_view
 from gitsess.store.registry import Session
 
 RETRIES = 3
 OUTPUT_TAIL = 8192  # characters of a test's output that the outcome carries (the log has all)
-TEST_ROLE = "test"
+TEST_ROLE = ROLE
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,7 @@ def _run_test(
     logs = ctx.session_dir(session.id) / "tests"
     logs.mkdir(mode=0o700, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITSESS_")}
-    with checkout(repo, commit) as where:
+    with result_view(ctx, session, repo, commit) as where:
         argv = ["/bin/sh", "-c", command]
         run_id = sessions.start_run(ctx, session, argv, where, TEST_ROLE)
         log = logs / f"{run_id}.log"

@@ -3,8 +3,10 @@ apply (`apply --commit --test`), on real mounted sessions and real git."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -92,6 +94,74 @@ def test_gated_apply_lands_only_a_passing_test(ctx: RepoContext, repo: Path, cli
     assert data["test"]["tip"] == tip and data["test"]["output"] == "feature\n"
     assert git(repo, "log", "-1", "--format=%s") == "feature"
     assert git(repo, "rev-parse", "main^") == tip
+
+
+def test_the_test_runs_in_a_throwaway_view_of_the_result_over_the_real_worktree(
+    ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    commit(repo, ".gitignore", "build/\n")
+    commit(repo, "gone.txt", "to be removed\n")
+    session = sessions.create(ctx, "viewed")
+    with mounted(ctx, session) as m:
+        m.write("feature.sh", "#!/bin/sh\necho feature\n", 0o755)
+        (m.mnt / "gone.txt").unlink()
+    # The real worktree's own state: none of it is the result's, but its ignored build output
+    # shows through (the view's lower layer is the worktree itself, not a checkout).
+    (repo / "README.md").write_text("uncommitted\n")
+    (repo / "scratch.txt").write_text("untracked\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "cache").write_text("cached\n")
+    check = (
+        "findmnt -n -o FSTYPE -T .; ./feature.sh; cat README.md build/cache;"
+        " ls gone.txt scratch.txt 2>&1 | wc -l; ls .git/gitsess | wc -l;"  # (state dir: empty)
+        " git status --porcelain; git log -1 --format=%s"
+    )
+    out, _ = cli("apply", "viewed", "--commit", "-m", "viewed", "--test", check, "--json")
+    data = json.loads(out)
+    assert data["test"]["passed"] is True
+    assert data["test"]["output"].splitlines() == [
+        "fuse.gitsess", "feature", "hello", "cached", "2", "0", "viewed",
+    ]  # fmt: skip
+    assert git(repo, "show", "--name-status", "--format=", "main").split() == [
+        "A", "feature.sh", "D", "gone.txt"
+    ]  # fmt: skip
+    # the real worktree's own changes are still there
+    assert (repo / "scratch.txt").read_text() == "untracked\n"
+    assert (repo / "README.md").read_text() == "uncommitted\n"
+    assert os.listdir(ctx.state_dir / "trials") == []
+
+
+def test_a_view_left_by_a_killed_gated_apply_is_removed_by_the_next(
+    ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    _write(ctx, "first", {"first.txt": "1\n"})
+    _write(ctx, "second", {"second.txt": "2\n"})
+    started = repo.parent / "started"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gitsess", "apply", "first", "--commit", "-m", "1",
+         "--test", f"echo $$ > {started}; exec sleep 600"],
+        cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if started.exists() and started.read_text().strip():
+                break
+            time.sleep(0.05)
+        assert len(os.listdir(ctx.state_dir / "trials")) == 1
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+            os.kill(int(started.read_text()), signal.SIGKILL)  # the test's sleep, left alone
+    out, _ = cli("apply", "second", "--commit", "-m", "2", "--test", "true", "--json")
+    assert json.loads(out)["ok"] is True
+    assert os.listdir(ctx.state_dir / "trials") == []
+    assert git(repo, "log", "--format=%s", "-1") == "2"
 
 
 def test_gated_apply_with_a_failing_test_changes_nothing(
