@@ -79,13 +79,17 @@ def commit(
     squash: bool = False,
     test: str | None = None,
     retries: int = RETRIES,
+    queue_timeout: float | None = None,
 ) -> Applied:
-    """`apply_to_commit`, gated by `test` when given; the outcome names the sessions that
-    conflict with the branch once it landed (`now_conflicts`)."""
+    """`apply_to_commit`, gated by `test` when given (waiting at most `queue_timeout` seconds
+    for the branch's turn); the outcome names the sessions that conflict with the branch once
+    it landed (`now_conflicts`)."""
     if test is not None and not test.strip():
         raise GitsessError("--test needs a command")
     if retries < 0:
         raise GitsessError("--retries cannot be negative")
+    if queue_timeout is not None and queue_timeout < 0:
+        raise GitsessError("--queue-timeout cannot be negative")
     attempt = functools.partial(
         apply_to_commit, ctx, session, pathspecs, message=message, author=author,
         include_ignored=include_ignored, squash=squash,
@@ -98,7 +102,7 @@ def commit(
             raise GitsessError(
                 f"session {session.name} is on a detached HEAD; give --branch to commit on"
             )
-        with branch_queue.turn(ctx, target):
+        with branch_queue.turn(ctx, target, queue_timeout):
             land = functools.partial(attempt, branch=branch, force=force)
             outcome = _gated(ctx, session, target, test, retries, attempt, land)
     if outcome.ok and not dry_run and outcome.commit is not None and outcome.commit.commit:

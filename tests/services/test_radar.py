@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -229,35 +230,95 @@ with branch_queue.turn(discover(), "main"):
 """
 
 
-def test_gated_applies_to_one_branch_queue_in_arrival_order(repo: Path, ctx: RepoContext) -> None:
-    order = repo.parent / "order"
+Waiter = Callable[[str, float], "subprocess.Popen[bytes]"]
+
+
+def _tickets(where: Path) -> list[str]:
+    return sorted(n for n in os.listdir(where) if n[0].isdigit()) if where.exists() else []
+
+
+@pytest.fixture
+def waiter(repo: Path, ctx: RepoContext) -> Iterator[Waiter]:
+    """Starts a process that takes its turn on main (appending LABEL to `order` once it has
+    it, then holding it HOLD seconds), returning once its ticket is in the queue."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    procs = []
+    where = branch_queue.queue_dir(ctx, "main")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(label: str, hold: float) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-c", _WAITER, label, str(repo.parent / "order"), str(hold)]
+        proc = subprocess.Popen(argv, cwd=repo, env=env)
+        procs.append(proc)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(f"-{proc.pid}-" in t for t in _tickets(where)):
+                break
+            time.sleep(0.02)
+        return proc
+
     try:
-        for n, hold in enumerate(("1.0", "0", "0", "0")):
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", _WAITER, str(n), str(order), hold], cwd=repo, env=env
-                )
-            )
-            # each takes its ticket before the next starts
-            deadline = time.monotonic() + 10
-            where = branch_queue.queue_dir(ctx, "main")
-            while (
-                time.monotonic() < deadline
-                and (
-                    not where.exists() or len([x for x in os.listdir(where) if x[0].isdigit()]) <= n
-                )
-                and procs[-1].poll() is None
-            ):
-                time.sleep(0.02)
-        for p in procs:
-            assert p.wait(timeout=30) == 0
+        yield start
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert order.read_text().split() == ["0", "1", "2", "3"]
+
+
+def _order(repo: Path) -> list[str]:
+    path = repo.parent / "order"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_gated_applies_to_one_branch_queue_in_arrival_order(
+    repo: Path, ctx: RepoContext, waiter: Waiter
+) -> None:
+    procs = [waiter(str(n), hold) for n, hold in enumerate((1.0, 0, 0, 0))]
+    for p in procs:
+        assert p.wait(timeout=30) == 0
+    assert _order(repo) == ["0", "1", "2", "3"]
     commit(repo, "unrelated.txt", "x\n")  # the queue left nothing that blocks the next apply
     assert os.listdir(branch_queue.queue_dir(ctx, "main")) == ["lock"]
+
+
+def test_a_waiter_or_holder_that_dies_does_not_block_the_queue(
+    repo: Path, ctx: RepoContext, waiter: Waiter
+) -> None:
+    holder = waiter("holder", 600)
+    dead = waiter("dead", 0)
+    last = waiter("last", 0)
+    assert _order(repo) == ["holder"]
+    dead.kill()  # while waiting
+    dead.wait()
+    holder.kill()  # while holding, and not reaped: a zombie is gone too
+    assert last.wait(timeout=30) == 0
+    holder.wait()
+    assert _order(repo) == ["holder", "last"]
+    assert os.listdir(branch_queue.queue_dir(ctx, "main")) == ["lock"]
+
+
+def test_a_gated_apply_past_its_queue_timeout_gives_up_and_changes_nothing(
+    ctx: RepoContext, repo: Path, cli: Cli, waiter: Waiter
+) -> None:
+    _write(ctx, "patient", {"patient.txt": "p\n"})
+    session = sessions.resolve(ctx, "patient")
+    holder = waiter("holder", 600)
+    before = _state(repo)
+    started = time.monotonic()
+    out, err = cli(
+        "apply", "patient", "--commit", "-m", "p", "--test", "true", "--queue-timeout", "0.5",
+        code=1,
+    )  # fmt: skip
+    assert time.monotonic() - started < 30
+    assert err == (
+        "gitsess: gave up after waiting 0.5 s for a turn on main (the gated apply of process "
+        f"{holder.pid} is ahead); nothing was applied\n"
+    )
+    assert out == ""
+    assert _state(repo) == before
+    assert changes_left(ctx, session) == ["patient.txt"]
+    assert [t.split("-")[1] for t in _tickets(branch_queue.queue_dir(ctx, "main"))] == [
+        str(holder.pid)
+    ]
+    _, err = cli("apply", "patient", "--patch", "--queue-timeout", "1", code=2)
+    assert "--queue-timeout goes with --test" in err
