@@ -25,15 +25,14 @@ import pygit2
 from gitsess.errors import GitsessError
 from gitsess.git.apply_commit import branch_tip
 from gitsess.git.repo import RepoContext
-from gitsess.services import branch_queue, overlaps, sessions
+from gitsess.services import branch_queue, overlaps, sessions, test_logs
 from gitsess.services.apply import Applied, apply_to_commit
 from gitsess.services.real_tree import open_real, real_root
-from gitsess.services.result_view import ROLE, result_view
+from gitsess.services.result_view import result_view
 from gitsess.store.registry import Session
 
 RETRIES = 3
 OUTPUT_TAIL = 8192  # characters of a test's output that the outcome carries (the log has all)
-TEST_ROLE = ROLE
 
 
 @dataclass(frozen=True)
@@ -171,13 +170,12 @@ def _run_test(
     tip: str | None,
     attempt: int,
 ) -> TestRun:
-    logs = ctx.session_dir(session.id) / "tests"
-    logs.mkdir(mode=0o700, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITSESS_")}
     with result_view(ctx, session, repo, commit) as where:
         argv = ["/bin/sh", "-c", command]
-        run_id = sessions.start_run(ctx, session, argv, where, TEST_ROLE)
-        log = logs / f"{run_id}.log"
+        run_id = sessions.start_run(ctx, session, argv, where, test_logs.ROLE)
+        log = test_logs.log_path(ctx, session.id, run_id)
+        log.parent.mkdir(mode=0o700, exist_ok=True)
         code = 1
         try:
             with open(log, "wb") as out:

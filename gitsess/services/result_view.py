@@ -26,14 +26,12 @@ from gitsess.git.repo import RepoContext
 from gitsess.overlay import protocol
 from gitsess.processes import alive
 from gitsess.runtime import mount
-from gitsess.services import live
+from gitsess.services import live, test_logs
 from gitsess.services.archives import lay
 from gitsess.services.real_tree import real_root
 from gitsess.services.viewwrite import offline_writer
 from gitsess.store.db import private_dir
 from gitsess.store.registry import Session
-
-ROLE = "test"
 
 
 def trials_dir(ctx: RepoContext) -> Path:
@@ -64,7 +62,7 @@ def result_view(
             lay(writer, repo, root, paths)
             writer.put_git_file("HEAD", commit.encode() + b"\n")
             writer.put_git_file("index", throwaway.index_for(repo, commit, paths))
-        participant = protocol.Participant(os.getpid(), ROLE, False, [], None)
+        participant = protocol.Participant(os.getpid(), test_logs.ROLE, False, [], None)
         status, conn = mount.mount_and_join(spec, participant)
         with conn:
             yield Path(status.mountpoint)

@@ -184,6 +184,23 @@ def test_gated_apply_with_a_failing_test_changes_nothing(
     assert Path(data["test"]["log"]).read_text() == "checking\n"
     out, _ = cli("log", "bad")
     assert "echo checking; exit 3" in out
+    assert f"  test output (kept in {data['test']['log']}):\n  | checking\n" in out
+
+
+def test_log_shows_the_end_of_a_failed_tests_output(ctx: RepoContext, cli: Cli) -> None:
+    _write(ctx, "noisy", {"noisy.txt": "n\n"})
+    out, _ = cli("apply", "noisy", "--commit", "-m", "x", "--test", "seq 5000; exit 1", "--json",
+                 code=1)  # fmt: skip
+    log = json.loads(out)["test"]["log"]
+    assert Path(log).read_text() == "".join(f"{n}\n" for n in range(1, 5001))  # all kept
+    out, _ = cli("log", "noisy")
+    shown = [line for line in out.splitlines() if line.startswith("  | ")]
+    assert shown == [f"  | {n}" for n in range(4981, 5001)]
+    assert f"  test output (its end; all of it in {log}):" in out
+    _write(ctx, "quiet", {"quiet.txt": "q\n"})
+    cli("apply", "quiet", "--commit", "-m", "q", "--test", "echo fine")
+    out, _ = cli("log", "quiet")
+    assert "role test" in out and "test output" not in out  # only a failed test's
 
 
 def test_gated_apply_tests_again_when_the_branch_moved(
