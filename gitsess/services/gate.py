@@ -25,6 +25,7 @@ import pygit2
 from gitsess.errors import GitsessError
 from gitsess.git.apply_commit import branch_tip
 from gitsess.git.repo import RepoContext
+from gitsess.runtime import prestart
 from gitsess.services import branch_queue, overlaps, sessions, test_logs
 from gitsess.services.apply import Applied, apply_to_commit
 from gitsess.services.real_tree import open_real, real_root
@@ -101,7 +102,9 @@ def commit(
             raise GitsessError(
                 f"session {session.name} is on a detached HEAD; give --branch to commit on"
             )
-        with branch_queue.turn(ctx, target, queue_timeout):
+        # The spare (runtime/spare.py) imports the overlay on the other core while the result
+        # is built, then forks the daemon of the test's view.
+        with branch_queue.turn(ctx, target, queue_timeout), prestart.prestarted():
             land = functools.partial(attempt, branch=branch, force=force)
             outcome = _gated(ctx, session, target, test, retries, attempt, land)
     if outcome.ok and not dry_run and outcome.commit is not None and outcome.commit.commit:
