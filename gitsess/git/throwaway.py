@@ -13,7 +13,7 @@ from contextlib import suppress
 from pathlib import Path
 
 import pygit2
-from pygit2.enums import FileMode, FileStatus
+from pygit2.enums import FileMode
 
 from gitsess.git.archive import ArchivedPath, changed_paths
 
@@ -29,8 +29,8 @@ def differing(repo: pygit2.Repository, commit: str) -> list[ArchivedPath]:
     head = None if repo.head_is_unborn else str(repo.head.peel(pygit2.Commit).id)
     found = {item.path: item for item in changed_paths(repo, head, commit)}
     tree = repo[commit].peel(pygit2.Tree)
-    for path, flags in repo.status(untracked_files="all", ignored=False).items():
-        if path in found or flags == FileStatus.CURRENT:
+    for path in repo.status(untracked_files="all", ignored=False):
+        if path in found:
             continue
         try:
             entry = tree[path]
@@ -49,8 +49,8 @@ def differing(repo: pygit2.Repository, commit: str) -> list[ArchivedPath]:
 def index_for(repo: pygit2.Repository, commit: str, paths: Sequence[ArchivedPath]) -> bytes:
     """An index of `commit` for a view whose files are the worktree's but at `paths`: the
     worktree's own index with those paths set to the commit's entries. The entries it keeps
-    carry their stat data, so a `git status` in the view checks only the files that changed;
-    an index in conflict is started again from the commit's tree (every file checked once)."""
+    carry their stat data, so a `git status` in the view checks only the files that changed.
+    An index in conflict is started again from the commit's tree: every file is checked once."""
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "index")
         with suppress(FileNotFoundError):  # (an unborn branch: no index yet)

@@ -25,18 +25,14 @@ from gitsess.store.db import private_dir
 POLL = 0.05  # seconds between looks at the queue: a test run takes far longer
 
 
-class QueueTimeout(GitsessError):
-    pass
-
-
 def queue_dir(ctx: RepoContext, branch: str) -> Path:
     return ctx.state_dir / "queues" / hashlib.sha256(branch.encode()).hexdigest()[:16]
 
 
 @contextmanager
 def turn(ctx: RepoContext, branch: str, timeout: float | None = None) -> Iterator[None]:
-    """Wait for this process's turn on `branch` (at most `timeout` seconds, then
-    `QueueTimeout`), hold it for the block."""
+    """Wait for this process's turn on `branch` (at most `timeout` seconds, then an error),
+    hold it for the block."""
     where = queue_dir(ctx, branch)
     private_dir(where)
     ticket = _take_ticket(where)
@@ -45,7 +41,7 @@ def turn(ctx: RepoContext, branch: str, timeout: float | None = None) -> Iterato
         while (first := _first_alive(where)) != ticket.name:
             if deadline is not None and time.monotonic() >= deadline:
                 holder = "?" if first is None else first.split("-")[1]
-                raise QueueTimeout(
+                raise GitsessError(
                     f"gave up after waiting {timeout:g} s for a turn on {branch} (the gated "
                     f"apply of process {holder} is ahead); nothing was applied"
                 )
