@@ -15,7 +15,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from gitsess.git.archive import ArchivedPath, changed_paths
+from gitsess.git.archive_commits import ArchivedPath, changed_paths
 
 GIT_SUBMODULE = 0o160000
 GIT_TREE = 0o040000

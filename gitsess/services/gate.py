@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.git.apply_commit import branch_tip
 from gitsess.git.repo import RepoContext
 from gitsess.runtime import prestart
@@ -85,11 +85,11 @@ def commit(
     for the branch's turn); the outcome names the sessions that conflict with the branch once
     it landed (`now_conflicts`)."""
     if test is not None and not test.strip():
-        raise GitsessError("--test needs a command")
+        raise GitsessError(f"{option('test')} needs a command")
     if retries < 0:
-        raise GitsessError("--retries cannot be negative")
+        raise GitsessError(f"{option('retries')} cannot be negative")
     if queue_timeout is not None and queue_timeout < 0:
-        raise GitsessError("--queue-timeout cannot be negative")
+        raise GitsessError(f"{option('queue-timeout')} cannot be negative")
     attempt = functools.partial(
         apply_to_commit, ctx, session, pathspecs, message=message, author=author,
         include_ignored=include_ignored, squash=squash,
@@ -100,7 +100,8 @@ def commit(
         target = branch or session.branch
         if target is None:
             raise GitsessError(
-                f"session {session.name} is on a detached HEAD; give --branch to commit on"
+                f"session {session.name} is on a detached HEAD; "
+                f"give {option('branch')} to commit on"
             )
         # The spare (runtime/spare.py) imports the overlay on the other core while the result
         # is built, then forks the daemon of the test's view.

@@ -62,8 +62,8 @@ def result_view(
             lay(writer, repo, root, paths)
             writer.put_git_file("HEAD", commit.encode() + b"\n")
             writer.put_git_file("index", throwaway.index_for(repo, commit, paths))
-        participant = protocol.Participant(os.getpid(), test_logs.ROLE, False, [], None)
-        status, conn = mount.mount_and_join(spec, participant)
+        joiner = protocol.Joiner(os.getpid(), test_logs.ROLE, False, [], None)
+        status, conn = mount.mount_and_join(spec, joiner)
         with conn:
             yield Path(status.mountpoint)
     finally:
