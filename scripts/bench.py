@@ -1438,6 +1438,36 @@ def run_radar(b: Bench, corpus: Corpus) -> None:
     )
 
 
+# ----------------------------------------------------------------------------- gated apply
+
+GATE = "gate"
+GATE_PATHS = 10
+
+
+def run_gate(b: Bench, corpus: Corpus) -> None:
+    """`gitsess apply --commit --test true` of a session of 10 changed files in the corpus,
+    against the same apply without `--test` in the same run: the
+    difference is what building the test's view of the result costs. A gitsess-only figure."""
+    rels = [f for f in corpus.files if f.startswith("src/")][:GATE_PATHS]
+    times: dict[str, list[float]] = {"gated": [], "plain": []}
+    with contextlib.ExitStack() as later:
+        for run in range(max(b.cfg.apply_runs, 3)):
+            for kind in ("gated", "plain") if run % 2 else ("plain", "gated"):
+                name = f"bench-gate-{kind}-{run}"
+                session = later.enter_context(new_session(b, corpus.repo, name))
+                with cli_mounted(b, corpus.repo, session) as view:
+                    _change_files(view.root, rels, f"gate {kind} {run}")
+                test = ["--test", "true"] if kind == "gated" else []
+                apply = [GITSESS_CLI, "apply", name, "--commit", "-m", "bench", *test]
+                times[kind].append(timed(functools.partial(_run, apply, corpus.repo, b.env)))
+    gated, plain = statistics.median(times["gated"]), statistics.median(times["plain"])
+    b.notes.append(
+        f"{GATE}: `gitsess apply --commit --test true` of {GATE_PATHS} changed files in the "
+        f"{len(corpus.files):,}-file corpus, median of {len(times['gated'])}: {fmt_time(gated)}; "
+        f"without --test {fmt_time(plain)} (the gate's own cost: {fmt_time(gated - plain)})"
+    )
+
+
 # ---------------------------------------------------------------------- git in a session
 
 # Times git commands from inside one long-lived process, so that neither the process's nor
@@ -2188,7 +2218,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         default=[],
         metavar="KEY",
         help="only this workload (repeatable; also `session-start`, `apply`, `git-session`,"
-        " `cli-start`, `fleet`, `checkpoints`, `radar`)",
+        " `cli-start`, `fleet`, `checkpoints`, `radar`, `gate`)",
     )
     p.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
@@ -2235,7 +2265,7 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
     chosen = select(b.cfg, only, cold_ok)
     results: list[Result] = []
     creation: list[Creation] = []
-    if chosen or not only or {"session-start", "apply", FLEET, RADAR} & set(only):
+    if chosen or not only or {"session-start", "apply", FLEET, RADAR, GATE} & set(only):
         console.log(f"building the corpus in {b.tmp}")
         corpus = build_corpus(b.tmp / "corpus", b.cfg, b.env)
         results += run_shared(b, [w for w in chosen if not w.mutates], corpus)
@@ -2264,6 +2294,8 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             run_radar(b, corpus)
         else:
             b.notes.append(f"{RADAR}: not yet available (no `gitsess overlaps`)")
+    if (not b.cfg.quick and not only) or GATE in only:
+        run_gate(b, corpus)
     if git_session_selected(only) and (only or not b.cfg.quick):
         results += run_git_session(b, only, cold_ok)
     if FLEET in only or not (only or b.cfg.quick):

@@ -334,6 +334,12 @@ def parse_author(text: str) -> pygit2.Signature:
     show_default=True,
     help="--test: build and test again this many times when the branch moved meanwhile.",
 )
+@click.option(
+    "--queue-timeout",
+    type=click.FloatRange(min=0),
+    metavar="SECONDS",
+    help="--test: give up (changing nothing) after waiting this long for the branch's turn.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 def apply(
     args: tuple[str, ...],
@@ -353,6 +359,7 @@ def apply(
     dry_run: bool,
     test: str | None,
     retries: int,
+    queue_timeout: float | None,
     as_json: bool,
 ) -> None:
     """Apply a session's changes: to a commit, a patch, or the real worktree.
@@ -363,8 +370,8 @@ def apply(
     session, which goes on (live mounts included); --patch leaves it as it is. On a conflict
     nothing changes: every conflicting path is listed on stderr and the exit status is 1.
 
-    --commit --test CMD runs CMD in a throwaway checkout of the result (the branch's tip with
-    the session's work on it) and moves the branch only if CMD exits 0 and the tip did not
+    --commit --test CMD runs CMD in a throwaway session view of the result (the branch's tip
+    with the session's work on it) and moves the branch only if CMD exits 0 and the tip did not
     move meanwhile (else it builds and tests again); CMD's output is kept in the session's log.
     Gated applies to one branch wait for each other, in the order they came.
     """
@@ -373,6 +380,8 @@ def apply(
         raise click.UsageError(f"{given} does not apply to this target")
     if sum((to_commit, to_patch, to_worktree)) != 1:
         raise click.UsageError("give one of --commit, --patch, --worktree")
+    if queue_timeout is not None and test is None:
+        raise click.UsageError("--queue-timeout goes with --test")
     _check_options(
         to_commit=to_commit, to_patch=to_patch, message=message, author=author, branch=branch,
         output=output, mbox=mbox, force=force, as_json=as_json,
@@ -386,7 +395,7 @@ def apply(
         outcome = gate.commit(
             ctx, session, specs, message=message or _default_message(session), branch=branch,
             author=signature, include_ignored=ignored, force=force, dry_run=dry_run,
-            squash=squash, test=test, retries=retries,
+            squash=squash, test=test, retries=retries, queue_timeout=queue_timeout,
         )  # fmt: skip
     elif to_patch:
         outcome = applying.apply_to_patch(

@@ -32,7 +32,7 @@ from gitsess.cli.base import (
 )
 from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
-from gitsess.services import gitfold, inspection, timeline
+from gitsess.services import gitfold, inspection, test_logs, timeline
 from gitsess.services.feed import Change, Feed
 from gitsess.services.gitfold import GitActivity
 from gitsess.services.timeline import Drift, Event
@@ -124,6 +124,16 @@ def _trimmed(events: int, ops: dict[str, int], size: int) -> str:
     counts = ", ".join(f"{op} {n}" for op, n in sorted(ops.items(), key=lambda i: -i[1]))
     written = f", {size} bytes written" if size else ""
     return f"{events} earlier no longer kept ({counts}{written})"
+
+
+def _test_output(kept: test_logs.Tail | None) -> None:
+    """Under a gated apply's failed test: the end of its output."""
+    if kept is None:
+        return
+    more = f"its end; all of it in {kept.path}" if kept.cut else f"kept in {kept.path}"
+    console().print(f"  test output ({escape(more)}):", soft_wrap=True)
+    for line in kept.text.splitlines():
+        console().print(Text("  | " + line), soft_wrap=True)
 
 
 def _row(item: Event | GitActivity, start: datetime) -> tuple[str, str, str, str, str, str]:
@@ -249,6 +259,7 @@ def log(
             items = list(kept) if with_git else gitfold.fold(kept)
             if items:
                 console().print(_events_text(items, start), end="")
+            _test_output(test_logs.failed_tail(ctx, found.id, group.run))
     elif not follow:
         console().print(
             f"Nothing matches in session {escape(found.name)}."

@@ -130,10 +130,12 @@ def apply(
     dry_run: bool = False,
     test: str | None = None,
     retries: int = 3,
+    queue_timeout: float | None = None,
 ) -> Any:
     """Apply the session's changes, as `gitsess apply --json` reports it: `commit` on its
     branch (with `test`, a shell command run on the result first: the branch moves only if it
-    exits 0; see `test` and `now_conflicts` in the answer), or `patch` (its text under
+    exits 0; see `test` and `now_conflicts` in the answer; `queue_timeout`: the seconds to wait
+    at most for the branch's turn behind other tested applies), or `patch` (its text under
     `patch`). On a conflict or a failed test nothing changes and `ok` is false."""
     from gitsess.services import apply as applying
     from gitsess.services import gate
@@ -143,7 +145,7 @@ def apply(
     if target == "commit":
         return gate.commit(
             ctx, found, pathspecs or [], message=text, dry_run=dry_run, test=test,
-            retries=retries,
+            retries=retries, queue_timeout=queue_timeout,
         ).to_json()  # fmt: skip
     if test is not None:
         raise GitsessError("test only applies to a commit")

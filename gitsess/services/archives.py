@@ -9,7 +9,7 @@ import contextlib
 import json
 import os
 import stat
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,7 +47,7 @@ from gitsess.services import live, session_git
 from gitsess.services.apply_journal import prepare
 from gitsess.services.fork import insert, undo
 from gitsess.services.real_tree import open_view, real_root
-from gitsess.services.viewwrite import view_writer
+from gitsess.services.viewwrite import ViewWriter, view_writer
 from gitsess.store.registry import Registry, Session
 
 # ---------------------------------------------------------------------------------------------
@@ -284,16 +284,23 @@ def lay_paths(
     """Set each path of the session's view to the blob (or the absence) a commit gave it."""
     root = real_root(session)
     with view_writer(ctx, session, root) as writer:
-        for item in paths:
-            if item.entry is None:
-                writer.remove(item.path)
-                continue
-            oid, mode = item.entry
-            if mode == GIT_LINK:
-                writer.put_symlink(item.path, blob_data(repo, oid))
-            else:
-                perm = _perm(root / item.path, mode == GIT_EXEC)
-                writer.put_file(item.path, _parts(repo, oid, item.path), perm)
+        lay(writer, repo, root, paths)
+
+
+def lay(
+    writer: ViewWriter, repo: pygit2.Repository, root: Path, paths: Iterable[ArchivedPath]
+) -> None:
+    """`lay_paths` with a writer of the caller's, over the real worktree at `root`."""
+    for item in paths:
+        if item.entry is None:
+            writer.remove(item.path)
+            continue
+        oid, mode = item.entry
+        if mode == GIT_LINK:
+            writer.put_symlink(item.path, blob_data(repo, oid))
+        else:
+            perm = _perm(root / item.path, mode == GIT_EXEC)
+            writer.put_file(item.path, _parts(repo, oid, item.path), perm)
 
 
 def _parts(repo: pygit2.Repository, oid: str, path: str) -> Iterator[bytes]:

@@ -4,10 +4,10 @@ test, and followed by the radar's word on which other sessions now conflict.
 A gated apply (`test`) takes its turn on the branch (`branch_queue.turn`: one at a time, in
 arrival order), builds the apply's result as a commit on a throwaway ref at the branch's tip
 (the same apply, aimed elsewhere: the session's delta and base stay as they are), runs the test
-in a throwaway checkout of that commit, and applies for real only if the test passed and the
-branch's tip is still the one tested; a moved tip means building and testing again, up to
-`retries` more times. The test's output is kept in the session dir, its run in the registry
-(`gitsess log` lists it).
+in a throwaway session view of that commit over the real worktree (`result_view`), and applies
+for real only if the test passed and the branch's tip is still the one tested; a moved tip
+means building and testing again, up to `retries` more times. The test's output is kept in
+the session dir, its run in the registry (`gitsess log` lists it).
 """
 
 from __future__ import annotations
@@ -25,15 +25,15 @@ import pygit2
 from gitsess.errors import GitsessError, option
 from gitsess.git.apply_commit import branch_tip
 from gitsess.git.repo import RepoContext
-from gitsess.git.throwaway import checkout
-from gitsess.services import branch_queue, overlaps, sessions
+from gitsess.runtime import prestart
+from gitsess.services import branch_queue, overlaps, sessions, test_logs
 from gitsess.services.apply import Applied, apply_to_commit
 from gitsess.services.real_tree import open_real, real_root
+from gitsess.services.result_view import result_view
 from gitsess.store.registry import Session
 
 RETRIES = 3
 OUTPUT_TAIL = 8192  # characters of a test's output that the outcome carries (the log has all)
-TEST_ROLE = "test"
 
 
 @dataclass(frozen=True)
@@ -79,13 +79,17 @@ def commit(
     squash: bool = False,
     test: str | None = None,
     retries: int = RETRIES,
+    queue_timeout: float | None = None,
 ) -> Applied:
-    """`apply_to_commit`, gated by `test` when given; the outcome names the sessions that
-    conflict with the branch once it landed (`now_conflicts`)."""
+    """`apply_to_commit`, gated by `test` when given (waiting at most `queue_timeout` seconds
+    for the branch's turn); the outcome names the sessions that conflict with the branch once
+    it landed (`now_conflicts`)."""
     if test is not None and not test.strip():
         raise GitsessError(f"{option('test')} needs a command")
     if retries < 0:
         raise GitsessError(f"{option('retries')} cannot be negative")
+    if queue_timeout is not None and queue_timeout < 0:
+        raise GitsessError(f"{option('queue-timeout')} cannot be negative")
     attempt = functools.partial(
         apply_to_commit, ctx, session, pathspecs, message=message, author=author,
         include_ignored=include_ignored, squash=squash,
@@ -99,7 +103,9 @@ def commit(
                 f"session {session.name} is on a detached HEAD; "
                 f"give {option('branch')} to commit on"
             )
-        with branch_queue.turn(ctx, target):
+        # The spare (runtime/spare.py) imports the overlay on the other core while the result
+        # is built, then forks the daemon of the test's view.
+        with branch_queue.turn(ctx, target, queue_timeout), prestart.prestarted():
             land = functools.partial(attempt, branch=branch, force=force)
             outcome = _gated(ctx, session, target, test, retries, attempt, land)
     if outcome.ok and not dry_run and outcome.commit is not None and outcome.commit.commit:
@@ -168,13 +174,12 @@ def _run_test(
     tip: str | None,
     attempt: int,
 ) -> TestRun:
-    logs = ctx.session_dir(session.id) / "tests"
-    logs.mkdir(mode=0o700, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GITSESS_")}
-    with checkout(repo, commit) as where:
+    with result_view(ctx, session, repo, commit) as where:
         argv = ["/bin/sh", "-c", command]
-        run_id = sessions.start_run(ctx, session, argv, where, TEST_ROLE)
-        log = logs / f"{run_id}.log"
+        run_id = sessions.start_run(ctx, session, argv, where, test_logs.ROLE)
+        log = test_logs.log_path(ctx, session.id, run_id)
+        log.parent.mkdir(mode=0o700, exist_ok=True)
         code = 1
         try:
             with open(log, "wb") as out:

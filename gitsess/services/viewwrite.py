@@ -261,15 +261,21 @@ def view_writer(ctx: RepoContext, session: Session, lower: Path) -> Iterator[Vie
             except OSError as e:
                 raise GitsessError(f"writing into session {session.name}: {e}") from e
             return
-        store = DeltaStore(str(session_dir / "delta.db"))
         try:
-            tree = Tree(
-                store, str(lower), {os.fsencode(h) for h in live.hidden_paths(ctx, session)}
-            )
-            try:
-                yield ViewWriter(_TreeOps(tree))
-            except OSError as e:
-                raise GitsessError(f"writing into session {session.name}: {e.strerror}") from e
-            tree.commit(durable=True, settle=False)
-        finally:
-            store.close()
+            with offline_writer(session_dir, lower, live.hidden_paths(ctx, session)) as writer:
+                yield writer
+        except OSError as e:
+            raise GitsessError(f"writing into session {session.name}: {e.strerror}") from e
+
+
+@contextmanager
+def offline_writer(session_dir: Path, lower: Path, hidden: Iterable[str]) -> Iterator[ViewWriter]:
+    """A writer straight into the delta.db in `session_dir` (made when missing), committed in
+    one transaction at the end; the caller makes sure no daemon serves it meanwhile."""
+    store = DeltaStore(str(session_dir / "delta.db"))
+    try:
+        tree = Tree(store, str(lower), {os.fsencode(h) for h in hidden})
+        yield ViewWriter(_TreeOps(tree))
+        tree.commit(durable=True, settle=False)
+    finally:
+        store.close()

@@ -247,6 +247,7 @@ def test_two_agents_collide_the_radar_sees_it_and_the_gate_keeps_the_branch_gree
     )
     assert second["ok"] is False and second["test"]["exit_code"] == 1
     assert "NameError" in second["test"]["output"]
+    assert "  | NameError: name 'add' is not defined" in gitsess(repo, "log", "two").stdout
     assert git(repo, "log", "--format=%s", f"{tip}..main").splitlines() == ["one"]
     assert git(repo, "rev-parse", "main^") == tip
     assert (repo / "calc.py").read_text() == CALC.replace("add(", "plus(")

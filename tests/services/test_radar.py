@@ -3,11 +3,14 @@ apply (`apply --commit --test`), on real mounted sessions and real git."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -94,6 +97,74 @@ def test_gated_apply_lands_only_a_passing_test(ctx: RepoContext, repo: Path, cli
     assert git(repo, "rev-parse", "main^") == tip
 
 
+def test_the_test_runs_in_a_throwaway_view_of_the_result_over_the_real_worktree(
+    ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    commit(repo, ".gitignore", "build/\n")
+    commit(repo, "gone.txt", "to be removed\n")
+    session = sessions.create(ctx, "viewed")
+    with mounted(ctx, session) as m:
+        m.write("feature.sh", "#!/bin/sh\necho feature\n", 0o755)
+        (m.mnt / "gone.txt").unlink()
+    # The real worktree's own state: none of it is the result's, but its ignored build output
+    # shows through (the view's lower layer is the worktree itself, not a checkout).
+    (repo / "README.md").write_text("uncommitted\n")
+    (repo / "scratch.txt").write_text("untracked\n")
+    (repo / "build").mkdir()
+    (repo / "build" / "cache").write_text("cached\n")
+    check = (
+        "findmnt -n -o FSTYPE -T .; ./feature.sh; cat README.md build/cache;"
+        " ls gone.txt scratch.txt 2>&1 | wc -l; ls .git/gitsess | wc -l;"  # (state dir: empty)
+        " git status --porcelain; git log -1 --format=%s"
+    )
+    out, _ = cli("apply", "viewed", "--commit", "-m", "viewed", "--test", check, "--json")
+    data = json.loads(out)
+    assert data["test"]["passed"] is True
+    assert data["test"]["output"].splitlines() == [
+        "fuse.gitsess", "feature", "hello", "cached", "2", "0", "viewed",
+    ]  # fmt: skip
+    assert git(repo, "show", "--name-status", "--format=", "main").split() == [
+        "A", "feature.sh", "D", "gone.txt"
+    ]  # fmt: skip
+    # the real worktree's own changes are still there
+    assert (repo / "scratch.txt").read_text() == "untracked\n"
+    assert (repo / "README.md").read_text() == "uncommitted\n"
+    assert os.listdir(ctx.state_dir / "trials") == []
+
+
+def test_a_view_left_by_a_killed_gated_apply_is_removed_by_the_next(
+    ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    _write(ctx, "first", {"first.txt": "1\n"})
+    _write(ctx, "second", {"second.txt": "2\n"})
+    started = repo.parent / "started"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gitsess", "apply", "first", "--commit", "-m", "1",
+         "--test", f"echo $$ > {started}; exec sleep 600"],
+        cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and proc.poll() is None:
+            if started.exists() and started.read_text().strip():
+                break
+            time.sleep(0.05)
+        assert len(os.listdir(ctx.state_dir / "trials")) == 1
+        proc.kill()
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(FileNotFoundError, ValueError, ProcessLookupError):
+            os.kill(int(started.read_text()), signal.SIGKILL)  # the test's sleep, left alone
+    out, _ = cli("apply", "second", "--commit", "-m", "2", "--test", "true", "--json")
+    assert json.loads(out)["ok"] is True
+    assert os.listdir(ctx.state_dir / "trials") == []
+    assert git(repo, "log", "--format=%s", "-1") == "2"
+
+
 def test_gated_apply_with_a_failing_test_changes_nothing(
     ctx: RepoContext, repo: Path, cli: Cli
 ) -> None:
@@ -113,6 +184,23 @@ def test_gated_apply_with_a_failing_test_changes_nothing(
     assert Path(data["test"]["log"]).read_text() == "checking\n"
     out, _ = cli("log", "bad")
     assert "echo checking; exit 3" in out
+    assert f"  test output (kept in {data['test']['log']}):\n  | checking\n" in out
+
+
+def test_log_shows_the_end_of_a_failed_tests_output(ctx: RepoContext, cli: Cli) -> None:
+    _write(ctx, "noisy", {"noisy.txt": "n\n"})
+    out, _ = cli("apply", "noisy", "--commit", "-m", "x", "--test", "seq 5000; exit 1", "--json",
+                 code=1)  # fmt: skip
+    log = json.loads(out)["test"]["log"]
+    assert Path(log).read_text() == "".join(f"{n}\n" for n in range(1, 5001))  # all kept
+    out, _ = cli("log", "noisy")
+    shown = [line for line in out.splitlines() if line.startswith("  | ")]
+    assert shown == [f"  | {n}" for n in range(4981, 5001)]
+    assert f"  test output (its end; all of it in {log}):" in out
+    _write(ctx, "quiet", {"quiet.txt": "q\n"})
+    cli("apply", "quiet", "--commit", "-m", "q", "--test", "echo fine")
+    out, _ = cli("log", "quiet")
+    assert "role test" in out and "test output" not in out  # only a failed test's
 
 
 def test_gated_apply_tests_again_when_the_branch_moved(
@@ -159,35 +247,95 @@ with branch_queue.turn(discover(), "main"):
 """
 
 
-def test_gated_applies_to_one_branch_queue_in_arrival_order(repo: Path, ctx: RepoContext) -> None:
-    order = repo.parent / "order"
+Waiter = Callable[[str, float], "subprocess.Popen[bytes]"]
+
+
+def _tickets(where: Path) -> list[str]:
+    return sorted(n for n in os.listdir(where) if n[0].isdigit()) if where.exists() else []
+
+
+@pytest.fixture
+def waiter(repo: Path, ctx: RepoContext) -> Iterator[Waiter]:
+    """Starts a process that takes its turn on main (appending LABEL to `order` once it has
+    it, then holding it HOLD seconds), returning once its ticket is in the queue."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    procs = []
+    where = branch_queue.queue_dir(ctx, "main")
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(label: str, hold: float) -> subprocess.Popen[bytes]:
+        argv = [sys.executable, "-c", _WAITER, label, str(repo.parent / "order"), str(hold)]
+        proc = subprocess.Popen(argv, cwd=repo, env=env)
+        procs.append(proc)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(f"-{proc.pid}-" in t for t in _tickets(where)):
+                break
+            time.sleep(0.02)
+        return proc
+
     try:
-        for n, hold in enumerate(("1.0", "0", "0", "0")):
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-c", _WAITER, str(n), str(order), hold], cwd=repo, env=env
-                )
-            )
-            # each takes its ticket before the next starts
-            deadline = time.monotonic() + 10
-            where = branch_queue.queue_dir(ctx, "main")
-            while (
-                time.monotonic() < deadline
-                and (
-                    not where.exists() or len([x for x in os.listdir(where) if x[0].isdigit()]) <= n
-                )
-                and procs[-1].poll() is None
-            ):
-                time.sleep(0.02)
-        for p in procs:
-            assert p.wait(timeout=30) == 0
+        yield start
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    assert order.read_text().split() == ["0", "1", "2", "3"]
+
+
+def _order(repo: Path) -> list[str]:
+    path = repo.parent / "order"
+    return path.read_text().split() if path.exists() else []
+
+
+def test_gated_applies_to_one_branch_queue_in_arrival_order(
+    repo: Path, ctx: RepoContext, waiter: Waiter
+) -> None:
+    procs = [waiter(str(n), hold) for n, hold in enumerate((1.0, 0, 0, 0))]
+    for p in procs:
+        assert p.wait(timeout=30) == 0
+    assert _order(repo) == ["0", "1", "2", "3"]
     commit(repo, "unrelated.txt", "x\n")  # the queue left nothing that blocks the next apply
     assert os.listdir(branch_queue.queue_dir(ctx, "main")) == ["lock"]
+
+
+def test_a_waiter_or_holder_that_dies_does_not_block_the_queue(
+    repo: Path, ctx: RepoContext, waiter: Waiter
+) -> None:
+    holder = waiter("holder", 600)
+    dead = waiter("dead", 0)
+    last = waiter("last", 0)
+    assert _order(repo) == ["holder"]
+    dead.kill()  # while waiting
+    dead.wait()
+    holder.kill()  # while holding, and not reaped: a zombie is gone too
+    assert last.wait(timeout=30) == 0
+    holder.wait()
+    assert _order(repo) == ["holder", "last"]
+    assert os.listdir(branch_queue.queue_dir(ctx, "main")) == ["lock"]
+
+
+def test_a_gated_apply_past_its_queue_timeout_gives_up_and_changes_nothing(
+    ctx: RepoContext, repo: Path, cli: Cli, waiter: Waiter
+) -> None:
+    _write(ctx, "patient", {"patient.txt": "p\n"})
+    session = sessions.resolve(ctx, "patient")
+    holder = waiter("holder", 600)
+    before = _state(repo)
+    started = time.monotonic()
+    out, err = cli(
+        "apply", "patient", "--commit", "-m", "p", "--test", "true", "--queue-timeout", "0.5",
+        code=1,
+    )  # fmt: skip
+    assert time.monotonic() - started < 30
+    assert err == (
+        "gitsess: gave up after waiting 0.5 s for a turn on main (the gated apply of process "
+        f"{holder.pid} is ahead); nothing was applied\n"
+    )
+    assert out == ""
+    assert _state(repo) == before
+    assert changes_left(ctx, session) == ["patient.txt"]
+    assert [t.split("-")[1] for t in _tickets(branch_queue.queue_dir(ctx, "main"))] == [
+        str(holder.pid)
+    ]
+    _, err = cli("apply", "patient", "--patch", "--queue-timeout", "1", code=2)
+    assert "--queue-timeout goes with --test" in err
