@@ -22,7 +22,6 @@ from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
 from gitsess.overlay import delta, protocol, schema
 from gitsess.services import sealed
-from gitsess.services.timeline import delta_path
 from gitsess.store.registry import Session
 
 
@@ -80,7 +79,7 @@ def _check_key(key: str) -> str:
 
 @contextmanager
 def _store(ctx: RepoContext, session: Session, *, create: bool) -> Iterator[apsw.Connection | None]:
-    path = delta_path(ctx, session)
+    path = ctx.session_dir(session.id) / "delta.db"
     if not path.exists() and not create:
         yield None
         return
