@@ -18,6 +18,7 @@ from gitsess.cli.base import (
     SessionCommand,
     ago,
     branch_label,
+    complete_remote,
     complete_session,
     complete_session_first,
     console,
@@ -100,6 +101,7 @@ def new(
     default=None,
     metavar="[REMOTE]",
     help="Sessions a git remote carries (default: origin).",
+    shell_complete=complete_remote,
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:

@@ -137,6 +137,12 @@ def test_completion_of_sessions_archives_agents_and_roles(
     assert completions(["stop", "alpha", "--role"], "") == []
     assert gitsess(repo, "rm", "beta").returncode == 0
     assert completions(["restore"], "") == []  # nothing was unapplied: no archive
+    git(repo, "remote", "add", "origin", str(repo))
+    git(repo, "remote", "add", "upstream", str(repo))
+    assert completions(["push"], "") == ["alpha", "alpine", "origin", "upstream"]
+    assert completions(["push", "alpha"], "u") == ["upstream"]
+    assert completions(["pull", "alpha"], "o") == ["origin"]
+    assert completions(["ls", "--remote"], "") == ["origin", "upstream"]
 
 
 def test_completion_command_prints_each_shells_script(repo: Path) -> None:
