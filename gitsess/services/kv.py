@@ -20,7 +20,7 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
-from gitsess.overlay import delta, protocol, schema
+from gitsess.overlay import kvtable, protocol, schema
 from gitsess.services import sealed
 from gitsess.store.registry import Session
 
@@ -105,7 +105,7 @@ def check_item(key: str, value: object) -> None:
 
 def get(ctx: RepoContext, session: Session, key: str) -> Item:
     with _store(ctx, session, create=False) as conn:
-        row = None if conn is None else delta.kv_get(conn, _check_key(key))
+        row = None if conn is None else kvtable.kv_get(conn, _check_key(key))
     if row is None:
         raise GitsessError(f"session {session.name} has no key {key!r}")
     return _item(key, *row)
@@ -120,7 +120,7 @@ def put(ctx: RepoContext, session: Session, key: str, value: object) -> Item:
         return Item(key, json.loads(text), stamp)
     with _store(ctx, session, create=True) as conn:
         assert conn is not None
-        delta.kv_put(conn, _check_key(key), text, stamp)
+        kvtable.kv_put(conn, _check_key(key), text, stamp)
     return Item(key, json.loads(text), stamp)
 
 
@@ -145,7 +145,7 @@ def remove(ctx: RepoContext, session: Session, key: str) -> None:
             raise GitsessError(f"session {session.name} has no key {key!r}")
         return
     with _store(ctx, session, create=False) as conn:
-        removed = conn is not None and delta.kv_remove(conn, _check_key(key))
+        removed = conn is not None and kvtable.kv_remove(conn, _check_key(key))
     if not removed:
         raise GitsessError(f"session {session.name} has no key {key!r}")
 
@@ -155,7 +155,7 @@ def items(ctx: RepoContext, session: Session) -> list[Item]:
     with _store(ctx, session, create=False) as conn:
         if conn is None:
             return []
-        rows = delta.kv_items(conn)
+        rows = kvtable.kv_items(conn)
     return [_item(*row) for row in rows]
 
 
@@ -168,4 +168,4 @@ def put_json(ctx: RepoContext, session: Session, data: bytes) -> None:
     with _store(ctx, session, create=True) as conn:
         assert conn is not None
         for key, text, updated_ns in json.loads(data):
-            delta.kv_put(conn, key, text, updated_ns)
+            kvtable.kv_put(conn, key, text, updated_ns)
