@@ -20,6 +20,7 @@ from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
 from gitsess.overlay import fsmonitor_hook, protocol
 from gitsess.runtime import mount, strays
+from gitsess.runtime.strays import Stray as Stray  # (re-exported: `ps` renders it)
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
@@ -381,6 +382,6 @@ def _counted(ctx: RepoContext, session: Session, view: OverlayView, sizes: bool)
     )
 
 
-def stray_daemons() -> list[strays.Stray]:
+def stray_daemons() -> list[Stray]:
     """Daemons of this user whose view is gone (`gitsess gc` ends them)."""
     return strays.find()
