@@ -132,15 +132,32 @@ def test_small_commands_import_no_pygit2_rich_or_overlay(repo: Path, args: list[
     assert done.stdout.split(None, 1) == ["0", "[]\n"], done.stderr
 
 
+def _loaded(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_ALL, *args], cwd=repo, capture_output=True, text=True
+    )
+    code, loaded = done.stdout.split(None, 1)
+    assert code == "0", done.stderr
+    return loaded
+
+
+LOADED_ALL = LOADED.replace("if m in heavy", "if m in heavy or m.startswith('gitsess.overlay.')")
+
+
 def test_listing_a_session_with_a_delta_loads_no_pygit2_or_rich(repo: Path) -> None:
-    """Its delta is read (the overlay's tree loads), git is not: the branch has not moved and
-    the session never touched its `.git`."""
+    """A session that changed nothing is told so by one query of its delta (the overlay's
+    tree is not loaded, nor its delta store); once it changed a file its delta is read, and
+    git still is not: the branch has not moved and the session never touched its `.git`."""
     assert run_gitsess(repo, "new", "exp").returncode == 0
     assert run_gitsess(repo, "kv", "exp", "set", "k", "v").returncode == 0
+    for module in ("gitsess.overlay.tree", "gitsess.overlay.delta", "gitsess.overlay.history"):
+        assert module not in _loaded(repo, "ls")
+    assert "gitsess.overlay.tree" not in _loaded(repo, "show", "exp")
+    kv = _loaded(repo, "kv", "exp", "get", "k")
+    assert "gitsess.overlay.kvtable" in kv and "gitsess.overlay.delta" not in kv
+    run = run_gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", "echo changed > README.md")
+    assert run.returncode == 0, run.stderr
     for args in (["ls"], ["show", "exp"]):
-        done = subprocess.run(
-            [sys.executable, "-c", LOADED, *args], cwd=repo, capture_output=True, text=True
-        )
-        code, loaded = done.stdout.split(None, 1)
-        assert code == "0", done.stderr
+        loaded = _loaded(repo, *args)
+        assert "gitsess.overlay.tree" in loaded  # the changes are counted
         assert "pygit2" not in loaded and "rich" not in loaded

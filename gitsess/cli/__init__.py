@@ -11,8 +11,12 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Sequence
-from typing import NoReturn
+
+# Not `typing.TYPE_CHECKING`: `gitsess --version` is done before anything imports typing.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn
 
 
 def _prestart(args: Sequence[str]) -> contextlib.AbstractContextManager[None]:
@@ -30,6 +34,12 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     """Run the CLI; every anticipated failure is one line on stderr, never a traceback.
     Called with `argv` (in process, as the tests do) it raises SystemExit as usual."""
     args = sys.argv[1:] if argv is None else list(argv)
+    if args == ["--version"]:
+        # Click's own answer, without loading click: it would triple the time this takes.
+        from gitsess import __version__
+
+        sys.stdout.write(f"gitsess, version {__version__}\n")
+        sys.exit(0)
     # A file name is bytes, as in git: one that is not UTF-8 is printed as those bytes.
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(errors="surrogateescape")  # type: ignore[union-attr]

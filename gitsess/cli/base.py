@@ -130,6 +130,25 @@ def complete_archive(
     return _items(completion.archives(incomplete))
 
 
+def complete_remote(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    from gitsess.services import completion
+
+    return _items(completion.remotes(incomplete))
+
+
+def complete_session_or_remote(
+    ctx: click.Context, param: click.Parameter, incomplete: str
+) -> list[CompletionItem]:
+    """For `[SESSION] [REMOTE]`: the first word may be either, the second is the remote."""
+    from gitsess.services import completion
+
+    if param.name is not None and ctx.params.get(param.name):
+        return complete_remote(ctx, param, incomplete)
+    return _items([*completion.sessions(incomplete), *completion.remotes(incomplete)])
+
+
 def complete_agent_kind(
     ctx: click.Context, param: click.Parameter, incomplete: str
 ) -> list[CompletionItem]:

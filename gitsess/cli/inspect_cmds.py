@@ -31,6 +31,7 @@ from gitsess.cli.base import (
     takes_session,
 )
 from gitsess.cli.group import cli
+from gitsess.cli.table import clean
 from gitsess.errors import GitsessError
 from gitsess.services import gitfold, inspection, test_logs, timeline
 from gitsess.services.feed import Change, Feed
@@ -140,10 +141,24 @@ def _row(item: Event | GitActivity, start: datetime) -> tuple[str, str, str, str
     e = item.first if isinstance(item, GitActivity) else item
     when = _offset(max(0.0, (e.time - start).total_seconds()))
     if isinstance(item, GitActivity):
-        what = f"{item.command}: {item.files} file{'' if item.files == 1 else 's'} in .git"
-        return when, "git", what, "", _who(e), e.cmdline or ""
+        return when, "git", _git_what(item), "", _who(e), e.cmdline or ""
     size = "" if e.bytes is None else str(e.bytes)
     return when, e.op, _what(e), size, _who(e), e.cmdline or ""
+
+
+def _git_what(item: GitActivity) -> str:
+    more = " more" if item.more else ""
+    return f"{item.command}: {item.files}{more} file{'' if item.files == 1 else 's'} in .git"
+
+
+def _add_folded(recent: deque[Change | GitActivity], item: Change | GitActivity) -> None:
+    """A live watch's line for a git command counts what it did in later batches too."""
+    if isinstance(item, GitActivity) and item.more:
+        for n, old in enumerate(recent):
+            if isinstance(old, GitActivity) and old.key == item.key:
+                recent[n] = GitActivity(old.first, old.files + item.files, old.more)
+                return
+    recent.append(item)
 
 
 def _events_text(events: Sequence[Event | GitActivity], start: datetime) -> Text:
@@ -173,9 +188,12 @@ def _events_text(events: Sequence[Event | GitActivity], start: datetime) -> Text
     return text
 
 
-def _line(c: Change) -> str:
+def _line(c: Change | GitActivity) -> str:
     """One change as a line, for followers and piped watches."""
     clock = c.time.astimezone().strftime("%H:%M:%S.%f")[:-3]
+    if isinstance(c, GitActivity):
+        run = "" if c.first.run_id is None else f"  run {c.first.run_id}"
+        return f"{clock}  git  {escape(_git_what(c))}  {escape(_who(c.first))}{run}"
     if isinstance(c, Drift):
         return f"{clock}  [yellow]drift[/]  {escape(c.path)}  (the real worktree changed it too)"
     size = "" if c.bytes is None else f"  {c.bytes} B"
@@ -215,6 +233,9 @@ def _line(c: Change) -> str:
 @click.option(
     "--exclude", multiple=True, metavar="GLOB", help="Leave out these paths (repeatable)."
 )
+@click.option(
+    "--commits", is_flag=True, help="The session's own commits (hash and subject) instead."
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per change and line.")
 @click.option("--follow", "-f", is_flag=True, help="Then print changes as they happen.")
 def log(
@@ -228,15 +249,19 @@ def log(
     run_id: int | None,
     with_git: bool,
     exclude: tuple[str, ...],
+    commits: bool,
     as_json: bool,
     follow: bool,
 ) -> None:
     """What happened in a session: its file changes, grouped by run.
 
     git's own files below .git are shown as one line per git command (--git lists them, and
-    --json has them only with --git); the session's own commits are in `gitsess show`.
+    --json has them only with --git); --commits lists the session's own commits instead.
     """
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
+    if commits:
+        _log_commits(ref, as_json, follow=follow)
+        return
     try:
         flt = timeline.make_filter(since=since, path=path_glob, pid=pid, ops=ops, run_id=run_id)
     except GitsessError as bad:
@@ -268,15 +293,33 @@ def log(
         )
     if not follow:
         return
+    folder = gitfold.Folder()
     try:
         for batch in timeline.follow(ctx, found, flt, after_id=past.last_id):
-            for e in filter(listed, batch):
-                if as_json:
+            if as_json:
+                for e in filter(listed, batch):
                     _emit(event_json(e))
-                else:
-                    console().print(_line(e))
+                continue
+            kept = [e for e in batch if not gitfold.excluded(e.path, exclude)]
+            for item in kept if with_git else folder.fold(kept):
+                console().print(_line(item))
     except KeyboardInterrupt:
         return
+
+
+def _log_commits(ref: str | None, as_json: bool, *, follow: bool) -> None:
+    """`log --commits`: the commits made in the session that its branch lacks, oldest first."""
+    if follow:
+        raise click.UsageError("--commits and --follow do not go together")
+    ctx, found = session_of(ref)
+    own = inspection.own_commits(ctx, found)
+    if not own and not as_json:
+        click.echo(f"Session {clean(found.name)} has no commits of its own.")
+    for c in own:
+        if as_json:
+            _emit({"commit": c.commit, "subject": c.subject})
+        else:
+            click.echo(f"{c.commit[:10]} {clean(c.subject)}")
 
 
 # ---------------------------------------------------------------- fs
@@ -396,13 +439,15 @@ def fs_stat(path: str, as_json: bool) -> None:
 # ---------------------------------------------------------------- watch
 
 
-def _watch_view(name: str, recent: Iterable[Change], total: int, paths: int) -> Stack:
+def _watch_view(name: str, recent: Iterable[Change | GitActivity], total: int, paths: int) -> Stack:
     table = Table(box=None, pad_edge=False, header_style="bold", padding=(0, 2, 0, 0))
     for column, width in (("TIME", None), ("OP", None), ("PATH", 3), ("PROCESS", None)):
         table.add_column(column, no_wrap=width is None, overflow="fold", ratio=width)
     for c in recent:
         clock = c.time.astimezone().strftime("%H:%M:%S.%f")[:-3]
-        if isinstance(c, Drift):
+        if isinstance(c, GitActivity):
+            table.add_row(clock, "git", escape(_git_what(c)), escape(_who(c.first)))
+        elif isinstance(c, Drift):
             table.add_row(clock, "[yellow]drift[/]", escape(c.path), "(the real worktree)")
         else:
             table.add_row(clock, c.op, escape(_what(c)), escape(_who(c)))
@@ -438,9 +483,17 @@ def watch(
         # Said once the starting point is taken: nothing committed after this line is missed.
         click.echo(f"gitsess: watching session {found.name} (ctrl-c stops)", err=True)
 
-    def listed(batches: Iterable[list[Change]]) -> Iterator[list[Change]]:
+    folder = gitfold.Folder()
+
+    def listed(batches: Iterable[list[Change]]) -> Iterator[list[Change | GitActivity]]:
         for batch in batches:
-            kept = [c for c in batch if gitfold.shown(c.path, git=with_git, exclude=exclude)]
+            # JSON has git's own files only with --git, as in `log`.
+            folded = not with_git and not as_json
+            kept: list[Change | GitActivity] = (
+                folder.fold(c for c in batch if not gitfold.excluded(c.path, exclude))
+                if folded
+                else [c for c in batch if gitfold.shown(c.path, git=with_git, exclude=exclude)]
+            )
             if kept:
                 yield kept
 
@@ -448,21 +501,24 @@ def watch(
         if not live:
             for batch in listed(feed):
                 for c in batch:
-                    if as_json:
-                        _emit(change_json(c))
-                    else:
+                    if isinstance(c, GitActivity) or not as_json:
                         console().print(_line(c))
+                    else:
+                        _emit(change_json(c))
             return
-        recent: deque[Change] = deque(maxlen=max(5, console().height - 3))
+        recent: deque[Change | GitActivity] = deque(maxlen=max(5, console().height - 3))
         total = 0
         paths: set[str] = set()
         with Live(
             _watch_view(found.name, recent, total, 0), console=console(), auto_refresh=False
         ) as screen:
             for batch in listed(feed):
-                recent.extend(batch)
-                total += len(batch)
                 for c in batch:
+                    _add_folded(recent, c)
+                    if isinstance(c, GitActivity):
+                        total += c.files
+                        continue
+                    total += 1
                     paths.add(c.path)
                     if isinstance(c, Event) and c.target is not None and c.op != "symlink":
                         paths.add(c.target)

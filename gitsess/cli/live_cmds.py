@@ -31,6 +31,7 @@ from gitsess.cli.base import (
 from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
 from gitsess.services import live, sessions
+from gitsess.services.live import Stray
 from gitsess.services.sessions import RepoContext, Session, discover
 
 
@@ -217,6 +218,20 @@ def umount(
         console().print(f"Session [bold]{escape(found.name)}[/] was not mounted")
 
 
+def stray_json(s: Stray) -> dict[str, object]:
+    """A daemon whose view is gone, as a row of `ps --json`."""
+    return {
+        "name": None,
+        "id": s.session_id,
+        "daemon_pid": s.pid,
+        "mountpoint": None,
+        "kept": False,
+        "read_only": False,
+        "participants": [],
+        "stray": s.reason,
+    }
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def ps(as_json: bool) -> None:
@@ -241,19 +256,7 @@ def ps(as_json: bool) -> None:
                 }
                 for m in mounted
             ]
-            + [
-                {
-                    "name": None,
-                    "id": s.session_id,
-                    "daemon_pid": s.pid,
-                    "mountpoint": None,
-                    "persistent": False,
-                    "read_only": False,
-                    "participants": [],
-                    "stray": s.reason,
-                }
-                for s in strays
-            ]
+            + [stray_json(s) for s in strays]
         )
         return
     for s in strays:

@@ -16,7 +16,8 @@ from rich.table import Table
 from gitsess.cli.base import (
     SessionCommand,
     ago,
-    complete_session_first,
+    complete_remote,
+    complete_session_or_remote,
     console,
     escape,
     first_line,
@@ -91,7 +92,7 @@ def _notes(notes: tuple[str, ...]) -> None:
 
 @cli.command(cls=SessionCommand)
 @click.argument(
-    "args", nargs=-1, metavar="[SESSION] [REMOTE]", shell_complete=complete_session_first
+    "args", nargs=-1, metavar="[SESSION] [REMOTE]", shell_complete=complete_session_or_remote
 )
 @takes_session
 @click.option("--with-kv", is_flag=True, help="Send the session's key-value store along.")
@@ -171,7 +172,7 @@ def _session_and_remote(
 
 @cli.command()
 @click.argument("name")
-@click.argument("target", metavar="[REMOTE]", required=False)
+@click.argument("target", metavar="[REMOTE]", required=False, shell_complete=complete_remote)
 @click.option(
     "--worktree",
     is_flag=True,

@@ -18,6 +18,7 @@ from gitsess.cli.base import (
     SessionCommand,
     ago,
     branch_label,
+    complete_remote,
     complete_session,
     complete_session_first,
     console,
@@ -100,6 +101,7 @@ def new(
     default=None,
     metavar="[REMOTE]",
     help="Sessions a git remote carries (default: origin).",
+    shell_complete=complete_remote,
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
@@ -138,7 +140,8 @@ def ls(everywhere: bool, remote: str | None, as_json: bool) -> None:
                     click.echo(_DRIFT_NOTE)
         return
     ctx = discover()
-    infos = sessions.list_sessions(ctx)
+    # The table has no sizes: they cost a scan of each delta.
+    infos = sessions.list_sessions(ctx, sizes=as_json)
     clash = clashes(ctx, infos)
     if as_json:
         print_json(ls_json(infos, clash))
@@ -238,13 +241,18 @@ _DRIFT_NOTE = (
 )
 
 
-def _drifted(info: SessionInfo) -> list[str]:
-    # A session without a delta has changed nothing that could drift (and needs no reader).
-    if info.damaged or not (info.session_dir / "delta.db").exists():
+def _drift(info: SessionInfo) -> list[Drift]:
+    # Drift of a path the session holds matters only where the session's file differs from
+    # the real one now: a session that changed no file has none (and needs no reader).
+    if info.damaged or not info.changed_files:
         return []
     from gitsess.services import inspection
 
-    return [d.path for d in inspection.drift(info.session, info.session_dir)]
+    return inspection.drift(info.session, info.session_dir)
+
+
+def _drifted(info: SessionInfo) -> list[str]:
+    return [d.path for d in _drift(info)]
 
 
 def _drift_counts(infos: Sequence[SessionInfo]) -> dict[str, int]:
@@ -352,9 +360,10 @@ def show(
 
     ref, _ = session_ref([session] if session else [], 0, offsets, session_option)
     ctx = discover()
-    info = sessions.info(ctx, ref)
+    # The sizes are in `usage`; the session's own are for JSON.
+    info = sessions.info(ctx, ref, sizes=as_json)
     usage = inspection.usage(ctx, info)
-    drift = inspection.drift(info.session, info.session_dir)
+    drift = _drift(info)
     commits = inspection.own_commits(ctx, info.session) if info.commits else []
     if as_json:
         print_json(show_json(info, usage, drift, commits))

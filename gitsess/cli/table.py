@@ -6,9 +6,9 @@ minimum, then dropping them; the others (what a user types back: #, NAME, ID) ar
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import shutil
 import sys
 import unicodedata
 from collections.abc import Sequence
@@ -65,7 +65,16 @@ def colour() -> bool:
 
 def terminal_width() -> int | None:
     """The terminal's columns; None when output goes elsewhere (nothing is cut then)."""
-    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    if not sys.stdout.isatty():
+        return None
+    # shutil.get_terminal_size's rule, without importing shutil (and the compressors it loads).
+    with contextlib.suppress(ValueError):
+        if int(os.environ.get("COLUMNS", "")) > 0:
+            return int(os.environ["COLUMNS"])
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns or 80
+    except OSError:
+        return 80
 
 
 def fit(columns: Sequence[Column], rows: Sequence[Sequence[Cell]], width: int | None) -> list[int]:

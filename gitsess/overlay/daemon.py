@@ -27,9 +27,10 @@ import trio
 
 from gitsess.overlay import control, guard, history, presence, protocol, retention
 from gitsess.overlay.audit import Attribution
-from gitsess.overlay.delta import DeltaStore, copy_delta, kv_get, kv_put, kv_remove
+from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
+from gitsess.overlay.kvtable import kv_get, kv_put, kv_remove
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.lower_watcher import LowerWatcher
 from gitsess.overlay.presence import Presence

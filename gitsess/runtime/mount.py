@@ -8,9 +8,7 @@ import errno
 import fcntl
 import os
 import select
-import shutil
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -200,6 +198,8 @@ def _start_daemon(spec: MountSpec) -> None:
             args.append(flag)
     read_end = prestart.hand_over(args, spec.log)
     if read_end is None:
+        import subprocess
+
         read_end, write_end = os.pipe()
         with open(spec.log, "ab") as log:
             subprocess.Popen(
@@ -326,6 +326,10 @@ def clean_stale(mountpoint: Path) -> bool:
 
 
 def unmount(mountpoint: Path) -> None:
+    # Here, not at the top: `ls` and `show` load this module and never unmount.
+    import shutil
+    import subprocess
+
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     if tool is None:
         raise GitsessError("fusermount3 is missing: install the fuse3 package")

@@ -39,7 +39,7 @@ from gitsess.git.blob_parts import blob_parts
 from gitsess.git.changes import GIT_EXEC, GIT_LINK, compute_changes
 from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
 from gitsess.git.scratch import BIG_FILE, scratch_repo
-from gitsess.overlay.delta import kv_items
+from gitsess.overlay.kvtable import kv_items
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
 from gitsess.services import kv as kv_service

@@ -45,6 +45,13 @@ def archives(prefix: str) -> list[str]:
     return _quietly(read, prefix)
 
 
+def remotes(prefix: str) -> list[str]:
+    def read(ctx: RepoContext) -> list[str]:
+        return [n for n in ctx.open().remotes.names() if n is not None]
+
+    return _quietly(read, prefix)
+
+
 def agent_kinds(prefix: str) -> list[str]:
     from gitsess.services.agents import profiles
 

@@ -20,9 +20,8 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
-from gitsess.overlay import delta, protocol, schema
+from gitsess.overlay import kvtable, protocol, schema
 from gitsess.services import sealed
-from gitsess.services.timeline import delta_path
 from gitsess.store.registry import Session
 
 
@@ -80,7 +79,7 @@ def _check_key(key: str) -> str:
 
 @contextmanager
 def _store(ctx: RepoContext, session: Session, *, create: bool) -> Iterator[apsw.Connection | None]:
-    path = delta_path(ctx, session)
+    path = ctx.session_dir(session.id) / "delta.db"
     if not path.exists() and not create:
         yield None
         return
@@ -106,7 +105,7 @@ def check_item(key: str, value: object) -> None:
 
 def get(ctx: RepoContext, session: Session, key: str) -> Item:
     with _store(ctx, session, create=False) as conn:
-        row = None if conn is None else delta.kv_get(conn, _check_key(key))
+        row = None if conn is None else kvtable.kv_get(conn, _check_key(key))
     if row is None:
         raise GitsessError(f"session {session.name} has no key {key!r}")
     return _item(key, *row)
@@ -121,7 +120,7 @@ def put(ctx: RepoContext, session: Session, key: str, value: object) -> Item:
         return Item(key, json.loads(text), stamp)
     with _store(ctx, session, create=True) as conn:
         assert conn is not None
-        delta.kv_put(conn, _check_key(key), text, stamp)
+        kvtable.kv_put(conn, _check_key(key), text, stamp)
     return Item(key, json.loads(text), stamp)
 
 
@@ -146,7 +145,7 @@ def remove(ctx: RepoContext, session: Session, key: str) -> None:
             raise GitsessError(f"session {session.name} has no key {key!r}")
         return
     with _store(ctx, session, create=False) as conn:
-        removed = conn is not None and delta.kv_remove(conn, _check_key(key))
+        removed = conn is not None and kvtable.kv_remove(conn, _check_key(key))
     if not removed:
         raise GitsessError(f"session {session.name} has no key {key!r}")
 
@@ -156,7 +155,7 @@ def items(ctx: RepoContext, session: Session) -> list[Item]:
     with _store(ctx, session, create=False) as conn:
         if conn is None:
             return []
-        rows = delta.kv_items(conn)
+        rows = kvtable.kv_items(conn)
     return [_item(*row) for row in rows]
 
 
@@ -169,4 +168,4 @@ def put_json(ctx: RepoContext, session: Session, data: bytes) -> None:
     with _store(ctx, session, create=True) as conn:
         assert conn is not None
         for key, text, updated_ns in json.loads(data):
-            delta.kv_put(conn, key, text, updated_ns)
+            kvtable.kv_put(conn, key, text, updated_ns)

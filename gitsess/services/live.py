@@ -6,6 +6,7 @@ The overlay's tree and the mount namespace code are imported by the services tha
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -19,6 +20,7 @@ from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
 from gitsess.overlay import fsmonitor_hook, protocol
 from gitsess.runtime import mount, strays
+from gitsess.runtime.strays import Stray as Stray  # (re-exported: `ps` renders it)
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
@@ -257,9 +259,13 @@ def live_sessions(ctx: RepoContext, sessions: Sequence[Session]) -> list[LiveSes
 def open_view(ctx: RepoContext, session: Session, at: int | None = None) -> OverlayView:
     """The session's view from delta.db, after the live daemon (if any) committed its state;
     with `at`, as it was at that checkpoint."""
+    mount.sync(ctx.session_dir(session.id))
+    return _view(ctx, session, at)
+
+
+def _view(ctx: RepoContext, session: Session, at: int | None = None) -> OverlayView:
     from gitsess.overlay.view import OverlayView
 
-    mount.sync(ctx.session_dir(session.id))
     return OverlayView(
         ctx.session_dir(session.id) / "delta.db",
         session.worktree,
@@ -336,48 +342,60 @@ def out_of_reach(session: Session) -> bool:
     return mounttable.is_mount_point(session.worktree)
 
 
-def counts(ctx: RepoContext, session: Session) -> Counts:
-    """What `ls` and `show` count of a session: its touched paths and its own commits."""
-    from gitsess.overlay.delta import DamagedDelta, data_bytes
-    from gitsess.overlay.retention import bytes_by_kind
-    from gitsess.services.changecount import changed_files
+def counts(ctx: RepoContext, session: Session, *, sizes: bool = True) -> Counts:
+    """What `ls` and `show` count of a session: its changed files and its own commits, and
+    with `sizes` where its delta's bytes go."""
+    import apsw
 
-    if not (ctx.session_dir(session.id) / "delta.db").exists():
+    from gitsess.services.changecount import untouched
+
+    delta = ctx.session_dir(session.id) / "delta.db"
+    if not delta.exists():
         return Counts(None, None)
+    mount.sync(ctx.session_dir(session.id))
+    with contextlib.suppress(apsw.Error, OSError):  # else the view tells what is wrong
+        if not sizes and untouched(delta):
+            return Counts(0, 0)
+    from gitsess.overlay.delta import DamagedDelta
+
     try:
-        with open_view(ctx, session) as view:
-            store = view.store
-            used = bytes_by_kind(store.conn, store.data_dir, data_bytes(store.path))
-            if out_of_reach(session):
-                return Counts(None, None, bytes_by_kind=used, out_of_reach=True)
-            changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
-            if not view.touched_git():  # its git is the real one: no commits, no repository read
-                return Counts(changed, 0, bytes_by_kind=used)
-            import pygit2
-
-            from gitsess.services import session_git
-            from gitsess.services.real_tree import real_root
-
-            try:
-                git = session_git.state(view, ctx.open(), session, real_root(session))
-            except (GitsessError, pygit2.GitError, KeyError, ValueError):
-                return Counts(changed, None, bytes_by_kind=used)
-            if git is None:
-                return Counts(changed, 0, bytes_by_kind=used)
-            off = (git.head.branch or "(detached)") if git.off_branch else None
-            return Counts(
-                changed,
-                len(git.commits),
-                bytes_by_kind=used,
-                head_branch=off,
-                below_base=git.below_base,
-            )
+        with _view(ctx, session) as view:
+            return _counted(ctx, session, view, sizes)
     except DamagedDelta:
         return Counts(None, None, damaged=True)
     except (OSError, GitsessError):
         return Counts(None, None)
 
 
-def stray_daemons() -> list[strays.Stray]:
+def _counted(ctx: RepoContext, session: Session, view: OverlayView, sizes: bool) -> Counts:
+    from gitsess.overlay.delta import data_bytes
+    from gitsess.overlay.retention import bytes_by_kind
+    from gitsess.services.changecount import changed_files
+
+    store = view.store
+    used = bytes_by_kind(store.conn, store.data_dir, data_bytes(store.path)) if sizes else None
+    if out_of_reach(session):
+        return Counts(None, None, bytes_by_kind=used, out_of_reach=True)
+    changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
+    if not view.touched_git():  # its git is the real one: no commits, no repository read
+        return Counts(changed, 0, bytes_by_kind=used)
+    import pygit2
+
+    from gitsess.services import session_git
+    from gitsess.services.real_tree import real_root
+
+    try:
+        git = session_git.state(view, ctx.open(), session, real_root(session))
+    except (GitsessError, pygit2.GitError, KeyError, ValueError):
+        return Counts(changed, None, bytes_by_kind=used)
+    if git is None:
+        return Counts(changed, 0, bytes_by_kind=used)
+    off = (git.head.branch or "(detached)") if git.off_branch else None
+    return Counts(
+        changed, len(git.commits), bytes_by_kind=used, head_branch=off, below_base=git.below_base
+    )
+
+
+def stray_daemons() -> list[Stray]:
     """Daemons of this user whose view is gone (`gitsess gc` ends them)."""
     return strays.find()

@@ -12,9 +12,7 @@ its own, and `new` and `mount` should not pay for what `ls` or `rm` use.
 from __future__ import annotations
 
 import os
-import random
 import re
-import shutil
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
@@ -227,6 +225,8 @@ def _insert(
 
 
 def _free_name(ctx: RepoContext, taken: set[str]) -> str:
+    import random
+
     from gitsess.git.worktree import name_in_use
 
     rng = random.SystemRandom()
@@ -363,11 +363,17 @@ def _lookup(registry: Registry | None, ref: str) -> Session | None:
 
 
 def _infos(
-    ctx: RepoContext, registry: Registry, env: Mapping[str, str] | None
+    ctx: RepoContext,
+    registry: Registry,
+    env: Mapping[str, str] | None,
+    *,
+    only: str | None = None,
+    sizes: bool = True,
 ) -> list[SessionInfo]:
-    """Every session, oldest first. `here` is relative to the session the command runs in, if
-    any, else to the current worktree: inside a session the current directory is the overlay,
-    not the worktree it is bound to."""
+    """Every session (or the one whose id is `only`), oldest first. `here` is relative to the
+    session the command runs in, if any, else to the current worktree: inside a session the
+    current directory is the overlay, not the worktree it is bound to. Without `sizes` nothing
+    tells where the delta's bytes go (a session that did nothing is then not even opened)."""
     from gitsess.services import live
 
     env = os.environ if env is None else env
@@ -380,7 +386,11 @@ def _infos(
     sessions = registry.all()
     infos = []
     for i, s in enumerate(sessions):
-        counts = live.counts(ctx, s) if s.worktree.is_dir() else live.Counts(None, None)
+        if only is not None and s.id != only:
+            continue
+        counts = (
+            live.counts(ctx, s, sizes=sizes) if s.worktree.is_dir() else live.Counts(None, None)
+        )
         infos.append(
             SessionInfo(
                 session=s,
@@ -428,17 +438,21 @@ def _behind(ctx: RepoContext, session: Session) -> int | None:
     return int(behind)
 
 
-def list_sessions(ctx: RepoContext, env: Mapping[str, str] | None = None) -> list[SessionInfo]:
-    """Every session of the repository, oldest first."""
+def list_sessions(
+    ctx: RepoContext, env: Mapping[str, str] | None = None, *, sizes: bool = True
+) -> list[SessionInfo]:
+    """Every session of the repository, oldest first; `sizes`: see `_infos`."""
     with _registry(ctx, create=False) as registry:
-        return [] if registry is None else _infos(ctx, registry, env)
+        return [] if registry is None else _infos(ctx, registry, env, sizes=sizes)
 
 
-def info(ctx: RepoContext, ref: str | None, env: Mapping[str, str] | None = None) -> SessionInfo:
+def info(
+    ctx: RepoContext, ref: str | None, env: Mapping[str, str] | None = None, *, sizes: bool = True
+) -> SessionInfo:
     ref = _ref(ref, env)
     with _existing_registry(ctx) as registry:
         session = _find(ctx, registry, ref)
-        return next(i for i in _infos(ctx, registry, env) if i.session.id == session.id)
+        return _infos(ctx, registry, env, only=session.id, sizes=sizes)[0]
 
 
 def list_everywhere() -> list[RepoSessions]:
@@ -555,6 +569,8 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     nowhere else (uncommitted changes, commits on no other branch); `force` removes them anyway.
     Unapplied changes are archived first (`Removal.archive`; `gitsess restore` takes them back).
     """
+    import shutil
+
     from gitsess.git.archive_commits import PREFIX as ARCHIVE_PREFIX
     from gitsess.git.worktree import keep_detached, keep_reasons, remove_created
     from gitsess.overlay.view import DamagedDelta

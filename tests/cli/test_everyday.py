@@ -9,6 +9,7 @@ import pty
 import struct
 import subprocess
 import termios
+from collections import deque
 from pathlib import Path
 
 import pytest
@@ -136,6 +137,12 @@ def test_completion_of_sessions_archives_agents_and_roles(
     assert completions(["stop", "alpha", "--role"], "") == []
     assert gitsess(repo, "rm", "beta").returncode == 0
     assert completions(["restore"], "") == []  # nothing was unapplied: no archive
+    git(repo, "remote", "add", "origin", str(repo))
+    git(repo, "remote", "add", "upstream", str(repo))
+    assert completions(["push"], "") == ["alpha", "alpine", "origin", "upstream"]
+    assert completions(["push", "alpha"], "u") == ["upstream"]
+    assert completions(["pull", "alpha"], "o") == ["origin"]
+    assert completions(["ls", "--remote"], "") == ["origin", "upstream"]
 
 
 def test_completion_command_prints_each_shells_script(repo: Path) -> None:
@@ -306,6 +313,33 @@ def test_git_files_fold_into_one_line_per_git_command() -> None:
     assert (activity.command, activity.files) == ("git commit", 2)
     assert excluded("build/out/a.o", ["build"]) and excluded("x.log", ["*.log"])
     assert not excluded("src/build.py", ["build"])
+    # git's own options before the subcommand are not the subcommand
+    configured = fold([event(1, ".git/HEAD", 12, "/usr/bin/git -c user.name=a -C . commit")])
+    assert isinstance(configured[0], GitActivity) and configured[0].command == "git commit"
+
+
+def test_a_watch_folds_each_git_command_once_across_batches() -> None:
+    from gitsess.cli.inspect_cmds import _add_folded
+    from gitsess.services.feed import Change
+    from gitsess.services.gitfold import Folder, GitActivity
+    from gitsess.services.timeline import Drift, Event
+
+    def event(n: int, path: str) -> Event:
+        return Event(n, n, "write", path, None, 1, 11, "git", "git commit -m x", None, 1)
+
+    folder = Folder()
+    batch: list[Change] = [event(1, ".git/index.lock"), Drift("README.md", 1)]
+    first = folder.fold(batch)
+    assert isinstance(first[0], GitActivity) and isinstance(first[1], Drift)
+    assert not first[0].more
+    later = folder.fold([event(2, ".git/HEAD.lock"), event(3, ".git/HEAD"), event(4, "a.txt")])
+    assert later[1] == event(4, "a.txt")
+    assert isinstance(later[0], GitActivity) and (later[0].more, later[0].files) == (True, 2)
+    # a live watch keeps one line per command, counting every batch
+    recent: deque[Change | GitActivity] = deque()
+    for item in [*first, *later]:
+        _add_folded(recent, item)
+    assert len(recent) == 3 and isinstance(recent[0], GitActivity) and recent[0].files == 3
 
 
 @pytest.mark.fuse
@@ -325,6 +359,16 @@ def test_log_hides_gits_own_files_unless_asked(repo: Path) -> None:
     assert "README.md" in paths and not any(p.startswith(".git") for p in paths)
     shown = json.loads(gitsess(repo, "show", "exp", "--json").stdout)
     assert [c["subject"] for c in shown["own_commits"]] == ["inside"]
+    commit = shown["own_commits"][0]["commit"]
+    assert gitsess(repo, "log", "exp", "--commits").stdout == f"{commit[:10]} inside\n"
+    listed = gitsess(repo, "log", "exp", "--commits", "--json").stdout
+    assert [json.loads(line) for line in listed.splitlines()] == [
+        {"commit": commit, "subject": "inside"}
+    ]
+    assert gitsess(repo, "log", "exp", "--commits", "--follow").returncode == 2
+    assert gitsess(repo, "new", "other").returncode == 0
+    none = gitsess(repo, "log", "other", "--commits").stdout
+    assert none == "Session other has no commits of its own.\n"
 
 
 # ----------------------------------------------------------------------------- progress

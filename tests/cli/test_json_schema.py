@@ -118,3 +118,13 @@ def test_a_key_outside_the_vocabulary_is_caught() -> None:
     stray = [k for _, k, _ in keys([{"name": "x", "session": "x"}]) if k not in known]
     assert stray == ["session"]
     assert not fits("synced", known["here"])
+
+
+def test_a_stray_daemon_in_ps_speaks_the_vocabulary() -> None:
+    """`ps --json` lists daemons whose view is gone too: rarely seen, so checked here."""
+    from gitsess.cli.live_cmds import stray_json
+    from gitsess.services.live import Stray
+
+    known = vocabulary()
+    row = stray_json(Stray(1234, "f3883b6f", "/gone/delta.db", "its view is gone"))
+    assert [k for _, k, v in keys([row]) if k not in known or not fits(v, known[k])] == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,24 @@ def test_watch_needs_a_session(repo: Path) -> None:
     done = gitsess(repo, "watch", "ghost")
     assert done.returncode == 1
     assert done.stderr.startswith("gitsess: no session 'ghost'")
+
+
+def test_git_commands_fold_into_one_line_each_unless_asked(repo: Path, ctx: RepoContext) -> None:
+    create(ctx, "exp")
+    work = "echo more >> README.md && git -c user.name=a -c user.email=a@b commit -qam inside"
+    with (
+        follower(repo, "watch", "exp") as folded,
+        follower(repo, "watch", "exp", "--git") as each,
+        follower(repo, "log", "exp", "--follow") as log,
+    ):
+        folded.wait_for_stderr("watching session exp")
+        each.wait_for_stderr("watching session exp")
+        run(repo, "exp", work)
+        assert eventually(lambda: any("git commit: " in line for line in folded.lines))
+        assert eventually(lambda: any(".git/index.lock" in line for line in each.lines))
+        assert eventually(lambda: any("git commit: " in line for line in log.lines))
+        assert folded.stop() == 0 and each.stop() == 0
+    for text in ("".join(folded.lines), "".join(log.lines)):
+        # One line for the command, and "more" where its later changes came in a later batch
+        assert len(re.findall(r"git commit: [0-9]+ files? in .git", text)) == 1, text
+        assert ".git/" not in text and "README.md" in text
