@@ -28,7 +28,7 @@ from gitsess.overlay.gitdir import GIT, GIT_COMMON
 from gitsess.overlay.nodes import Node, join
 
 if TYPE_CHECKING:
-    from gitsess.git.session_refs import SessionHead
+    from gitsess.git.head import SessionHead
     from gitsess.overlay.tree import Tree
 
 _HEAD = GIT + b"/HEAD"
@@ -149,7 +149,7 @@ def _in_unit(tree: Tree, rel: bytes | None) -> bool:
 
 def _view_head(tree: Tree) -> SessionHead:
     # (loaded here: it loads pygit2, which `ls` of a session that never wrote `.git` must not)
-    from gitsess.git.session_refs import SessionHead, read_head
+    from gitsess.git.head import SessionHead, read_head
 
     common = _common(tree)
 
@@ -177,7 +177,7 @@ def _real(tree: Tree, rel: bytes) -> bytes | None:
 
 
 def _real_tip(tree: Tree, branch: str) -> str | None:
-    from gitsess.git.session_refs import read_head
+    from gitsess.git.head import read_head
 
     common = _common(tree)
 
@@ -208,7 +208,7 @@ def _real_state(tree: Tree) -> State:
 
 
 def _read_real_state(tree: Tree) -> State:
-    from gitsess.git.session_refs import read_head
+    from gitsess.git.head import read_head
 
     head = _real(tree, _HEAD) or b""
     common = _common(tree)
