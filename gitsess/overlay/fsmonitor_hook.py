@@ -20,7 +20,8 @@ TIMEOUT = 5.0
 def main() -> int:
     if len(sys.argv) < 3 or sys.argv[1] != "2":
         return 1  # git falls back to a full scan for other protocol versions
-    token, paths = "", None
+    # (git warns of an empty token: this one no journal knows, so it means "everything" too)
+    token, paths = "gitsess:unknown", None
     session_dir = os.path.join(
         os.environ.get("GITSESS_DIR", ""), "sessions", os.environ.get("GITSESS_SESSION_ID", "")
     )

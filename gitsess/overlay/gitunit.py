@@ -102,6 +102,9 @@ def own(tree: Tree) -> None:
     if is_own(tree):
         return
     head, index, branch, tip = _real_state(tree)
+    if index is not None and tree.index_view is not None:
+        # as the view showed it: git checks that the index it read is the one it replaces
+        index = tree.index_view.as_shown(index)
 
     def put() -> None:
         _put(tree, _HEAD, head)

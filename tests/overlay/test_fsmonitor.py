@@ -16,7 +16,7 @@ from tests.overlay.conftest import Mounted
 pytestmark = pytest.mark.fuse
 
 
-def status(m: Mounted, *, monitored: bool) -> str:
+def status(m: Mounted, *, monitored: bool, untracked: str = "all") -> str:
     # The hook finds the daemon in the session dir, `$GITSESS_DIR/sessions/<id>`.
     state = m.spec.session_dir.parent / "state"
     link = state / "sessions" / m.spec.session_id
@@ -27,7 +27,7 @@ def status(m: Mounted, *, monitored: bool) -> str:
     if monitored:
         env.update(git_config_env({}, FSMONITOR_CONFIG))
         env["GIT_TRACE_FSMONITOR"] = str(m.spec.session_dir / "fsmonitor.trace")
-        args = ["git", "status", "--porcelain=v2", "--untracked-files=all"]
+        args = ["git", "status", "--porcelain=v2", f"--untracked-files={untracked}"]
     else:
         # A full scan on a copy of the index: it must not strip the fsmonitor token from the
         # index the monitored runs keep using.
@@ -35,7 +35,7 @@ def status(m: Mounted, *, monitored: bool) -> str:
         shutil.copyfile(m.lower / ".git" / "index", scratch)
         env["GIT_INDEX_FILE"] = str(scratch)
         args = ["git", "-c", "core.fsmonitor=", "-c", "core.untrackedCache=false", "status"]
-        args += ["--porcelain=v2", "--untracked-files=all"]
+        args += ["--porcelain=v2", f"--untracked-files={untracked}"]
     return subprocess.run(
         args, cwd=m.mnt, env=env, capture_output=True, text=True, check=True
     ).stdout
