@@ -1750,9 +1750,14 @@ def _first_status(b: Bench, corpus: Corpus) -> Result:
             with b.view(target, corpus.repo) as view:
                 env = {**b.env, **config}
                 if target == GITSESS:
+                    # The hook finds the daemon at `$GITSESS_DIR/sessions/<id>`, as in a
+                    # session made by `gitsess new`.
                     session_dir = _session_dir_of(view)
+                    state = b.scratch / "hook-state"
+                    (state / "sessions").mkdir(parents=True, exist_ok=True)
+                    (state / "sessions" / session_dir.name).symlink_to(session_dir)
                     env["GITSESS_SESSION_ID"] = session_dir.name
-                    env["GITSESS_DIR"] = str(session_dir.parent.parent)
+                    env["GITSESS_DIR"] = str(state)
                 status = functools.partial(_run, ["git", "status", "--porcelain"], view.root, env)
                 res.add(target, timed(status))
     progress(res)

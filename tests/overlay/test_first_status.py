@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -145,3 +146,18 @@ def test_the_shown_index_reads_as_the_real_one(mounted: Mounted) -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert fsck.returncode == 0 and "error" not in fsck.stderr, fsck.stderr
+
+
+def test_the_hook_loads_no_python_module_of_json_or_sockets(tmp_path: Path) -> None:
+    """It runs for every `git status`: `json` and `socket` (with `re` and `enum` behind them)
+    doubled its CPU time; with no daemon to ask it still answers "everything"."""
+    from gitsess.overlay import fsmonitor_hook
+
+    done = subprocess.run(
+        [sys.executable, "-S", "-E", "-X", "importtime", fsmonitor_hook.__file__, "2", "t"],
+        env={"GITSESS_DIR": str(tmp_path), "GITSESS_SESSION_ID": "none"},
+        capture_output=True, check=True,
+    )  # fmt: skip
+    loaded = {line.rpartition(b"|")[2].strip() for line in done.stderr.splitlines()}
+    assert not loaded & {b"json", b"socket", b"re", b"enum", b"gitsess"}
+    assert done.stdout == fsmonitor_hook.UNKNOWN.encode() + b"\0/\0"
