@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass
 
 HASH = 20  # SHA-1
-_FIXED = struct.Struct(">10I")  # ctime s/ns, mtime s/ns, dev, ino, mode, uid, gid, size
+_ENTRY = struct.Struct(">10I20xH")  # the fixed fields, the object id skipped, the flags
 _EXTENDED = 0x4000
 _GITLINK = 0o160000
 # Dropped from a presented index: the fsmonitor state it replaces, and the offset tables that
@@ -25,15 +25,10 @@ _EWAH_HEAD = struct.Struct(">II")
 _REFUSED = (b"link", b"sdir")
 
 
-@dataclass(frozen=True)
-class Entry:
-    path: bytes
-    stat: tuple[int, ...]  # as `_FIXED` reads them
-    stage: int
-
-    @property
-    def mode(self) -> int:
-        return self.stat[6]
+# An entry: its path, and its fixed fields as `_ENTRY` reads them: ctime s/ns, mtime s/ns,
+# dev, ino, mode, uid, gid, size, flags (a tuple, not an object: an index holds many).
+Entry = tuple[bytes, tuple[int, ...]]
+MODE, FLAGS = 6, 10
 
 
 @dataclass(frozen=True)
@@ -53,22 +48,24 @@ def parse(data: bytes) -> Index | None:
         return None
     entries: list[Entry] = []
     off, last = 12, b""
+    unpack = _ENTRY.unpack_from
     try:
         for _ in range(count):
-            fields = _FIXED.unpack_from(data, off)
-            flags = struct.unpack_from(">H", data, off + 40 + HASH)[0]
-            at = off + 42 + HASH + (2 if flags & _EXTENDED else 0)
+            fields = unpack(data, off)
+            flags = fields[FLAGS]
+            at = off + _ENTRY.size + (2 if flags & _EXTENDED else 0)
             if version == 4:
                 strip, at = _varint(data, at)
                 end = data.index(b"\0", at)
                 path = last[: len(last) - strip] + data[at:end]
                 off = end + 1
+                last = path
             else:
-                end = data.index(b"\0", at)
+                size = flags & 0xFFF
+                end = at + size if size < 0xFFF else data.index(b"\0", at)
                 path = data[at:end]
                 off += (end - off + 8) & ~7
-            entries.append(Entry(path, fields, (flags >> 12) & 3))
-            last = path
+            entries.append((path, fields))
     except (struct.error, ValueError):
         return None
     extensions = []
@@ -211,4 +208,4 @@ def _encode_varint(value: int) -> bytes:
 
 
 def is_gitlink(entry: Entry) -> bool:
-    return entry.mode & 0o170000 == _GITLINK
+    return entry[1][MODE] & 0o170000 == _GITLINK

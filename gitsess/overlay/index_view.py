@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gitsess.overlay.tree import Tree
 
 INDEX = GIT + b"/index"
+_STAGE = 0x3000  # an entry's merge stage, in its flags
 TOKEN_PREFIX = "gitsess-index:"
 # A name no directory holds (git's own checks take it as a path), so naming it below a
 # directory only makes git list that directory again.
@@ -117,10 +118,11 @@ class IndexView:
         named, replaced = session_changes(tree)
         dirty = named | {d + b"/" for d in replaced}
         for entry in shown.index.entries:
-            if indexfile.is_gitlink(entry) or entry.path in named:
+            path = entry[0]
+            if indexfile.is_gitlink(entry) or path in named:
                 continue
-            if _below(entry.path, replaced) or not self._clean(entry, racy_from):
-                dirty.add(entry.path)
+            if _below(path, replaced) or not self._clean(entry, racy_from):
+                dirty.add(path)
         for path, seen in shown.untracked.dirs if shown.untracked is not None else ():
             rel = path[:-1]
             if seen is None:
@@ -139,11 +141,11 @@ class IndexView:
         """Whether git, checking the entry against the worktree itself, would find it clean
         without reading the file: its stat data match, and it is not racily clean."""
         try:
-            st = os.lstat(self.worktree + b"/" + entry.path)
+            st = os.lstat(self.worktree + b"/" + entry[0])
         except OSError:
             return False
-        c_s, c_ns, m_s, m_ns, _dev, ino, mode, uid, gid, size = entry.stat
-        if entry.stage or m_s >= racy_from:
+        c_s, c_ns, m_s, m_ns, _dev, ino, mode, uid, gid, size, flags = entry[1]
+        if flags & _STAGE or m_s >= racy_from:
             return False
         return (
             st.st_mtime_ns == m_s * 1_000_000_000 + m_ns

@@ -28,8 +28,8 @@ def test_entries_read_as_git_lists_them(repo: Path, version: str) -> None:
     data = (repo / ".git" / "index").read_bytes()
     index = indexfile.parse(data)
     assert index is not None
-    assert [e.path.decode() for e in index.entries] == git(repo, "ls-files").split()
-    mtimes = {e.path: e.stat[2] for e in index.entries}
+    assert [path.decode() for path, _ in index.entries] == git(repo, "ls-files").split()
+    mtimes = {path: fields[2] for path, fields in index.entries}
     assert mtimes[b"top.txt"] == int(os.lstat(repo / "top.txt").st_mtime)
 
 
