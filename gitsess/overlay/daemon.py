@@ -652,7 +652,7 @@ async def _lower_synced(state: State, *, wait: bool = False) -> bool:
     watcher = state.watcher
     if wait:
         with trio.move_on_after(WATCH_WAIT):
-            while watcher is not None and not state.tree.watched:
+            while watcher is not None and not state.tree.watched and watcher.trying():
                 await trio.sleep(0.002)
     if watcher is None or not state.tree.watched:
         return False
