@@ -30,6 +30,7 @@ from gitsess.overlay.audit import Attribution
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
+from gitsess.overlay.index_view import INDEX, TOKEN_PREFIX, IndexView
 from gitsess.overlay.kvtable import kv_get, kv_put, kv_remove
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.lower_watcher import LowerWatcher
@@ -60,6 +61,10 @@ FINAL_RETRY = 1.0
 # How long an fsmonitor query waits for the worktree watch to report what changed before it;
 # past that, it answers "everything may have changed".
 LOWER_SYNC_TIMEOUT = 1.0
+# How long the first fsmonitor query of a view just mounted waits for the worktree watch to be
+# in place (some 0.2 s when the worktree's watch process starts too): without it, git looks up
+# every file through FUSE instead.
+WATCH_WAIT = 2.0
 
 
 # How often the log tells of connections refused for one cause (another user's): a loop of
@@ -157,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.read_only:
         options.add("ro")
     ahead = ListAhead(args.mountpoint)
+    tree.index_view = IndexView(tree.lower_path(INDEX), tree.root, os.fsencode(args.mountpoint))
     try:
         pyfuse3.init(Filesystem(tree, ahead), args.mountpoint, options)
     except RuntimeError as e:
@@ -457,7 +463,9 @@ async def _client(state: DaemonState, stream: trio.SocketStream) -> None:
                     try:
                         msg = json.loads(line)
                         if isinstance(msg, dict) and msg.get("op") == protocol.FSMONITOR:
-                            reply, joined = _fsmonitor(state, msg, await _lower_synced(state))
+                            first = str(msg.get("token", "")).startswith(TOKEN_PREFIX)
+                            synced = await _lower_synced(state, wait=first)
+                            reply, joined = _fsmonitor(state, msg, synced)
                         else:
                             reply, joined = _handle(state, msg)
                     except OSError as e:
@@ -654,10 +662,15 @@ def _drop(state: DaemonState, msg: dict[str, Any]) -> Reply:
     return {"ok": True, "dropped": len(dropped), "kept": [os.fsdecode(p) for p in kept]}, None
 
 
-async def _lower_synced(state: DaemonState) -> bool:
+async def _lower_synced(state: DaemonState, *, wait: bool = False) -> bool:
     """Whether every change the worktree saw before now is in the journal (see
-    `LowerWatcher.sync`); from a thread, as the watch's reports need the event loop."""
+    `LowerWatcher.sync`); from a thread, as the watch's reports need the event loop. With
+    `wait`, a watch still being set up (a view just mounted) is waited for a moment."""
     watcher = state.watcher
+    if wait:
+        with trio.move_on_after(WATCH_WAIT):
+            while watcher is not None and not state.tree.watched and watcher.trying():
+                await trio.sleep(0.002)
     if watcher is None or not state.tree.watched:
         return False
     return await trio.to_thread.run_sync(watcher.sync, LOWER_SYNC_TIMEOUT, abandon_on_cancel=True)
@@ -665,12 +678,23 @@ async def _lower_synced(state: DaemonState) -> bool:
 
 def _fsmonitor(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
     """What changed since the token: unless the journal holds every change of the worktree
-    made before the query, "everything may have changed"."""
+    made before the query, "everything may have changed". The token of the index the view
+    shows while it follows the real one (`index_view.py`) is answered from the session's own
+    paths and an `lstat` of the worktree's files, once, as long as the view still shows it."""
     journal = state.tree.journal
-    paths = journal.since(str(msg.get("token", ""))) if synced else None
+    token, since = journal.token(), str(msg.get("token", ""))
+    paths: list[bytes] | None = None
+    if not synced:
+        pass
+    elif since.startswith(TOKEN_PREFIX):
+        shown, view = state.tree.resolve(INDEX), state.tree.index_view
+        if view is not None and shown is not None and not shown.upper:
+            paths = view.changed(since, state.tree)
+    else:
+        paths = journal.since(since)
     return {
         "ok": True,
-        "token": journal.token(),
+        "token": token,
         "paths": None if paths is None else [os.fsdecode(p) for p in paths],
     }, None
 

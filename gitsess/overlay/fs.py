@@ -33,6 +33,7 @@ from pyfuse3 import (
 from gitsess.overlay import acl, pyfuse3_build
 from gitsess.overlay import passthrough as pt
 from gitsess.overlay.gitdir import in_git
+from gitsess.overlay.index_view import INDEX
 from gitsess.overlay.listahead import SUBDIRS, ListAhead
 from gitsess.overlay.nodes import Node
 from gitsess.overlay.tree import Tree
@@ -132,6 +133,9 @@ class Filesystem(pyfuse3.Operations):
         follows = pt.follows_git(n)
         timeout = GIT_TIMEOUT if follows or not self.tree.watched else TIMEOUT
         e = self._attributes(n, timeout)
+        shown = self._shown_index(n)
+        if shown is not None:
+            e.st_size = len(shown)
         if follows and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
             # their pages until their attributes change: each open(2) or stat(2) of one by
@@ -166,6 +170,13 @@ class Filesystem(pyfuse3.Operations):
         e.st_mtime_ns = a.mtime_ns
         e.st_ctime_ns = a.ctime_ns
         return e
+
+    def _shown_index(self, n: Node) -> bytes | None:
+        """What the view shows as the index while it follows the real one (`index_view.py`)."""
+        shown = self.tree.index_view
+        if shown is None or n.upper or n.lower != INDEX:
+            return None
+        return shown.shown()
 
     def _negative(self, parent: Node) -> EntryAttributes:
         # A zero inode is a cacheable "does not exist": the kernel stops asking until told
@@ -406,6 +417,9 @@ class Filesystem(pyfuse3.Operations):
         if old is not None:
             return old  # what a rewind replaced, until the kernel has the new attributes
         if not n.upper and in_git(n.lower):
+            shown = self._shown_index(n)
+            if shown is not None:
+                return shown[off : off + size]
             return self.git_reads.read(n.ino, self._real(n), off, size)
         fd = self.tree.worktree_fd(n)
         if fd is not None:

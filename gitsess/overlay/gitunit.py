@@ -28,7 +28,7 @@ from gitsess.overlay.gitdir import GIT, GIT_COMMON
 from gitsess.overlay.nodes import Node, join
 
 if TYPE_CHECKING:
-    from gitsess.git.session_refs import SessionHead
+    from gitsess.git.head import SessionHead
     from gitsess.overlay.tree import Tree
 
 _HEAD = GIT + b"/HEAD"
@@ -104,6 +104,9 @@ def own(tree: Tree) -> None:
     if is_own(tree):
         return
     head, index, branch, tip = _real_state(tree)
+    if index is not None and tree.index_view is not None:
+        # as the view showed it: git checks that the index it read is the one it replaces
+        index = tree.index_view.as_shown(index)
 
     def put() -> None:
         _put(tree, _HEAD, head)
@@ -151,7 +154,7 @@ def _in_unit(tree: Tree, rel: bytes | None) -> bool:
 
 def _view_head(tree: Tree) -> SessionHead:
     # (loaded here: it loads pygit2, which `ls` of a session that never wrote `.git` must not)
-    from gitsess.git.session_refs import SessionHead, read_head
+    from gitsess.git.head import SessionHead, read_head
 
     common = _common(tree)
 
@@ -179,7 +182,7 @@ def _real(tree: Tree, rel: bytes) -> bytes | None:
 
 
 def _real_tip(tree: Tree, branch: str) -> str | None:
-    from gitsess.git.session_refs import read_head
+    from gitsess.git.head import read_head
 
     common = _common(tree)
 
@@ -210,7 +213,7 @@ def _real_state(tree: Tree) -> GitState:
 
 
 def _read_real_state(tree: Tree) -> GitState:
-    from gitsess.git.session_refs import read_head
+    from gitsess.git.head import read_head
 
     head = _real(tree, _HEAD) or b""
     common = _common(tree)

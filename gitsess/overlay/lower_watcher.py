@@ -105,6 +105,11 @@ class LowerWatcher:
         if reader is not None:
             reader.join(timeout=5)
 
+    def trying(self) -> bool:
+        """Whether the watch is in place or still being set up (not given up on)."""
+        reader = self._reader
+        return reader is not None and reader.is_alive() and not self._stopping
+
     def sync(self, timeout: float) -> bool:
         """Wait until the watch has reported every change made before this call; False when
         there is no watch in place, or it did not answer within `timeout` seconds."""

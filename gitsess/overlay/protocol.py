@@ -6,15 +6,15 @@ the daemon turned it down because it is stopping; such an answer raises `Refused
 daemon serves the same ops from one table (`daemon.HANDLERS`). A client function returns None
 (or False) when no daemon serves the session.
 
-The fsmonitor hook imports this on every `git status`, so it needs the standard library only,
-and not even `typing` at run time (nor dataclasses).
+The fsmonitor op has its client in `fsmonitor_hook.py`, which git runs on every `git status`
+and which therefore imports nothing of this.
 """
 
 from __future__ import annotations
 
 from gitsess.overlay import control
 
-# (`typing` itself would cost the hook some 10 ms; mypy takes any name TYPE_CHECKING as true)
+# (`typing` itself costs a command some 10 ms of start; mypy takes any name TYPE_CHECKING as true)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     import socket
@@ -77,16 +77,6 @@ class Dropped:
         self.kept: list[str] = reply["kept"]  # paths written to since the apply read them
 
 
-class Changes:
-    """What changed in the view since a token: `paths` None when anything may have."""
-
-    __slots__ = ("paths", "token")
-
-    def __init__(self, reply: dict[str, Any]) -> None:
-        self.token: str = reply["token"]
-        self.paths: list[str] | None = reply["paths"]
-
-
 def _answer(reply: dict[str, Any]) -> dict[str, Any]:
     if not reply.get("ok"):
         raise Refused(
@@ -145,13 +135,6 @@ def drop(
     if reply is None:
         return None
     return Dropped(reply)
-
-
-def fsmonitor(session_dir: str, token: str, timeout: float) -> Changes | None:
-    reply = _request(session_dir, FSMONITOR, timeout, token=token)
-    if reply is None:
-        return None
-    return Changes(reply)
 
 
 def persist(session_dir: str) -> bool:

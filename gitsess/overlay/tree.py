@@ -20,6 +20,7 @@ import time
 from gitsess.overlay import gitunit
 from gitsess.overlay.delta import INLINE
 from gitsess.overlay.gitdir import object_store
+from gitsess.overlay.index_view import IndexView
 from gitsess.overlay.nodes import ROOT_INODE, Node, err, join, stamp
 from gitsess.overlay.tree_data import DataTree
 
@@ -32,6 +33,8 @@ RENAME_WHITEOUT = 4  # leaves an overlay whiteout (a character device 0:0) at th
 class Tree(DataTree):
     # set while `gitunit` itself changes HEAD, the index or the branch's ref
     git_unit_busy = False
+    # What the view shows as `.git/index` while it follows the real one (set by the daemon)
+    index_view: IndexView | None = None
 
     # ---------------------------------------------------------------- entry bookkeeping
 

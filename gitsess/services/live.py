@@ -83,7 +83,7 @@ def session_env(
 # git also asks the daemon what changed instead of checking every file: starting the hook costs
 # more than the check below about this many files. Set through the environment, so the user's
 # git config is never touched.
-FSMONITOR_MIN_FILES = 10_000
+FSMONITOR_MIN_FILES = 1_000
 UNTRACKED_CACHE_CONFIG = {"core.untrackedCache": "true"}
 FSMONITOR_CONFIG = {
     "core.fsmonitor": f"{shlex.quote(sys.executable)} -S -E {shlex.quote(fsmonitor_hook.__file__)}",

@@ -18,13 +18,12 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitsess.errors import GitsessError
+from gitsess.git.head import SessionHead, read_head
 from gitsess.git.scratch import ScratchRepository, scratch_repo
 from gitsess.git.session_refs import (
-    SessionHead,
     commits_not_in,
     count_between,
     first_parent_chain,
-    read_head,
     real_refs,
 )
 from gitsess.store.registry import Session

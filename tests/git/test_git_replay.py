@@ -10,12 +10,11 @@ import pygit2
 import pytest
 
 from gitsess.errors import GitsessError
+from gitsess.git.head import SessionHead, read_head
 from gitsess.git.replay import Replayed, replay_commits
 from gitsess.git.session_refs import (
-    SessionHead,
     commits_not_in,
     first_parent_chain,
-    read_head,
     real_refs,
 )
 from tests.util import git, make_repo, write

@@ -16,7 +16,7 @@ from tests.overlay.conftest import Mounted
 pytestmark = pytest.mark.fuse
 
 
-def status(m: Mounted, *, monitored: bool) -> str:
+def status(m: Mounted, *, monitored: bool, untracked: str = "all") -> str:
     # The hook finds the daemon in the session dir, `$GITSESS_DIR/sessions/<id>`.
     state = m.spec.session_dir.parent / "state"
     link = state / "sessions" / m.spec.session_id
@@ -27,7 +27,7 @@ def status(m: Mounted, *, monitored: bool) -> str:
     if monitored:
         env.update(git_config_env({}, FSMONITOR_CONFIG))
         env["GIT_TRACE_FSMONITOR"] = str(m.spec.session_dir / "fsmonitor.trace")
-        args = ["git", "status", "--porcelain=v2", "--untracked-files=all"]
+        args = ["git", "status", "--porcelain=v2", f"--untracked-files={untracked}"]
     else:
         # A full scan on a copy of the index: it must not strip the fsmonitor token from the
         # index the monitored runs keep using.
@@ -35,7 +35,7 @@ def status(m: Mounted, *, monitored: bool) -> str:
         shutil.copyfile(m.lower / ".git" / "index", scratch)
         env["GIT_INDEX_FILE"] = str(scratch)
         args = ["git", "-c", "core.fsmonitor=", "-c", "core.untrackedCache=false", "status"]
-        args += ["--porcelain=v2", "--untracked-files=all"]
+        args += ["--porcelain=v2", f"--untracked-files={untracked}"]
     return subprocess.run(
         args, cwd=m.mnt, env=env, capture_output=True, text=True, check=True
     ).stdout
@@ -77,39 +77,39 @@ def test_fsmonitor_agrees_with_a_full_scan(mounted: Mounted) -> None:
 
 
 def test_unknown_token_means_everything(mounted: Mounted) -> None:
-    from gitsess.overlay import protocol
+    from gitsess.overlay.fsmonitor_hook import ask
 
     session = str(mounted.spec.session_dir)
     mounted.wait_watched()
-    reply = protocol.fsmonitor(session, "stale", 5)
+    reply = ask(session, "stale")
     assert reply is not None
-    assert reply.paths is None
-    fresh = protocol.fsmonitor(session, reply.token, 5)
-    assert fresh is not None and fresh.paths == []
+    assert reply[1] is None
+    fresh = ask(session, reply[0])
+    assert fresh is not None and fresh[1] == []
     (mounted.mnt / "README").write_text("x")
-    after = protocol.fsmonitor(session, fresh.token, 5)
-    assert after is not None and after.paths is not None and "README" in after.paths
+    after = ask(session, fresh[0])
+    assert after is not None and after[1] is not None and "README" in after[1]
     mounted.remount()
-    again = protocol.fsmonitor(session, after.token, 5)
-    assert again is not None and again.paths is None
+    again = ask(session, after[0])
+    assert again is not None and again[1] is None
 
 
 def test_a_worktree_edit_made_just_before_a_query_is_in_its_answer(mounted: Mounted) -> None:
     """The watch reports in batches some 30 ms after a change: a query must not answer before
     it has what the worktree saw up to the query (item 6 of issue 41)."""
-    from gitsess.overlay import protocol
+    from gitsess.overlay.fsmonitor_hook import ask
 
     session = str(mounted.spec.session_dir)
     mounted.wait_watched()
-    first = protocol.fsmonitor(session, "", 5)
+    first = ask(session, "")
     assert first is not None
-    token = first.token
+    token = first[0]
     for i in range(10):
         (mounted.lower / "src" / "main.py").write_text(f"edit {i}\n")
-        reply = protocol.fsmonitor(session, token, 5)
-        assert reply is not None and reply.paths is not None
-        assert "src/main.py" in reply.paths
-        token = reply.token
+        reply = ask(session, token)
+        assert reply is not None and reply[1] is not None
+        assert "src/main.py" in reply[1]
+        token = reply[0]
 
 
 def test_a_file_made_in_the_worktree_shows_in_the_next_status(mounted: Mounted) -> None:

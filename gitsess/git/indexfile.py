@@ -1,0 +1,211 @@
+"""git's index file (`.git/index`, versions 2 to 4), read and given a new fsmonitor extension.
+
+The standard library alone: the view's daemon uses it to present a session's first index
+(`overlay/index_view.py`) and must not load pygit2 for that. Only SHA-1 repositories, and no
+split or sparse index: for anything else `parse` says None and the caller leaves the file as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from dataclasses import dataclass
+
+HASH = 20  # SHA-1
+_ENTRY = struct.Struct(">10I20xH")  # the fixed fields, the object id skipped, the flags
+_EXTENDED = 0x4000
+_GITLINK = 0o160000
+# Dropped from a presented index: the fsmonitor state it replaces, and the offset tables that
+# only speed reading up (they would need recomputing). A split (`link`) or sparse (`sdir`)
+# index is not presented at all.
+_DROPPED = (b"FSMN", b"EOIE", b"IEOT")
+_UNTR = b"UNTR"
+_STAT = struct.Struct(">9I")  # a directory's stat data in the untracked cache
+_EWAH_HEAD = struct.Struct(">II")
+_REFUSED = (b"link", b"sdir")
+
+
+# An entry: its path, and its fixed fields as `_ENTRY` reads them: ctime s/ns, mtime s/ns,
+# dev, ino, mode, uid, gid, size, flags (a tuple, not an object: an index holds many).
+Entry = tuple[bytes, tuple[int, ...]]
+MODE, FLAGS = 6, 10
+
+
+@dataclass(frozen=True)
+class Index:
+    entries: list[Entry]
+    end_of_entries: int
+    extensions: list[tuple[bytes, int, int]]  # signature, start (at the signature), end
+
+
+def parse(data: bytes) -> Index | None:
+    """The entries and extensions of an index file; None for what this module does not read
+    (another version, another hash, a split or sparse index, a bad checksum)."""
+    if len(data) < 12 + HASH or data[:4] != b"DIRC":
+        return None
+    version, count = struct.unpack_from(">II", data, 4)
+    if version not in (2, 3, 4) or hashlib.sha1(data[:-HASH]).digest() != data[-HASH:]:
+        return None
+    entries: list[Entry] = []
+    off, last = 12, b""
+    unpack = _ENTRY.unpack_from
+    try:
+        for _ in range(count):
+            fields = unpack(data, off)
+            flags = fields[FLAGS]
+            at = off + _ENTRY.size + (2 if flags & _EXTENDED else 0)
+            if version == 4:
+                strip, at = _varint(data, at)
+                end = data.index(b"\0", at)
+                path = last[: len(last) - strip] + data[at:end]
+                off = end + 1
+                last = path
+            else:
+                size = flags & 0xFFF
+                end = at + size if size < 0xFFF else data.index(b"\0", at)
+                path = data[at:end]
+                off += (end - off + 8) & ~7
+            entries.append((path, fields))
+    except (struct.error, ValueError):
+        return None
+    extensions = []
+    start = off
+    while off < len(data) - HASH:
+        if off + 8 > len(data) - HASH:
+            return None
+        sig, size = data[off : off + 4], struct.unpack_from(">I", data, off + 4)[0]
+        if sig in _REFUSED or off + 8 + size > len(data) - HASH:
+            return None
+        extensions.append((sig, off, off + 8 + size))
+        off += 8 + size
+    return Index(entries, start, extensions)
+
+
+def _varint(data: bytes, at: int) -> tuple[int, int]:
+    """git's offset varint (`decode_varint`): each continued byte adds one."""
+    byte = data[at]
+    value = byte & 0x7F
+    at += 1
+    while byte & 0x80:
+        byte = data[at]
+        value = ((value + 1) << 7) | (byte & 0x7F)
+        at += 1
+    return value, at
+
+
+@dataclass(frozen=True)
+class Untracked:
+    """git's untracked cache (the `UNTR` extension): where its ident is, and each directory
+    it holds with the stat data it last saw the directory with (None: not valid)."""
+
+    ident: bytes
+    ident_end: int  # offset in the extension's body of what follows the ident
+    dirs: list[tuple[bytes, tuple[int, ...] | None]]  # path ("" or "a/b/"), stat data
+
+
+def untracked(data: bytes, index: Index) -> Untracked | None:
+    """The index's untracked cache, None if it has none (or one this module cannot read)."""
+    ext = next(((s, e) for sig, s, e in index.extensions if sig == _UNTR), None)
+    if ext is None:
+        return None
+    body, end = ext[0] + 8, ext[1]
+    try:
+        size, at = _varint(data, body)
+        ident = data[at : at + size]
+        ident_end = at + size - body
+        at += size + 2 * _STAT.size + 4 + 2 * HASH
+        at = data.index(b"\0", at, end) + 1  # exclude_per_dir
+        count, at = _varint(data, at)
+        if count == 0:  # made, not filled yet
+            return Untracked(ident, ident_end, [])
+        paths: list[bytes] = []
+        at = _read_dirs(data, at, end, b"", paths)
+        if len(paths) != count:
+            return None
+        valid, at = _ewah_bits(data, at)
+        _, at = _ewah_bits(data, at)  # check_only
+        _, at = _ewah_bits(data, at)  # sha1_valid
+        stats: dict[int, tuple[int, ...]] = {}
+        for i in valid:
+            stats[i] = _STAT.unpack_from(data, at)
+            at += _STAT.size
+    except (struct.error, ValueError, IndexError):
+        return None
+    return Untracked(ident, ident_end, [(p, stats.get(i)) for i, p in enumerate(paths)])
+
+
+def _read_dirs(data: bytes, at: int, end: int, parent: bytes, paths: list[bytes]) -> int:
+    """One directory of the untracked cache and those below it, in git's order (preorder)."""
+    untracked_nr, at = _varint(data, at)
+    dirs_nr, at = _varint(data, at)
+    eos = data.index(b"\0", at, end)
+    name = data[at:eos]
+    path = parent + name + b"/" if name else parent
+    paths.append(path)
+    at = eos + 1
+    for _ in range(untracked_nr):
+        at = data.index(b"\0", at, end) + 1
+    for _ in range(dirs_nr):
+        at = _read_dirs(data, at, end, path, paths)
+    return at
+
+
+def _ewah_bits(data: bytes, at: int) -> tuple[list[int], int]:
+    """The set bits of a serialized EWAH bitmap (git's `ewah_read_mmap`), and where it ends."""
+    _, words = _EWAH_HEAD.unpack_from(data, at)
+    at += 8
+    values = struct.unpack_from(f">{words}Q", data, at)
+    at += 8 * words + 4
+    bits: list[int] = []
+    pos = i = 0
+    while i < words:
+        marker = values[i]
+        run, literals = (marker >> 1) & 0xFFFFFFFF, marker >> 33
+        if marker & 1:
+            bits.extend(range(pos * 64, (pos + run) * 64))
+        pos += run
+        for word in values[i + 1 : i + 1 + literals]:
+            bits.extend(pos * 64 + b for b in range(64) if word >> b & 1)
+            pos += 1
+        i += 1 + literals
+    return bits, at
+
+
+def with_fsmonitor(
+    data: bytes, index: Index, token: str, moved: tuple[Untracked, bytes] | None = None
+) -> bytes:
+    """`data` with an fsmonitor extension (version 2) naming `token` and no entry dirty, so
+    that git asks the hook what changed since `token` and trusts the rest; the offset tables
+    dropped (see `_DROPPED`). The untracked cache names where it was made: `moved` (the cache,
+    its new ident) keeps it, as made elsewhere, else it is dropped (git would drop it there)."""
+    out = bytearray(data[: index.end_of_entries])
+    for sig, start, end in index.extensions:
+        if sig == _UNTR:
+            if moved is not None:
+                cache, ident = moved
+                rest = data[start + 8 + cache.ident_end : end]
+                body = _encode_varint(len(ident)) + ident + rest
+                out += _UNTR + struct.pack(">I", len(body)) + body
+        elif sig not in _DROPPED:
+            out += data[start:end]
+    # An empty EWAH bitmap as git writes one: no bits, one (empty) run-length word.
+    ewah = struct.pack(">IIQI", 0, 1, 0, 0)
+    body = struct.pack(">I", 2) + token.encode() + b"\0" + struct.pack(">I", len(ewah)) + ewah
+    out += b"FSMN" + struct.pack(">I", len(body)) + body
+    out += hashlib.sha1(out).digest()
+    return bytes(out)
+
+
+def _encode_varint(value: int) -> bytes:
+    """git's offset varint (`encode_varint`), the inverse of `_varint`."""
+    out = [value & 0x7F]
+    value >>= 7
+    while value:
+        value -= 1
+        out.append(0x80 | (value & 0x7F))
+        value >>= 7
+    return bytes(reversed(out))
+
+
+def is_gitlink(entry: Entry) -> bool:
+    return entry[1][MODE] & 0o170000 == _GITLINK

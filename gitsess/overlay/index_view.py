@@ -1,0 +1,220 @@
+"""The session's first index: the real one, shown with an fsmonitor extension of the session's.
+
+While the view's `.git/index` follows the real one (`gitunit.py`), it is shown with an
+fsmonitor extension whose token (`token_for`) names the real index file, so that a `git status`
+inside asks the session's fsmonitor hook instead of looking up every file through FUSE (a
+LOOKUP round trip each: 14x native on a new session). The daemon answers that token (`changed`)
+from what it knows without FUSE: every path the session itself changed, and every entry whose
+worktree file no longer matches the entry's stat data (an `lstat` of the worktree, as git itself
+would check it) or is racily clean. The untracked cache is left out of what is shown, so git
+lists the directories once and builds its own.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from gitsess.git import indexfile
+from gitsess.overlay import longpath
+from gitsess.overlay.gitdir import GIT
+from gitsess.overlay.nodes import ROOT_INODE, join
+
+if TYPE_CHECKING:
+    from gitsess.overlay.tree import Tree
+
+INDEX = GIT + b"/index"
+_STAGE = 0x3000  # an entry's merge stage, in its flags
+TOKEN_PREFIX = "gitsess-index:"
+# A name no directory holds (git's own checks take it as a path), so naming it below a
+# directory only makes git list that directory again.
+UNLISTED = b".gitsess-unlisted"
+
+
+@dataclass(frozen=True)
+class _Shown:
+    identity: tuple[int, int, int, int]  # the real index's ino, size, mtime_ns, ctime_ns
+    index: indexfile.Index
+    untracked: indexfile.Untracked | None  # kept in what is shown
+    checksum: bytes  # the real index's own
+    data: bytes
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
+
+
+def token_for(identity: tuple[int, int, int, int]) -> str:
+    return TOKEN_PREFIX + ".".join(map(str, identity))
+
+
+class IndexView:
+    def __init__(self, real_index: bytes, worktree: bytes, mountpoint: bytes) -> None:
+        self.real_index = real_index
+        self.worktree = worktree
+        # git's untracked cache names the worktree it was made in ("Location <path>, system
+        # <kernel name>") and is dropped anywhere else: shown as made in the view, it stays.
+        self._made_in = b"Location " + os.path.realpath(worktree) + b", system "
+        self._shown_in = b"Location " + os.path.realpath(mountpoint) + b", system "
+        self._shown: _Shown | None = None
+
+    def shown(self) -> bytes | None:
+        """What the view shows as `.git/index` while it follows the real one; None: the real
+        file as it is (unreadable, changing while read, or a kind `indexfile` leaves alone)."""
+        try:
+            st = longpath.call(os.stat, self.real_index)
+        except OSError:
+            return None
+        cached = self._shown
+        if cached is not None and cached.identity == _identity(st):
+            return cached.data
+        try:
+            with open(self.real_index, "rb") as f:
+                data = f.read()
+                after = os.fstat(f.fileno())
+        except OSError:
+            return None
+        if _identity(after) != _identity(st):
+            return None
+        index = indexfile.parse(data)
+        if index is None:
+            return None
+        identity = _identity(st)
+        cache = indexfile.untracked(data, index)
+        moved = None
+        if cache is not None and cache.ident.startswith(self._made_in):
+            moved = (cache, self._shown_in + cache.ident[len(self._made_in) :])
+        else:
+            cache = None
+        shown = indexfile.with_fsmonitor(data, index, token_for(identity), moved)
+        self._shown = _Shown(identity, index, cache, data[-indexfile.HASH :], shown)
+        return shown
+
+    def as_shown(self, real: bytes) -> bytes:
+        """The real index's bytes `real` as the view showed them, if it did."""
+        shown = self._shown
+        if shown is not None and shown.checksum == real[-indexfile.HASH :]:
+            return shown.data
+        return real
+
+    def changed(self, token: str, tree: Tree) -> list[bytes] | None:
+        """For a `token_for` token: the paths git must check itself (the session's own, the
+        entries whose worktree file does not match, a name in each directory whose untracked
+        files git must list again); None when the real index is no longer the one the token
+        names (git then checks everything)."""
+        shown = self._shown
+        if shown is None or token != token_for(shown.identity):
+            return None
+        try:
+            st = longpath.call(os.stat, self.real_index)
+        except OSError:
+            return None
+        if _identity(st) != shown.identity:
+            return None
+        # Racily clean as git built without nanoseconds sees it, the coarser of its two checks.
+        racy_from = st.st_mtime_ns // 1_000_000_000
+        named, replaced = session_changes(tree)
+        dirty = named | {d + b"/" for d in replaced}
+        for entry in shown.index.entries:
+            path = entry[0]
+            if indexfile.is_gitlink(entry) or path in named:
+                continue
+            if _below(path, replaced) or not self._clean(entry, racy_from):
+                dirty.add(path)
+        for path, seen in shown.untracked.dirs if shown.untracked is not None else ():
+            rel = path[:-1]
+            if seen is None:
+                continue  # git lists it again anyway
+            if (
+                not rel
+                or rel in named
+                or _below(path, replaced)
+                or not self._same_dir(rel, seen, racy_from)
+            ):
+                # Any name in a directory makes git list the directory again.
+                dirty.add(path + UNLISTED)
+        return sorted(dirty)
+
+    def _clean(self, entry: indexfile.Entry, racy_from: int) -> bool:
+        """Whether git, checking the entry against the worktree itself, would find it clean
+        without reading the file: its stat data match, and it is not racily clean."""
+        try:
+            st = os.lstat(self.worktree + b"/" + entry[0])
+        except OSError:
+            return False
+        c_s, c_ns, m_s, m_ns, _dev, ino, mode, uid, gid, size, flags = entry[1]
+        if flags & _STAGE or m_s >= racy_from:
+            return False
+        return (
+            st.st_mtime_ns == m_s * 1_000_000_000 + m_ns
+            and st.st_ctime_ns == c_s * 1_000_000_000 + c_ns
+            and st.st_ino & 0xFFFFFFFF == ino
+            and st.st_uid == uid
+            and st.st_gid == gid
+            and st.st_size & 0xFFFFFFFF == size
+            and _git_mode(st.st_mode) == mode
+        )
+
+    def _same_dir(self, rel: bytes, seen: tuple[int, ...], racy_from: int) -> bool:
+        """Whether a worktree directory is as the untracked cache last saw it (git's own check
+        of it, `match_stat_data_racy`)."""
+        try:
+            st = os.lstat(self.worktree + b"/" + rel)
+        except OSError:
+            return False
+        c_s, c_ns, m_s, m_ns, _dev, ino, uid, gid, size = seen
+        return (
+            m_s < racy_from
+            and st.st_mtime_ns == m_s * 1_000_000_000 + m_ns
+            and st.st_ctime_ns == c_s * 1_000_000_000 + c_ns
+            and st.st_ino & 0xFFFFFFFF == ino
+            and st.st_uid == uid
+            and st.st_gid == gid
+            and st.st_size & 0xFFFFFFFF == size
+        )
+
+
+def session_changes(tree: Tree) -> tuple[set[bytes], set[bytes]]:
+    """Every worktree path the session's own layer names (made, changed or removed), and of
+    those the directories that replace the worktree's whole subtree there (removed, renamed
+    in, made anew); `.git` left out."""
+    named: set[bytes] = set()
+    replaced: set[bytes] = set()
+    todo = [(ROOT_INODE, b"")]
+    while todo:
+        ino, path = todo.pop()
+        d = tree.nodes.get(ino)
+        for name, child in (d.entries or {}).items() if d is not None else ():
+            rel = join(path, name)
+            if rel == GIT:
+                continue
+            named.add(rel)
+            c = tree.nodes.get(child) if child else None
+            if c is None:
+                replaced.add(rel)  # removed: a file, or a directory and all below it
+            elif c.entries is not None:
+                if c.origin != rel:
+                    replaced.add(rel)
+                todo.append((child, rel))
+    return named, replaced
+
+
+def _git_mode(mode: int) -> int:
+    if stat.S_ISLNK(mode):
+        return 0o120000
+    if stat.S_ISREG(mode):
+        return 0o100755 if mode & 0o100 else 0o100644
+    return -1
+
+
+def _below(path: bytes, dirs: set[bytes]) -> bool:
+    """Whether a directory above `path` is among `dirs` (a renamed or removed directory)."""
+    at = path.rfind(b"/")
+    while at > 0:
+        path = path[:at]
+        if path in dirs:
+            return True
+        at = path.rfind(b"/")
+    return False

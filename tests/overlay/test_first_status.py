@@ -1,0 +1,163 @@
+"""The first `git status` in a session: git trusts the session's fsmonitor for it (the view
+shows the real index with an fsmonitor extension of the session's, `overlay/index_view.py`),
+and what it says is what a full scan says (issue 41, item 2)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gitsess.services.live import FSMONITOR_CONFIG, git_config_env
+from tests.overlay.conftest import Mounted
+from tests.overlay.test_fsmonitor import status as status_all
+
+pytestmark = pytest.mark.fuse
+
+PAST = time.time() - 1000
+KEPT = 20
+
+
+def counted(trace: str, what: str) -> int:
+    """A count of git's trace: `/sum_lstat`, the files it looked at itself; `opendir`, the
+    directories it listed."""
+    lines = trace.splitlines()
+    return sum(int(line.rpartition(":")[2]) for line in lines if f"{what}:" in line)
+
+
+def settled(lower: Path, *, untracked_cache: bool = True) -> None:
+    """The real worktree as an old checkout is: its files and directories older than its
+    index (not racily clean), and the index written by a native `git status`, with an
+    untracked cache when asked."""
+    keep = lower / "keep"
+    keep.mkdir(exist_ok=True)
+    for i in range(KEPT):
+        (keep / f"k{i}.txt").write_text(f"{i}\n")
+    subprocess.run(["git", "add", "keep"], cwd=lower, check=True)
+    subprocess.run(["git", "commit", "-qm", "keep"], cwd=lower, check=True)
+    for top, dirs, files in os.walk(lower, topdown=False):
+        if ".git" in Path(top).parts:
+            continue
+        for name in files + dirs:
+            if name != ".git":
+                os.utime(os.path.join(top, name), (PAST, PAST), follow_symlinks=False)
+    os.utime(lower, (PAST, PAST))
+    flag = "true" if untracked_cache else "false"
+    for _ in range(2):  # the first makes the untracked cache, the second fills it
+        subprocess.run(
+            ["git", "-c", f"core.untrackedCache={flag}", "status", "--porcelain"],
+            cwd=lower, check=True, capture_output=True,
+        )  # fmt: skip
+
+
+def status(m: Mounted, *, monitored: bool) -> str:
+    """As `test_fsmonitor.status` does, with untracked files listed as git lists them by
+    default: the untracked cache serves only that (`-unormal`)."""
+    return status_all(m, monitored=monitored, untracked="normal")
+
+
+def first_status(m: Mounted) -> tuple[str, str]:
+    """The monitored `git status` (the first one of the view, when called first), and what
+    git's trace says of its fsmonitor query and of the files it looked at itself."""
+    trace = m.spec.session_dir / "first.trace"
+    trace.unlink(missing_ok=True)
+    os.environ["GIT_TRACE2_PERF"] = str(trace)
+    try:
+        out = status(m, monitored=True)
+    finally:
+        del os.environ["GIT_TRACE2_PERF"]
+    return out, trace.read_text()
+
+
+def test_a_taken_git_unit_loads_no_pygit2(mounted: Mounted) -> None:
+    """A status takes the index's lock, which makes HEAD, the index and the branch the
+    session's own: reading HEAD for that needs no libgit2 (loading it cost some 60 ms)."""
+    subprocess.run(["git", "status", "--porcelain"], cwd=mounted.mnt, check=True)
+    assert (mounted.mnt / ".git" / "index").exists()
+    with open(f"/proc/{mounted.daemon_pid()}/maps") as f:
+        assert "libgit2" not in f.read()
+
+
+@pytest.mark.parametrize("untracked_cache", [True, False])
+def test_the_first_status_trusts_the_hook_and_agrees_with_a_full_scan(
+    mounted: Mounted, untracked_cache: bool
+) -> None:
+    lower, m = mounted.lower, mounted.mnt
+    settled(lower, untracked_cache=untracked_cache)
+    # changes of the real worktree the real index does not know of
+    (lower / "src" / "main.py").write_text("print('ho')\n")  # same size, new mtime
+    (lower / "src" / "pkg" / "new.py").write_text("untracked in the real tree\n")
+    os.chmod(lower / "bin" / "tool", 0o644)
+    # and of the session's, kept from an earlier mount
+    (m / "README").write_text("changed in the session\n")
+    os.unlink(m / "link")
+    os.rename(m / "src" / "pkg", m / "lib")
+    (m / "made").mkdir()
+    (m / "made" / "a.txt").write_text("a\n")
+    mounted.remount()
+    out, trace = first_status(mounted)
+    assert "query/trivial-response" not in trace
+    assert counted(trace, "/sum_lstat") <= 6  # of 25: what changed, not every file
+    assert out == status(mounted, monitored=False)
+    assert "? lib/\n" in out and "? made/\n" in out and "1 .M N... 100755 100755 100644" in out
+
+
+def test_an_edit_just_before_the_first_status_is_in_it(mounted: Mounted) -> None:
+    settled(mounted.lower)
+    mounted.wait_watched()
+    (mounted.lower / "README").write_text("edited a moment ago\n")
+    (mounted.lower / "src" / "fresh.py").write_text("new\n")
+    out, trace = first_status(mounted)
+    assert out == status(mounted, monitored=False)
+    assert "README" in out and "? src/fresh.py" in out
+    # the root (the session's own) and src listed again; the rest from the untracked cache
+    assert counted(trace, "opendir") == 2
+
+
+def test_a_real_index_changed_after_it_was_shown_is_not_trusted(mounted: Mounted) -> None:
+    settled(mounted.lower)
+    assert (mounted.mnt / ".git" / "index").read_bytes()[:4] == b"DIRC"  # shown once
+    (mounted.lower / "README").write_text("staged outside\n")
+    subprocess.run(["git", "add", "README"], cwd=mounted.lower, check=True)
+    out, _ = first_status(mounted)
+    assert out == status(mounted, monitored=False)
+    assert "1 M. N... 100644 100644 100644" in out
+
+
+def test_the_shown_index_reads_as_the_real_one(mounted: Mounted) -> None:
+    """Same entries, same trees: only the fsmonitor extension differs (and git checks it)."""
+    settled(mounted.lower)
+    env = {**os.environ, **git_config_env({}, FSMONITOR_CONFIG)}
+    args = ["git", "ls-files", "--stage", "--debug"]
+    real = subprocess.run(args, cwd=mounted.lower, capture_output=True, text=True, check=True)
+    view = subprocess.run(args, cwd=mounted.mnt, env=env, capture_output=True, text=True)
+    assert view.returncode == 0, view.stderr
+    assert view.stdout.replace(str(mounted.mnt), "") == real.stdout.replace(str(mounted.lower), "")
+    copy = mounted.spec.session_dir / "shown"
+    shutil.copyfile(mounted.mnt / ".git" / "index", copy)
+    fsck = subprocess.run(
+        ["git", "-c", "core.fsmonitor=true", "ls-files", "--debug"],
+        cwd=mounted.lower, env={**os.environ, "GIT_INDEX_FILE": str(copy)},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert fsck.returncode == 0 and "error" not in fsck.stderr, fsck.stderr
+
+
+def test_the_hook_loads_no_python_module_of_json_or_sockets(tmp_path: Path) -> None:
+    """It runs for every `git status`: `json` and `socket` (with `re` and `enum` behind them)
+    doubled its CPU time; with no daemon to ask it still answers "everything"."""
+    from gitsess.overlay import fsmonitor_hook
+
+    done = subprocess.run(
+        [sys.executable, "-S", "-E", "-X", "importtime", fsmonitor_hook.__file__, "2", "t"],
+        env={"GITSESS_DIR": str(tmp_path), "GITSESS_SESSION_ID": "none"},
+        capture_output=True, check=True,
+    )  # fmt: skip
+    loaded = {line.rpartition(b"|")[2].strip() for line in done.stderr.splitlines()}
+    assert not loaded & {b"json", b"socket", b"re", b"enum", b"gitsess"}
+    assert done.stdout == fsmonitor_hook.UNKNOWN.encode() + b"\0/\0"
