@@ -220,14 +220,26 @@ class Filesystem(pyfuse3.Operations):
     async def lookup(
         self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
-        if self.ahead is not None and self.ahead.due(parent_inode):
-            self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
         n = self.tree.find(parent_inode, name)
+        if (
+            self.ahead is not None
+            and (n is not None or not self._made_here(parent_inode))
+            and self.ahead.due(parent_inode)
+        ):
+            self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
         if n is None:
             return self._negative(pt.follows_git(self.tree.node(parent_inode)))
         entry = self._entry(n)
         self.tree.count_lookup(n)
         return entry
+
+    def _made_here(self, ino: int) -> bool:
+        """Whether directory `ino` is the session's own, with no worktree directory below it.
+        A name missing there is one being made (`tar -x`, `cp -r`: the kernel looks each up
+        before it creates it), and the kernel knows every name made there through the view:
+        listing it ahead was 2 READDIRPLUS a file of an untar, and nothing the client used."""
+        d = self.tree.node(ino)
+        return d.upper and d.origin is None
 
     def _list_ahead(self, ahead: ListAhead, d: Node, *, for_lookup: bool = False) -> None:
         # Not below .git (git writes there from both sides, so its entries are kept for a
