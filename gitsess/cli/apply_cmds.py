@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import click
 import pygit2
 
+from gitsess import durable
 from gitsess.cli.base import (
     SessionCommand,
     ago,
@@ -495,13 +496,10 @@ def _write_patch(patch: PatchResult, output: str | None) -> None:
         except OSError as e:
             raise GitsessError(f"cannot write {output}: {e.strerror}") from e
         return
-    tmp = target.with_name(f".{target.name}.gitsess-{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
+        with durable.write_aside(target) as f:
             patch.write_to(f)
-        tmp.replace(target)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
         raise GitsessError(f"cannot write {output}: {e.strerror}") from e
 
 

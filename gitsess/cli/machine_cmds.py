@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict
 
 import click
@@ -56,4 +57,14 @@ def doctor_command(ctx: click.Context, as_json: bool, repair: bool) -> None:
 @click.pass_context
 def tour_command(ctx: click.Context) -> None:
     """Walk through gitsess on a demo repository in a temporary directory."""
-    ctx.exit(tour.run(console().print))
+    ctx.exit(tour.run(_show_tour))
+
+
+def _show_tour(event: tour.TourEvent) -> None:
+    out = console()
+    if event.kind == "say":
+        out.print(escape(event.text))
+    elif event.kind == "command":
+        out.print(f"[bold]$ {escape(shlex.join(['gitsess', *event.args]))}[/]")
+    else:
+        out.print(f"[red]The tour stopped: that step failed (exit {event.code}).[/]")

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from gitsess import __version__
+from gitsess import __version__, errors
 from gitsess.cli.base import json_text
 from gitsess.cli.group import one_line
 from gitsess.errors import GitsessError
@@ -315,7 +315,7 @@ def _answering(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> str | CallToolResult:
-        with _CALLS:
+        with _CALLS, errors.tool_arguments():
             try:
                 refused = sealed.refusal([_COMMAND.get(name, name)], os.environ)
                 if refused is not None:

@@ -47,7 +47,12 @@ from gitsess.git.objects import (
     view_or_blob,
 )
 from gitsess.git.patch import carried_by_git, left_out_by_git
-from gitsess.git.realtree import (
+from gitsess.git.reflock import IndexLock, Moved, RefLock
+from gitsess.git.repo import common_dir
+from gitsess.git.scratch import BIG_FILE, BigFile, ScratchRepository, scratch_repo
+from gitsess.git.view import SessionView
+from gitsess.git.worktree import checked_out_at
+from gitsess.git.worktree_writes import (
     Target,
     plan_writes,
     session_target,
@@ -55,11 +60,6 @@ from gitsess.git.realtree import (
     workdir_of,
     write_targets,
 )
-from gitsess.git.reflock import IndexLock, Moved, RefLock
-from gitsess.git.repo import common_dir
-from gitsess.git.scratch import BIG_FILE, BigFile, ScratchRepository, scratch_repo
-from gitsess.git.view import SessionView
-from gitsess.git.worktree import checked_out_at
 
 
 class Unread(Enum):
@@ -96,7 +96,7 @@ class CommitResult:
     changed_dirs: tuple[str, ...] = ()  # as in WorktreeResult
     new_branch: bool = False  # the branch did not exist: `parent` is where it starts
     # The branch tip the ref moves from, when the commit was built on another commit (the
-    # session's own commits, replayed onto the tip): None means `parent`.
+    # session's own commits, replayed replayed_tip the tip): None means `parent`.
     moves_from: str | None = None
 
     @property
@@ -144,8 +144,8 @@ def apply_commit(
     dry_run: bool = False,
     on_prepared: Callable[[CommitResult], None] | None = None,
     scratch: ScratchRepository | None = None,
-    onto: str | None = None,
-    undo: Mapping[str, tuple[str, int] | None] | None = None,
+    replayed_tip: str | None = None,
+    reverted: Mapping[str, tuple[str, int] | None] | None = None,
     tip: str | Literal[Unread.UNREAD] | None = Unread.UNREAD,
 ) -> CommitResult:
     """Commit the changes on `branch` (a name or a full ref) on top of its tip; a branch that
@@ -160,13 +160,14 @@ def apply_commit(
     to journal the apply so a crash can be completed with `finish_commit`. `scratch` is the
     scratch repository `changes` was computed with (its `store`), if any; else one is made.
 
-    `onto` is where the session's own commits now end on this branch (`replay_commits`): the
-    changes are committed on top of it, with `base` the session's HEAD, and the ref moves from
-    its tip to the result (to `onto` itself when there is nothing more). `undo` gives base
-    entries for paths the session's commits changed that the view shows as the worktree has
-    them: no change of the delta's, yet the commit must not keep the session commit's version.
-    `tip` is the branch's tip as the caller read it to build `onto` (None: no such branch): read
-    once, it is the value the ref is swapped against.
+    `replayed_tip` is where the session's own commits now end on this branch
+    (`replay_commits`): the changes are committed on top of it, with `base` the session's HEAD,
+    and the ref moves from its tip to the result (to `replayed_tip` itself when there is
+    nothing more). `reverted` gives base entries for paths the session's commits changed that
+    the view shows as the worktree has them: no change of the delta's, yet the commit must not
+    keep the session commit's version. `tip` is the branch's tip as the caller read it to build
+    `replayed_tip` (None: no such branch): read once, it is the value the ref is swapped
+    against.
     """
     if not message.strip():
         raise GitsessError("a commit needs a message")
@@ -181,8 +182,10 @@ def apply_commit(
     base = base or tip
     mode = _worktree_mode(repo, ref)
     bound = mode == "bound"
-    moves_from = tip if onto is not None and onto != tip and not new_branch else None
-    start = onto if onto is not None else tip
+    moves_from = (
+        tip if replayed_tip is not None and replayed_tip != tip and not new_branch else None
+    )
+    start = replayed_tip if replayed_tip is not None else tip
     result = CommitResult(
         ref, start, base, None, None, False, (), (), (), bound, (), dry_run,
         new_branch=new_branch, moves_from=moves_from,
@@ -191,11 +194,11 @@ def apply_commit(
         holder = checked_out_at(_common_repo(repo), ref.removeprefix("refs/heads/"))
         conflict = Conflict(ref, "checked-out-elsewhere", f"the branch is checked out at {holder}")
         return replace(result, conflicts=(conflict,))
-    promoted = onto is not None and (onto != tip or new_branch)
-    if not changes.git_changes() and not undo and not promoted:
+    promoted = replayed_tip is not None and (replayed_tip != tip or new_branch)
+    if not changes.git_changes() and not reverted and not promoted:
         return replace(result, skipped=tuple(changes.paths))
     with scratch_repo(repo) if scratch is None else nullcontext(scratch) as scratch:
-        build = build_commit_tree(scratch, view, changes, start, base, undo or {})
+        build = build_commit_tree(scratch, view, changes, start, base, reverted or {})
         result = replace(result, merged=build.merged, conflicts=build.conflicts)
         if build.tree is None:
             return result
@@ -389,7 +392,7 @@ def _plan_commit_worktree(
     # (a path the view shows as the real file has it is written and staged as the commit has
     # it, which is that: no local change of the real tree's)
     targets.extend(tree_target(tree, path) for path in sorted(merged_paths))
-    merged_paths -= build.undone
+    merged_paths -= build.already_reverted
     plan = plan_writes(root, targets)
     conflicts = list(plan.conflicts)
     if not force:

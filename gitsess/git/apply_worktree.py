@@ -20,7 +20,8 @@ from gitsess.git.conflicts import (
 )
 from gitsess.git.merge import Merged
 from gitsess.git.objects import blob_data, lookup_tree
-from gitsess.git.realtree import (
+from gitsess.git.view import SessionView
+from gitsess.git.worktree_writes import (
     Target,
     current_umask,
     plan_writes,
@@ -30,7 +31,6 @@ from gitsess.git.realtree import (
     write_aside,
     write_targets,
 )
-from gitsess.git.view import SessionView
 
 
 @dataclass(frozen=True)

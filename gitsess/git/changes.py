@@ -41,7 +41,7 @@ KEEP_LIMIT = 1 << 20
 
 
 @dataclass(frozen=True)
-class State:
+class Side:
     """One side of a changed path. `oid` is the git blob id of the content (of the link target
     for a symlink); None for a directory."""
 
@@ -77,8 +77,8 @@ class Change:
     """`old` is the real worktree now, `new` the session's view; None where the path is absent."""
 
     path: str
-    old: State | None
-    new: State | None
+    old: Side | None
+    new: Side | None
 
     @property
     def git_old(self) -> tuple[str, int] | None:
@@ -225,7 +225,7 @@ class _Walker:
             known = self._view_dirs[path] = above and self.view.is_dir(path)
         return known
 
-    def _visit(self, path: str, old: State | None, new: State | None) -> None:
+    def _visit(self, path: str, old: Side | None, new: Side | None) -> None:
         old_dir = old is not None and old.kind == "dir"
         new_dir = new is not None and new.kind == "dir"
         differs = _differs(old, new)
@@ -289,7 +289,7 @@ class _Walker:
         except (FileNotFoundError, NotADirectoryError):
             return None
 
-    def _real(self, path: str) -> State | None:
+    def _real(self, path: str) -> Side | None:
         st = self._lstat(path)
         if st is None:
             return None
@@ -303,7 +303,7 @@ class _Walker:
             kind, oid = "dir", None
         else:
             return None  # sockets, fifos, devices: git does not track them
-        return State(kind, st.st_mode, st.st_size, st.st_mtime_ns, oid)
+        return Side(kind, st.st_mode, st.st_size, st.st_mtime_ns, oid)
 
     def _real_file(self, full: str, size: int) -> str:
         """Kept in `store` as well: a diff then reads the old side from memory, not the
@@ -317,7 +317,7 @@ class _Walker:
             return str(file_blob_id(full))
         return str(self.store.create_blob(data))
 
-    def _view(self, path: str) -> State | None:
+    def _view(self, path: str) -> Side | None:
         entry = self.view.entry(path)
         if entry is None:
             return None
@@ -337,7 +337,7 @@ class _Walker:
             target = os.fsencode(self.view.readlink(path))
             return _from_entry(entry, "symlink", blob_id(target))
         if entry.kind == "dir":
-            return State("dir", entry.mode, entry.size, entry.mtime_ns, None)
+            return Side("dir", entry.mode, entry.size, entry.mtime_ns, None)
         self._note_special(path, entry)
         return None
 
@@ -353,11 +353,11 @@ class _Walker:
         self.special.append(path)
 
 
-def _from_entry(entry: Entry, kind: StateKind, oid: pygit2.Oid) -> State:
-    return State(kind, entry.mode, entry.size, entry.mtime_ns, str(oid))
+def _from_entry(entry: Entry, kind: StateKind, oid: pygit2.Oid) -> Side:
+    return Side(kind, entry.mode, entry.size, entry.mtime_ns, str(oid))
 
 
-def _differs(old: State | None, new: State | None) -> bool:
+def _differs(old: Side | None, new: Side | None) -> bool:
     """Whether the filesystem can tell the two apart; times do not count."""
     if old is None or new is None:
         return old is not new

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 import pygit2
 from pygit2.enums import DiffFind, DiffOption, DiffStatsFormat
 
-from gitsess.git.archive import snapshot_tree
+from gitsess.git.archive_commits import snapshot_tree
 from gitsess.git.changes import ChangeSet
 from gitsess.git.objects import commit_tree
 from gitsess.git.patch import mbox_mail

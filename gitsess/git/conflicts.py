@@ -13,7 +13,7 @@ from pathlib import Path
 import pygit2
 
 from gitsess.git.blobid import blob_id, file_blob_id
-from gitsess.git.changes import GIT_EXEC, GIT_LINK, Change, State
+from gitsess.git.changes import GIT_EXEC, GIT_LINK, Change, Side
 from gitsess.git.objects import tree_entry
 from gitsess.git.view import Entry, Kind, SessionView
 
@@ -153,7 +153,7 @@ def _parent_conflict(view: SessionView, root: Path, path: str) -> Conflict | Non
     return None
 
 
-def entry_of(state: State) -> Entry:
+def entry_of(state: Side) -> Entry:
     return Entry(state.kind, state.mode, state.size, state.mtime_ns)
 
 

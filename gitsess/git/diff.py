@@ -24,7 +24,7 @@ from pygit2.enums import DeltaStatus, DiffFind, DiffOption, DiffStatsFormat, Fil
 from gitsess import progress
 from gitsess.git.binary_patch import write_literal
 from gitsess.git.blobid import CHUNK
-from gitsess.git.changes import Change, ChangeSet, State
+from gitsess.git.changes import Change, ChangeSet, Side
 from gitsess.git.scratch import BIG_FILE, BigFile, scratch_repo
 from gitsess.git.view import SessionView
 
@@ -363,7 +363,7 @@ def _view_blob(
     return oid, mode
 
 
-def read_real(root: Path, path: str, state: State) -> bytes:
+def read_real(root: Path, path: str, state: Side) -> bytes:
     """Content of a real-tree file, or the target of a real-tree symlink, as git stores it."""
     full = root / path
     if state.kind == "symlink":
@@ -371,7 +371,7 @@ def read_real(root: Path, path: str, state: State) -> bytes:
     return full.read_bytes()
 
 
-def read_view(view: SessionView, path: str, state: State) -> bytes:
+def read_view(view: SessionView, path: str, state: Side) -> bytes:
     if state.kind == "symlink":
         return os.fsencode(view.readlink(path))
     return view.read(path)

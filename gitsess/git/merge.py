@@ -63,7 +63,8 @@ class CommitBuild:
     merged: bool
     conflicts: tuple[Conflict, ...]
     session_entries: dict[str, tuple[str, int] | None]  # git state of each session path
-    undone: frozenset[str] = frozenset()  # `undo` paths: the worktree already has them
+    # `reverted` paths the worktree already has
+    already_reverted: frozenset[str] = frozenset()
 
 
 def build_commit_tree(
@@ -72,17 +73,17 @@ def build_commit_tree(
     changes: ChangeSet,
     tip: str | None,
     base: str | None,
-    undo: Mapping[str, tuple[str, int] | None],
+    reverted: Mapping[str, tuple[str, int] | None],
 ) -> CommitBuild:
     """Base tree + the session's git-visible changes, merged onto the tip when it moved."""
     git_changes = changes.git_changes()
     entries = {c.path: store_view_blob(scratch, view, c) for c in git_changes}
     base_tree = commit_tree(scratch, base)
     tip_tree = commit_tree(scratch, tip)
-    theirs = edit_tree(scratch, base_tree, {**undo, **entries})
-    undone = frozenset(undo) - set(entries)
+    theirs = edit_tree(scratch, base_tree, {**reverted, **entries})
+    already_reverted = frozenset(reverted) - set(entries)
     if tip == base:
-        return CommitBuild(theirs, tip_tree, False, (), entries, undone)
+        return CommitBuild(theirs, tip_tree, False, (), entries, already_reverted)
     tip_obj = lookup_tree(scratch, tip_tree)
     own_base = {
         c.path: c.git_old
@@ -91,13 +92,15 @@ def build_commit_tree(
     }
     ancestor = edit_tree(scratch, base_tree, own_base)
     if ancestor == tip_tree:
-        return CommitBuild(theirs, tip_tree, False, (), entries, undone)
+        return CommitBuild(theirs, tip_tree, False, (), entries, already_reverted)
     merged = scratch.merge_trees(ancestor, tip_tree, theirs)
     if merged.conflicts is not None:
         details = {_conflict_path(entry): _merge_detail(entry) for entry in merged.conflicts}
         conflicts = tuple(Conflict(p, "merge", details[p]) for p in sorted(details))
-        return CommitBuild(None, tip_tree, True, conflicts, entries, undone)
-    return CommitBuild(str(merged.write_tree(scratch)), tip_tree, True, (), entries, undone)
+        return CommitBuild(None, tip_tree, True, conflicts, entries, already_reverted)
+    return CommitBuild(
+        str(merged.write_tree(scratch)), tip_tree, True, (), entries, already_reverted
+    )
 
 
 def _conflict_path(

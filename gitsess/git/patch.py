@@ -16,8 +16,8 @@ from gitsess.git.changes import ChangeSet
 from gitsess.git.diff import diff_changes
 from gitsess.git.merge import Merged
 from gitsess.git.objects import signature
-from gitsess.git.realtree import parent_dirs
 from gitsess.git.view import SessionView
+from gitsess.git.worktree_writes import parent_dirs
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import pygit2
 from pygit2.enums import ObjectType
 
 from gitsess.errors import GitsessError
-from gitsess.git.archive import ArchivedPath, changed_paths
+from gitsess.git.archive_commits import ArchivedPath, changed_paths
 from gitsess.git.changes import GIT_FILE
 from gitsess.git.objects import edit_tree, signature
 

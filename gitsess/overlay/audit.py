@@ -13,20 +13,20 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
-class Participant:
+class Attribution:
     role: str | None
     run_id: int | None
 
 
 @dataclass
 class Audit:
-    participants: dict[int, Participant] = field(default_factory=dict)  # keyed by pid
+    participants: dict[int, Attribution] = field(default_factory=dict)  # keyed by pid
     events: list[tuple[object, ...]] = field(default_factory=list)
     new_processes: list[tuple[int, int, str, str]] = field(default_factory=list)
     _process_ids: dict[int, int] = field(default_factory=dict)
     # the daemon's number of a process -> the number it knows itself by (`_own_pid`)
     _own_pids: dict[int, int] = field(default_factory=dict)
-    _owners: dict[int, Participant | None] = field(default_factory=dict)
+    _owners: dict[int, Attribution | None] = field(default_factory=dict)
     # (inode, pid) -> index in `events` of the write record that process's writes add to.
     _writes: dict[tuple[int, int], int] = field(default_factory=dict)
     next_process_id: int = 1
@@ -108,7 +108,7 @@ class Audit:
         self.new_processes.append((ident, own, name, cmdline))
         return ident
 
-    def owner(self, pid: int) -> Participant | None:
+    def owner(self, pid: int) -> Attribution | None:
         """The participant whose process `pid` is, or descends from."""
         if pid in self._owners:
             return self._owners[pid]

@@ -22,6 +22,8 @@ import os
 import socket
 import struct
 
+from gitsess import durable
+
 # (`typing` itself would cost the fsmonitor hook some 10 ms; see protocol.py)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -53,14 +55,8 @@ def address(session_dir: str) -> bytes | None:
 
 def publish(session_dir: str, name: bytes) -> None:
     """Make `name` the one clients connect to (written aside, then renamed into place)."""
-    final = os.path.join(session_dir, NAME_FILE)
-    aside = f"{final}.{os.getpid()}"
-    fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    try:
-        os.write(fd, name[1:])
-    finally:
-        os.close(fd)
-    os.rename(aside, final)
+    with durable.write_aside(os.path.join(session_dir, NAME_FILE), 0o600) as f:
+        f.write(name[1:])
 
 
 def hold(session_dir: str) -> int | None:

@@ -26,7 +26,7 @@ import pyfuse3
 import trio
 
 from gitsess.overlay import control, guard, history, hostloop, listahead, presence, protocol
-from gitsess.overlay.audit import Participant
+from gitsess.overlay.audit import Attribution
 from gitsess.overlay.delta import DeltaStore, copy_delta, kv_get, kv_put, kv_remove
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
@@ -86,7 +86,7 @@ class Refusals:
 
 
 @dataclass
-class State:
+class DaemonState:
     tree: Tree
     mountpoint: str
     persistent: bool
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     guarded = guard.start(args.mountpoint)
     if guarded is None:
         log.warning("no guard: %s is not in the mount table", args.mountpoint)
-    state = State(
+    state = DaemonState(
         tree,
         args.mountpoint,
         args.persistent,
@@ -218,7 +218,7 @@ def _ready(fd: int | None, message: str) -> None:
 
 
 async def _serve(
-    state: State,
+    state: DaemonState,
     listener: socket.socket,
     watcher: LowerWatcher,
     ready_fd: int | None,
@@ -331,7 +331,7 @@ def _invalidate_entries(entries: list[tuple[int, bytes]]) -> set[int]:
     return parents
 
 
-async def _commit_loop(state: State) -> None:
+async def _commit_loop(state: DaemonState) -> None:
     tree = state.tree
     last_shrink = time.monotonic()
     while True:
@@ -358,7 +358,7 @@ async def _commit_loop(state: State) -> None:
                 log.warning("could not shrink delta.db (%s)", e)
 
 
-def _saving_failed(state: State, e: OSError) -> None:
+def _saving_failed(state: DaemonState, e: OSError) -> None:
     now = time.monotonic()
     if state.failing_since is None:
         state.failing_since = now
@@ -367,14 +367,14 @@ def _saving_failed(state: State, e: OSError) -> None:
         log.warning("cannot save to the delta (%s); the changes stay in memory, retrying", e)
 
 
-def _saved(state: State) -> None:
+def _saved(state: DaemonState) -> None:
     if state.failing_since is not None:
         log.info("saved again after %.0f s", time.monotonic() - state.failing_since)
         state.failing_since = None
         state.failure_logged = 0.0
 
 
-def _stop(state: State, why: str, *, until_saved: bool = True) -> OSError | None:
+def _stop(state: DaemonState, why: str, *, until_saved: bool = True) -> OSError | None:
     """Stop once everything acknowledged is in the delta. When it cannot be saved (a full
     disk), the view stays mounted and served, and the error is returned; `until_saved`
     leaves the stop to the commit loop, which makes it after its first commit that works."""
@@ -394,7 +394,7 @@ def _stop(state: State, why: str, *, until_saved: bool = True) -> OSError | None
     return None
 
 
-async def _stop_when_asked(state: State) -> None:
+async def _stop_when_asked(state: DaemonState) -> None:
     await state.stop_asked.wait()
     # Our own listings wait for this loop: it serves them before it ends (see listahead).
     if state.ahead is not None:
@@ -405,7 +405,7 @@ async def _stop_when_asked(state: State) -> None:
     pyfuse3.terminate()
 
 
-async def _watch_presence(state: State) -> None:
+async def _watch_presence(state: DaemonState) -> None:
     """Stop once the view is gone: unmounted (what the session holds is saved first), or its
     delta.db deleted (there is nowhere left to save it)."""
     while not state.stopping:
@@ -420,7 +420,7 @@ async def _watch_presence(state: State) -> None:
             _stop(state, "the view was unmounted")
 
 
-async def _signals(state: State) -> None:
+async def _signals(state: DaemonState) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
         # Kept open: a stop that waits for disk space must not leave a second SIGTERM to the
         # default action, which would end the daemon with the changes in memory.
@@ -428,13 +428,13 @@ async def _signals(state: State) -> None:
             _stop(state, f"signal {signum}")
 
 
-async def _first_join_deadline(state: State) -> None:
+async def _first_join_deadline(state: DaemonState) -> None:
     await trio.sleep(FIRST_JOIN_TIMEOUT)
     if not state.ever_joined and not state.persistent:
         _stop(state, "nobody joined")
 
 
-async def _control_loop(state: State, listener: trio.socket.SocketType) -> None:
+async def _control_loop(state: DaemonState, listener: trio.socket.SocketType) -> None:
     async with trio.open_nursery() as nursery:
         while True:
             conn, _ = await listener.accept()
@@ -449,7 +449,7 @@ async def _control_loop(state: State, listener: trio.socket.SocketType) -> None:
             nursery.start_soon(_client, state, trio.SocketStream(conn))
 
 
-async def _client(state: State, stream: trio.SocketStream) -> None:
+async def _client(state: DaemonState, stream: trio.SocketStream) -> None:
     participant: int | None = None
     buf = b""
     try:
@@ -494,7 +494,7 @@ async def _client(state: State, stream: trio.SocketStream) -> None:
                 await _linger_then_stop(state)
 
 
-async def _linger_then_stop(state: State) -> None:
+async def _linger_then_stop(state: DaemonState) -> None:
     await trio.sleep(LINGER)
     if not state.participants and not state.persistent and not state.stopping:
         _stop(state, "last participant left")
@@ -503,7 +503,7 @@ async def _linger_then_stop(state: State) -> None:
 Reply = tuple[dict[str, Any], int | None]  # the answer, and the participant a join added
 
 
-def _handle(state: State, msg: dict[str, Any]) -> Reply:
+def _handle(state: DaemonState, msg: dict[str, Any]) -> Reply:
     op = msg.get("op")
     if state.stopping and op in (protocol.JOIN, protocol.STATUS, protocol.PERSIST):
         return {"ok": False, "stopping": True, "error": "the session daemon is stopping"}, None
@@ -513,10 +513,10 @@ def _handle(state: State, msg: dict[str, Any]) -> Reply:
     return handler(state, msg)
 
 
-def _join(state: State, msg: dict[str, Any]) -> Reply:
+def _join(state: DaemonState, msg: dict[str, Any]) -> Reply:
     pid = state.next_id
     state.next_id += 1
-    state.tree.audit.participants[int(msg.get("pid") or 0)] = Participant(
+    state.tree.audit.participants[int(msg.get("pid") or 0)] = Attribution(
         msg.get("role"), msg.get("run_id")
     )
     state.tree.audit.forget_participants()
@@ -547,7 +547,7 @@ def _run_label(msg: dict[str, Any]) -> str:
     return label.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
 
 
-def _checkpoint(state: State, msg: dict[str, Any]) -> Reply:
+def _checkpoint(state: DaemonState, msg: dict[str, Any]) -> Reply:
     state.tree.commit(durable=True, settle=False)
     cp = state.tree.store.mark(
         str(msg.get("kind") or "manual"),
@@ -559,7 +559,7 @@ def _checkpoint(state: State, msg: dict[str, Any]) -> Reply:
     return {"ok": True, "id": None if cp is None else cp.id}, None
 
 
-def _rewind(state: State, msg: dict[str, Any]) -> Reply:
+def _rewind(state: DaemonState, msg: dict[str, Any]) -> Reply:
     # On the event loop, between two requests: no process in the view sees a mix of the two
     # states. The kernel forgets its caches after the switch, before the answer.
     tree = state.tree
@@ -590,12 +590,12 @@ def _rewind(state: State, msg: dict[str, Any]) -> Reply:
     return {"ok": True, "operation": rewound.operation.id}, None
 
 
-def _sync(state: State, msg: dict[str, Any]) -> Reply:
+def _sync(state: DaemonState, msg: dict[str, Any]) -> Reply:
     state.tree.commit(durable=True, settle=False)
     return {"ok": True}, None
 
 
-def _copy(state: State, msg: dict[str, Any]) -> Reply:
+def _copy(state: DaemonState, msg: dict[str, Any]) -> Reply:
     dest = msg.get("dest")
     if not isinstance(dest, str) or not _copy_target(state, dest):
         return {"ok": False, "error": "copy goes to delta.db of a new session's dir"}, None
@@ -608,7 +608,7 @@ def _copy(state: State, msg: dict[str, Any]) -> Reply:
     return {"ok": True}, None
 
 
-def _status(state: State, msg: dict[str, Any]) -> Reply:
+def _status(state: DaemonState, msg: dict[str, Any]) -> Reply:
     return {
         "ok": True,
         "daemon_pid": os.getpid(),
@@ -621,7 +621,7 @@ def _status(state: State, msg: dict[str, Any]) -> Reply:
     }, None
 
 
-def _drop(state: State, msg: dict[str, Any]) -> Reply:
+def _drop(state: DaemonState, msg: dict[str, Any]) -> Reply:
     # Checked here, between two requests, not by the asker: a write that came in since
     # it looked must not be dropped (see `Tree.written_since`).
     expect: dict[bytes, tuple[int, int, int] | None] = {
@@ -637,7 +637,7 @@ def _drop(state: State, msg: dict[str, Any]) -> Reply:
     return {"ok": True, "dropped": len(dropped), "kept": [os.fsdecode(p) for p in kept]}, None
 
 
-async def _lower_synced(state: State) -> bool:
+async def _lower_synced(state: DaemonState) -> bool:
     """Whether every change the worktree saw before now is in the journal (see
     `LowerWatcher.sync`); from a thread, as the watch's reports need the event loop."""
     watcher = state.watcher
@@ -646,7 +646,7 @@ async def _lower_synced(state: State) -> bool:
     return await trio.to_thread.run_sync(watcher.sync, LOWER_SYNC_TIMEOUT, abandon_on_cancel=True)
 
 
-def _fsmonitor(state: State, msg: dict[str, Any], synced: bool) -> Reply:
+def _fsmonitor(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
     """What changed since the token: unless the journal holds every change of the worktree
     made before the query, "everything may have changed"."""
     journal = state.tree.journal
@@ -658,12 +658,12 @@ def _fsmonitor(state: State, msg: dict[str, Any], synced: bool) -> Reply:
     }, None
 
 
-def _persist(state: State, msg: dict[str, Any]) -> Reply:
+def _persist(state: DaemonState, msg: dict[str, Any]) -> Reply:
     state.persistent = True
     return {"ok": True}, None
 
 
-def _stop_op(state: State, msg: dict[str, Any]) -> Reply:
+def _stop_op(state: DaemonState, msg: dict[str, Any]) -> Reply:
     failed = _stop(state, "asked to", until_saved=False)
     if failed is not None:
         return {
@@ -674,7 +674,7 @@ def _stop_op(state: State, msg: dict[str, Any]) -> Reply:
     return {"ok": True}, None
 
 
-def _kv(state: State, msg: dict[str, Any]) -> Reply:
+def _kv(state: DaemonState, msg: dict[str, Any]) -> Reply:
     """A key-value write from inside a run, which cannot write delta.db itself."""
     key, text, stamp = msg.get("key"), msg.get("text"), msg.get("updated_ns")
     if not isinstance(key, str) or not key or not isinstance(stamp, int):
@@ -689,7 +689,7 @@ def _kv(state: State, msg: dict[str, Any]) -> Reply:
     return {"ok": True, "existed": existed}, None
 
 
-HANDLERS: dict[str, Callable[[State, dict[str, Any]], Reply]] = {
+HANDLERS: dict[str, Callable[[DaemonState, dict[str, Any]], Reply]] = {
     protocol.KV: _kv,
     protocol.JOIN: _join,
     protocol.STATUS: _status,
@@ -703,7 +703,7 @@ HANDLERS: dict[str, Callable[[State, dict[str, Any]], Reply]] = {
 }
 
 
-def _copy_target(state: State, dest: str) -> bool:
+def _copy_target(state: DaemonState, dest: str) -> bool:
     """Whether `dest` is where a fork's delta goes: `delta.db` in a directory of this daemon's
     user beside this session's own dir, with nothing there yet (no link to follow)."""
     own_dir = os.path.dirname(os.path.abspath(state.tree.store.path))

@@ -13,7 +13,7 @@ from collections import deque
 KEEP = 200_000
 
 
-class Journal:
+class FsmonitorJournal:
     def __init__(self) -> None:
         self.instance = uuid.uuid4().hex[:12]
         self.seq = 0

@@ -39,7 +39,7 @@ _LOCK = b".lock"
 _SETTLE_S = 2.0
 _SETTLE_STEP_S = 0.005
 
-State = tuple[bytes, bytes | None, str | None, str | None]  # HEAD, index, branch, its tip
+GitState = tuple[bytes, bytes | None, str | None, str | None]  # HEAD, index, branch, its tip
 
 
 # ---------------------------------------------------------------- the hooks (called by Tree)
@@ -192,11 +192,11 @@ def _real_tip(tree: Tree, branch: str) -> str | None:
         return None
 
 
-def _real_state(tree: Tree) -> State:
+def _real_state(tree: Tree) -> GitState:
     """The real HEAD's bytes, the real index's, HEAD's branch and that branch's tip, as one
     state of the real repository: read twice alike, with no lock file of git's on them."""
     deadline = time.monotonic() + _SETTLE_S
-    last: State | None = None
+    last: GitState | None = None
     while True:
         state = _read_real_state(tree)
         if state == last and not _real_locks(tree, state[2]):
@@ -207,7 +207,7 @@ def _real_state(tree: Tree) -> State:
         time.sleep(_SETTLE_STEP_S)
 
 
-def _read_real_state(tree: Tree) -> State:
+def _read_real_state(tree: Tree) -> GitState:
     from gitsess.git.session_refs import read_head
 
     head = _real(tree, _HEAD) or b""

@@ -43,7 +43,7 @@ class Refused(Exception):
         self.stopping, self.whole = stopping, whole
 
 
-class Participant:
+class Joiner:
     """Who joins: a `gitsess run` command, under `role`."""
 
     __slots__ = ("command", "pid", "read_only", "role", "run_id")
@@ -55,7 +55,7 @@ class Participant:
         self.command, self.run_id = command, run_id
 
 
-class Status:
+class DaemonStatus:
     __slots__ = ("daemon_pid", "mountpoint", "participants", "persistent", "read_only", "watched")
 
     def __init__(self, reply: dict[str, Any]) -> None:
@@ -103,7 +103,7 @@ def _request(
     return None if reply is None else _answer(reply)
 
 
-def join(sock: socket.socket, participant: Participant) -> None:
+def join(sock: socket.socket, participant: Joiner) -> None:
     """Register a participant on `sock`, which stays its registration while it is open."""
     p = participant
     message = {
@@ -113,11 +113,11 @@ def join(sock: socket.socket, participant: Participant) -> None:
     _answer(control.send(sock, message))
 
 
-def status(session_dir: str, timeout: float = control.TIMEOUT) -> Status | None:
+def status(session_dir: str, timeout: float = control.TIMEOUT) -> DaemonStatus | None:
     reply = _request(session_dir, STATUS, timeout)
     if reply is None:
         return None
-    return Status(reply)
+    return DaemonStatus(reply)
 
 
 def sync(session_dir: str) -> bool:

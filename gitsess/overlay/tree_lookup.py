@@ -16,7 +16,7 @@ from gitsess.overlay import longpath
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
 from gitsess.overlay.fdcache import FdCache
-from gitsess.overlay.fsmonitor import Journal
+from gitsess.overlay.fsmonitor import FsmonitorJournal
 from gitsess.overlay.gitdir import GIT, GIT_COMMON, in_git, linked_git
 from gitsess.overlay.nodes import ROOT_INODE, Attr, Node, Pending, err, join, stamp
 from gitsess.overlay.writebehind import WriteBehind
@@ -83,7 +83,7 @@ class LookupTree:
         self._kept: dict[int, bytes | int] = {}
         self._write_behind = WriteBehind()
         self.audit = Audit(next_process_id=store.next_process_id())
-        self.journal = Journal()
+        self.journal = FsmonitorJournal()
         # Whether the worktree watch is in place (see `catch_up`). Until then nothing tells the
         # kernel that a name or attribute it caches changed in the worktree, so what it learns
         # is cached for a second only: a name it was told is missing (which no invalidation

@@ -14,12 +14,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.overlay import control, mounttable, protocol
+from gitsess.overlay.protocol import DaemonStatus
 from gitsess.runtime import prestart
 
 READY_TIMEOUT = 30.0
@@ -52,20 +52,11 @@ class MountSpec:
         return self.session_dir / "daemon.log"
 
 
-@dataclass(frozen=True)
-class Status:
-    daemon_pid: int
-    mountpoint: str
-    persistent: bool
-    read_only: bool
-    participants: list[dict[str, Any]] = field(default_factory=list)
-
-
 class DaemonStopping(GitsessError):
     """The daemon decided to stop just as it was asked to take a participant in."""
 
 
-def status(session_dir: Path) -> Status | None:
+def status(session_dir: Path) -> DaemonStatus | None:
     """The live daemon's view of itself, or None when the session is not mounted.
 
     None also means that no daemon writes delta.db any more: one that is stopping is waited for
@@ -85,13 +76,7 @@ def status(session_dir: Path) -> Status | None:
         return None
     if reply is None:
         return None
-    return Status(
-        reply.daemon_pid,
-        reply.mountpoint,
-        reply.persistent,
-        reply.read_only,
-        reply.participants,
-    )
+    return reply
 
 
 def _wait_gone(session_dir: Path) -> None:
@@ -144,7 +129,7 @@ def locked(session_dir: Path) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def ensure_mounted(spec: MountSpec) -> Status:
+def ensure_mounted(spec: MountSpec) -> DaemonStatus:
     """Mount the session unless its daemon already serves it; return the live status."""
     with locked(spec.session_dir):
         live = status(spec.session_dir)
@@ -190,7 +175,7 @@ def allow_other_permitted(conf: Path = Path("/etc/fuse.conf")) -> bool:
 def _start_daemon(spec: MountSpec) -> None:
     if spec.allow_other and not allow_other_permitted():
         raise GitsessError(
-            "--allow-other needs `user_allow_other` in /etc/fuse.conf, which it lacks."
+            f"{option('allow-other')} needs `user_allow_other` in /etc/fuse.conf, which it lacks."
             " Fix (as root): echo user_allow_other >> /etc/fuse.conf"
         )
     spec.target.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -266,7 +251,7 @@ def _log_tail(log: Path) -> str:
     return lines[-1] if lines else "the daemon exited"
 
 
-def join(session_dir: Path, participant: protocol.Participant) -> socket.socket:
+def join(session_dir: Path, participant: protocol.Joiner) -> socket.socket:
     """Register a participant. The returned connection is the registration: keep it open (and
     inheritable by the command) for as long as the participant uses the mount."""
     sock = control.connect(str(session_dir))
@@ -290,8 +275,8 @@ def join(session_dir: Path, participant: protocol.Participant) -> socket.socket:
 
 
 def mount_and_join(
-    spec: MountSpec, participant: protocol.Participant
-) -> tuple[Status, socket.socket]:
+    spec: MountSpec, participant: protocol.Joiner
+) -> tuple[DaemonStatus, socket.socket]:
     """`ensure_mounted`, then `join`; a daemon that stops in between is replaced by a new one."""
     attempts = JOIN_ATTEMPTS
     while True:

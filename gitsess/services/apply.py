@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pygit2
 
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 
 # Change is what a command shows of each path (the cli meets it here, not in the git layer).
 from gitsess.git.changes import Change as Change
@@ -28,7 +28,7 @@ from gitsess.git.repo import RepoContext
 from gitsess.git.scratch import scratch_repo
 from gitsess.overlay.view import OverlayView
 from gitsess.services.apply_journal import (
-    Prepared,
+    PreparedApply,
     journal_path,
     new_journal,
     prepare,
@@ -203,7 +203,7 @@ def apply_to_commit(
     if branch is not None and not pygit2.reference_is_valid_name(
         f"refs/heads/{branch.removeprefix('refs/heads/')}"
     ):
-        raise GitsessError(f"--branch {branch!r} is not a valid branch name")
+        raise GitsessError(f"{option('branch')} {branch!r} is not a valid branch name")
     with prepare(ctx, session) as p:
         for attempt in range(_MOVED_TRIES):
             try:
@@ -226,7 +226,7 @@ _MOVED_TRIES = 3
 
 def _apply_to_commit(
     ctx: RepoContext,
-    p: Prepared,
+    p: PreparedApply,
     pathspecs: Sequence[str],
     *,
     message: str,
@@ -244,7 +244,7 @@ def _apply_to_commit(
     target = branch or p.session.branch
     if target is None:
         raise GitsessError(
-            f"session {p.session.name} is on a detached HEAD; give --branch to commit on"
+            f"session {p.session.name} is on a detached HEAD; give {option('branch')} to commit on"
         )
     with (
         open_view(ctx, p.session, p.root) as view,
@@ -253,14 +253,14 @@ def _apply_to_commit(
         changes = compute_changes(
             view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
         )
-        own = target.removeprefix("refs/heads/") == p.session.branch
+        on_own_branch = target.removeprefix("refs/heads/") == p.session.branch
         git = session_git.state(view, p.repo, p.session, p.root)
         commits = git if git is not None and git.commits else None
         if commits is not None and commits.off_branch and branch is None:
             on = (commits.head.branch or "a detached HEAD").removeprefix("refs/heads/")
             raise GitsessError(
                 f"session {p.session.name}'s git is on {on}, not on its branch "
-                f"{p.session.branch}: give --branch to apply its commits onto a branch"
+                f"{p.session.branch}: give {option('branch')} to apply its commits onto a branch"
             )
         full = target if target.startswith("refs/") else "refs/heads/" + target
         stale_git = git.stale_after_apply(full) if git is not None else []
@@ -270,7 +270,7 @@ def _apply_to_commit(
                 f"the session's HEAD is {git.below_base} commit(s) below its base (a git reset "
                 "inside): the commit takes the files as the view has them"
             )
-        onto = undo = None
+        replayed_tip = reverted = None
         made: dict[str, Any] = {}
         base = p.session.base_commit
         # read once: the replay is built on it, and the ref is swapped against it
@@ -291,18 +291,18 @@ def _apply_to_commit(
                         for path in promoted.conflicts
                     ), base=base, notes=tuple(notes),
                 )  # fmt: skip
-            onto, base = promoted.tip, commits.commits[-1]
+            replayed_tip, base = promoted.tip, commits.commits[-1]
             made = {"fast_forward": promoted.fast_forward, "replayed": promoted.commits}
-            undo = session_git.reverted_in_view(
+            reverted = session_git.reverted_in_view(
                 scratch, view, commits, set(changes.paths), Pathspec(pathspecs)
             )
         elif git is not None and not squash and session_git.reached(scratch, git, tip, base):
             # its commits are on the branch already (a fork applied, a `git merge` of them):
             # the view's changes are on top of its HEAD, not of its base
-            onto, base = tip, git.head.commit
+            replayed_tip, base = tip, git.head.commit
 
         def journal(result: CommitResult) -> None:
-            move = own or result.worktree_updated
+            move = on_own_branch or result.worktree_updated
             applied = result.applied if result.worktree_updated else ()
             keep = [*result.skipped, *changes.excluded]
             data = new_journal(
@@ -317,9 +317,10 @@ def _apply_to_commit(
         result = apply_commit(
             p.repo, view, changes, branch=target, base=base,
             message=message, author=author, force=force, dry_run=dry_run,
-            on_prepared=journal, scratch=scratch, onto=onto, undo=undo, tip=tip,
+            on_prepared=journal, scratch=scratch, replayed_tip=replayed_tip, reverted=reverted,
+            tip=tip,
         )  # fmt: skip
-    if result.commit is not None and result.commit != onto:
+    if result.commit is not None and result.commit != replayed_tip:
         made["new_commit"] = result.commit
         made["new_commit_paths"] = _paths_changed(p.repo, result.commit)
     outcome = Applied(
@@ -418,10 +419,12 @@ def _commit_mails(
     from gitsess.git.commit_mails import changes_mail, commit_mail
     from gitsess.services import session_git
 
-    undo = session_git.reverted_in_view(scratch, view, git, set(changes.paths), Pathspec(pathspecs))
+    reverted = session_git.reverted_in_view(
+        scratch, view, git, set(changes.paths), Pathspec(pathspecs)
+    )
     mails = [commit_mail(scratch, c) for c in git.commits]
     last = changes_mail(
-        scratch, view, changes, git.commits[-1], undo, message=message, author=author
+        scratch, view, changes, git.commits[-1], reverted, message=message, author=author
     )
     return b"".join([*mails, last])
 

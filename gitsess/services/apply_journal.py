@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -30,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pygit2
 
-from gitsess import processes
+from gitsess import durable, processes
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, ChangeSet, compute_changes
@@ -105,7 +104,7 @@ def journal_path(ctx: RepoContext, session: Session) -> Path:
 
 
 @dataclass
-class Journal:
+class ApplyJournal:
     """What `apply-journal.json` holds; `to_json` is the file's format, which a journal written
     by an earlier version has too (a crash may be completed by the next version)."""
 
@@ -129,7 +128,7 @@ class Journal:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Journal:
+    def from_json(cls, data: dict[str, Any]) -> ApplyJournal:
         from gitsess.git.apply_commit import CommitResult
 
         result = data["result"]
@@ -144,19 +143,15 @@ class Journal:
         )
 
 
-def read_journal(ctx: RepoContext, session: Session) -> Journal:
-    return Journal.from_json(json.loads(journal_path(ctx, session).read_text()))
+def read_journal(ctx: RepoContext, session: Session) -> ApplyJournal:
+    return ApplyJournal.from_json(json.loads(journal_path(ctx, session).read_text()))
 
 
-def write_journal(ctx: RepoContext, session: Session, journal: Journal) -> None:
-    path = journal_path(ctx, session)
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(journal.to_json()))  # `json.dump` encodes in Python, `dumps` in C
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-    fsync_dir(path.parent)
+def write_journal(ctx: RepoContext, session: Session, journal: ApplyJournal) -> None:
+    with durable.write_aside(journal_path(ctx, session), durable=True) as f:
+        f.write(
+            json.dumps(journal.to_json()).encode()
+        )  # `json.dump` encodes in Python, `dumps` in C
 
 
 def remove_journal(ctx: RepoContext, session: Session) -> None:
@@ -174,10 +169,10 @@ def new_journal(
     result: CommitResult | None = None,
     base: str | None = None,
     move_base: bool = False,
-) -> Journal:
+) -> ApplyJournal:
     by_path = {c.path: c for c in changes.changes}
     drop = droppable(applied, keep)
-    return Journal(
+    return ApplyJournal(
         target=target,
         paths=list(applied),
         drop=drop,
@@ -192,7 +187,7 @@ def settle(
     ctx: RepoContext,
     session: Session,
     root: Path,
-    journal: Journal,
+    journal: ApplyJournal,
     restamp: Iterable[str],
 ) -> tuple[list[str], list[str]]:
     """Drop what the journal says may go (unless written to meanwhile), refresh the records of
@@ -278,10 +273,6 @@ def _reconcile_locked(ctx: RepoContext, session: Session) -> list[str]:
     return notes
 
 
-# What a real-tree write of an apply writes aside before renaming it in (`write_targets`).
-_LEFTOVER = re.compile(r"\..+\.gitsess-(\d+)\.tmp")
-
-
 def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
     """The files an apply that was killed wrote aside and never renamed in, in the folders of
     the paths it was writing: removed (only those of a process that is gone)."""
@@ -292,8 +283,8 @@ def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
         except OSError:
             continue
         for name in names:
-            found = _LEFTOVER.fullmatch(name)
-            if found is None or processes.alive(int(found.group(1))):
+            writer = durable.aside_writer(name)
+            if writer is None or processes.alive(writer):
                 continue
             path = root / folder / name
             with contextlib.suppress(FileNotFoundError):
@@ -302,7 +293,9 @@ def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
     return removed
 
 
-def _finish_commit(ctx: RepoContext, session: Session, root: Path, journal: Journal) -> list[str]:
+def _finish_commit(
+    ctx: RepoContext, session: Session, root: Path, journal: ApplyJournal
+) -> list[str]:
     from gitsess.git.apply_commit import finish_commit
 
     result = journal.result
@@ -322,7 +315,9 @@ def _finish_commit(ctx: RepoContext, session: Session, root: Path, journal: Jour
     return [f"completed an interrupted apply --commit ({what} on {result.branch})"]
 
 
-def _finish_worktree(ctx: RepoContext, session: Session, root: Path, journal: Journal) -> list[str]:
+def _finish_worktree(
+    ctx: RepoContext, session: Session, root: Path, journal: ApplyJournal
+) -> list[str]:
     from gitsess.git.apply_worktree import apply_worktree
 
     paths = journal.paths
@@ -361,7 +356,7 @@ def _only(changes: ChangeSet, paths: set[str]) -> ChangeSet:
 
 
 @dataclass(frozen=True)
-class Prepared:
+class PreparedApply:
     session: Session
     root: Path
     repo: pygit2.Repository
@@ -369,11 +364,11 @@ class Prepared:
 
 
 @contextmanager
-def prepare(ctx: RepoContext, session: Session) -> Iterator[Prepared]:
+def prepare(ctx: RepoContext, session: Session) -> Iterator[PreparedApply]:
     """Under the session's apply lock, a journal found completed first: the session as the
     registry has it now, its real worktree and repository."""
     with _locked(ctx, session):
         notes = _reconcile_locked(ctx, session) if journal_path(ctx, session).exists() else []
         session = _current(ctx, session)
         root = real_root(session)
-        yield Prepared(session, root, open_real(session, root), notes)
+        yield PreparedApply(session, root, open_real(session, root), notes)

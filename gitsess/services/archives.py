@@ -1,6 +1,6 @@
 """Archives: a removed or discarded session's work kept as a commit under
 `refs/gitsess/archive/<name>` (`archive`, on `rm` and in `gc`), the list of them, and `restore`
-(a session brought back from one). The commits themselves are made in `git/archive.py`.
+(a session brought back from one). The commits themselves are made in `git/archive_commits.py`.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import pygit2
 from gitsess import progress
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
-from gitsess.git.archive import (
+from gitsess.git.archive_commits import (
     PREFIX as ARCHIVE_PREFIX,
 )
-from gitsess.git.archive import (
+from gitsess.git.archive_commits import (
     ArchivedPath,
     ArchiveInfo,
     archived_kv,

@@ -37,7 +37,7 @@ def sessions(prefix: str) -> list[str]:
 
 
 def archives(prefix: str) -> list[str]:
-    from gitsess.git.archive import list_archives
+    from gitsess.git.archive_commits import list_archives
 
     def read(ctx: RepoContext) -> list[str]:
         return [a.ref_name for a in list_archives(ctx.open())]

@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.git.apply_commit import branch_tip
 from gitsess.git.repo import RepoContext
 from gitsess.git.throwaway import checkout
@@ -83,9 +83,9 @@ def commit(
     """`apply_to_commit`, gated by `test` when given; the outcome names the sessions that
     conflict with the branch once it landed (`now_conflicts`)."""
     if test is not None and not test.strip():
-        raise GitsessError("--test needs a command")
+        raise GitsessError(f"{option('test')} needs a command")
     if retries < 0:
-        raise GitsessError("--retries cannot be negative")
+        raise GitsessError(f"{option('retries')} cannot be negative")
     attempt = functools.partial(
         apply_to_commit, ctx, session, pathspecs, message=message, author=author,
         include_ignored=include_ignored, squash=squash,
@@ -96,7 +96,8 @@ def commit(
         target = branch or session.branch
         if target is None:
             raise GitsessError(
-                f"session {session.name} is on a detached HEAD; give --branch to commit on"
+                f"session {session.name} is on a detached HEAD; "
+                f"give {option('branch')} to commit on"
             )
         with branch_queue.turn(ctx, target):
             land = functools.partial(attempt, branch=branch, force=force)

@@ -28,7 +28,7 @@ import pygit2
 
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
-from gitsess.git.archive import delete_archive, list_archives
+from gitsess.git.archive_commits import delete_archive, list_archives
 from gitsess.git.changes import compute_changes
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import mounttable

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pygit2
 
+from gitsess import durable
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
 from gitsess.git.repo import RepoContext, common_dir, discover, open_worktree
@@ -291,11 +292,9 @@ def install(ctx: RepoContext, command: Sequence[str]) -> HooksReport:
 
 
 def _write_executable(path: Path, text: str) -> None:
-    # written aside and renamed over, so that a git running meanwhile never sees half a hook
-    tmp = path.with_name(f".{path.name}.gitsess-{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o755)
-    tmp.replace(path)
+    # a git running meanwhile never sees half a hook
+    with durable.write_aside(path, 0o755) as f:
+        f.write(text.encode())
 
 
 def uninstall(ctx: RepoContext) -> HooksReport:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
 from gitsess.overlay import fsmonitor_hook, protocol
 from gitsess.runtime import mount, strays
@@ -147,7 +147,7 @@ def run(
 
     spec = spec_for(ctx, session)
     live, conn = mount.mount_and_join(
-        spec, protocol.Participant(os.getpid(), role, read_only, list(argv), run_id)
+        spec, protocol.Joiner(os.getpid(), role, read_only, list(argv), run_id)
     )
     hidden = hidden_paths(ctx, session)
     # Where the command finds the state dir: its real path, in the worktree or not.
@@ -191,7 +191,7 @@ def keep_mounted(
     allow_other: bool,
     read_only: bool,
     force: bool = False,
-) -> mount.Status:
+) -> protocol.DaemonStatus:
     """`gitsess mount`: a mount that stays until `gitsess umount`; read-only when asked or
     when the session is. A mount point given must be a directory already.
 
@@ -211,7 +211,7 @@ def keep_mounted(
         elif not force and mountpoint.is_dir() and any(mountpoint.iterdir()):
             raise GitsessError(
                 f"{mountpoint} is not empty: the mount would hide its files; choose an empty "
-                "directory, or pass --force to mount over them"
+                f"directory, or pass {option('force')} to mount over them"
             )
     spec = spec_for(
         ctx,
@@ -247,7 +247,7 @@ def unmount(ctx: RepoContext, session: Session) -> bool:
 @dataclass(frozen=True)
 class LiveSession:
     session: Session
-    status: mount.Status
+    status: protocol.DaemonStatus
 
 
 def live_sessions(ctx: RepoContext, sessions: Sequence[Session]) -> list[LiveSession]:

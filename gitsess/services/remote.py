@@ -22,9 +22,9 @@ from typing import Literal
 
 import pygit2
 
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.git import published, transport
-from gitsess.git.archive import refused_in_tree
+from gitsess.git.archive_commits import refused_in_tree
 from gitsess.git.published import Published
 from gitsess.git.repo import RepoContext, head_of, open_worktree
 from gitsess.git.transport import Progress as Progress  # the cli shows its counts
@@ -281,7 +281,8 @@ def _pull_new(
     else:
         what = f"branch {branch}" if branch else "its detached HEAD"
         raise GitsessError(
-            f"no worktree has {what} checked out for session {name}; pass --worktree to create one"
+            f"no worktree has {what} checked out for session {name}; "
+            f"pass {option('worktree')} to create one"
         )
     try:
         session = _set_base(ctx, session, there.base)

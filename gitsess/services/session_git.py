@@ -30,7 +30,7 @@ from gitsess.git.session_refs import (
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:  # `ls` counts commits without loading apply's machinery
-    from gitsess.git.archive import ArchiveInfo
+    from gitsess.git.archive_commits import ArchiveInfo
     from gitsess.git.pathspec import Pathspec
     from gitsess.git.replay import Replayed
     from gitsess.git.view import SessionView
@@ -257,13 +257,13 @@ def reverted_in_view(
 
 
 def _view_state(scratch: pygit2.Repository, view: SessionView, path: str) -> tuple[str, int] | None:
-    from gitsess.git.changes import State
+    from gitsess.git.changes import Side
     from gitsess.git.diff import read_view
 
     entry = view.entry(path)
     if entry is None or entry.kind not in ("file", "symlink"):
         return None
-    state = State(entry.kind, entry.mode, entry.size, entry.mtime_ns, None)
+    state = Side(entry.kind, entry.mode, entry.size, entry.mtime_ns, None)
     mode = state.git_mode
     assert mode is not None
     return str(scratch.create_blob(read_view(view, path, state))), mode

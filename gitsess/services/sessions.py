@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.git.binding import Binding, NameInUse, WorktreeSpec
 from gitsess.git.location import RepoContext, discover, read_ref
 from gitsess.runtime import mount
@@ -501,13 +501,13 @@ def check_bound(ctx: RepoContext, session: Session, *, rebind: bool = False) -> 
         if branch_gone(ctx.open(), session.branch):
             raise GitsessError(
                 f"session {session.name} belongs to branch {session.branch}, which was deleted "
-                f"({session.worktree} has {now} checked out); pass --rebind to move the session "
-                f"onto {now}, or `gitsess rm {session.name}` (its changes are archived)"
+                f"({session.worktree} has {now} checked out); pass {option('rebind')} to move the "
+                f"session onto {now}, or `gitsess rm {session.name}` (its changes are archived)"
             )
         raise GitsessError(
             f"session {session.name} belongs to branch {session.branch}, but its worktree "
             f"{session.worktree} has {now} checked out; check out {session.branch} again, or "
-            f"pass --rebind to move the session onto {now}"
+            f"pass {option('rebind')} to move the session onto {now}"
         )
     # The changes now lie over the files of the new HEAD: that commit is the session's base.
     with _existing_registry(ctx) as registry:
@@ -551,7 +551,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     nowhere else (uncommitted changes, commits on no other branch); `force` removes them anyway.
     Unapplied changes are archived first (`Removal.archive`; `gitsess restore` takes them back).
     """
-    from gitsess.git.archive import PREFIX as ARCHIVE_PREFIX
+    from gitsess.git.archive_commits import PREFIX as ARCHIVE_PREFIX
     from gitsess.git.worktree import keep_detached, keep_reasons, remove_created
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import agents, archives

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import apsw
 
 from gitsess import processes
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
 from gitsess.overlay import delta, schema
 from gitsess.overlay.delta import DamagedDelta
@@ -138,7 +138,7 @@ def parse_since(text: str, now: datetime | None = None) -> int:
         when = datetime.fromisoformat(spec)
     except ValueError:
         raise GitsessError(
-            f"--since {text!r}: give a duration such as 30s, 10m, 2h, 1d, 1w (ago)"
+            f"{option('since')} {text!r}: give a duration such as 30s, 10m, 2h, 1d, 1w (ago)"
             " or an ISO date/time such as 2024-05-01T14:00"
         ) from None
     # A time typed without a zone is the user's local time.

@@ -7,16 +7,15 @@ process, as a user would, with the per-user index kept in the temporary director
 from __future__ import annotations
 
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import pygit2
-from rich.markup import escape
 
 from gitsess.git.repo import STATE_DIR_ENV
 from gitsess.services.sessions import SESSION_ENV
@@ -153,23 +152,34 @@ def make_demo_repo(path: Path) -> Path:
     return path
 
 
-def run(say: Callable[[str], None]) -> int:
+@dataclass(frozen=True)
+class TourEvent:
+    """What the tour shows next: `say` a line of text, a `command` about to run (its argv after
+    `gitsess`), or that the step `failed` (`code` its exit code)."""
+
+    kind: Literal["say", "command", "failed"]
+    text: str = ""
+    args: tuple[str, ...] = ()
+    code: int = 0
+
+
+def run(show: Callable[[TourEvent], None]) -> int:
     """Run every step; the exit code of the first failing one, else 0."""
     with tempfile.TemporaryDirectory(prefix="gitsess-tour-") as tmp:
         demo = make_demo_repo(Path(tmp) / "demo")
         env = {k: v for k, v in os.environ.items() if k not in (SESSION_ENV, STATE_DIR_ENV)}
         env["XDG_STATE_HOME"] = str(Path(tmp) / "state")
-        say(f"A demo repository with one commit: {demo}")
+        show(TourEvent("say", f"A demo repository with one commit: {demo}"))
         for step in STEPS:
             if step.say:
-                say(f"\n{step.say}")
+                show(TourEvent("say", f"\n{step.say}"))
             if not step.args:
                 continue
-            say(f"[bold]$ {escape(shlex.join(['gitsess', *step.args]))}[/]")
+            show(TourEvent("command", args=step.args))
             sys.stdout.flush()
             done = subprocess.run([sys.executable, "-m", "gitsess", *step.args], cwd=demo, env=env)
             if done.returncode != 0:
-                say(f"[red]The tour stopped: that step failed (exit {done.returncode}).[/]")
+                show(TourEvent("failed", code=done.returncode))
                 return done.returncode
-        say("\nThat is the tour. The demo repository is removed now.")
+        show(TourEvent("say", "\nThat is the tour. The demo repository is removed now."))
     return 0

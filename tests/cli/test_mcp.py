@@ -170,6 +170,7 @@ def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
             ["discard", {"session": "exp", "paths": []}],
             ["run", {"session": "exp", "command": []}],
             ["no_such_tool", {}],
+            ["apply", {"session": "exp", "test": "  "}],
             ["sessions", {}],  # and the server still answers
         ],
         errlog,
@@ -181,6 +182,9 @@ def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
     assert errors[2][1] == cli_error(repo, "new", "bad name!")
     assert errors[3][1] == cli_error(repo, "new", "exp")
     assert errors[5][1] == cli_error(repo, "kv", "exp", "get", "missing")
+    # a message that asks for an option names the tool's argument, not the command's flag
+    assert errors[15][1] == "the test argument needs a command"
+    assert cli_error(repo, "apply", "exp", "--commit", "--test", "  ") == "--test needs a command"
     # (the SDK's own argument checks, 6, 8 and 11, answer pydantic's several lines)
     sdk = (6, 8, 11)
     assert [n for n, (_, text) in enumerate(errors) if "\n" in text and n not in sdk] == []

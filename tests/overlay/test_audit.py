@@ -11,7 +11,7 @@ import pyfuse3
 import trio
 
 from gitsess.overlay import fs
-from gitsess.overlay.audit import Audit, Participant
+from gitsess.overlay.audit import Attribution, Audit
 from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.tree import Tree
 
@@ -34,7 +34,7 @@ def test_writes_keep_the_run_of_their_first_write(tmp_path: Path) -> None:
         filesystem = fs.Filesystem(tree)
         audit = tree.audit
         # This process is the participant: its run's writes are attributed to run 7.
-        audit.participants[os.getpid()] = Participant("agent", 7)
+        audit.participants[os.getpid()] = Attribution("agent", 7)
         audit.forget_participants()
         node = tree.resolve(b"file")
         assert node is not None

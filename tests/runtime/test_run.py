@@ -194,11 +194,9 @@ def test_joining_a_daemon_as_it_stops_starts_another(repo: Path, ctx: RepoContex
     first = mount.ensure_mounted(live.spec_for(ctx, session, persistent=True))
     assert protocol.stop(str(ctx.session_dir(session.id)))
     with pytest.raises(mount.DaemonStopping):
-        mount.join(
-            ctx.session_dir(session.id), protocol.Participant(os.getpid(), None, False, [], None)
-        )
+        mount.join(ctx.session_dir(session.id), protocol.Joiner(os.getpid(), None, False, [], None))
     status, conn = mount.mount_and_join(
-        live.spec_for(ctx, session), protocol.Participant(os.getpid(), None, False, [], None)
+        live.spec_for(ctx, session), protocol.Joiner(os.getpid(), None, False, [], None)
     )
     with conn:
         assert status.daemon_pid != first.daemon_pid

@@ -367,7 +367,7 @@ def test_kill_during_apply_commit_then_the_next_command_completes_it(
         # the typed journal reads and writes the file's JSON as it was
         data = json.loads(journal.read_text())
         assert data["result"]["commit"] and set(data) == set(_JOURNAL_KEYS)
-        typed = apply_journal.Journal.from_json(data)
+        typed = apply_journal.ApplyJournal.from_json(data)
         assert json.loads(json.dumps(typed.to_json())) == data
         _, err = cli("diff", "exp", "--name-only")
         assert "completed an interrupted apply --commit" in err

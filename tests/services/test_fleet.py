@@ -13,7 +13,7 @@ import pytest
 
 from gitsess import processes
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import mounttable
+from gitsess.overlay import mounttable, protocol
 from gitsess.runtime import mount
 from gitsess.services import live, sessions
 from gitsess.store.registry import Session
@@ -47,7 +47,7 @@ def running(pid: int) -> bool:
 
 @dataclass
 class Fleet:
-    mounted: list[tuple[Session, mount.Status]]
+    mounted: list[tuple[Session, protocol.DaemonStatus]]
     fds: set[str]  # this process's descriptors before the first mount
 
 

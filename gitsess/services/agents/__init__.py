@@ -8,7 +8,7 @@ settings files. See `profiles` (data), `roots` (disk) and `participants` (servic
 
 from gitsess.services.agents.participants import (
     AgentInfo,
-    Prepared,
+    RunningParticipant,
     collect_orphans,
     finish,
     list_participants,
@@ -23,9 +23,9 @@ from gitsess.services.agents.roots import Refresh
 __all__ = [
     "AgentInfo",
     "Lever",
-    "Prepared",
     "Profile",
     "Refresh",
+    "RunningParticipant",
     "collect_orphans",
     "finish",
     "list_participants",

@@ -21,7 +21,7 @@ from uuid import uuid4
 import apsw
 
 from gitsess import processes
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.git.repo import RepoContext
 from gitsess.runtime import mount
 from gitsess.services.agents import profiles, roots
@@ -38,7 +38,7 @@ _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12
 
 
 @dataclass
-class Prepared:
+class RunningParticipant:
     """A participant that is running: what to start, and what `finish` must release."""
 
     participant: Participant
@@ -73,7 +73,7 @@ def prepare(
     argv: Sequence[str],
     env: Mapping[str, str],
     mcp: bool = True,
-) -> Prepared:
+) -> RunningParticipant:
     """Start (or resume) the participant (session, role) as agent `kind`.
 
     With `mcp`, the agent's CLI is pointed at gitsess's MCP server (`gitsess mcp`) as its
@@ -86,7 +86,7 @@ def prepare(
     """
     role = role or kind
     if role is None:
-        raise GitsessError("give --agent KIND, --role ROLE, or both")
+        raise GitsessError(f"give {option('agent', 'KIND')}, {option('role', 'ROLE')}, or both")
     if not _ROLE.fullmatch(role):
         raise GitsessError(
             f"invalid role {role!r}: use 1-64 letters, digits, '.', '_' or '-', starting with a"
@@ -102,7 +102,8 @@ def prepare(
         if row is None:
             if wanted is None or kind is None:
                 raise GitsessError(
-                    f"session {session.name} has no role {role!r} yet; start it with --agent KIND"
+                    f"session {session.name} has no role {role!r} yet; start it with "
+                    + option("agent", "KIND")
                 )
             row = _add(ctx, registry, session, role, kind, wanted)
         profile = known.get(row.kind)
@@ -145,7 +146,7 @@ def prepare(
     run_env |= {ROLE_ENV: role, ROOT_ENV: str(root)}
     if mcp:
         run_argv, run_env = _with_mcp(profile, root, run_argv, run_env, own)
-    return Prepared(started, run_argv, run_env, notes, fd, watcher)
+    return RunningParticipant(started, run_argv, run_env, notes, fd, watcher)
 
 
 def _program(arg: str) -> str:
@@ -269,7 +270,7 @@ def _start_watcher(
         )
 
 
-def finish(ctx: RepoContext, prepared: Prepared) -> list[str]:
+def finish(ctx: RepoContext, prepared: RunningParticipant) -> list[str]:
     """The participant's command has ended: stop watching, take in a token it refreshed, mark it
     idle and release the role. Returns notes for the user."""
     watcher = prepared.watcher

@@ -6,20 +6,18 @@ nothing here ever writes through a seed, and only a refresh writes an original (
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import fcntl
 import glob
 import os
 import shutil
 import stat
-import tempfile
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gitsess.durable import fsync_dir
+from gitsess import durable
 from gitsess.errors import GitsessError
 from gitsess.store.db import private_dir
 from gitsess.store.registry import Participant, Seed
@@ -167,20 +165,9 @@ def sweep(participants: Iterable[Participant], state_dir: Path) -> list[Refresh]
 
 
 def _write_atomically(path: Path, data: bytes, mode: int) -> None:
-    """Temp file in the same directory, fsync, rename: readers see the old or the new file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".gitsess")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
+    """Readers see the old or the new file."""
+    with durable.write_aside(path, mode, durable=True) as f:
+        f.write(data)
 
 
 def _relink_if_unchanged(path: Path, seen: os.stat_result, target: Path) -> bool:

@@ -28,7 +28,7 @@ class Started:
 
     def __init__(self, ctx: RepoContext) -> None:
         self.ctx = ctx
-        self.running: list[agents.Prepared] = []
+        self.running: list[agents.RunningParticipant] = []
 
     def prepare(
         self,
@@ -36,12 +36,12 @@ class Started:
         kind: str | None,
         role: str | None = None,
         argv: list[str] | None = None,
-    ) -> agents.Prepared:
+    ) -> agents.RunningParticipant:
         p = agents.prepare(self.ctx, session, kind=kind, role=role, argv=argv or [], env=os.environ)
         self.running.append(p)
         return p
 
-    def finish(self, p: agents.Prepared) -> list[str]:
+    def finish(self, p: agents.RunningParticipant) -> list[str]:
         self.running.remove(p)
         return agents.finish(self.ctx, p)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import ObjectType
 
-from gitsess import progress
+from gitsess import durable, progress
 from gitsess.errors import GitsessError
 from gitsess.git.blobid import CHUNK, HashingReader
 from gitsess.git.changes import GIT_EXEC, GIT_LINK, Change, StateKind
@@ -26,9 +26,7 @@ from gitsess.git.view import SessionView
 def write_aside(base: str, target: Target, big: BigFile) -> str | None:
     """`big` written beside the target's path; None (nothing left there) when its content is
     no longer the blob the apply means (the file changed since)."""
-    parent, _, name = target.path.rpartition("/")
-    aside = f"{base}{parent}/" if parent else base
-    aside += f".{name}.gitsess-{os.getpid()}.tmp"
+    aside = durable.aside_name(base + target.path)
     fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         with big.open() as f, progress.reading(f, f"writing {big.path}", big.size) as read:
@@ -246,7 +244,7 @@ def _create(base: str, target: Target, present: set[str]) -> list[str]:
     create). `present` holds directories known to exist, and gets those made here."""
     path = base + target.path
     changed = _make_parents(base, target.path, present)
-    parent, _, name = target.path.rpartition("/")
+    parent = target.path.rpartition("/")[0]
     if target.kind == "dir":
         if target.path not in present and not os.path.isdir(path):
             os.mkdir(path)
@@ -266,8 +264,7 @@ def _create(base: str, target: Target, present: set[str]) -> list[str]:
     assert target.content is not None
     if target.kind == "file" and _rewrite_in_place(path, target.content, target.perm):
         return changed
-    folder = f"{base}{parent}/" if parent else base
-    tmp = f"{folder}.{name}.gitsess-{os.getpid()}.tmp"
+    tmp = durable.aside_name(path)
     if target.kind == "symlink":
         os.symlink(os.fsdecode(target.content()), tmp)
     else:
