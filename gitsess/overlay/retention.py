@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import apsw
 
 from gitsess.overlay import history
+from gitsess.store.sqlvalue import integer, scalar
 
 # The tables of each kind, as `dbstat` names them (their indexes count with them).
 LOG_TABLES = ("events", "processes", "run_summaries", "events_time")
@@ -32,8 +33,8 @@ def bytes_by_kind(conn: apsw.Connection, data_dir: str, data_bytes: int) -> Byte
     sizes: dict[str, int] = {}
     for name, size in conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"):
         sizes[str(name)] = int(size)
-    page = int(conn.execute("PRAGMA page_size").fetchall()[0][0])  # type: ignore[arg-type]
-    free = int(conn.execute("PRAGMA freelist_count").fetchall()[0][0]) * page  # type: ignore[arg-type]
+    page = integer(scalar(conn, "PRAGMA page_size"))
+    free = integer(scalar(conn, "PRAGMA freelist_count")) * page
     log = sum(v for k, v in sizes.items() if k in LOG_TABLES)
     cp_rows = sum(
         v
@@ -84,7 +85,7 @@ def trim_log(
     old = conn.execute(
         "SELECT coalesce(max(id), 0) FROM events WHERE time_ns < ?", (before_ns,)
     ).fetchall()[0][0]
-    cut = max(cut, int(old))  # type: ignore[arg-type]
+    cut = max(cut, integer(old))
     if cut < low:
         return 0
     conn.execute("BEGIN IMMEDIATE")
