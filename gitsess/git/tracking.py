@@ -11,7 +11,10 @@ session began (its tip moved from the base, or its reflog shows it moved since i
 clocks only when git kept no reflog). A default branch is never "merged" into anything; squash
 merges are not recognised. When the worktree is gone, `stand_in` is a throwaway repository
 borrowing the objects through `alternates` and holding the branch tip's files, so the view can
-still be archived.
+still be archived. Committed in the real tree (`settled_paths`): a touched path whose view
+content equals both the real worktree and the branch's commit (blob ids and modes) can leave the
+delta without the session seeing a change; a commit made inside a session leaves the real
+worktree behind the branch, so its paths stay.
 """
 
 from __future__ import annotations

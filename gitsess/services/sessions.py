@@ -11,7 +11,10 @@ Names are `[A-Za-z0-9][A-Za-z0-9._-]{0,63}` that make a valid branch `gitsess/<n
 no UUID; without one, `new` picks a free adjective-noun pair. `remove` deletes the row and the
 session dir in one transaction (if the directory cannot go, the row stays), stopping a mounted
 daemon first and refusing while participants are inside; unapplied work is archived first
-(`archives.archive`), and the worktree and branch go only if gitsess made them.
+(`archives.archive`), and the worktree and branch go only if gitsess made them. `check_bound`
+(before `run` mounts) compares the branch checked out in the worktree with the session's, not
+the `state` column, so it holds without hooks; `--rebind` takes the branch checked out now,
+its HEAD the new base.
 
 The services that only some commands use import their heavy modules (the overlay, apply, the
 agents, git's tracking and archive code) where they need them: every command is a process of
