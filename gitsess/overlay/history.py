@@ -187,20 +187,21 @@ class History:
         written = set(node_inos)
         new_nodes = {i for i in (*written, *deleted) if i not in self._nodes}
         new_names = names - self._dentries
-        for ino in new_nodes:
-            # (deleting a node that has no row, one a rewind took away, changes nothing)
-            _save_node(c, ino, epoch, absent=ino in written)
-        for parent, name in new_names:
-            c.execute(
-                "INSERT OR IGNORE INTO cp_dentries (parent, name, epoch, ino)"
-                " SELECT parent, name, ?, ino FROM dentries WHERE parent = ? AND name = ?",
-                (epoch, parent, name),
-            )
-            c.execute(
-                "INSERT OR IGNORE INTO cp_dentries (parent, name, epoch, ino)"
-                " VALUES (?, ?, ?, NULL)",
-                (parent, name, epoch),
-            )
+        # (deleting a node that has no row, one a rewind took away, changes nothing)
+        _save_nodes(c, new_nodes, epoch, absent=new_nodes & written)
+        # One executemany per statement: git inside a run writing 5,000 loose objects made
+        # four statements a file, a fifth of the daemon's time in its commits.
+        names_at = [(epoch, parent, name) for parent, name in new_names]
+        c.executemany(
+            "INSERT OR IGNORE INTO cp_dentries (parent, name, epoch, ino)"
+            " SELECT parent, name, ?1, ino FROM dentries WHERE parent = ?2 AND name = ?3",
+            names_at,
+        )
+        c.executemany(
+            "INSERT OR IGNORE INTO cp_dentries (parent, name, epoch, ino)"
+            " VALUES (?2, ?3, ?1, NULL)",
+            names_at,
+        )
         return new_nodes, new_names
 
     def saved(self, nodes: set[int], names: set[tuple[int, bytes]]) -> None:
@@ -519,28 +520,31 @@ def _reads_data(conn: apsw.Connection, ino: int) -> bool:
     return bool(rows) and rows[0][1] == 1 and stat.S_ISREG(int(rows[0][0]))  # type: ignore[arg-type]
 
 
-def _save_node(c: apsw.Connection, ino: int, epoch: int, *, absent: bool) -> None:
-    """Save node `ino` as it is (`absent`: also when it has no row)."""
-    c.execute(
+def _save_nodes(c: apsw.Connection, inos: set[int], epoch: int, *, absent: set[int]) -> None:
+    """Save nodes `inos`, none saved in `epoch` yet, as they are; those in `absent` also when
+    they have no row (then as absent). A node's xattrs and inline bytes have rows only while
+    the node has one, so copying them for every node copies them for those that have one."""
+    at = [(epoch, ino) for ino in inos]
+    c.executemany(
         f"INSERT OR IGNORE INTO cp_nodes (ino, epoch, present, {_NODE_VALUES})"
         f" SELECT ino, ?, 1, {_NODE_VALUES} FROM nodes WHERE ino = ?",
-        (epoch, ino),
+        at,
     )
-    if c.changes():
-        c.execute(
-            "INSERT OR IGNORE INTO cp_xattrs (ino, epoch, name, value)"
-            " SELECT ino, ?, name, value FROM xattrs WHERE ino = ?",
-            (epoch, ino),
-        )
-        c.execute(
-            "INSERT OR IGNORE INTO cp_inline (ino, epoch, bytes)"
-            " SELECT ino, ?, bytes FROM inline_data WHERE ino = ?",
-            (epoch, ino),
-        )
-    elif absent:
-        c.execute(
-            "INSERT OR IGNORE INTO cp_nodes (ino, epoch, present) VALUES (?, ?, 0)", (ino, epoch)
-        )
+    c.executemany(
+        "INSERT OR IGNORE INTO cp_xattrs (ino, epoch, name, value)"
+        " SELECT ino, ?, name, value FROM xattrs WHERE ino = ?",
+        at,
+    )
+    c.executemany(
+        "INSERT OR IGNORE INTO cp_inline (ino, epoch, bytes)"
+        " SELECT ino, ?, bytes FROM inline_data WHERE ino = ?",
+        at,
+    )
+    # (ignored for those saved as present just above)
+    c.executemany(
+        "INSERT OR IGNORE INTO cp_nodes (ino, epoch, present) VALUES (?, ?, 0)",
+        [(ino, epoch) for ino in absent],
+    )
 
 
 def _restore_node(c: apsw.Connection, ino: int, epoch: int) -> None:
