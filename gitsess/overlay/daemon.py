@@ -307,7 +307,7 @@ def _watch_lost(tree: Tree, token: trio.lowlevel.TrioToken) -> None:
     """Runs in the watcher thread when the watch ended unasked, before it is started again:
     the kernel forgets what it holds, and until a new watch is in place (and catches up),
     answers are cached for a second."""
-    log.warning("the worktree watch ended; starting it again")
+    log.warning("the lower watch ended; starting it again")
     _forget_in_kernel(token, tree.lose_watch)
 
 
@@ -657,7 +657,7 @@ def _status(state: DaemonState, msg: dict[str, Any]) -> Reply:
         "mountpoint": state.mountpoint,
         "persistent": state.persistent,
         "read_only": state.read_only,
-        # Whether the worktree watch is in place (until then, answers are cached 1 s).
+        # Whether the lower watch is in place (until then, answers are cached 1 s).
         "watched": state.tree.watched,
         "participants": list(state.participants.values()),
     }, None

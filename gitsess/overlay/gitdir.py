@@ -52,7 +52,7 @@ def linked_git(root: bytes, session_dir: str) -> dict[bytes, bytes]:
 
 def in_git(rel: bytes | None) -> bool:
     """Whether a worktree path is the worktree's `.git` or below it: git changes those from
-    outside the session with no worktree watch to say so."""
+    outside the session with no lower watch to say so."""
     return rel is not None and (rel == GIT or rel.startswith(GIT + b"/"))
 
 

@@ -70,7 +70,7 @@ def _replaced(path: bytes, fd: int) -> bool:
 
 def follows_git(n: Node) -> bool:
     """Whether `n` shows a real object below `.git` (the session's own files excepted): git
-    changes those from outside the session, where no worktree watch sees it."""
+    changes those from outside the session, where no lower watch sees it."""
     return in_git(n.worktree_rel) and not (n.upper and n.entries is None)
 
 

@@ -112,7 +112,7 @@ class LookupTree:
         self._write_behind = WriteBehind()
         self.audit = Audit(next_process_id=store.next_process_id())
         self.journal = FsmonitorJournal()
-        # Whether the worktree watch is in place (see `catch_up`). Until then nothing tells the
+        # Whether the lower watch is in place (see `catch_up`). Until then nothing tells the
         # kernel that a name or attribute it caches changed in the worktree, so what it learns
         # is cached for a second only: a name it was told is missing (which no invalidation
         # reaches, as nothing records it), or a directory's, which the catch-up leaves alone.
@@ -540,7 +540,7 @@ class LookupTree:
         return entries, inodes
 
     def catch_up(self) -> tuple[list[tuple[int, bytes]], list[int]]:
-        """What the worktree watch could not see before it was in place (it starts while the
+        """What the lower watch could not see before it was in place (it starts while the
         view is already served, and nothing watches an unmounted session): records drift for
         every file the session copied whose worktree original changed since, drops the
         worktree `lstat`s kept on lower nodes, and returns, as `stale_caches` does, the kernel
@@ -573,7 +573,7 @@ class LookupTree:
         return entries, inodes
 
     def lose_watch(self) -> tuple[list[tuple[int, bytes]], list[int]]:
-        """The worktree watch ended: what the kernel holds is asked again, as `catch_up` does,
+        """The lower watch ended: what the kernel holds is asked again, as `catch_up` does,
         and what the daemon answers until a new watch catches up is cached for a second."""
         stale = self.catch_up()
         self.watched = False
@@ -693,7 +693,7 @@ class LookupTree:
 
     def _lower_listing(self, rel: bytes) -> list[tuple[bytes, bool]]:
         """A lower directory's names, sorted, with their kinds; rescanned only when the
-        directory's mtime moved (the worktree watch drops it too, for changes within one
+        directory's mtime moved (the lower watch drops it too, for changes within one
         clock tick)."""
         path = self.lower_path(rel)
         try:
