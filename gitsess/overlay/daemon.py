@@ -1,8 +1,25 @@
 """The per-session daemon: mounts the view, serves it, and answers on the control channel.
 
-Started by `gitsess.runtime.mount` as `python -m gitsess.overlay.daemon`; its output goes to the log
-file in the session directory. It stays while participants hold their connection (or, when
-persistent, until told to stop), then commits, unmounts and exits.
+Started by `gitsess.runtime.mount` (forked from the spare, or as `python -m
+gitsess.overlay.daemon`); its output goes to the log file in the session directory, and a pipe
+carries its readiness (`ready`, `busy`, or the mount error). It takes `daemon.lock` for its whole
+life, then binds the control socket. It stays while participants hold their connection (0.3 s
+after the last one leaves, or, when persistent, until told to stop), then commits, unmounts and
+exits.
+
+Participants join with their pid, role and command and keep the connection open; the command
+inherits the socket, so the kernel tells the daemon when the last holder is gone, even by kill
+-9. Every op has a client function in `protocol` and a handler in `HANDLERS` (`fsmonitor` apart:
+it first waits for the lower watch); a failed or malformed request gets an error answer and
+never ends the daemon. Live checkpoints, rewinds, drops and fork copies run on the event loop
+between two requests, so no process in the view sees a mix.
+
+Stopping: once it decides to stop it answers `join`, `status` and `persist` with `stopping` and
+keeps its lock until its last commit and unmount are done, so an offline writer or a new daemon
+never overlaps them. It stops only after a commit of everything pending succeeded (`_stop`): on
+a full disk it stays mounted and serving, refuses `stop` with one line, and the commit loop
+stops it after its first commit that works. Listings in flight are served (up to 2 s) before it
+leaves its loop, since each holds its directory's lock in the kernel.
 """
 
 from __future__ import annotations
@@ -290,7 +307,7 @@ def _watch_lost(tree: Tree, token: trio.lowlevel.TrioToken) -> None:
     """Runs in the watcher thread when the watch ended unasked, before it is started again:
     the kernel forgets what it holds, and until a new watch is in place (and catches up),
     answers are cached for a second."""
-    log.warning("the worktree watch ended; starting it again")
+    log.warning("the lower watch ended; starting it again")
     _forget_in_kernel(token, tree.lose_watch)
 
 
@@ -640,7 +657,7 @@ def _status(state: DaemonState, msg: dict[str, Any]) -> Reply:
         "mountpoint": state.mountpoint,
         "persistent": state.persistent,
         "read_only": state.read_only,
-        # Whether the worktree watch is in place (until then, answers are cached 1 s).
+        # Whether the lower watch is in place (until then, answers are cached 1 s).
         "watched": state.tree.watched,
         "participants": list(state.participants.values()),
     }, None

@@ -5,7 +5,14 @@ The filesystem keeps the metadata in memory and hands this store whole batches a
 so a failed commit (a full disk) rolls back cleanly and the batch can be retried: the database
 only ever holds states the filesystem really had. File contents are written straight into their
 data files (sparse; a missing file reads as zeros), once, instead of into SQLite's WAL and again
-at checkpoint; a data file is removed only after the commit that deleted its node.
+at checkpoint; a data file is removed only after the commit that deleted its node. Files up to
+`INLINE_MAX` are rows of `inline_data` instead, committed with their metadata.
+
+WAL with `synchronous = NORMAL`: a kill -9 loses nothing committed, and a durable commit
+(`fsync(2)`) fsyncs the WAL too. A new delta.db has `auto_vacuum=INCREMENTAL`; `shrink` gives
+free pages back once they are over a quarter of the file and 4 MiB, then truncates the WAL.
+A fork's copy (`copy_delta`) takes delta.db by SQLite's online backup and the data files by
+their extents, so holes stay holes. `DeltaAt` answers as of a checkpoint, read only.
 """
 
 from __future__ import annotations

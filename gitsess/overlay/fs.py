@@ -1,4 +1,17 @@
-"""The FUSE adapter: pyfuse3 requests in, `Tree` operations out."""
+"""The FUSE adapter: pyfuse3 requests in, `Tree` operations out.
+
+The mount (options in `daemon`) has `default_permissions` (the kernel checks permissions) and no
+writeback cache (each `write(2)` is a WRITE, as on fuse-overlayfs: with the cache, a file
+written once cost a SETATTR of its times at close besides). Entries and attributes are cached
+300 s with explicit invalidation; 1 s until the lower watch is in place; below `.git` as
+`passthrough` says (the session's own directories there keep their names 300 s); negative
+entries are cached too. Opens
+send no request (see the comment on zero-message opens); the writer of a WRITE comes from the
+request's context (patch 0008); an access ACL changes the mode, so setting or removing one
+drops the inode's cached attributes. Every handler is synchronous (the host loop runs it to its
+end), never logs on the hot path, and answers `EIO` for an unexpected exception instead of
+stopping the filesystem.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,13 @@
 """How much of its history a delta keeps: the audit log's events (the oldest go, their runs
-summarised first), and where its bytes go, by kind."""
+summarised first), and where its bytes go, by kind.
+
+`gitsess.checkpoints.keep` (200) and `.maxAge` (30 days) drop the oldest checkpoints and every
+save of an epoch below the oldest kept (`overlay/history.py`); `gitsess.log.maxEvents` (200,000)
+and `.maxAge` (30 days) drop the oldest audit events, their runs summarised first in
+`run_summaries`. `gc` trims an unmounted session, a mounted one's daemon trims itself (op
+`trim`), and what was freed is given back at once. `bytes_by_kind` reads SQLite's `dbstat`:
+files, checkpoints, log, free.
+"""
 
 from __future__ import annotations
 

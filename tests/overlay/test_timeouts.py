@@ -1,4 +1,4 @@
-"""How long the kernel may keep what the daemon tells it: long once the worktree watch is in
+"""How long the kernel may keep what the daemon tells it: long once the lower watch is in
 place (changes are invalidated explicitly), a second before that and after it ended (nothing
 would tell it)."""
 
