@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         watcher.stop()
         if state.abandoned:
             with contextlib.suppress(OSError, apsw.Error):
-                tree.commit(durable=True, settle=False)
+                tree.save()
         else:
             _commit_until_saved(tree)
         pyfuse3.close(unmount=not state.detached)
@@ -222,7 +222,7 @@ def _commit_until_saved(tree: Tree) -> None:
     last_logged = 0.0
     while True:
         try:
-            tree.commit(durable=True, settle=False)
+            tree.save()
             return
         except OSError as e:
             if time.monotonic() - last_logged >= FAILURE_LOG_INTERVAL:
@@ -398,7 +398,7 @@ def _stop(state: DaemonState, why: str, *, until_saved: bool = True) -> OSError 
     if state.stopping:
         return None
     try:
-        state.tree.commit(durable=True, settle=False)
+        state.tree.save()
     except OSError as e:
         _saving_failed(state, e)
         if until_saved:
@@ -551,7 +551,7 @@ def _join(state: DaemonState, msg: dict[str, Any]) -> Reply:
         # Every run starts with a checkpoint (none when nothing changed since the last one);
         # a full disk costs the run its checkpoint, not its start.
         try:
-            state.tree.commit(settle=False)
+            state.tree.commit(hold_whiteouts=False)
             state.tree.store.mark("run", _run_label(msg), msg.get("run_id"), msg.get("role"))
         except (OSError, apsw.Error) as e:
             log.warning("no checkpoint at the start of run %s: %s", msg.get("run_id"), e)
@@ -566,7 +566,7 @@ def _run_label(msg: dict[str, Any]) -> str:
 
 
 def _checkpoint(state: DaemonState, msg: dict[str, Any]) -> Reply:
-    state.tree.commit(durable=True, settle=False)
+    state.tree.save()
     cp = state.tree.store.mark(
         str(msg.get("kind") or "manual"),
         str(msg.get("message") or ""),
@@ -583,7 +583,7 @@ def _rewind(state: DaemonState, msg: dict[str, Any]) -> Reply:
     tree = state.tree
     assert tree.store.history is not None
     # What the rewind changes is read from delta.db: the writes still pending count too.
-    tree.commit(durable=True, settle=False)
+    tree.save()
     writers = {int(ino): (pid, path) for pid, ino, path in msg.get("writers") or ()}
     changed = tree.store.history.changed_inodes(int(msg["target"]))
     held = sorted(set(writers) & changed)
@@ -616,7 +616,7 @@ def _trim(state: DaemonState, msg: dict[str, Any]) -> Reply:
     between the commit and the trim, and the history the tree saves to is reloaded after."""
     tree = state.tree
     assert tree.store.history is not None
-    tree.commit(durable=True, settle=False)
+    tree.save()
     pruned = tree.store.history.prune(int(msg["keep"]), int(msg["max_age_ns"]), time.time_ns())
     dropped = retention.trim_log(
         tree.store.conn,
@@ -633,7 +633,7 @@ def _trim(state: DaemonState, msg: dict[str, Any]) -> Reply:
 
 
 def _sync(state: DaemonState, msg: dict[str, Any]) -> Reply:
-    state.tree.commit(durable=True, settle=False)
+    state.tree.save()
     return {"ok": True}, None
 
 
@@ -642,7 +642,7 @@ def _copy(state: DaemonState, msg: dict[str, Any]) -> Reply:
     if not isinstance(dest, str) or not _copy_target(state, dest):
         return {"ok": False, "error": "copy goes to delta.db of a new session's dir"}, None
     # On the event loop: no request is served until the copy is whole (see services/fork.py).
-    state.tree.commit(durable=True, settle=False)
+    state.tree.save()
     try:
         copy_delta(state.tree.store.path, dest)
     except (OSError, apsw.Error) as e:
@@ -674,7 +674,7 @@ def _drop(state: DaemonState, msg: dict[str, Any]) -> Reply:
     drop = [p for p in (os.fsencode(p) for p in msg.get("paths", [])) if p not in kept]
     dropped = state.tree.drop(drop)
     state.tree.restamp([os.fsencode(p) for p in msg.get("restamp", [])])
-    state.tree.commit(durable=True, settle=False)
+    state.tree.save()
     state.stale_entries.extend(dropped)
     return {"ok": True, "dropped": len(dropped), "kept": [os.fsdecode(p) for p in kept]}, None
 

@@ -503,7 +503,7 @@ class Filesystem(pyfuse3.Operations):
         return
 
     async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
-        self.tree.commit(durable=True, settle=False)
+        self.tree.save()
 
     # ---------------------------------------------------------------- directories
 
@@ -557,7 +557,7 @@ class Filesystem(pyfuse3.Operations):
         self.listings.pop(fh, None)
 
     async def fsyncdir(self, fh: FileHandleT, datasync: bool) -> None:
-        self.tree.commit(durable=True, settle=False)
+        self.tree.save()
 
     # ---------------------------------------------------------------- extended attributes
 

@@ -263,10 +263,17 @@ class LookupTree:
         self.nodes[ROOT_INODE] = root
         self._pending.nodes.add(ROOT_INODE)
 
-    def commit(self, *, durable: bool = False, settle: bool = True) -> None:
+    def save(self) -> None:
+        """Persist everything pending now, durably, the whiteouts of directories still being
+        emptied included: what a reader of delta.db that comes next (a sync, a checkpoint, a
+        rewind, a stop) must find there."""
+        self.commit(durable=True, hold_whiteouts=False)
+
+    def commit(self, *, durable: bool = False, hold_whiteouts: bool = True) -> None:
         """Persist everything changed since the last commit in one transaction.
 
-        With `settle`, whiteouts of directories still being emptied wait for a later commit.
+        With `hold_whiteouts`, whiteouts of directories still being emptied wait for a later
+        commit (an `rm -rf` in progress is written once, as the directory's whiteout).
         """
         p = self._pending
         now = time.monotonic_ns()
@@ -280,7 +287,7 @@ class LookupTree:
                 continue
             parent = self.nodes.get(key[0])
             if (
-                settle
+                hold_whiteouts
                 and ino == 0
                 and parent is not None
                 and now - parent.quiet_since < WHITEOUT_SETTLE_NS

@@ -319,7 +319,7 @@ def drop_paths(
             kept = tree.written_since({os.fsencode(p): s for p, s in (expect or {}).items()})
             tree.drop([p for p in (os.fsencode(p) for p in paths) if p not in kept])
             tree.restamp([os.fsencode(p) for p in restamp])
-            tree.commit(durable=True, settle=False)
+            tree.save()
         finally:
             store.close()
         return [os.fsdecode(p) for p in kept]
