@@ -119,6 +119,24 @@ def test_an_edit_just_before_the_first_status_is_in_it(mounted: Mounted) -> None
     assert counted(trace, "opendir") == 2
 
 
+def test_an_edit_after_the_sweep_ahead_is_in_the_first_status(mounted: Mounted) -> None:
+    """The worktree is swept against the real index when the view first shows it, before git
+    asks: what changed after that sweep comes from the worktree watch."""
+    settled(mounted.lower)
+    mounted.wait_watched()
+    assert (mounted.mnt / ".git" / "index").read_bytes()[:4] == b"DIRC"  # shown: swept
+    time.sleep(0.5)  # (no timing asserted: only that the sweep is likely over)
+    (mounted.lower / "README").write_text("Readme\n")  # same size: only its times tell
+    os.chmod(mounted.lower / "bin" / "tool", 0o644)
+    (mounted.lower / "src" / "later.py").write_text("new\n")
+    out, trace = first_status(mounted)
+    assert "query/trivial-response" not in trace
+    assert counted(trace, "/sum_lstat") <= 6
+    assert out == status(mounted, monitored=False)
+    assert "? src/later.py" in out and "1 .M N... 100755 100755 100644" in out
+    assert "1 .M N... 100644 100644 100644" in out  # README
+
+
 def test_a_real_index_changed_after_it_was_shown_is_not_trusted(mounted: Mounted) -> None:
     settled(mounted.lower)
     assert (mounted.mnt / ".git" / "index").read_bytes()[:4] == b"DIRC"  # shown once
