@@ -155,14 +155,24 @@ class IndexView:
             swept.mark = self.mark()
             if swept.mark is not None:
                 swept.dirty = self._worktree_dirty(shown)
+            else:
+                with self._lock:  # the watch not in place: the next start tries again
+                    if self._swept is swept:
+                        self._swept = None
         finally:
             swept.done.set()
 
     def wait_swept(self, timeout: float) -> None:
-        """Until the sweep started ahead is done (from a thread: it needs no event loop)."""
-        swept = self._swept
-        if swept is not None:
+        """Until the sweep started ahead is done, started now if none is (from a thread: it
+        needs no event loop, and a sweep in the loop's thread would hold up the view)."""
+        for _ in range(2):  # again if the one found started before the watch was in place
+            self._start_sweep()
+            swept = self._swept
+            if swept is None:
+                return
             swept.done.wait(timeout)
+            if swept.mark is not None:
+                return
 
     def changed(
         self, token: str, tree: Tree, since: Callable[[Mark], list[bytes] | None]
