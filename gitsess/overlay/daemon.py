@@ -721,7 +721,7 @@ def _fsmonitor(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
 
 
 def _mark(state: DaemonState) -> Mark | None:
-    """Where the worktree watch stands (its connection, the journal's token), None while it
+    """Where the lower watch stands (its connection, the journal's token), None while it
     is not in place: a sweep of the worktree started now misses nothing the journal holds
     after this."""
     watcher = state.watcher
@@ -750,7 +750,7 @@ def _since_mark(state: DaemonState, mark: Mark) -> list[bytes] | None:
 
 
 async def _sweep_ahead(state: DaemonState) -> None:
-    """Once the worktree watch is in place, the real index is parsed and swept (see
+    """Once the lower watch is in place, the real index is parsed and swept (see
     `IndexView.sweep_ahead`) before git asks: a session's first command is usually a status."""
     view, watcher = state.tree.index_view, state.watcher
     if view is None:

@@ -10,7 +10,7 @@ would check it) or is racily clean. The untracked cache is kept, moved to the mo
 a name is given in each of its directories git must list again.
 
 The worktree part of that answer (`_worktree_dirty`: an `lstat` of every entry, 5,001 on the
-bench's corpus) is swept ahead, in a thread, as soon as the worktree watch is in place (the
+bench's corpus) is swept ahead, in a thread, as soon as the lower watch is in place (the
 daemon's `_sweep_ahead`) or git first reads the index: the sweep first marks where the watch's
 journal stands (`mark`, after a sync with the watch), so what changes during or after it is in
 the journal after the mark, and the query answers the sweep plus the journal since the mark.
@@ -48,7 +48,7 @@ TOKEN_PREFIX = "gitsess-index:"
 UNLISTED = b".gitsess-unlisted"
 
 
-# What the worktree watch had reported when a sweep started (see `IndexView.mark`).
+# What the lower watch had reported when a sweep started (see `IndexView.mark`).
 Mark = tuple[int, str]
 
 
@@ -93,7 +93,7 @@ class IndexView:
         self._swept: _Swept | None = None
         self._lock = threading.Lock()
         self._parsing = threading.Lock()
-        # Where the worktree watch stands once it reported every change made before the call,
+        # Where the lower watch stands once it reported every change made before the call,
         # None while it is not in place (set by the daemon; called from a thread of its own).
         self.mark: Callable[[], Mark | None] = lambda: None
 
@@ -144,7 +144,7 @@ class IndexView:
 
     def sweep_ahead(self) -> None:
         """Parses the real index now and starts its sweep (`_sweep`) in a thread, if the
-        worktree watch is in place (the view just mounted: the first status then finds it
+        lower watch is in place (the view just mounted: the first status then finds it
         done)."""
         if self.shown() is not None:
             self._start_sweep()
@@ -193,7 +193,7 @@ class IndexView:
         """For a `token_for` token: the paths git must check itself (the session's own, the
         entries whose worktree file does not match, a name in each directory whose untracked
         files git must list again); None when the real index is no longer the one the token
-        names (git then checks everything). `since` says what the worktree watch reported
+        names (git then checks everything). `since` says what the lower watch reported
         after a mark (None: it cannot), which makes a sweep done ahead as good as one now."""
         shown = self._shown
         if shown is None or token != token_for(shown.identity):

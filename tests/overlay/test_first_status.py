@@ -123,7 +123,7 @@ def test_an_edit_just_before_the_first_status_is_in_it(mounted: Mounted) -> None
 
 def test_an_edit_after_the_sweep_ahead_is_in_the_first_status(mounted: Mounted) -> None:
     """The worktree is swept against the real index when the view first shows it, before git
-    asks: what changed after that sweep comes from the worktree watch."""
+    asks: what changed after that sweep comes from the lower watch."""
     settled(mounted.lower)
     mounted.wait_watched()
     assert (mounted.mnt / ".git" / "index").read_bytes()[:4] == b"DIRC"  # shown: swept
@@ -140,7 +140,7 @@ def test_an_edit_after_the_sweep_ahead_is_in_the_first_status(mounted: Mounted) 
 
 
 def watch_processes(daemon: int) -> set[int]:
-    """The worktree watches the daemon started (a killed one stays, a zombie, until reaped)."""
+    """The lower watches the daemon started (a killed one stays, a zombie, until reaped)."""
     kids: set[int] = set()
     for task in os.listdir(f"/proc/{daemon}/task"):
         with open(f"/proc/{daemon}/task/{task}/children") as f:
