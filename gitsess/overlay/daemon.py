@@ -47,7 +47,7 @@ from gitsess.overlay.audit import Attribution
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
-from gitsess.overlay.index_view import INDEX, TOKEN_PREFIX, IndexView
+from gitsess.overlay.index_view import INDEX, TOKEN_PREFIX, IndexView, Mark
 from gitsess.overlay.kvtable import kv_get, kv_put, kv_remove
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.lower_watcher import LowerWatcher
@@ -265,6 +265,7 @@ async def _serve(
         if not state.persistent:
             nursery.start_soon(_first_join_deadline, state)
         _ready(ready_fd, "ready")
+        nursery.start_soon(_sweep_ahead, state)
         log.info("serving %s (pid %d)", state.mountpoint, os.getpid())
         nursery.start_soon(
             lambda: trio.to_thread.run_sync(
@@ -482,6 +483,9 @@ async def _client(state: DaemonState, stream: trio.SocketStream) -> None:
                         if isinstance(msg, dict) and msg.get("op") == protocol.FSMONITOR:
                             first = str(msg.get("token", "")).startswith(TOKEN_PREFIX)
                             synced = await _lower_synced(state, wait=first)
+                            view = state.tree.index_view
+                            if first and synced and view is not None:
+                                await trio.to_thread.run_sync(view.wait_swept, WATCH_WAIT)
                             reply, joined = _fsmonitor(state, msg, synced)
                         else:
                             reply, joined = _handle(state, msg)
@@ -706,7 +710,7 @@ def _fsmonitor(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
     elif since.startswith(TOKEN_PREFIX):
         shown, view = state.tree.resolve(INDEX), state.tree.index_view
         if view is not None and shown is not None and not shown.upper:
-            paths = view.changed(since, state.tree)
+            paths = view.changed(since, state.tree, lambda mark: _since_mark(state, mark))
     else:
         paths = journal.since(since)
     return {
@@ -714,6 +718,52 @@ def _fsmonitor(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
         "token": token,
         "paths": None if paths is None else [os.fsdecode(p) for p in paths],
     }, None
+
+
+def _mark(state: DaemonState) -> Mark | None:
+    """Where the lower watch stands (its connection, the journal's token), None while it
+    is not in place: a sweep of the worktree started now misses nothing the journal holds
+    after this."""
+    watcher = state.watcher
+    connection = watcher.connection() if watcher is not None else None
+    if connection is None or not state.tree.watched:
+        return None
+    return connection, state.tree.journal.token()
+
+
+def _synced_mark(state: DaemonState) -> Mark | None:
+    """`_mark` once the journal holds what the watch saw before now (from a thread): what
+    changed just before the sweep, the sweep sees, and need not be in its answer too."""
+    watcher = state.watcher
+    if watcher is None or not watcher.sync(LOWER_SYNC_TIMEOUT):
+        return None
+    return _mark(state)
+
+
+def _since_mark(state: DaemonState, mark: Mark) -> list[bytes] | None:
+    """What the journal holds after `mark`, None when changes may have gone unreported since
+    (the watch connected anew)."""
+    watcher = state.watcher
+    if watcher is None or watcher.connection() != mark[0]:
+        return None
+    return state.tree.journal.since(mark[1])
+
+
+async def _sweep_ahead(state: DaemonState) -> None:
+    """Once the lower watch is in place, the real index is parsed and swept (see
+    `IndexView.sweep_ahead`) before git asks: a session's first command is usually a status."""
+    view, watcher = state.tree.index_view, state.watcher
+    if view is None:
+        return
+    view.mark = lambda: _synced_mark(state)
+    while watcher is not None and watcher.trying():
+        if _mark(state) is not None:
+            index = state.tree.resolve(INDEX)
+            if index is None or index.upper:
+                return  # the session's own index: not the real one's to sweep
+            await trio.to_thread.run_sync(view.sweep_ahead, abandon_on_cancel=True)
+            return
+        await trio.sleep(0.01)
 
 
 def _persist(state: DaemonState, msg: dict[str, Any]) -> Reply:
