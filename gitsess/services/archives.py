@@ -46,7 +46,8 @@ from gitsess.services import kv as kv_service
 from gitsess.services import live, session_git
 from gitsess.services.apply_journal import prepare
 from gitsess.services.fork import insert, undo
-from gitsess.services.real_tree import open_view, real_root
+from gitsess.services.handle import SessionHandle
+from gitsess.services.real_tree import real_root
 from gitsess.services.viewwrite import ViewWriter, view_writer
 from gitsess.store.registry import Registry, Session
 
@@ -66,13 +67,13 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
     Only what git can hold is kept: tracked and untracked-not-ignored files and symlinks (not
     ignored files, permission bits other than the executable bit, empty directories).
     """
-    if not (ctx.session_dir(session.id) / "delta.db").exists():
+    if not SessionHandle(ctx, session).delta.exists():
         return Archived(None)  # never mounted: nothing was ever written
     if not session.worktree.is_dir():
         return Archived(None, (f"{session.worktree} is gone: the session's changes could not "
                                "be compared with it and were not archived",))  # fmt: skip
 
-    with prepare(ctx, session) as p, open_view(ctx, p.session, p.root) as view:
+    with prepare(ctx, session) as p, p.handle.view(p.root) as view:
         changes = compute_changes(view, p.repo)
         s = p.session
         git = session_git.own_commits(view, p.repo, s, p.root)
@@ -109,10 +110,10 @@ def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
 
     with prepare(ctx, session) as p:
         base = p.session.base_commit
-        if not (ctx.session_dir(session.id) / "delta.db").exists():
+        if not p.handle.delta.exists():
             return Snapshot(p.session, commit_tree(p.repo, base), 0, tuple(p.notes))
         with (
-            open_view(ctx, p.session, p.root) as view,
+            p.handle.view(p.root) as view,
             scratch_repo(p.repo, view) as scratch,
         ):
             changes = compute_changes(view, p.repo)

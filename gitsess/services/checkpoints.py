@@ -24,7 +24,8 @@ from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.history import Checkpoint, Operation
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
-from gitsess.services import live, sealed
+from gitsess.services import sealed
+from gitsess.services.handle import SessionHandle
 from gitsess.store.registry import Session
 
 # Retention defaults (see `Retention`).
@@ -218,7 +219,7 @@ def rewind_paths(
     changes = compare(ctx, session, target, None, pathspecs)
     before = checkpoint(ctx, session, f"before rewind of paths to {target}", kind="rewind")
     with (
-        live.open_view(ctx, session, target) as old,
+        SessionHandle(ctx, session).view(at=target) as old,
         view_writer(ctx, session, real_root(session)) as writer,
     ):
         for change in changes:
@@ -337,7 +338,8 @@ def compare(
 ) -> list[PathChange]:
     """What changed from checkpoint `from_cp` to `to_cp` (default: the session now), among the
     paths the session touched in either (its `.git` aside)."""
-    with live.open_view(ctx, session, from_cp) as old, live.open_view(ctx, session, to_cp) as new:
+    handle = SessionHandle(ctx, session)
+    with handle.view(at=from_cp) as old, handle.view(at=to_cp) as new:
         paths = sorted(
             {p for view in (old, new) for top in view.touched_paths() for p in _files(view, top)}
         )
