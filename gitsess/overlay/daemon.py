@@ -25,7 +25,7 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, guard, history, presence, protocol, retention
+from gitsess.overlay import control, guard, history, layout, presence, protocol, retention
 from gitsess.overlay.audit import Attribution
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
@@ -750,7 +750,9 @@ def _copy_target(state: DaemonState, dest: str) -> bool:
     user beside this session's own dir, with nothing there yet (no link to follow)."""
     own_dir = os.path.dirname(os.path.abspath(state.tree.store.path))
     new_dir = os.path.dirname(dest)
-    if os.path.basename(dest) != "delta.db" or os.path.dirname(new_dir) != os.path.dirname(own_dir):
+    if os.path.basename(dest) != layout.DELTA or (
+        os.path.dirname(new_dir) != os.path.dirname(own_dir)
+    ):
         return False
     try:
         st = os.lstat(new_dir)

@@ -134,7 +134,7 @@ def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
     The view is laid over a stand-in holding what the worktree held: its branch's tip (git
     refuses to remove a worktree with uncommitted changes), else the session's base.
     """
-    delta = ctx.session_dir(session.id) / "delta.db"
+    delta = SessionHandle(ctx, session).delta
     if not delta.exists():
         return []
     status = mount.status(ctx.session_dir(session.id))

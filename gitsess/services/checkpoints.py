@@ -59,7 +59,7 @@ class Rewind:
 
 
 def _delta(ctx: RepoContext, session: Session) -> str:
-    return str(ctx.session_dir(session.id) / "delta.db")
+    return str(SessionHandle(ctx, session).delta)
 
 
 @contextmanager
@@ -298,7 +298,7 @@ class Trimmed:
 def trim(ctx: RepoContext, session: Session, keep: Retention) -> Trimmed | None:
     """Apply the retention to a session, through its daemon when it is mounted (None: it has
     no delta)."""
-    if not (ctx.session_dir(session.id) / "delta.db").exists():
+    if not SessionHandle(ctx, session).delta.exists():
         return None
     now = time.time_ns()
     far = 1 << 62

@@ -31,7 +31,7 @@ from gitsess.git import tracking
 from gitsess.git.archive_commits import delete_archive, list_archives
 from gitsess.git.changes import compute_changes
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import mounttable
+from gitsess.overlay import layout, mounttable
 from gitsess.runtime import mount, strays
 from gitsess.services import (
     apply_journal,
@@ -162,7 +162,7 @@ def sweep_stale_mounts(ctx: RepoContext, *, dry_run: bool = False) -> list[Actio
     """Mounts left behind by a daemon that died (kill -9, crash): unmounted."""
     actions = []
     for s in _sessions(ctx):
-        mountpoint = ctx.session_dir(s.id) / "mnt"
+        mountpoint = ctx.session_dir(s.id) / layout.MOUNTPOINT
         if mount.status(ctx.session_dir(s.id)) is None and mounttable.is_mount_point(mountpoint):
             action = Action(
                 "stale-mount", "mount", str(mountpoint), "unmount", "its daemon is gone"
@@ -432,8 +432,8 @@ def sweep_orphan_dirs(ctx: RepoContext, *, dry_run: bool = False) -> list[Action
 
 def _delete_orphan(ctx: RepoContext, directory: Path) -> None:
     status = mount.status(directory)
-    mount.stop(directory, Path(status.mountpoint) if status else directory / "mnt")
-    if mounttable.is_mount_point(directory / "mnt"):
+    mount.stop(directory, Path(status.mountpoint) if status else directory / layout.MOUNTPOINT)
+    if mounttable.is_mount_point(directory / layout.MOUNTPOINT):
         # deleting through a live view would delete the view's files, not the directory
         raise GitsessError(f"{directory / 'mnt'} is still mounted")
     with _registry(ctx) as registry:

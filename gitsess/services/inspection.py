@@ -18,6 +18,7 @@ import apsw
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
 from gitsess.git.view import Entry, Kind
+from gitsess.overlay import layout
 from gitsess.overlay.delta import DamagedDelta, DeltaStore, data_bytes
 from gitsess.overlay.retention import Bytes as Bytes  # (re-exported: `show` renders it)
 from gitsess.overlay.retention import bytes_by_kind
@@ -213,7 +214,7 @@ def drift(session: Session, session_dir: Path) -> list[Drift]:
     The daemon records drift as it happens; a path the session no longer holds (applied, or
     dropped) has nothing left to conflict with and is left out.
     """
-    delta = session_dir / "delta.db"
+    delta = layout.delta(session_dir)
     mount.sync(session_dir)
     with DeltaReader(delta) as reader:
         rows = reader.drift()
