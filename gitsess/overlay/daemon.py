@@ -25,6 +25,7 @@ import apsw
 import pyfuse3
 import trio
 
+from gitsess.git.view import Stamp
 from gitsess.overlay import control, guard, history, layout, presence, protocol, retention
 from gitsess.overlay.audit import Attribution
 from gitsess.overlay.delta import DeltaStore, copy_delta
@@ -649,8 +650,8 @@ def _status(state: DaemonState, msg: dict[str, Any]) -> Reply:
 def _drop(state: DaemonState, msg: dict[str, Any]) -> Reply:
     # Checked here, between two requests, not by the asker: a write that came in since
     # it looked must not be dropped (see `Tree.written_since`).
-    expect: dict[bytes, tuple[int, int, int] | None] = {
-        os.fsencode(p): None if s is None else (int(s[0]), int(s[1]), int(s[2]))
+    expect: dict[bytes, Stamp | None] = {
+        os.fsencode(p): None if s is None else Stamp(int(s[0]), int(s[1]), int(s[2]))
         for p, s in (msg.get("expect") or {}).items()
     }
     kept = state.tree.written_since(expect)

@@ -35,7 +35,7 @@ from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, ChangeSet, compute_changes
 from gitsess.git.repo import RepoContext
 from gitsess.git.scratch import scratch_repo
-from gitsess.git.view import Entry
+from gitsess.git.view import Entry, Stamp, kind_of
 from gitsess.services.handle import SessionHandle
 from gitsess.services.real_tree import open_real, real_root
 from gitsess.store.registry import Session
@@ -43,9 +43,6 @@ from gitsess.store.registry import Session
 # The git layer's apply module is imported where it is used (see services/apply.py).
 if TYPE_CHECKING:
     from gitsess.git.apply_commit import CommitResult
-
-# (kind, mode, size, mtime_ns) as the view reported it, or None for an absent path
-Stamp = tuple[str, int, int, int] | None
 
 
 @contextmanager
@@ -62,13 +59,13 @@ def _locked(session: SessionHandle) -> Iterator[None]:
         os.close(fd)
 
 
-def stamp(entry: Entry | None) -> Stamp:
-    return None if entry is None else (entry.kind, entry.mode, entry.size, entry.mtime_ns)
+def stamp(entry: Entry | None) -> Stamp | None:
+    """The path's state as the view reports it (None: absent)."""
+    return Stamp.of(entry)
 
 
-def new_stamp(change: Change) -> Stamp:
-    new = change.new
-    return None if new is None else (new.kind, new.mode, new.size, new.mtime_ns)
+def new_stamp(change: Change) -> Stamp | None:
+    return Stamp.of(change.new)
 
 
 def _parent(path: str) -> str:
@@ -103,7 +100,7 @@ class ApplyJournal:
     target: Literal["commit", "worktree"]
     paths: list[str]  # what the apply writes into the real tree
     drop: list[str]  # what then leaves the delta
-    expect: dict[str, Stamp]  # ... unless it no longer has this state (written to meanwhile)
+    expect: dict[str, Stamp | None]  # ... unless it no longer has this state (written to meanwhile)
     result: CommitResult | None  # the prepared commit, for "commit"
     base: str | None  # the session's base after the apply ...
     move_base: bool  # ... when it moves
@@ -113,7 +110,7 @@ class ApplyJournal:
             "target": self.target,
             "paths": self.paths,
             "drop": self.drop,
-            "expect": self.expect,
+            "expect": {p: _stamp_json(s) for p, s in self.expect.items()},
             "result": None if self.result is None else self.result.to_json(),
             "base": self.base,
             "move_base": self.move_base,
@@ -195,11 +192,7 @@ def settle(
     # checked again where the drop happens: a write may come in between the look above and it
     # (the session's git state handed back to the real repository is not compared: the view
     # never reports `.git`)
-    expected = {
-        p: _mode_size_mtime(expect.get(p))
-        for p in drop
-        if p in expect and not p.startswith(".git/")
-    }
+    expected = {p: expect.get(p) for p in drop if p in expect and not p.startswith(".git/")}
     late = session.drop_paths(drop, sorted(set(restamp)), expected, root=root)
     drop = [p for p in drop if p not in set(late)]
     moved = [*moved, *(p for p in late if p in expect)]
@@ -209,12 +202,13 @@ def settle(
     return drop, moved
 
 
-def _mode_size_mtime(value: Stamp) -> tuple[int, int, int] | None:
-    return None if value is None else (int(value[1]), int(value[2]), int(value[3]))
+def _stamp_json(value: Stamp | None) -> list[Any] | None:
+    return None if value is None else [kind_of(value.mode), *value]
 
 
-def _as_stamp(value: Any) -> Stamp:
-    return None if value is None else (value[0], value[1], value[2], value[3])
+def _as_stamp(value: Any) -> Stamp | None:
+    """From the file's [kind, mode, size, mtime_ns] (the kind is in the mode too)."""
+    return None if value is None else Stamp(int(value[1]), int(value[2]), int(value[3]))
 
 
 @dataclass(frozen=True)

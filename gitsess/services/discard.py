@@ -13,7 +13,8 @@ from gitsess.git.changes import Change, compute_changes, touched_roots
 from gitsess.git.diff import read_real
 from gitsess.git.pathspec import Pathspec
 from gitsess.git.repo import RepoContext
-from gitsess.services.apply_journal import Stamp, droppable, new_stamp, prepare, reconcile, stamp
+from gitsess.git.view import Stamp
+from gitsess.services.apply_journal import droppable, new_stamp, prepare, reconcile, stamp
 from gitsess.services.handle import SessionHandle
 from gitsess.services.real_tree import open_real, real_root
 from gitsess.services.viewwrite import view_writer
@@ -26,7 +27,7 @@ class DiscardPlan:
     drop: tuple[str, ...]  # whole touched paths that leave the delta
     # changes below a touched directory that keeps other changes: set back to the real state
     revert: tuple[Change, ...]
-    expect: dict[str, Stamp]
+    expect: dict[str, Stamp | None]
 
 
 @dataclass(frozen=True)

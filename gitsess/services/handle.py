@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
+from gitsess.git.view import Stamp
 from gitsess.overlay import layout
 from gitsess.runtime import mount
 from gitsess.store.registry import Registry, Session
@@ -128,7 +129,7 @@ class SessionHandle:
         self,
         paths: Sequence[str],
         restamp: Sequence[str] = (),
-        expect: Mapping[str, tuple[int, int, int] | None] | None = None,
+        expect: Mapping[str, Stamp | None] | None = None,
         *,
         root: Path | None = None,
     ) -> list[str]:

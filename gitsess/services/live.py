@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
+from gitsess.git.view import Stamp
 from gitsess.overlay import fsmonitor_hook, protocol
 from gitsess.runtime import mount, strays
 from gitsess.runtime.strays import Stray as Stray  # (re-exported: `ps` renders it)
@@ -259,11 +260,11 @@ def drop_paths(
     session: Session,
     paths: Sequence[str],
     restamp: Sequence[str] = (),
-    expect: Mapping[str, tuple[int, int, int] | None] | None = None,
+    expect: Mapping[str, Stamp | None] | None = None,
 ) -> list[str]:
     """Take applied paths out of the delta, through the live daemon when there is one, and
     record the worktree's state anew for `restamp` paths (directories apply wrote into).
-    `expect` gives paths' (mode, size, mtime) as the apply read them: one the session wrote to
+    `expect` gives paths' stamps as the apply read them: one the session wrote to
     since (checked where no write can come in between) stays, with the directories above it.
     Returns the paths kept so."""
     if not paths and not restamp:
