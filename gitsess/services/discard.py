@@ -17,7 +17,6 @@ from gitsess.git.view import Stamp
 from gitsess.services.apply_journal import droppable, new_stamp, prepare, reconcile, stamp
 from gitsess.services.handle import SessionHandle
 from gitsess.services.real_tree import open_real, real_root
-from gitsess.services.viewwrite import view_writer
 from gitsess.store.registry import Session
 
 
@@ -86,7 +85,7 @@ def discard(ctx: RepoContext, session: Session, plan: DiscardPlan) -> Discarded:
         revert = [c for c in plan.revert if c.path not in stay]
         p.handle.drop_paths(drop, root=p.root)
         if revert:
-            _revert(ctx, p.session, p.root, revert)
+            _revert(p.handle, p.root, revert)
     return Discarded(tuple(drop), tuple(c.path for c in revert), tuple(moved), tuple(p.notes))
 
 
@@ -111,12 +110,12 @@ def discard_commits(ctx: RepoContext, session: Session) -> tuple[str, ...]:
         return git.commits
 
 
-def _revert(ctx: RepoContext, session: Session, root: Path, changes: Sequence[Change]) -> None:
+def _revert(session: SessionHandle, root: Path, changes: Sequence[Change]) -> None:
     """Set each path of the view to its real state: removals deepest first, then the rest
     shallowest first (a directory before what goes into it)."""
     gone = sorted((c for c in changes if c.old is None), key=lambda c: c.path, reverse=True)
     made = sorted((c for c in changes if c.old is not None), key=lambda c: c.path)
-    with view_writer(ctx, session, root) as writer:
+    with session.writer(root) as writer:
         for change in gone:
             writer.remove(change.path)
         for change in made:
