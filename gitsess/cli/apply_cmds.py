@@ -39,8 +39,9 @@ from gitsess.cli.group import cli
 from gitsess.errors import GitsessError
 from gitsess.services import apply as applying
 from gitsess.services import discard as discarding
-from gitsess.services import live, sessions
+from gitsess.services import sessions
 from gitsess.services.apply import Change
+from gitsess.services.handle import SessionHandle
 from gitsess.services.sessions import RepoContext, Session, discover
 
 if TYPE_CHECKING:
@@ -121,13 +122,14 @@ def _target(
     positional: Sequence[str],
     offsets: Sequence[str],
     option: str | None,
-) -> tuple[Session, list[str]]:
+) -> tuple[SessionHandle, list[str]]:
     """The session and its root-relative pathspecs from a command's arguments."""
+    found: dict[str, Session] = {}  # (what `is_session` resolved is the session, when it is)
 
     def is_session(text: str) -> bool:
         # Only "no such session": a registry that cannot be read is that error, not a guess.
         try:
-            sessions.resolve(ctx, text)
+            found[text] = sessions.resolve(ctx, text)
         except sessions.NoSuchSession:
             return False
         return True
@@ -141,11 +143,14 @@ def _target(
         is_path=os.path.lexists,
     )
     ref, _ = session_ref([first] if first is not None else [], 0, offsets, option)
-    session = sessions.resolve(ctx, ref)
-    roots = [session.worktree, live.mountpoint_of(ctx, session)]
+    row = found.get(ref) if ref is not None else None
+    handle = SessionHandle(ctx, row or sessions.resolve(ctx, ref))
+    if not specs:
+        return handle, []
+    roots = [handle.row.worktree, handle.mountpoint()]
     if ctx.worktree is not None:
         roots.append(ctx.worktree)
-    return session, applying.root_pathspecs(specs, Path.cwd(), roots)
+    return handle, applying.root_pathspecs(specs, Path.cwd(), roots)
 
 
 def _notes(notes: Sequence[str]) -> None:
@@ -232,7 +237,8 @@ def diff(
     if sum((show_stat, name_status, name_only, as_json)) > 1:
         raise click.UsageError("give one of --stat, --name-status, --name-only, --json")
     ctx = discover()
-    session, specs = _target(ctx, args, offsets, session_option)
+    handle, specs = _target(ctx, args, offsets, session_option)
+    session = handle.row
     if from_cp is not None or to_cp is not None:
         _diff_checkpoints(ctx, session, specs, from_cp, to_cp, name_status or name_only, as_json)
         return
@@ -240,7 +246,7 @@ def diff(
     width = shutil.get_terminal_size().columns if tty else 80
     result, notes = applying.diff(
         ctx,
-        session,
+        handle,
         specs,
         include_ignored=ignored,
         binary=binary,
@@ -394,24 +400,25 @@ def apply(
         output=output, mbox=mbox, force=force, as_json=as_json,
     )  # fmt: skip
     ctx = discover()
-    session, specs = _target(ctx, args, offsets, session_option)
+    handle, specs = _target(ctx, args, offsets, session_option)
+    session = handle.row  # (as the command began: the apply may move its base)
     signature = parse_author(author) if author is not None else None
     if to_commit:
         from gitsess.services import gate
 
         outcome = gate.commit(
-            ctx, session, specs, message=message or _default_message(session), branch=branch,
+            ctx, handle, specs, message=message or _default_message(session), branch=branch,
             author=signature, include_ignored=ignored, force=force, dry_run=dry_run,
             squash=squash, test=test, retries=retries, queue_timeout=queue_timeout,
         )  # fmt: skip
     elif to_patch:
         outcome = applying.apply_to_patch(
-            ctx, session, specs, mbox=mbox, message=message or _default_message(session),
+            ctx, handle, specs, mbox=mbox, message=message or _default_message(session),
             author=signature, include_ignored=ignored, dry_run=dry_run,
         )  # fmt: skip
     else:
         outcome = applying.apply_to_worktree(
-            ctx, session, specs, include_ignored=ignored, force=force, dry_run=dry_run
+            ctx, handle, specs, include_ignored=ignored, force=force, dry_run=dry_run
         )
     _notes(outcome.notes)
     if dry_run:
@@ -640,7 +647,8 @@ def discard(
     if as_json and not yes:
         raise click.UsageError("--json prints no question: pass -y too")
     ctx = discover()
-    session, specs = _target(ctx, args, offsets, session_option)
+    handle, specs = _target(ctx, args, offsets, session_option)
+    session = handle.row
     if (commits or everything) and specs:
         raise click.UsageError(f"--{'commits' if commits else 'all'} takes no pathspecs")
     from gitsess.services import inspection

@@ -40,7 +40,7 @@ from gitsess.git.changes import (
     touched_roots,
 )
 from gitsess.git.repo import Head, common_dir, head_of, open_worktree, worktree_paths
-from gitsess.git.view import SessionView
+from gitsess.git.view import SessionView, Stamp
 
 HEADS = "refs/heads/"
 # While `git branch -m` runs, git 2.39 deletes the old ref (running the reference-transaction
@@ -227,8 +227,8 @@ def stand_in(repo: pygit2.Repository, commit: str | None, parent: Path) -> Itera
         shutil.rmtree(top, ignore_errors=True)
 
 
-# (kind, mode, size, mtime_ns) of every entry below a path, as the view shows it
-Stamps = dict[str, tuple[str, int, int, int]]
+# every entry below a path, as the view shows it
+Stamps = dict[str, Stamp]
 
 
 @dataclass(frozen=True)
@@ -279,7 +279,7 @@ def _view_entries(
         entry = view.entry(current)
         if entry is None:
             continue
-        stamps[current] = (entry.kind, entry.mode, entry.size, entry.mtime_ns)
+        stamps[current] = Stamp(entry.mode, entry.size, entry.mtime_ns)
         if entry.kind == "dir":
             pending += [f"{current}/{name}" for name in view.listdir(current)]
         elif entry.kind == "symlink":

@@ -10,7 +10,7 @@ import stat
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import BinaryIO, Literal, Protocol
+from typing import BinaryIO, Literal, NamedTuple, Protocol
 
 Kind = Literal["file", "dir", "symlink", "other"]
 
@@ -34,6 +34,32 @@ class Entry:
     mode: int  # full st_mode, type bits included
     size: int
     mtime_ns: int
+
+
+class _Stated(Protocol):
+    @property
+    def mode(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def mtime_ns(self) -> int: ...
+
+
+class Stamp(NamedTuple):
+    """A path's state as kept to tell later whether it was written to since: its full st_mode
+    (type bits, so its kind, included), size and mtime. The one shape of it: an apply's and a
+    discard's `expect`, the drop request and `Tree.written_since`, `tracking.Settled`; a
+    copy-up's record of its original (`overlay/nodes.stamp`, on the lookup path) is the same
+    three as a plain tuple, which compares equal. As JSON it is [mode, size, mtime_ns] (the
+    apply journal's file puts the kind first, as it always did)."""
+
+    mode: int
+    size: int
+    mtime_ns: int
+
+    @classmethod
+    def of(cls, entry: _Stated | None) -> Stamp | None:
+        return None if entry is None else cls(entry.mode, entry.size, entry.mtime_ns)
 
 
 class SessionView(Protocol):

@@ -42,7 +42,8 @@ import apsw
 import pyfuse3
 import trio
 
-from gitsess.overlay import control, guard, history, presence, protocol, retention
+from gitsess.git.view import Stamp
+from gitsess.overlay import control, guard, history, layout, presence, protocol, retention
 from gitsess.overlay.audit import Attribution
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
@@ -670,8 +671,8 @@ def _status(state: DaemonState, msg: dict[str, Any]) -> Reply:
 def _drop(state: DaemonState, msg: dict[str, Any]) -> Reply:
     # Checked here, between two requests, not by the asker: a write that came in since
     # it looked must not be dropped (see `Tree.written_since`).
-    expect: dict[bytes, tuple[int, int, int] | None] = {
-        os.fsencode(p): None if s is None else (int(s[0]), int(s[1]), int(s[2]))
+    expect: dict[bytes, Stamp | None] = {
+        os.fsencode(p): None if s is None else Stamp(int(s[0]), int(s[1]), int(s[2]))
         for p, s in (msg.get("expect") or {}).items()
     }
     kept = state.tree.written_since(expect)
@@ -817,7 +818,9 @@ def _copy_target(state: DaemonState, dest: str) -> bool:
     user beside this session's own dir, with nothing there yet (no link to follow)."""
     own_dir = os.path.dirname(os.path.abspath(state.tree.store.path))
     new_dir = os.path.dirname(dest)
-    if os.path.basename(dest) != "delta.db" or os.path.dirname(new_dir) != os.path.dirname(own_dir):
+    if os.path.basename(dest) != layout.DELTA or (
+        os.path.dirname(new_dir) != os.path.dirname(own_dir)
+    ):
         return False
     try:
         st = os.lstat(new_dir)

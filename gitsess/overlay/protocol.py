@@ -12,6 +12,7 @@ and which therefore imports nothing of this.
 
 from __future__ import annotations
 
+from gitsess.git.view import Stamp
 from gitsess.overlay import control
 
 # (`typing` itself costs a command some 10 ms of start; mypy takes any name TYPE_CHECKING as true)
@@ -126,7 +127,7 @@ def drop(
     session_dir: str,
     paths: Sequence[str],
     restamp: Sequence[str] = (),
-    expect: Mapping[str, tuple[int, int, int] | None] | None = None,
+    expect: Mapping[str, Stamp | None] | None = None,
 ) -> Dropped | None:
     """Take applied paths out of the delta, but those `expect` shows written since."""
     reply = _request(

@@ -11,6 +11,7 @@ from collections.abc import Callable
 import apsw
 
 from gitsess.durable import fsync_dir
+from gitsess.overlay import layout
 from gitsess.store import db
 from gitsess.store.sqlvalue import integer, scalar
 
@@ -192,7 +193,7 @@ MIGRATIONS: list[Migration] = [
 
 def data_dir(path: str) -> str:
     """Where the data files of the delta.db at `path` live."""
-    return os.path.join(os.path.dirname(os.path.abspath(path)), "data")
+    return os.path.join(os.path.dirname(os.path.abspath(path)), layout.DATA)
 
 
 def connect(path: str, *, readonly: bool = False) -> apsw.Connection:

@@ -30,6 +30,7 @@ import os
 import stat
 import time
 
+from gitsess.git.view import Stamp
 from gitsess.overlay import gitunit
 from gitsess.overlay.delta import INLINE
 from gitsess.overlay.gitdir import object_store
@@ -66,8 +67,8 @@ class Tree(DataTree):
             node = found
         return node
 
-    def written_since(self, expect: dict[bytes, tuple[int, int, int] | None]) -> set[bytes]:
-        """Paths the session holds whose (mode, size, mtime) is not what `expect` says (None:
+    def written_since(self, expect: dict[bytes, Stamp | None]) -> set[bytes]:
+        """Paths the session holds whose stamp is not what `expect` says (None:
         absent): written to since an apply read them, so they must stay. Their parent
         directories too: dropping one drops what is below it."""
         moved = set()
@@ -83,7 +84,7 @@ class Tree(DataTree):
             now = None
             if n is not None:
                 a = self.getattr(n)
-                now = (a.mode, a.size, a.mtime_ns)
+                now = Stamp(a.mode, a.size, a.mtime_ns)
             if now != want:
                 moved.add(path)
         for path in list(moved):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gitsess.errors import GitsessError, option
-from gitsess.overlay import control, mounttable, protocol
+from gitsess.overlay import control, layout, mounttable, protocol
 from gitsess.overlay.protocol import DaemonStatus
 from gitsess.runtime import prestart
 
@@ -48,15 +48,15 @@ class MountSpec:
 
     @property
     def delta(self) -> Path:
-        return self.session_dir / "delta.db"
+        return self.session_dir / layout.DELTA
 
     @property
     def target(self) -> Path:
-        return self.mountpoint or self.session_dir / "mnt"
+        return self.mountpoint or self.session_dir / layout.MOUNTPOINT
 
     @property
     def log(self) -> Path:
-        return self.session_dir / "daemon.log"
+        return self.session_dir / layout.DAEMON_LOG
 
 
 class DaemonStopping(GitsessError):
@@ -115,7 +115,7 @@ def copy_delta(session_dir: Path, dest_dir: Path) -> bool:
     """Have the live daemon copy its delta (delta.db and data files) into `dest_dir`, serving no
     request meanwhile, so no write lands in the copy in part; False when no daemon serves it."""
     try:
-        return protocol.copy(str(session_dir), str(dest_dir / "delta.db"), COPY_TIMEOUT)
+        return protocol.copy(str(session_dir), str(dest_dir / layout.DELTA), COPY_TIMEOUT)
     except ConnectionError:
         # It was stopping (its last participant had just left) and closed with our request
         # unread: once it is gone, after its last commit, the caller copies delta.db itself.

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from gitsess import processes
-from gitsess.overlay import control, mounttable, protocol
+from gitsess.overlay import control, layout, mounttable, protocol
 from gitsess.runtime import prestart, spare
 from gitsess.runtime.mount import FSTYPE
 
@@ -115,7 +115,7 @@ def _judge(pid: int, sockets: dict[str, str]) -> Stray | None:
             target = os.readlink(fd.path)
             if target.startswith("socket:[") and target[8:-1] in sockets:
                 session_id = sockets[target[8:-1]]
-            elif target.endswith(("/delta.db", "/delta.db" + DELETED)):
+            elif target.endswith(("/" + layout.DELTA, "/" + layout.DELTA + DELETED)):
                 delta = target
     except OSError:
         return None

@@ -29,7 +29,6 @@ from gitsess.git.scratch import scratch_repo
 from gitsess.overlay.view import OverlayView
 from gitsess.services.apply_journal import (
     PreparedApply,
-    journal_path,
     new_journal,
     prepare,
     read_journal,
@@ -38,7 +37,8 @@ from gitsess.services.apply_journal import (
     settle,
     write_journal,
 )
-from gitsess.services.real_tree import open_real, open_view, real_root
+from gitsess.services.handle import SessionHandle
+from gitsess.services.real_tree import open_real, real_root
 from gitsess.store.registry import Session
 
 # The git layer's apply and archive modules are imported where they are used: diff, the most
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 def diff(
     ctx: RepoContext,
-    session: Session,
+    session: Session | SessionHandle,
     pathspecs: Sequence[str] = (),
     *,
     include_ignored: bool = False,
@@ -73,11 +73,13 @@ def diff(
     from gitsess.git.patch import left_out_by_git
     from gitsess.services import session_git
 
-    done = reconcile(ctx, session)
+    handle = SessionHandle.of(ctx, session)
+    session = handle.row
+    done = reconcile(ctx, handle)
     root = real_root(session)
     repo = open_real(session, root)
     notes = list(done.notes)
-    with open_view(ctx, session, root) as view, scratch_repo(repo) as scratch:
+    with handle.view(root) as view, scratch_repo(repo) as scratch:
         changes = compute_changes(
             view, repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
         )
@@ -177,7 +179,7 @@ class Applied:
 
 def apply_to_commit(
     ctx: RepoContext,
-    session: Session,
+    session: Session | SessionHandle,
     pathspecs: Sequence[str] = (),
     *,
     message: str,
@@ -213,7 +215,7 @@ def apply_to_commit(
                 )  # fmt: skip
             except (Moved, Held) as e:
                 # nothing was written: the locks are taken before any real file is
-                remove_journal(ctx, p.session)
+                remove_journal(p.handle)
                 if isinstance(e, Held) or attempt == _MOVED_TRIES - 1:
                     raise
     raise AssertionError("unreachable")
@@ -247,7 +249,7 @@ def _apply_to_commit(
             f"session {p.session.name} is on a detached HEAD; give {option('branch')} to commit on"
         )
     with (
-        open_view(ctx, p.session, p.root) as view,
+        p.handle.view(p.root) as view,
         scratch_repo(p.repo, view) as scratch,
     ):
         changes = compute_changes(
@@ -312,7 +314,7 @@ def _apply_to_commit(
             if result.worktree_updated and stale_git:
                 data.drop += stale_git
                 data.expect.update(dict.fromkeys(stale_git))
-            write_journal(ctx, p.session, data)
+            write_journal(p.handle, data)
 
         result = apply_commit(
             p.repo, view, changes, branch=target, base=base,
@@ -328,10 +330,10 @@ def _apply_to_commit(
         commit=result, base=p.session.base_commit, notes=tuple(notes),
         promoted=commits.commits if commits is not None else (), squashed=squash, **made,
     )  # fmt: skip
-    if not result.ok or dry_run or not journal_path(ctx, p.session).exists():
+    if not result.ok or dry_run or not p.handle.journal.exists():
         return outcome
-    journal_data = read_journal(ctx, p.session)
-    dropped, kept = settle(ctx, p.session, p.root, journal_data, result.changed_dirs)
+    journal_data = read_journal(p.handle)
+    dropped, kept = settle(p.handle, p.root, journal_data, result.changed_dirs)
     base = journal_data.base if journal_data.move_base else p.session.base_commit
     return replace(outcome, dropped=tuple(dropped), kept=tuple(kept), base=base)
 
@@ -345,7 +347,7 @@ def _paths_changed(repo: pygit2.Repository, commit: str) -> int:
 
 def apply_to_patch(
     ctx: RepoContext,
-    session: Session,
+    session: Session | SessionHandle,
     pathspecs: Sequence[str] = (),
     *,
     mbox: bool = False,
@@ -365,7 +367,7 @@ def apply_to_patch(
 
     with (
         prepare(ctx, session) as p,
-        open_view(ctx, p.session, p.root) as view,
+        p.handle.view(p.root) as view,
         scratch_repo(p.repo, view) as scratch,
     ):
         changes = compute_changes(
@@ -431,7 +433,7 @@ def _commit_mails(
 
 def apply_to_worktree(
     ctx: RepoContext,
-    session: Session,
+    session: Session | SessionHandle,
     pathspecs: Sequence[str] = (),
     *,
     include_ignored: bool = False,
@@ -445,7 +447,7 @@ def apply_to_worktree(
     from gitsess.git.merge import merge_onto_head
 
     with prepare(ctx, session) as p:
-        with open_view(ctx, p.session, p.root) as view, scratch_repo(p.repo) as scratch:
+        with p.handle.view(p.root) as view, scratch_repo(p.repo) as scratch:
             changes = compute_changes(
                 view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
             )
@@ -470,14 +472,14 @@ def apply_to_worktree(
             # (a directory holding one stays in the delta, or they would go with it)
             keep = [*plan.skipped, *changes.excluded, *changes.special]
             data = new_journal("worktree", changes, plan.applied, keep)
-            write_journal(ctx, p.session, data)
+            write_journal(p.handle, data)
             result = apply_worktree(
                 p.repo, view, changes, force=force, merged=merged, scratch=scratch
             )
         if not result.ok:  # the real tree changed between the plan and the writes
-            remove_journal(ctx, p.session)
+            remove_journal(p.handle)
             return replace(outcome, applied=(), conflicts=result.conflicts)
-        dropped, kept = settle(ctx, p.session, p.root, data, result.changed_dirs)
+        dropped, kept = settle(p.handle, p.root, data, result.changed_dirs)
         return replace(
             outcome, applied=result.applied, skipped=result.skipped, dropped=tuple(dropped),
             kept=tuple(kept),

@@ -23,7 +23,7 @@ import json
 import os
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -35,30 +35,23 @@ from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, ChangeSet, compute_changes
 from gitsess.git.repo import RepoContext
 from gitsess.git.scratch import scratch_repo
-from gitsess.git.view import Entry
-from gitsess.services import live
-from gitsess.services.real_tree import open_real, open_view, real_root
-from gitsess.store.registry import Registry, Session
+from gitsess.git.view import Entry, Stamp, kind_of
+from gitsess.services.handle import SessionHandle
+from gitsess.services.real_tree import open_real, real_root
+from gitsess.store.registry import Session
 
 # The git layer's apply module is imported where it is used (see services/apply.py).
 if TYPE_CHECKING:
     from gitsess.git.apply_commit import CommitResult
 
-JOURNAL = "apply-journal.json"
-_LOCK = "apply.lock"
-
-# (kind, mode, size, mtime_ns) as the view reported it, or None for an absent path
-Stamp = tuple[str, int, int, int] | None
-
 
 @contextmanager
-def _locked(ctx: RepoContext, session: Session) -> Iterator[None]:
+def _locked(session: SessionHandle) -> Iterator[None]:
     """One apply, discard or reconcile of a session at a time."""
-    path = ctx.session_dir(session.id) / _LOCK
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        fd = os.open(session.apply_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except FileNotFoundError:
-        raise GitsessError(f"session {session.name} was removed meanwhile") from None
+        raise GitsessError(f"session {session.row.name} was removed meanwhile") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -66,13 +59,13 @@ def _locked(ctx: RepoContext, session: Session) -> Iterator[None]:
         os.close(fd)
 
 
-def stamp(entry: Entry | None) -> Stamp:
-    return None if entry is None else (entry.kind, entry.mode, entry.size, entry.mtime_ns)
+def stamp(entry: Entry | None) -> Stamp | None:
+    """The path's state as the view reports it (None: absent)."""
+    return Stamp.of(entry)
 
 
-def new_stamp(change: Change) -> Stamp:
-    new = change.new
-    return None if new is None else (new.kind, new.mode, new.size, new.mtime_ns)
+def new_stamp(change: Change) -> Stamp | None:
+    return Stamp.of(change.new)
 
 
 def _parent(path: str) -> str:
@@ -99,10 +92,6 @@ def droppable(paths: Iterable[str], keep: Iterable[str]) -> list[str]:
 # the journal
 
 
-def journal_path(ctx: RepoContext, session: Session) -> Path:
-    return ctx.session_dir(session.id) / JOURNAL
-
-
 @dataclass
 class ApplyJournal:
     """What `apply-journal.json` holds; `to_json` is the file's format, which a journal written
@@ -111,7 +100,7 @@ class ApplyJournal:
     target: Literal["commit", "worktree"]
     paths: list[str]  # what the apply writes into the real tree
     drop: list[str]  # what then leaves the delta
-    expect: dict[str, Stamp]  # ... unless it no longer has this state (written to meanwhile)
+    expect: dict[str, Stamp | None]  # ... unless it no longer has this state (written to meanwhile)
     result: CommitResult | None  # the prepared commit, for "commit"
     base: str | None  # the session's base after the apply ...
     move_base: bool  # ... when it moves
@@ -121,7 +110,7 @@ class ApplyJournal:
             "target": self.target,
             "paths": self.paths,
             "drop": self.drop,
-            "expect": self.expect,
+            "expect": {p: _stamp_json(s) for p, s in self.expect.items()},
             "result": None if self.result is None else self.result.to_json(),
             "base": self.base,
             "move_base": self.move_base,
@@ -143,19 +132,19 @@ class ApplyJournal:
         )
 
 
-def read_journal(ctx: RepoContext, session: Session) -> ApplyJournal:
-    return ApplyJournal.from_json(json.loads(journal_path(ctx, session).read_text()))
+def read_journal(session: SessionHandle) -> ApplyJournal:
+    return ApplyJournal.from_json(json.loads(session.journal.read_text()))
 
 
-def write_journal(ctx: RepoContext, session: Session, journal: ApplyJournal) -> None:
-    with durable.write_aside(journal_path(ctx, session), durable=True) as f:
+def write_journal(session: SessionHandle, journal: ApplyJournal) -> None:
+    with durable.write_aside(session.journal, durable=True) as f:
         f.write(
             json.dumps(journal.to_json()).encode()
         )  # `json.dump` encodes in Python, `dumps` in C
 
 
-def remove_journal(ctx: RepoContext, session: Session) -> None:
-    path = journal_path(ctx, session)
+def remove_journal(session: SessionHandle) -> None:
+    path = session.journal
     path.unlink(missing_ok=True)
     fsync_dir(path.parent)
 
@@ -184,8 +173,7 @@ def new_journal(
 
 
 def settle(
-    ctx: RepoContext,
-    session: Session,
+    session: SessionHandle,
     root: Path,
     journal: ApplyJournal,
     restamp: Iterable[str],
@@ -194,7 +182,9 @@ def settle(
     the real directories the apply wrote into, move the base, forget the journal.
     Returns (dropped, kept because the session changed them meanwhile)."""
     expect = journal.expect
-    with open_view(ctx, session, root) as view:
+    # (asked anew: the session may have been written to while the apply ran)
+    session.sync(again=True)
+    with session.view(root) as view:
         # A path the session holds no record of only reads through to the real tree, which
         # the apply itself rewrote (a renamed directory's files): no write of the session's.
         moved = [p for p in journal.drop if view.holds(p) and stamp(view.entry(p)) != expect[p]]
@@ -202,39 +192,23 @@ def settle(
     # checked again where the drop happens: a write may come in between the look above and it
     # (the session's git state handed back to the real repository is not compared: the view
     # never reports `.git`)
-    expected = {
-        p: _mode_size_mtime(expect.get(p))
-        for p in drop
-        if p in expect and not p.startswith(".git/")
-    }
-    late = live.drop_paths(
-        ctx, replace(session, worktree=root), drop, sorted(set(restamp)), expected
-    )
+    expected = {p: expect.get(p) for p in drop if p in expect and not p.startswith(".git/")}
+    late = session.drop_paths(drop, sorted(set(restamp)), expected, root=root)
     drop = [p for p in drop if p not in set(late)]
     moved = [*moved, *(p for p in late if p in expect)]
     if journal.move_base:
-        _set_base(ctx, session, journal.base)
-    remove_journal(ctx, session)
+        session.set_base(journal.base)
+    remove_journal(session)
     return drop, moved
 
 
-def _mode_size_mtime(value: Stamp) -> tuple[int, int, int] | None:
-    return None if value is None else (int(value[1]), int(value[2]), int(value[3]))
+def _stamp_json(value: Stamp | None) -> list[Any] | None:
+    return None if value is None else [kind_of(value.mode), *value]
 
 
-def _as_stamp(value: Any) -> Stamp:
-    return None if value is None else (value[0], value[1], value[2], value[3])
-
-
-def _set_base(ctx: RepoContext, session: Session, base: str | None) -> None:
-    with Registry.opened(ctx.registry_path, create=False) as registry:
-        if registry is not None and registry.by_id(session.id) is not None:
-            registry.update(session.id, base_commit=base)
-
-
-def _current(ctx: RepoContext, session: Session) -> Session:
-    with Registry.opened(ctx.registry_path, create=False) as registry:
-        return (registry and registry.by_id(session.id)) or session
+def _as_stamp(value: Any) -> Stamp | None:
+    """From the file's [kind, mode, size, mtime_ns] (the kind is in the mode too)."""
+    return None if value is None else Stamp(int(value[1]), int(value[2]), int(value[3]))
 
 
 @dataclass(frozen=True)
@@ -243,28 +217,30 @@ class Reconciled:
     notes: list[str] = field(default_factory=list)
 
 
-def reconcile(ctx: RepoContext, session: Session) -> Reconciled:
+def reconcile(ctx: RepoContext, session: Session | SessionHandle) -> Reconciled:
     """Complete an apply that was killed half-way, if the session has one."""
-    if not journal_path(ctx, session).exists():
-        return Reconciled(session)
-    with _locked(ctx, session):
-        return Reconciled(_current(ctx, session), _reconcile_locked(ctx, session))
+    handle = SessionHandle.of(ctx, session)
+    if not handle.journal.exists():
+        return Reconciled(handle.row)
+    with _locked(handle):
+        notes = _reconcile_locked(handle)
+        return Reconciled(handle.reread(), notes)
 
 
-def _reconcile_locked(ctx: RepoContext, session: Session) -> list[str]:
-    path = journal_path(ctx, session)
+def _reconcile_locked(session: SessionHandle) -> list[str]:
+    path = session.journal
     try:
-        journal = read_journal(ctx, session)
+        journal = read_journal(session)
     except FileNotFoundError:
         return []  # another process completed it while we waited for the lock
     except ValueError:
         # the journal is renamed into place whole, so this is not ours half-written
         raise GitsessError(f"{path} is not a gitsess journal; move it away") from None
-    root = real_root(session)
+    root = real_root(session.row)
     if journal.target == "commit":
-        notes = _finish_commit(ctx, session, root, journal)
+        notes = _finish_commit(session, root, journal)
     else:
-        notes = _finish_worktree(ctx, session, root, journal)
+        notes = _finish_worktree(session, root, journal)
     written = [*journal.paths, *(journal.result.updated_paths if journal.result else ())]
     gone = _remove_leftovers(root, written)
     if gone:
@@ -293,31 +269,27 @@ def _remove_leftovers(root: Path, paths: Iterable[str]) -> list[str]:
     return removed
 
 
-def _finish_commit(
-    ctx: RepoContext, session: Session, root: Path, journal: ApplyJournal
-) -> list[str]:
+def _finish_commit(session: SessionHandle, root: Path, journal: ApplyJournal) -> list[str]:
     from gitsess.git.apply_commit import finish_commit
 
     result = journal.result
     assert result is not None  # a "commit" journal holds its prepared commit
     try:
-        changed = finish_commit(open_real(session, root), result)
+        changed = finish_commit(open_real(session.row, root), result)
     except GitsessError as e:
         # The ref did not move: the commit never became visible. The delta still holds
         # everything, so the session shows its work as before.
-        remove_journal(ctx, session)
+        remove_journal(session)
         return [f"an interrupted apply --commit could not be completed ({e}); the session "
                 "keeps its changes, apply again"]  # fmt: skip
     # writes made before the crash changed directories too: those of every written path
     written = {_parent(p) for p in result.updated_paths} if result.worktree_updated else set()
-    settle(ctx, session, root, journal, [*changed, *written])
+    settle(session, root, journal, [*changed, *written])
     what = f"commit {result.commit[:10]}" if result.commit else "apply"
     return [f"completed an interrupted apply --commit ({what} on {result.branch})"]
 
 
-def _finish_worktree(
-    ctx: RepoContext, session: Session, root: Path, journal: ApplyJournal
-) -> list[str]:
+def _finish_worktree(session: SessionHandle, root: Path, journal: ApplyJournal) -> list[str]:
     from gitsess.git.apply_worktree import apply_worktree
 
     paths = journal.paths
@@ -325,10 +297,10 @@ def _finish_worktree(
     changed: tuple[str, ...] = ()
     from gitsess.git.merge import merge_onto_head
 
-    with open_view(ctx, session, root) as view:
+    with session.view(root) as view:
         still = [p for p in paths if p not in expect or stamp(view.entry(p)) == expect[p]]
         if still:  # (no pathspec at all would select every change)
-            repo = open_real(session, root)
+            repo = open_real(session.row, root)
             specs = [f":(literal){p}" for p in still]
             with scratch_repo(repo) as scratch:
                 changes = compute_changes(
@@ -336,14 +308,14 @@ def _finish_worktree(
                 )
                 changes = _only(changes, set(still))
                 # the same merge as before the crash: its writes come out the same again
-                merged = merge_onto_head(repo, scratch, view, changes, session.base_commit)
+                merged = merge_onto_head(repo, scratch, view, changes, session.row.base_commit)
                 # these paths passed the conflict check before the crash; since then only
                 # this apply wrote to them
                 result = apply_worktree(
                     repo, view, changes, force=True, merged=merged, scratch=scratch
                 )
             changed = result.changed_dirs
-    settle(ctx, session, root, journal, [*changed, *(_parent(p) for p in paths)])
+    settle(session, root, journal, [*changed, *(_parent(p) for p in paths)])
     return [f"completed an interrupted apply --worktree ({len(paths)} path(s))"]
 
 
@@ -357,18 +329,20 @@ def _only(changes: ChangeSet, paths: set[str]) -> ChangeSet:
 
 @dataclass(frozen=True)
 class PreparedApply:
-    session: Session
+    handle: SessionHandle
+    session: Session  # the handle's row as the registry had it under the lock
     root: Path
     repo: pygit2.Repository
     notes: list[str]
 
 
 @contextmanager
-def prepare(ctx: RepoContext, session: Session) -> Iterator[PreparedApply]:
+def prepare(ctx: RepoContext, session: Session | SessionHandle) -> Iterator[PreparedApply]:
     """Under the session's apply lock, a journal found completed first: the session as the
     registry has it now, its real worktree and repository."""
-    with _locked(ctx, session):
-        notes = _reconcile_locked(ctx, session) if journal_path(ctx, session).exists() else []
-        session = _current(ctx, session)
-        root = real_root(session)
-        yield PreparedApply(session, root, open_real(session, root), notes)
+    handle = SessionHandle.of(ctx, session)
+    with _locked(handle):
+        notes = _reconcile_locked(handle) if handle.journal.exists() else []
+        row = handle.refresh()
+        root = real_root(row)
+        yield PreparedApply(handle, row, root, open_real(row, root), notes)

@@ -57,7 +57,8 @@ from gitsess.services import kv as kv_service
 from gitsess.services import live, session_git
 from gitsess.services.apply_journal import prepare
 from gitsess.services.fork import insert, undo
-from gitsess.services.real_tree import open_view, real_root
+from gitsess.services.handle import SessionHandle
+from gitsess.services.real_tree import real_root
 from gitsess.services.viewwrite import ViewWriter, view_writer
 from gitsess.store.registry import Registry, Session
 
@@ -77,13 +78,13 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
     Only what git can hold is kept: tracked and untracked-not-ignored files and symlinks (not
     ignored files, permission bits other than the executable bit, empty directories).
     """
-    if not (ctx.session_dir(session.id) / "delta.db").exists():
+    if not SessionHandle(ctx, session).delta.exists():
         return Archived(None)  # never mounted: nothing was ever written
     if not session.worktree.is_dir():
         return Archived(None, (f"{session.worktree} is gone: the session's changes could not "
                                "be compared with it and were not archived",))  # fmt: skip
 
-    with prepare(ctx, session) as p, open_view(ctx, p.session, p.root) as view:
+    with prepare(ctx, session) as p, p.handle.view(p.root) as view:
         changes = compute_changes(view, p.repo)
         s = p.session
         git = session_git.own_commits(view, p.repo, s, p.root)
@@ -120,10 +121,10 @@ def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
 
     with prepare(ctx, session) as p:
         base = p.session.base_commit
-        if not (ctx.session_dir(session.id) / "delta.db").exists():
+        if not p.handle.delta.exists():
             return Snapshot(p.session, commit_tree(p.repo, base), 0, tuple(p.notes))
         with (
-            open_view(ctx, p.session, p.root) as view,
+            p.handle.view(p.root) as view,
             scratch_repo(p.repo, view) as scratch,
         ):
             changes = compute_changes(view, p.repo)
@@ -144,7 +145,7 @@ def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
     The view is laid over a stand-in holding what the worktree held: its branch's tip (git
     refuses to remove a worktree with uncommitted changes), else the session's base.
     """
-    delta = ctx.session_dir(session.id) / "delta.db"
+    delta = SessionHandle(ctx, session).delta
     if not delta.exists():
         return []
     status = mount.status(ctx.session_dir(session.id))

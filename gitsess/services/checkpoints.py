@@ -34,7 +34,8 @@ from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.history import Checkpoint, Operation
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
-from gitsess.services import live, sealed
+from gitsess.services import sealed
+from gitsess.services.handle import SessionHandle
 from gitsess.store.registry import Session
 
 # Retention defaults (see `Retention`).
@@ -68,7 +69,7 @@ class Rewind:
 
 
 def _delta(ctx: RepoContext, session: Session) -> str:
-    return str(ctx.session_dir(session.id) / "delta.db")
+    return str(SessionHandle(ctx, session).delta)
 
 
 @contextmanager
@@ -228,7 +229,7 @@ def rewind_paths(
     changes = compare(ctx, session, target, None, pathspecs)
     before = checkpoint(ctx, session, f"before rewind of paths to {target}", kind="rewind")
     with (
-        live.open_view(ctx, session, target) as old,
+        SessionHandle(ctx, session).view(at=target) as old,
         view_writer(ctx, session, real_root(session)) as writer,
     ):
         for change in changes:
@@ -307,7 +308,7 @@ class Trimmed:
 def trim(ctx: RepoContext, session: Session, keep: Retention) -> Trimmed | None:
     """Apply the retention to a session, through its daemon when it is mounted (None: it has
     no delta)."""
-    if not (ctx.session_dir(session.id) / "delta.db").exists():
+    if not SessionHandle(ctx, session).delta.exists():
         return None
     now = time.time_ns()
     far = 1 << 62
@@ -347,7 +348,8 @@ def compare(
 ) -> list[PathChange]:
     """What changed from checkpoint `from_cp` to `to_cp` (default: the session now), among the
     paths the session touched in either (its `.git` aside)."""
-    with live.open_view(ctx, session, from_cp) as old, live.open_view(ctx, session, to_cp) as new:
+    handle = SessionHandle(ctx, session)
+    with handle.view(at=from_cp) as old, handle.view(at=to_cp) as new:
         paths = sorted(
             {p for view in (old, new) for top in view.touched_paths() for p in _files(view, top)}
         )

@@ -10,7 +10,7 @@ session's branch's `.git` paths: the commits go, their changes stay as files.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from gitsess.errors import GitsessError
@@ -18,10 +18,10 @@ from gitsess.git.changes import Change, compute_changes, touched_roots
 from gitsess.git.diff import read_real
 from gitsess.git.pathspec import Pathspec
 from gitsess.git.repo import RepoContext
-from gitsess.services import live
-from gitsess.services.apply_journal import Stamp, droppable, new_stamp, prepare, reconcile, stamp
-from gitsess.services.real_tree import open_real, open_view, real_root
-from gitsess.services.viewwrite import view_writer
+from gitsess.git.view import Stamp
+from gitsess.services.apply_journal import droppable, new_stamp, prepare, reconcile, stamp
+from gitsess.services.handle import SessionHandle
+from gitsess.services.real_tree import open_real, real_root
 from gitsess.store.registry import Session
 
 
@@ -31,7 +31,7 @@ class DiscardPlan:
     drop: tuple[str, ...]  # whole touched paths that leave the delta
     # changes below a touched directory that keeps other changes: set back to the real state
     revert: tuple[Change, ...]
-    expect: dict[str, Stamp]
+    expect: dict[str, Stamp | None]
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def plan_discard(
     root = real_root(session)
     repo = open_real(session, root)
     spec = Pathspec(pathspecs)
-    with open_view(ctx, session, root) as view:
+    with SessionHandle(ctx, session).view(root) as view:
         changes = compute_changes(view, repo, pathspecs=pathspecs, include_ignored=include_ignored)
         roots = touched_roots(view.touched_paths())
         drop: list[str] = []
@@ -83,14 +83,14 @@ def plan_discard(
 def discard(ctx: RepoContext, session: Session, plan: DiscardPlan) -> Discarded:
     """Carry out a plan from `plan_discard`, leaving alone paths written to since."""
     with prepare(ctx, session) as p:
-        with open_view(ctx, p.session, p.root) as view:
+        with p.handle.view(p.root) as view:
             moved = [path for path, want in plan.expect.items() if stamp(view.entry(path)) != want]
         drop = droppable(plan.drop, moved)
         stay = set(moved)
         revert = [c for c in plan.revert if c.path not in stay]
-        live.drop_paths(ctx, replace(p.session, worktree=p.root), drop)
+        p.handle.drop_paths(drop, root=p.root)
         if revert:
-            _revert(ctx, p.session, p.root, revert)
+            _revert(p.handle, p.root, revert)
     return Discarded(tuple(drop), tuple(c.path for c in revert), tuple(moved), tuple(p.notes))
 
 
@@ -102,25 +102,25 @@ def discard_commits(ctx: RepoContext, session: Session) -> tuple[str, ...]:
     from gitsess.services import session_git
 
     with prepare(ctx, session) as p:
-        with open_view(ctx, p.session, p.root) as view:
+        with p.handle.view(p.root) as view:
             try:
                 git = session_git.state(view, p.repo, p.session, p.root)
             except GitsessError:
-                live.drop_paths(ctx, replace(p.session, worktree=p.root), [".git"])
+                p.handle.drop_paths([".git"], root=p.root)
                 return ()
         if git is None:
             return ()
         # back to the session's branch; a branch made inside stays, with its commits
-        live.drop_paths(ctx, replace(p.session, worktree=p.root), git.unit_paths(git.branch))
+        p.handle.drop_paths(git.unit_paths(git.branch), root=p.root)
         return git.commits
 
 
-def _revert(ctx: RepoContext, session: Session, root: Path, changes: Sequence[Change]) -> None:
+def _revert(session: SessionHandle, root: Path, changes: Sequence[Change]) -> None:
     """Set each path of the view to its real state: removals deepest first, then the rest
     shallowest first (a directory before what goes into it)."""
     gone = sorted((c for c in changes if c.old is None), key=lambda c: c.path, reverse=True)
     made = sorted((c for c in changes if c.old is not None), key=lambda c: c.path)
-    with view_writer(ctx, session, root) as writer:
+    with session.writer(root) as writer:
         for change in gone:
             writer.remove(change.path)
         for change in made:

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
+from gitsess.overlay import layout
 from gitsess.services.timeline import POLL_SECONDS, DeltaReader, Drift, Event, Filter, wakeups
 from gitsess.store.registry import Session
 
@@ -42,7 +43,7 @@ class Feed:
             raise GitsessError(f"the directory of session {session.name} is missing")
         self.stop = stop
         self.poll = poll
-        self._reader = DeltaReader(self.session_dir / "delta.db")
+        self._reader = DeltaReader(layout.delta(self.session_dir))
         self._last_id = self._reader.max_event_id()
         self._last_drift = max((d.time_ns for d in self._reader.drift()), default=0)
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import history
+from gitsess.overlay import history, layout
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.runtime import mount
 from gitsess.services.apply_journal import reconcile
@@ -100,11 +100,11 @@ def fork(ctx: RepoContext, source: Session, name: str, *, at: int | None = None)
     try:
         private_dir(target)
         with mount.locked(src_dir):  # no daemon starts during an offline copy
-            src = src_dir / "delta.db"
+            src = layout.delta(src_dir)
             if src.exists() and not mount.copy_delta(src_dir, target):
-                copy_delta(str(src), str(target / "delta.db"))
+                copy_delta(str(src), str(layout.delta(target)))
         if at is not None:
-            _rewind_copy(target / "delta.db", at)
+            _rewind_copy(layout.delta(target), at)
         return insert(
             ctx,
             name,

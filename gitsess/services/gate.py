@@ -28,6 +28,7 @@ from gitsess.git.repo import RepoContext
 from gitsess.runtime import prestart
 from gitsess.services import branch_queue, overlaps, sessions, test_logs
 from gitsess.services.apply import Applied, apply_to_commit
+from gitsess.services.handle import SessionHandle
 from gitsess.services.real_tree import open_real, real_root
 from gitsess.services.result_view import result_view
 from gitsess.store.registry import Session
@@ -67,7 +68,7 @@ class TestRun:
 
 def commit(
     ctx: RepoContext,
-    session: Session,
+    session: Session | SessionHandle,
     pathspecs: Sequence[str] = (),
     *,
     message: str,
@@ -90,8 +91,10 @@ def commit(
         raise GitsessError(f"{option('retries')} cannot be negative")
     if queue_timeout is not None and queue_timeout < 0:
         raise GitsessError(f"{option('queue-timeout')} cannot be negative")
+    handle = SessionHandle.of(ctx, session)
+    session = handle.row  # (as the command began: each attempt reads it anew)
     attempt = functools.partial(
-        apply_to_commit, ctx, session, pathspecs, message=message, author=author,
+        apply_to_commit, ctx, handle, pathspecs, message=message, author=author,
         include_ignored=include_ignored, squash=squash,
     )  # fmt: skip
     if test is None or dry_run:

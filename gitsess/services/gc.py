@@ -35,8 +35,7 @@ from gitsess.git import tracking
 from gitsess.git.archive_commits import delete_archive, list_archives
 from gitsess.git.changes import compute_changes
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import mounttable
-from gitsess.overlay.view import OverlayView
+from gitsess.overlay import layout, mounttable
 from gitsess.runtime import mount, strays
 from gitsess.services import (
     apply_journal,
@@ -47,6 +46,7 @@ from gitsess.services import (
     repair,
     sessions,
 )
+from gitsess.services.handle import SessionHandle
 from gitsess.store.registry import Registry, Session
 
 MAX_AGE_KEY = "gitsess.gc.archiveMaxAge"
@@ -138,22 +138,12 @@ def _retire(ctx: RepoContext, session: Session, sweep: str, reason: str, dry_run
     return replace(action, done=True, notes=(*notes, *removal.notes))
 
 
-@contextmanager
-def _view(ctx: RepoContext, session: Session, root: Path) -> Iterator[OverlayView]:
-    """The session's view over its real worktree `root`, the live daemon's writes included."""
-    mount.sync(ctx.session_dir(session.id))
-    with OverlayView(
-        ctx.session_dir(session.id) / "delta.db", root, live.hidden_paths(ctx, session)
-    ) as view:
-        yield view
-
-
 def unapplied(ctx: RepoContext, session: Session) -> int:
     """How many changes of the session apply would carry (and `rm` would archive)."""
-    if not (ctx.session_dir(session.id) / "delta.db").exists():
+    if not SessionHandle(ctx, session).delta.exists():
         return 0
     root = real_tree.real_root(session)
-    with _view(ctx, session, root) as view:
+    with SessionHandle(ctx, session).view(root) as view:
         return len(compute_changes(view, real_tree.open_real(session, root)).git_changes())
 
 
@@ -176,7 +166,7 @@ def sweep_stale_mounts(ctx: RepoContext, *, dry_run: bool = False) -> list[Actio
     """Mounts left behind by a daemon that died (kill -9, crash): unmounted."""
     actions = []
     for s in _sessions(ctx):
-        mountpoint = ctx.session_dir(s.id) / "mnt"
+        mountpoint = ctx.session_dir(s.id) / layout.MOUNTPOINT
         if mount.status(ctx.session_dir(s.id)) is None and mounttable.is_mount_point(mountpoint):
             action = Action(
                 "stale-mount", "mount", str(mountpoint), "unmount", "its daemon is gone"
@@ -364,7 +354,7 @@ def sweep_committed(
     for s in _sessions(ctx):
         if s.branch is None or (branch is not None and s.branch != branch):
             continue
-        if not s.worktree.is_dir() or not (ctx.session_dir(s.id) / "delta.db").exists():
+        if not s.worktree.is_dir() or not SessionHandle(ctx, s).delta.exists():
             continue
         try:
             head = tracking.checked_out(s.worktree)
@@ -372,7 +362,7 @@ def sweep_committed(
                 continue
             root = real_tree.real_root(s)
             repo = real_tree.open_real(s, root)
-            with _view(ctx, s, root) as view:
+            with SessionHandle(ctx, s).view(root) as view:
                 settled = tracking.settled_paths(view, repo, head.commit)
         except (GitsessError, OSError, pygit2.GitError) as e:
             actions.append(Action("committed", "session", s.name, "drop", str(e), error=str(e)))
@@ -389,7 +379,7 @@ def sweep_committed(
 
 def _drop(ctx: RepoContext, session: Session, root: Path, settled: list[tracking.Settled]) -> None:
     # A path the session wrote to since it was found settled keeps the new write.
-    with _view(ctx, session, root) as view:
+    with SessionHandle(ctx, session).view(root) as view:
         still = [p.path for p in settled if tracking.stamps_of(view, p.path) == p.stamps]
     live.drop_paths(ctx, replace(session, worktree=root), still)
 
@@ -446,8 +436,8 @@ def sweep_orphan_dirs(ctx: RepoContext, *, dry_run: bool = False) -> list[Action
 
 def _delete_orphan(ctx: RepoContext, directory: Path) -> None:
     status = mount.status(directory)
-    mount.stop(directory, Path(status.mountpoint) if status else directory / "mnt")
-    if mounttable.is_mount_point(directory / "mnt"):
+    mount.stop(directory, Path(status.mountpoint) if status else directory / layout.MOUNTPOINT)
+    if mounttable.is_mount_point(directory / layout.MOUNTPOINT):
         # deleting through a live view would delete the view's files, not the directory
         raise GitsessError(f"{directory / 'mnt'} is still mounted")
     with _registry(ctx) as registry:

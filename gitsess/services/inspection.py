@@ -1,6 +1,6 @@
 """Looking into a session without mounting it: its files, its usage, its drift.
 
-Files are read through `live.open_view` (delta.db + the worktree), so this works for
+Files are read through `SessionHandle.view` (delta.db + the worktree), so this works for
 supervisors, scripts, and machines without FUSE, and beside a live daemon. Drift rows are
 written by the daemon's lower watch; `drift` keeps those whose path the session still holds,
 so paths applied or dropped since stop warning. Usage is delta.db's size on disk beside the
@@ -21,11 +21,12 @@ import apsw
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
 from gitsess.git.view import Entry, Kind
+from gitsess.overlay import layout
 from gitsess.overlay.delta import DamagedDelta, DeltaStore, data_bytes
 from gitsess.overlay.retention import Bytes as Bytes  # (re-exported: `show` renders it)
 from gitsess.overlay.retention import bytes_by_kind
 from gitsess.runtime import mount
-from gitsess.services import live
+from gitsess.services.handle import SessionHandle
 from gitsess.services.sessions import SessionInfo
 from gitsess.services.timeline import DeltaReader, Drift, delta_path, runs
 from gitsess.store.registry import Session
@@ -129,7 +130,7 @@ def _missing(session: Session, path: str) -> GitsessError:
 def ls(ctx: RepoContext, session: Session, path: str = "") -> list[FsEntry]:
     """A directory's entries in name order; a file (or symlink) is listed alone."""
     rel = normalize(session, path)
-    with live.open_view(ctx, session) as view:
+    with SessionHandle(ctx, session).view() as view:
         changes = _Changes(view)
         top = _entry(view, changes, rel)
         if top is None:
@@ -142,7 +143,7 @@ def ls(ctx: RepoContext, session: Session, path: str = "") -> list[FsEntry]:
 
 def stat(ctx: RepoContext, session: Session, path: str) -> FsStat:
     rel = normalize(session, path)
-    with live.open_view(ctx, session) as view:
+    with SessionHandle(ctx, session).view() as view:
         entry = _entry(view, _Changes(view), rel)
         if entry is None:
             raise _missing(session, rel)
@@ -153,7 +154,7 @@ def cat(ctx: RepoContext, session: Session, path: str, at: int | None = None) ->
     """A file's content in the view (at checkpoint `at`), following symlinks that stay
     inside it."""
     rel = normalize(session, path)
-    with live.open_view(ctx, session, at) as view:
+    with SessionHandle(ctx, session).view(at=at) as view:
         for _ in range(MAX_SYMLINKS):
             e = view.entry(rel)
             if e is None:
@@ -216,7 +217,7 @@ def drift(session: Session, session_dir: Path) -> list[Drift]:
     The daemon records drift as it happens; a path the session no longer holds (applied, or
     dropped) has nothing left to conflict with and is left out.
     """
-    delta = session_dir / "delta.db"
+    delta = layout.delta(session_dir)
     mount.sync(session_dir)
     with DeltaReader(delta) as reader:
         rows = reader.drift()
@@ -243,12 +244,12 @@ def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
     from gitsess.services import session_git
     from gitsess.services.real_tree import real_root
 
-    if not (ctx.session_dir(session.id) / "delta.db").exists():
+    if not SessionHandle(ctx, session).delta.exists():
         return []
     from gitsess.git.scratch import scratch_repo
 
     repo = ctx.open()
-    with live.open_view(ctx, session) as view:
+    with SessionHandle(ctx, session).view() as view:
         if not view.touched_git():
             return []
         try:

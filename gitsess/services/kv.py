@@ -20,7 +20,7 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
-from gitsess.overlay import kvtable, protocol, schema
+from gitsess.overlay import kvtable, layout, protocol, schema
 from gitsess.services import sealed
 from gitsess.store.registry import Session
 
@@ -79,7 +79,7 @@ def _check_key(key: str) -> str:
 
 @contextmanager
 def _store(ctx: RepoContext, session: Session, *, create: bool) -> Iterator[apsw.Connection | None]:
-    path = ctx.session_dir(session.id) / "delta.db"
+    path = layout.delta(ctx.session_dir(session.id))
     if not path.exists() and not create:
         yield None
         return

@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
+from gitsess.git.view import Stamp
 from gitsess.overlay import fsmonitor_hook, protocol
 from gitsess.runtime import mount, strays
 from gitsess.runtime.strays import Stray as Stray  # (re-exported: `ps` renders it)
+from gitsess.services.handle import SessionHandle
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
@@ -30,10 +32,7 @@ if TYPE_CHECKING:
 
 def hidden_paths(ctx: RepoContext, session: Session) -> tuple[str, ...]:
     """The state dir, when it lies inside the worktree, never shows in the view."""
-    try:
-        return (str(ctx.state_dir.resolve().relative_to(session.worktree.resolve())),)
-    except ValueError:
-        return ()
+    return SessionHandle(ctx, session).hidden()
 
 
 def spec_for(
@@ -226,20 +225,15 @@ def keep_mounted(
     return mount.ensure_mounted(spec)
 
 
-# apply_journal.JOURNAL, which tests/runtime/test_run.py checks this against: importing the journal
-# (and the git code it needs) costs more than starting a mount, and it is needed only when the
-# file exists.
-APPLY_JOURNAL = "apply-journal.json"
-
-
 def apply_interrupted(ctx: RepoContext, session: Session) -> bool:
-    """Whether an apply was killed half-way: `apply_journal.reconcile` must complete it first."""
-    return (ctx.session_dir(session.id) / APPLY_JOURNAL).exists()
+    """Whether an apply was killed half-way: `apply_journal.reconcile` must complete it first
+    (importing the journal, and the git code it needs, costs more than starting a mount: it is
+    needed only when the file exists)."""
+    return SessionHandle(ctx, session).journal.exists()
 
 
 def mountpoint_of(ctx: RepoContext, session: Session) -> Path:
-    live = mount.status(ctx.session_dir(session.id))
-    return Path(live.mountpoint) if live else ctx.session_dir(session.id) / "mnt"
+    return SessionHandle(ctx, session).mountpoint()
 
 
 def unmount(ctx: RepoContext, session: Session) -> bool:
@@ -261,34 +255,16 @@ def live_sessions(ctx: RepoContext, sessions: Sequence[Session]) -> list[LiveSes
     return out
 
 
-def open_view(ctx: RepoContext, session: Session, at: int | None = None) -> OverlayView:
-    """The session's view from delta.db, after the live daemon (if any) committed its state;
-    with `at`, as it was at that checkpoint."""
-    mount.sync(ctx.session_dir(session.id))
-    return _view(ctx, session, at)
-
-
-def _view(ctx: RepoContext, session: Session, at: int | None = None) -> OverlayView:
-    from gitsess.overlay.view import OverlayView
-
-    return OverlayView(
-        ctx.session_dir(session.id) / "delta.db",
-        session.worktree,
-        hidden_paths(ctx, session),
-        at,
-    )
-
-
 def drop_paths(
     ctx: RepoContext,
     session: Session,
     paths: Sequence[str],
     restamp: Sequence[str] = (),
-    expect: Mapping[str, tuple[int, int, int] | None] | None = None,
+    expect: Mapping[str, Stamp | None] | None = None,
 ) -> list[str]:
     """Take applied paths out of the delta, through the live daemon when there is one, and
     record the worktree's state anew for `restamp` paths (directories apply wrote into).
-    `expect` gives paths' (mode, size, mtime) as the apply read them: one the session wrote to
+    `expect` gives paths' stamps as the apply read them: one the session wrote to
     since (checked where no write can come in between) stays, with the directories above it.
     Returns the paths kept so."""
     if not paths and not restamp:
@@ -313,7 +289,7 @@ def drop_paths(
             raise GitsessError(f"the session daemon refused: {e}") from None
         if reply is not None:
             return [str(p) for p in reply.kept]
-        store = DeltaStore(str(session_dir / "delta.db"))
+        store = DeltaStore(str(SessionHandle(ctx, session).delta))
         try:
             tree = Tree(store, str(session.worktree), set())
             kept = tree.written_since({os.fsencode(p): s for p, s in (expect or {}).items()})
@@ -354,17 +330,18 @@ def counts(ctx: RepoContext, session: Session, *, sizes: bool = True) -> Counts:
 
     from gitsess.services.changecount import untouched
 
-    delta = ctx.session_dir(session.id) / "delta.db"
+    handle = SessionHandle(ctx, session)
+    delta = handle.delta
     if not delta.exists():
         return Counts(None, None)
-    mount.sync(ctx.session_dir(session.id))
+    handle.sync()
     with contextlib.suppress(apsw.Error, OSError):  # else the view tells what is wrong
         if not sizes and untouched(delta):
             return Counts(0, 0)
     from gitsess.overlay.delta import DamagedDelta
 
     try:
-        with _view(ctx, session) as view:
+        with handle.view() as view:
             return _counted(ctx, session, view, sizes)
     except DamagedDelta:
         return Counts(None, None, damaged=True)

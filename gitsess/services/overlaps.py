@@ -24,7 +24,8 @@ from gitsess.git.changes import compute_changes
 from gitsess.git.objects import store_view_blob, tree_entry
 from gitsess.git.repo import RepoContext
 from gitsess.git.scratch import ScratchRepository, scratch_repo
-from gitsess.services.real_tree import open_real, open_view, real_root
+from gitsess.services.handle import SessionHandle
+from gitsess.services.real_tree import open_real, real_root
 from gitsess.services.sessions import list_sessions
 from gitsess.store.registry import Session
 
@@ -126,7 +127,7 @@ def _side(
     ctx: RepoContext, session: Session, repo: pygit2.Repository, scratch: ScratchRepository
 ) -> _Side | None:
     try:
-        with open_view(ctx, session, real_root(session)) as view:
+        with SessionHandle(ctx, session).view(real_root(session)) as view:
             changes = compute_changes(view, repo, store=scratch)
             git_changes = changes.git_changes()
             if not git_changes:

@@ -1,18 +1,14 @@
-"""The session's real worktree (never from inside a session), its repository, and the
-session's view over it."""
+"""The session's real worktree (never from inside a session) and its repository (the view
+over it is `SessionHandle.view(root)`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pygit2
 
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext, open_worktree
-from gitsess.overlay.view import OverlayView
-from gitsess.runtime import mount
+from gitsess.git.repo import open_worktree
 from gitsess.services import live
 from gitsess.store.registry import Session
 
@@ -34,16 +30,3 @@ def real_root(session: Session) -> Path:
 def open_real(session: Session, root: Path) -> pygit2.Repository:
     """The session's worktree repository."""
     return open_worktree(root)
-
-
-@contextmanager
-def open_view(ctx: RepoContext, session: Session, root: Path) -> Iterator[OverlayView]:
-    """The view over `root`, after the live daemon (if any) committed its state."""
-    mount.sync(ctx.session_dir(session.id))
-    view = OverlayView(
-        ctx.session_dir(session.id) / "delta.db", root, live.hidden_paths(ctx, session)
-    )
-    try:
-        yield view
-    finally:
-        view.close()

@@ -18,6 +18,7 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
+from gitsess.overlay import layout
 from gitsess.overlay.delta import DeltaStore
 from gitsess.services import sessions
 from gitsess.store.registry import Registry
@@ -32,7 +33,7 @@ class Repaired:
 
 def holds_changes(session_dir: Path) -> bool:
     """Whether a session dir holds anything of the session's (unreadable counts as yes)."""
-    delta = session_dir / "delta.db"
+    delta = layout.delta(session_dir)
     if not delta.exists():
         return False
     try:

@@ -23,7 +23,7 @@ import pygit2
 
 from gitsess.git import throwaway
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import protocol
+from gitsess.overlay import layout, protocol
 from gitsess.processes import alive
 from gitsess.runtime import mount
 from gitsess.services import live, test_logs
@@ -80,5 +80,5 @@ def _sweep(parent: Path) -> None:
 
 def _remove(where: Path) -> None:
     with suppress(FileNotFoundError):
-        mount.stop(where, where / "mnt")
+        mount.stop(where, where / layout.MOUNTPOINT)
     shutil.rmtree(where, ignore_errors=True)

@@ -27,7 +27,7 @@ import apsw
 from gitsess import processes
 from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
-from gitsess.overlay import delta, schema
+from gitsess.overlay import delta, layout, schema
 from gitsess.overlay.delta import DamagedDelta
 from gitsess.overlay.retention import RunSummary, summaries
 from gitsess.runtime import mount
@@ -59,7 +59,7 @@ OPS = frozenset(
 
 # The files whose changes mean "the daemon committed": its WAL, and the database itself on a
 # checkpoint or when it is first created.
-DELTA_FILES = frozenset({"delta.db", "delta.db-wal"})
+DELTA_FILES = frozenset({layout.DELTA, layout.DELTA + "-wal"})
 # A follower re-reads this often even without a file notification (a missed inotify event,
 # or a file system without them), and this is how often the poll fallback looks.
 POLL_SECONDS = 1.0
@@ -266,7 +266,7 @@ class DeltaReader:
 
 
 def delta_path(ctx: RepoContext, session: Session) -> Path:
-    return ctx.session_dir(session.id) / "delta.db"
+    return layout.delta(ctx.session_dir(session.id))
 
 
 def runs(ctx: RepoContext, session: Session) -> list[Run]:
@@ -372,7 +372,7 @@ def follow(
     _check_run(session, flt, runs(ctx, session) if flt.run_id is not None else [])
     session_dir = ctx.session_dir(session.id)
     seen = after_id
-    with DeltaReader(session_dir / "delta.db") as reader:
+    with DeltaReader(layout.delta(session_dir)) as reader:
         for _ in wakeups(session_dir, stop, poll):
             if not session_dir.is_dir():
                 raise GitsessError(f"session {session.name} was removed")

@@ -23,6 +23,7 @@ from gitsess.errors import GitsessError
 from gitsess.git import dotgit
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Kind, kind_of
+from gitsess.overlay import layout
 from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.nodes import Node
 from gitsess.overlay.tree import Tree
@@ -272,7 +273,7 @@ def view_writer(ctx: RepoContext, session: Session, lower: Path) -> Iterator[Vie
 def offline_writer(session_dir: Path, lower: Path, hidden: Iterable[str]) -> Iterator[ViewWriter]:
     """A writer straight into the delta.db in `session_dir` (made when missing), committed in
     one transaction at the end; the caller makes sure no daemon serves it meanwhile."""
-    store = DeltaStore(str(session_dir / "delta.db"))
+    store = DeltaStore(str(layout.delta(session_dir)))
     try:
         tree = Tree(store, str(lower), {os.fsencode(h) for h in hidden})
         yield ViewWriter(_TreeOps(tree))

@@ -430,9 +430,3 @@ def test_new_and_mount_load_only_what_they_need(repo: Path) -> None:
     assert loaded("new", "lean", "--mount") == []
     assert "rich.console" in loaded("umount", "lean")  # what the check sees when it is there
     assert loaded("mount", "lean") == []
-
-
-def test_run_looks_for_the_journal_apply_writes() -> None:
-    from gitsess.services import apply_journal, live
-
-    assert live.APPLY_JOURNAL == apply_journal.JOURNAL

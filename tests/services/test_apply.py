@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gitsess.git.repo import RepoContext
+from gitsess.overlay import layout
 from gitsess.runtime import mount
 from gitsess.services import apply_journal, live, sessions
 from gitsess.store.registry import Session
@@ -362,7 +363,7 @@ def test_kill_during_apply_commit_then_the_next_command_completes_it(
             cwd=repo, capture_output=True, text=True, check=False, timeout=60,
         )  # fmt: skip
         assert done.returncode == -9, done.stderr
-        journal = ctx.session_dir(exp.id) / apply_journal.JOURNAL
+        journal = ctx.session_dir(exp.id) / layout.APPLY_JOURNAL
         assert journal.exists()
         # the typed journal reads and writes the file's JSON as it was
         data = json.loads(journal.read_text())
@@ -433,10 +434,10 @@ def test_a_journal_written_by_hand_in_the_file_format_is_completed(
         "move_base": False,
     }
     assert set(journal) == set(_JOURNAL_KEYS)
-    (ctx.session_dir(m.session.id) / apply_journal.JOURNAL).write_text(json.dumps(journal))
+    (ctx.session_dir(m.session.id) / layout.APPLY_JOURNAL).write_text(json.dumps(journal))
     _, err = cli("diff", "exp", "--name-only")
     assert "completed an interrupted apply --worktree (2 path(s))" in err
-    assert not (ctx.session_dir(m.session.id) / apply_journal.JOURNAL).exists()
+    assert not (ctx.session_dir(m.session.id) / layout.APPLY_JOURNAL).exists()
     assert (repo / "README.md").read_text() == "new readme\n"
     assert not (repo / "keep.txt").exists()
     assert changes_left(ctx, m.session) == ["keep.txt"]

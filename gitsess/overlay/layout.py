@@ -1,0 +1,20 @@
+"""What a session dir holds, by name: the one place that spells its layout.
+
+Services reach these through `services/handle.SessionHandle`; the runtime and the overlay,
+which sit below the services, import the names from here.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DELTA = "delta.db"  # the upper layer's metadata (`overlay/schema.py`)
+DATA = "data"  # the upper layer's file contents, beside DELTA (`schema.data_dir`)
+APPLY_JOURNAL = "apply-journal.json"  # an apply under way (`services/apply_journal.py`)
+APPLY_LOCK = "apply.lock"  # one apply, discard or reconcile at a time
+DAEMON_LOG = "daemon.log"
+MOUNTPOINT = "mnt"  # where the view is mounted when no other place is asked for
+
+
+def delta(session_dir: Path) -> Path:
+    return session_dir / DELTA
