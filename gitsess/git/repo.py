@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeAlias
 
 import pygit2
 
@@ -12,8 +13,10 @@ from gitsess.git.location import STATE_DIR_ENV, RepoContext, discover
 
 __all__ = [
     "STATE_DIR_ENV",
+    "GitError",
     "Head",
     "RepoContext",
+    "Repository",
     "common_dir",
     "discover",
     "head_of",
@@ -26,6 +29,11 @@ __all__ = [
 # transfers check). Diff and apply read each changed file's old and new blobs, so the check
 # was a second SHA-1 of every byte they showed: some 15 % of `gitsess diff` of 1,000 files.
 pygit2.settings.enable_strict_hash_verification(False)
+
+# The layers above hold a repository as a handle they pass back to functions of this layer,
+# and catch this layer's error (libgit2's): neither imports pygit2 (tests/test_layers.py).
+Repository: TypeAlias = pygit2.Repository
+GitError = pygit2.GitError
 
 
 def open_common(common_dir: Path) -> pygit2.Repository:

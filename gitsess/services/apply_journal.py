@@ -27,13 +27,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import pygit2
-
 from gitsess import durable, processes
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, ChangeSet, compute_changes
-from gitsess.git.repo import RepoContext
+from gitsess.git.repo import RepoContext, Repository
 from gitsess.git.scratch import scratch_repo
 from gitsess.git.view import Entry
 from gitsess.services import live
@@ -359,7 +357,7 @@ def _only(changes: ChangeSet, paths: set[str]) -> ChangeSet:
 class PreparedApply:
     session: Session
     root: Path
-    repo: pygit2.Repository
+    repo: Repository
     notes: list[str]
 
 

@@ -24,13 +24,11 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-import pygit2
-
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
 from gitsess.git.archive_commits import delete_archive, list_archives
 from gitsess.git.changes import compute_changes
-from gitsess.git.repo import RepoContext
+from gitsess.git.repo import GitError, RepoContext, Repository
 from gitsess.overlay import mounttable
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount, strays
@@ -111,7 +109,7 @@ def _attempt(action: Action, dry_run: bool, work: Callable[[], object]) -> Actio
         return action
     try:
         work()
-    except (GitsessError, OSError, pygit2.GitError) as e:
+    except (GitsessError, OSError, GitError) as e:
         return replace(action, error=str(e))
     return replace(action, done=True)
 
@@ -129,7 +127,7 @@ def _retire(ctx: RepoContext, session: Session, sweep: str, reason: str, dry_run
     try:
         notes = [] if session.worktree.is_dir() else archives.archive_without_worktree(ctx, session)
         removal = sessions.remove(ctx, session.id)
-    except (GitsessError, OSError, pygit2.GitError) as e:
+    except (GitsessError, OSError, GitError) as e:
         return replace(action, error=str(e))
     return replace(action, done=True, notes=(*notes, *removal.notes))
 
@@ -285,7 +283,7 @@ def sweep_merged(
         reason = f"branch {s.branch} was merged into {target}"
         try:
             count = unapplied(ctx, s)
-        except (GitsessError, OSError, pygit2.GitError) as e:
+        except (GitsessError, OSError, GitError) as e:
             actions.append(Action("merged", "session", s.name, "mark-merged", reason, error=str(e)))
             continue
         if count == 0:
@@ -297,7 +295,7 @@ def sweep_merged(
     return actions
 
 
-def _merged(repo: pygit2.Repository, session: Session, target: str, before: str | None) -> bool:
+def _merged(repo: Repository, session: Session, target: str, before: str | None) -> bool:
     assert session.branch is not None
     branch_tip = tracking.tip(repo, session.branch)
     target_tip = tracking.tip(repo, target)
@@ -370,7 +368,7 @@ def sweep_committed(
             repo = real_tree.open_real(s, root)
             with _view(ctx, s, root) as view:
                 settled = tracking.settled_paths(view, repo, head.commit)
-        except (GitsessError, OSError, pygit2.GitError) as e:
+        except (GitsessError, OSError, GitError) as e:
             actions.append(Action("committed", "session", s.name, "drop", str(e), error=str(e)))
             continue
         if not settled:
@@ -457,7 +455,7 @@ def _delete_orphan(ctx: RepoContext, directory: Path) -> None:
                 shutil.rmtree(directory)
 
 
-def archive_max_age(repo: pygit2.Repository) -> timedelta | None:
+def archive_max_age(repo: Repository) -> timedelta | None:
     """`gitsess.gc.archiveMaxAge` (default 30 days): "30 days", "2.weeks", "12h", a bare number
     of days, "now", or "never" (None: archives are kept)."""
     try:
@@ -525,14 +523,14 @@ def sweep_old_archives(
     return actions
 
 
-def _setting(repo: pygit2.Repository, key: str, default: str) -> str:
+def _setting(repo: Repository, key: str, default: str) -> str:
     try:
         return str(repo.config[key])
     except KeyError:
         return default
 
 
-def retention(repo: pygit2.Repository) -> checkpoints.Retention:
+def retention(repo: Repository) -> checkpoints.Retention:
     """The history a session keeps: `gitsess.checkpoints.keep` (default 200) and `.maxAge`
     (30 days), `gitsess.log.maxEvents` (200,000) and `.maxAge` (30 days)."""
     counts = {}

@@ -25,12 +25,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pygit2
-
 from gitsess import durable
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
-from gitsess.git.repo import RepoContext, common_dir, discover, open_worktree
+from gitsess.git.repo import RepoContext, Repository, common_dir, discover, open_worktree
 from gitsess.services import gc
 
 HOOKS = ("post-checkout", "post-commit", "post-merge", "post-rewrite", "reference-transaction")
@@ -436,7 +434,7 @@ def _dispatch(
     return actions
 
 
-def _orig_head(repo: pygit2.Repository) -> str | None:
+def _orig_head(repo: Repository) -> str | None:
     """The tip before the merge: git saves it as ORIG_HEAD in the worktree's git dir."""
     try:
         return (Path(repo.path) / "ORIG_HEAD").read_text().strip() or None

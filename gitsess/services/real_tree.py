@@ -7,10 +7,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pygit2
-
 from gitsess.errors import GitsessError
-from gitsess.git.repo import RepoContext, open_worktree
+from gitsess.git.repo import RepoContext, Repository, open_worktree
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
 from gitsess.services import live
@@ -31,7 +29,7 @@ def real_root(session: Session) -> Path:
     return worktree
 
 
-def open_real(session: Session, root: Path) -> pygit2.Repository:
+def open_real(session: Session, root: Path) -> Repository:
     """The session's worktree repository."""
     return open_worktree(root)
 

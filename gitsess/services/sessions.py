@@ -429,11 +429,11 @@ def _behind(ctx: RepoContext, session: Session) -> int | None:
         return None
     if tip == session.base_commit:
         return 0
-    import pygit2
+    from gitsess.git.repo import GitError
 
     try:
         _, behind = ctx.open().ahead_behind(session.base_commit, tip)
-    except (pygit2.GitError, KeyError, ValueError):
+    except (GitError, KeyError, ValueError):
         return None
     return int(behind)
 
