@@ -17,11 +17,18 @@ __all__ = [
     "Head",
     "RepoContext",
     "Repository",
+    "commits_behind",
     "common_dir",
+    "config_value",
+    "descends",
     "discover",
+    "drop_ref",
+    "git_dir",
+    "has_branch",
     "head_of",
     "open_common",
     "open_worktree",
+    "remote_names",
     "worktree_paths",
 ]
 
@@ -75,6 +82,43 @@ def head_of(repo: pygit2.Repository) -> Head:
     if repo.head_is_unborn:
         return Head(branch, None)
     return Head(branch, str(repo.head.target))
+
+
+def git_dir(repo: pygit2.Repository) -> Path:
+    """The worktree's own git directory (the common one for the main worktree)."""
+    return Path(repo.path)
+
+
+def config_value(repo: pygit2.Repository, key: str) -> str | None:
+    """A setting of the repository's config (with the user's and system's); None if unset."""
+    try:
+        return str(repo.config[key])
+    except KeyError:
+        return None
+
+
+def descends(repo: pygit2.Repository, commit: str, ancestor: str) -> bool:
+    """Whether `ancestor` is a strict ancestor of `commit`."""
+    return bool(repo.descendant_of(commit, ancestor))
+
+
+def commits_behind(repo: pygit2.Repository, base: str, tip: str) -> int:
+    """How many commits `tip` has that `base` lacks."""
+    return int(repo.ahead_behind(base, tip)[1])
+
+
+def remote_names(repo: pygit2.Repository) -> list[str]:
+    return [n for n in repo.remotes.names() if n is not None]
+
+
+def has_branch(repo: pygit2.Repository, name: str) -> bool:
+    return repo.branches.local.get(name) is not None
+
+
+def drop_ref(repo: pygit2.Repository, ref: str) -> None:
+    """Delete `ref` if it exists: a ref of gitsess's own."""
+    if ref in repo.references:
+        repo.references.delete(ref)
 
 
 def common_dir(repo: pygit2.Repository) -> Path:

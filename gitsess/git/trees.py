@@ -121,6 +121,16 @@ def index_of(repo: pygit2.Repository, commit: str) -> bytes:
             return f.read()
 
 
+def store_blob(repo: pygit2.Repository, data: bytes) -> str:
+    """Write `data` as a blob; its id."""
+    return str(repo.create_blob(data))
+
+
+def object_size(repo: pygit2.Repository, oid: str) -> int:
+    """The size of an object's content, from its header (the content is not read)."""
+    return int(repo.odb.read_header(oid)[1])
+
+
 def point_ref(repo: pygit2.Repository, ref: str, commit: str) -> None:
     """Make (or move) `ref` to `commit`, with no compare: a ref of gitsess's own."""
     repo.references.create(ref, pygit2.Oid(hex=commit), force=True)

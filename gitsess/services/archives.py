@@ -37,7 +37,7 @@ from gitsess.git.blob_parts import blob_parts
 from gitsess.git.changes import GIT_EXEC, GIT_LINK, compute_changes
 from gitsess.git.repo import RepoContext, Repository, head_of, open_worktree, worktree_paths
 from gitsess.git.scratch import BIG_FILE, scratch_repo
-from gitsess.git.trees import commit_tree_id
+from gitsess.git.trees import commit_tree_id, object_size
 from gitsess.overlay.kvtable import kv_items
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
@@ -141,8 +141,8 @@ def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
         raise GitsessError(f"session {session.name} is in use (pid {pids})")
     live.unmount(ctx, session)
     repo = ctx.open()
-    branch_tip = tracking.tip(repo, session.branch) if session.branch else None
-    lower = str(branch_tip.id) if branch_tip is not None else session.base_commit
+    branch_tip = tracking.tip_id(repo, session.branch) if session.branch else None
+    lower = branch_tip if branch_tip is not None else session.base_commit
     ref = None
     with tracking.stand_in(repo, lower, ctx.state_dir) as top, OverlayView(delta, top) as view:
         changes = compute_changes(view, open_worktree(top))
@@ -306,7 +306,7 @@ def _parts(repo: Repository, oid: str, path: str) -> Iterator[bytes]:
     parts = blob_parts(repo, oid)
     if not progress.active():
         return parts
-    size = repo.odb.read_header(oid)[1]
+    size = object_size(repo, oid)
     return progress.counting(parts, f"restoring {path}", size) if size >= BIG_FILE else parts
 
 

@@ -13,7 +13,7 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext, discover
-from gitsess.git.repo import GitError
+from gitsess.git.repo import GitError, remote_names
 from gitsess.store.registry import Registry
 
 
@@ -47,7 +47,7 @@ def archives(prefix: str) -> list[str]:
 
 def remotes(prefix: str) -> list[str]:
     def read(ctx: RepoContext) -> list[str]:
-        return [n for n in ctx.open().remotes.names() if n is not None]
+        return remote_names(ctx.open())
 
     return _quietly(read, prefix)
 

@@ -23,7 +23,7 @@ from typing import Any
 from gitsess.errors import GitsessError, option
 from gitsess.git.apply_commit import branch_tip
 from gitsess.git.person import Person
-from gitsess.git.repo import RepoContext, Repository
+from gitsess.git.repo import RepoContext, Repository, drop_ref
 from gitsess.git.trees import point_ref
 from gitsess.runtime import prestart
 from gitsess.services import branch_queue, overlaps, sessions, test_logs
@@ -137,8 +137,7 @@ def _gated(
         try:
             trial = attempt(branch=trial_ref)
         finally:
-            if trial_ref in repo.references:
-                repo.references.delete(trial_ref)
+            drop_ref(repo, trial_ref)
         if not trial.ok or trial.commit is None:
             return trial
         tested = trial.commit.commit or tip

@@ -28,7 +28,7 @@ from gitsess.errors import GitsessError
 from gitsess.git import tracking
 from gitsess.git.archive_commits import delete_archive, list_archives
 from gitsess.git.changes import compute_changes
-from gitsess.git.repo import GitError, RepoContext, Repository
+from gitsess.git.repo import GitError, RepoContext, Repository, config_value
 from gitsess.overlay import mounttable
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount, strays
@@ -221,7 +221,7 @@ def renaming(ctx: RepoContext) -> list[Session]:
     repo = ctx.open()
     found = []
     for s in _sessions(ctx):
-        if s.branch is None or not s.worktree.is_dir() or tracking.tip(repo, s.branch):
+        if s.branch is None or not s.worktree.is_dir() or tracking.tip_id(repo, s.branch):
             continue
         try:
             if tracking.checked_out(s.worktree).branch == s.branch:
@@ -243,7 +243,7 @@ def follow_heads(
             new = tracking.checked_out(s.worktree).branch
         except GitsessError:
             continue
-        if new is None or new == s.branch or tracking.tip(repo, new) is None:
+        if new is None or new == s.branch or tracking.tip_id(repo, new) is None:
             continue
         action = Action(
             "branch-gone", "session", s.name, "rebind", f"branch {s.branch} is now {new}"
@@ -297,25 +297,9 @@ def sweep_merged(
 
 def _merged(repo: Repository, session: Session, target: str, before: str | None) -> bool:
     assert session.branch is not None
-    branch_tip = tracking.tip(repo, session.branch)
-    target_tip = tracking.tip(repo, target)
-    if branch_tip is None or target_tip is None:
-        return False
-    tip_id = branch_tip.id
-    if tip_id != target_tip.id and not repo.descendant_of(target_tip.id, tip_id):
-        return False
-    if before is not None and (str(tip_id) == before or repo.descendant_of(before, tip_id)):
-        return False
-    if str(tip_id) != session.base_commit:
-        return True
-    # At the session's base: merged only if that base is work on the branch (an apply moved
-    # both there), not the commit the branch was made from. The graph of ref updates says
-    # which; the clocks (a commit's whole seconds, a creation time's fraction) only when git
-    # kept no reflog.
-    moved = tracking.moved_since_created(repo, session.branch)
-    if moved is not None:
-        return moved
-    return branch_tip.commit_time > session.created_at.timestamp()
+    return tracking.merged_into(
+        repo, session.branch, target, before, session.base_commit, session.created_at.timestamp()
+    )
 
 
 def sweep_detached(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
@@ -458,11 +442,8 @@ def _delete_orphan(ctx: RepoContext, directory: Path) -> None:
 def archive_max_age(repo: Repository) -> timedelta | None:
     """`gitsess.gc.archiveMaxAge` (default 30 days): "30 days", "2.weeks", "12h", a bare number
     of days, "now", or "never" (None: archives are kept)."""
-    try:
-        value = str(repo.config[MAX_AGE_KEY])
-    except KeyError:
-        return DEFAULT_MAX_AGE
-    return parse_age(value)
+    value = config_value(repo, MAX_AGE_KEY)
+    return DEFAULT_MAX_AGE if value is None else parse_age(value)
 
 
 _AGE = re.compile(r"(\d+)\s*[._ ]?\s*([a-z]*)")
@@ -524,10 +505,8 @@ def sweep_old_archives(
 
 
 def _setting(repo: Repository, key: str, default: str) -> str:
-    try:
-        return str(repo.config[key])
-    except KeyError:
-        return default
+    value = config_value(repo, key)
+    return default if value is None else value
 
 
 def retention(repo: Repository) -> checkpoints.Retention:

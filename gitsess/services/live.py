@@ -92,10 +92,10 @@ FSMONITOR_CONFIG = {
 
 
 def git_config_for(worktree: Path) -> dict[str, str]:
-    from gitsess.git.repo import open_worktree
+    from gitsess.git.repo import git_dir, open_worktree
 
     try:
-        gitdir = Path(open_worktree(worktree).path)
+        gitdir = git_dir(open_worktree(worktree))
         with open(gitdir / "index", "rb") as f:
             header = f.read(12)
     except (OSError, GitsessError):

@@ -24,7 +24,14 @@ from gitsess.errors import GitsessError, option
 from gitsess.git import published, transport
 from gitsess.git.archive_commits import refused_in_tree
 from gitsess.git.published import Published
-from gitsess.git.repo import RepoContext, Repository, head_of, open_worktree
+from gitsess.git.repo import (
+    RepoContext,
+    Repository,
+    has_branch,
+    head_of,
+    open_worktree,
+    remote_names,
+)
 from gitsess.git.transport import Progress as Progress  # the cli shows its counts
 from gitsess.git.trees import commit_tree_id
 from gitsess.git.worktree import (
@@ -42,7 +49,7 @@ from gitsess.store.registry import Registry, Run, Session, Synced
 
 def is_remote(ctx: RepoContext, word: str) -> bool:
     """Whether `word` names a remote of the repository, or is a URL."""
-    return word in ctx.open().remotes.names() or transport.is_url(word)
+    return word in remote_names(ctx.open()) or transport.is_url(word)
 
 
 def _registry(ctx: RepoContext) -> AbstractContextManager[Registry | None]:
@@ -274,7 +281,7 @@ def _pull_new(
         session = sessions.create(replace(ctx, worktree=holder), name, title=there.title)
     elif worktree:
         wanted = branch or BRANCH_PREFIX + name
-        exists = repo.branches.local.get(wanted) is not None
+        exists = has_branch(repo, wanted)
         spec = WorktreeSpec(wanted, None if exists else there.base)
         session = sessions.create(ctx, name, title=there.title, worktree=spec)
     else:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
 from gitsess.git.head import SessionHead, read_head
-from gitsess.git.repo import Repository
+from gitsess.git.repo import Repository, descends
 from gitsess.git.scratch import ScratchRepository, scratch_repo
 from gitsess.git.session_refs import (
     commits_not_in,
@@ -112,7 +112,7 @@ def state(view: OverlayView, repo: Repository, session: Session, root: Path) -> 
         commits = commits_not_in(objects, head.commit, hide)
         if head.commit not in (None, base) and base is not None and not commits:
             assert head.commit is not None
-            if objects.descendant_of(base, head.commit):
+            if descends(objects, base, head.commit):
                 below = count_between(objects, base, head.commit)
         return SessionGit(
             head,
@@ -151,8 +151,8 @@ def reached(repo: Repository, git: SessionGit, tip: str | None, base: str | None
     head = git.head.commit
     if head is None or tip is None or head == base:
         return False
-    ahead = base is None or repo.descendant_of(head, base)
-    return ahead and (head == tip or repo.descendant_of(tip, head))
+    ahead = base is None or descends(repo, head, base)
+    return ahead and (head == tip or descends(repo, tip, head))
 
 
 def restored_git(repo: Repository, session: Session, info: ArchiveInfo) -> dict[str, bytes]:
@@ -222,6 +222,7 @@ def reverted_in_view(
 def _view_state(scratch: Repository, view: SessionView, path: str) -> tuple[str, int] | None:
     from gitsess.git.changes import Side
     from gitsess.git.diff import read_view
+    from gitsess.git.trees import store_blob
 
     entry = view.entry(path)
     if entry is None or entry.kind not in ("file", "symlink"):
@@ -229,4 +230,4 @@ def _view_state(scratch: Repository, view: SessionView, path: str) -> tuple[str,
     state = Side(entry.kind, entry.mode, entry.size, entry.mtime_ns, None)
     mode = state.git_mode
     assert mode is not None
-    return str(scratch.create_blob(read_view(view, path, state))), mode
+    return store_blob(scratch, read_view(view, path, state)), mode
