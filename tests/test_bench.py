@@ -1,110 +1,105 @@
-"""scripts/bench.py: its pure helpers, and (slow) that `--quick` runs end to end.
+"""The bench package: its pure helpers, and (slow) that `--quick` runs end to end.
 
 The benchmark's figures depend on the machine and its load: nothing here asserts a ratio.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "bench.py"
+from bench.config import GITSESS, NATIVE, OVERLAYFS, TARGETS, Config
+from bench.corpus import _layout
+from bench.fmt import fmt_cpu, markdown_table
+from bench.git_session import HISTORY_COMMITS, git_ops, git_session_selected
+from bench.main import select
+from bench.measure import rotation
+from bench.report import _goal_text, cpu_rows
+from bench.results import Result, sign_test
+from bench.views import daemon_cpu_seconds
+from bench.workloads import Goal
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gitsess_bench", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while being built
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _load()
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_rotation_puts_each_target_first_in_turn() -> None:
-    firsts = [bench.rotation(run)[0] for run in range(3)]
-    assert sorted(firsts) == sorted(bench.TARGETS)
-    assert all(sorted(bench.rotation(run)) == sorted(bench.TARGETS) for run in range(3))
+    firsts = [rotation(run)[0] for run in range(3)]
+    assert sorted(firsts) == sorted(TARGETS)
+    assert all(sorted(rotation(run)) == sorted(TARGETS) for run in range(3))
 
 
 def test_goals_compare_gitsess_medians() -> None:
-    res = bench.Result("x", "x", [bench.Goal(bench.NATIVE, 2.0), bench.Goal(bench.OVERLAYFS, 1.0)])
-    for target, times in ((bench.NATIVE, [1.0, 1.2, 5.0]), (bench.OVERLAYFS, [3.0, 3.0, 3.0])):
+    res = Result("x", "x", [Goal(NATIVE, 2.0), Goal(OVERLAYFS, 1.0)])
+    for target, times in ((NATIVE, [1.0, 1.2, 5.0]), (OVERLAYFS, [3.0, 3.0, 3.0])):
         for t in times:
             res.add(target, t)
-    res.add(bench.GITSESS, 2.0)
-    assert res.ratio(bench.GITSESS, bench.NATIVE) == pytest.approx(2.0 / 1.2)
+    res.add(GITSESS, 2.0)
+    assert res.ratio(GITSESS, NATIVE) == pytest.approx(2.0 / 1.2)
     assert res.goal_met() is True
-    res.add(bench.GITSESS, 4.0)  # median 3.0: 2.5x native
+    res.add(GITSESS, 4.0)  # median 3.0: 2.5x native
     assert res.goal_met() is False
-    assert bench.Result("y", "y").goal_met() is None
+    assert Result("y", "y").goal_met() is None
 
 
 def test_goal_runs_are_paired_and_a_tie_is_named() -> None:
-    ovl = bench.Goal(bench.OVERLAYFS, 1.0)
-    res = bench.Result("x", "x", [ovl])
+    ovl = Goal(OVERLAYFS, 1.0)
+    res = Result("x", "x", [ovl])
     for g, o in ((1.0, 2.0), (3.0, 2.0), (1.0, 2.0), (3.0, 2.0), (2.0, 2.0)):
-        res.add(bench.GITSESS, g)
-        res.add(bench.OVERLAYFS, o)
+        res.add(GITSESS, g)
+        res.add(OVERLAYFS, o)
     assert res.runs_within(ovl) == (3, 5)  # a run of equal times is within the goal
     assert not res.decided(ovl)
-    assert bench._goal_text(res) == "<= 1x fuse-overlayfs (3/5 runs, a tie) met"
-    ahead = bench.Result("y", "y", [ovl])
+    assert _goal_text(res) == "<= 1x fuse-overlayfs (3/5 runs, a tie) met"
+    ahead = Result("y", "y", [ovl])
     for _ in range(9):
-        ahead.add(bench.GITSESS, 1.0)
-        ahead.add(bench.OVERLAYFS, 2.0)
+        ahead.add(GITSESS, 1.0)
+        ahead.add(OVERLAYFS, 2.0)
     assert ahead.decided(ovl)
-    assert bench._goal_text(ahead) == "<= 1x fuse-overlayfs (9/9 runs) met"
-    behind = bench.Result("z", "z", [ovl])
+    assert _goal_text(ahead) == "<= 1x fuse-overlayfs (9/9 runs) met"
+    behind = Result("z", "z", [ovl])
     for _ in range(5):
-        behind.add(bench.GITSESS, 3.0)
-        behind.add(bench.OVERLAYFS, 2.0)
+        behind.add(GITSESS, 3.0)
+        behind.add(OVERLAYFS, 2.0)
     assert behind.decided(ovl)  # 0 of 5: the fewest runs that can decide
-    assert bench._goal_text(behind) == "<= 1x fuse-overlayfs (0/5 runs) MISSED"
+    assert _goal_text(behind) == "<= 1x fuse-overlayfs (0/5 runs) MISSED"
 
 
 def test_daemon_cpu_is_read_and_tabled_per_run() -> None:
-    spent = bench.daemon_cpu_seconds(os.getpid())
+    spent = daemon_cpu_seconds(os.getpid())
     assert spent is not None and spent > 0
-    res = bench.Result("x", "x")
-    res.add(bench.NATIVE, 1.0)  # no daemon: no CPU figure
+    res = Result("x", "x")
+    res.add(NATIVE, 1.0)  # no daemon: no CPU figure
     for ovl, ours in ((0.2, 0.1), (0.4, 0.3), (0.3, 0.2)):
-        res.add(bench.OVERLAYFS, 1.0, ovl)
-        res.add(bench.GITSESS, 1.0, ours)
-    assert res.cpu_median(bench.NATIVE) is None
-    assert bench.cpu_rows([res]) == [["x", "300 ms", "200 ms", "0.67x"]]
-    assert bench.cpu_rows([bench.Result("y", "y")]) == []
-    assert [bench.fmt_cpu(x) for x in (0.0, 0.35 - 0.34, 1.5)] == ["0 ms", "10 ms", "1.50 s"]
+        res.add(OVERLAYFS, 1.0, ovl)
+        res.add(GITSESS, 1.0, ours)
+    assert res.cpu_median(NATIVE) is None
+    assert cpu_rows([res]) == [["x", "300 ms", "200 ms", "0.67x"]]
+    assert cpu_rows([Result("y", "y")]) == []
+    assert [fmt_cpu(x) for x in (0.0, 0.35 - 0.34, 1.5)] == ["0 ms", "10 ms", "1.50 s"]
 
 
 def test_sign_test_matches_the_binomial_tails() -> None:
-    assert bench.sign_test(0, 9) == pytest.approx(2 / 512)
-    assert bench.sign_test(9, 9) == pytest.approx(2 / 512)
-    assert bench.sign_test(1, 9) == pytest.approx(20 / 512)
-    assert bench.sign_test(2, 9) == pytest.approx(92 / 512)
-    assert bench.sign_test(4, 9) == 1.0
-    assert bench.sign_test(5, 10) == 1.0
+    assert sign_test(0, 9) == pytest.approx(2 / 512)
+    assert sign_test(9, 9) == pytest.approx(2 / 512)
+    assert sign_test(1, 9) == pytest.approx(20 / 512)
+    assert sign_test(2, 9) == pytest.approx(92 / 512)
+    assert sign_test(4, 9) == 1.0
+    assert sign_test(5, 10) == 1.0
 
 
 def test_quick_selection_and_cold_skipping() -> None:
-    quick = bench.Config.make(True, None)
-    full = bench.Config.make(False, None)
-    assert {w.key for w in bench.select(quick, [], True)} < {
-        w.key for w in bench.select(full, [], True)
-    }
-    assert not any(w.cold for w in bench.select(full, [], False))
-    assert [w.key for w in bench.select(quick, ["rm-rf"], True)] == ["rm-rf"]
-    extra = {w.key for w in bench.select(bench.Config.make(False, None, True), [], True)}
-    assert extra - {w.key for w in bench.select(full, [], True)} == {
+    quick = Config.make(True, None)
+    full = Config.make(False, None)
+    assert {w.key for w in select(quick, [], True)} < {w.key for w in select(full, [], True)}
+    assert not any(w.cold for w in select(full, [], False))
+    assert [w.key for w in select(quick, ["rm-rf"], True)] == ["rm-rf"]
+    extra = {w.key for w in select(Config.make(False, None, True), [], True)}
+    assert extra - {w.key for w in select(full, [], True)} == {
         "untar",
         "cp-a",
         "mv-dir",
@@ -112,16 +107,16 @@ def test_quick_selection_and_cold_skipping() -> None:
         "sed-i",
         "venv",
     }
-    assert [w.key for w in bench.select(full, ["mv-dir"], True)] == ["mv-dir"]
+    assert [w.key for w in select(full, ["mv-dir"], True)] == ["mv-dir"]
 
 
 def test_markdown_table_shape() -> None:
-    text = bench.markdown_table(["a", "b"], [["x", "1 ms"]])
+    text = markdown_table(["a", "b"], [["x", "1 ms"]])
     assert text.splitlines() == ["| a | b |", "| --- | ---: |", "| x | 1 ms |"]
 
 
 def test_layout_has_the_bulk_directory() -> None:
-    rels = bench._layout(5000, 400, 2000)
+    rels = _layout(5000, 400, 2000)
     assert len(rels) == len(set(rels)) == 5000
     assert sum(r.startswith("vendor/") for r in rels) == 2000
     dirs = {str(Path(r).parent) for r in rels}
@@ -134,7 +129,8 @@ def test_layout_has_the_bulk_directory() -> None:
 def test_quick_run_writes_json(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--quick", "--runs", "1", "--json", str(out)],
+        [sys.executable, "-m", "bench", "--quick", "--runs", "1", "--json", str(out)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         check=False,
@@ -158,8 +154,32 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
 
 
 def test_git_session_rows_are_selected_by_group_or_key() -> None:
-    keys = [op.key for op in bench.git_ops()]
-    assert bench.git_session_selected([]) and bench.git_session_selected(["git-session"])
-    assert bench.git_session_selected([keys[0]])
-    assert not bench.git_session_selected(["find-warm"])
-    assert bench.HISTORY_COMMITS >= 100  # git log -100
+    keys = [op.key for op in git_ops()]
+    assert git_session_selected([]) and git_session_selected(["git-session"])
+    assert git_session_selected([keys[0]])
+    assert not git_session_selected(["find-warm"])
+    assert HISTORY_COMMITS >= 100  # git log -100
+
+
+def test_git_timer_times_a_command_after_its_untimed_steps(tmp_path: Path) -> None:
+    timer = subprocess.Popen(
+        [sys.executable, "-m", "bench.git_timer"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert timer.stdin is not None and timer.stdout is not None
+    try:
+        assert json.loads(timer.stdout.readline()) == {"ready": True}
+        (tmp_path / "f").write_text("a\n")
+        req = {"edit": ["f"], "line": "b\n", "prep": [["sleep", "1"]], "cmd": ["true"]}
+        timer.stdin.write(json.dumps(req) + "\n")
+        timer.stdin.flush()
+        seconds = json.loads(timer.stdout.readline())["seconds"]
+        assert 0 < seconds < 1  # the prep step is not timed
+        assert (tmp_path / "f").read_text() == "a\nb\n"
+    finally:
+        timer.stdin.close()
+        assert timer.wait(timeout=30) == 0

@@ -124,6 +124,21 @@ def test_every_module_path_the_architecture_names_exists() -> None:
     assert not missing, f"docs/ARCHITECTURE.md names modules that do not exist: {missing}"
 
 
+def test_every_module_is_on_the_folder_map() -> None:
+    """The map is where a newcomer looks for the room of a change: a module missing from it is
+    a room nobody finds."""
+    text = DOC.read_text()
+    section = text[text.index("### Modules") : text.index("## Where data lives")]
+    named = set(QUOTED.findall(section))
+    modules = {
+        str(path.relative_to(PACKAGE))
+        for path in [*PACKAGE.rglob("*.py"), *PACKAGE.rglob("*.c")]
+        if path.name not in ("__init__.py", "__main__.py") or path.parent.name == "cli"
+    }
+    missing = sorted(modules - named)
+    assert not missing, f"modules missing from docs/ARCHITECTURE.md's folder map: {missing}"
+
+
 def test_every_dotted_name_and_call_the_architecture_names_exists() -> None:
     index = Index()
     missing = set()

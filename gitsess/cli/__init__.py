@@ -2,6 +2,10 @@
 
 `main` is the console script; the click group and its commands are in `group` and the
 `*_cmds` modules, loaded once `main` gave a command that will mount its daemon's prestart.
+`gitsess --version` is answered before click loads. The script ends with `os._exit` once
+atexit's handlers ran and the streams are flushed, when no other thread runs and no profiler or
+tracer watches: the interpreter's teardown cost more than many commands. Called in process with
+arguments, as the tests do, `main` raises SystemExit as usual.
 """
 
 from __future__ import annotations

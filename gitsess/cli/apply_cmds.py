@@ -1,4 +1,11 @@
-"""Commands that apply a session's work: diff, apply, discard, fork, restore, archives."""
+"""Commands that apply a session's work: diff, apply, discard, fork, restore, archives.
+
+`diff`, `apply` and `discard` take `[SESSION] [--] [PATHSPEC...]` (`PathspecCommand` keeps what
+follows `--` aside before click parses): the first word is the session when it resolves to one,
+else a pathspec; a word that is both, or neither, is a usage error (git's rule for revisions
+and paths), which `--` or `-s` settles. Pathspecs relative to the current directory are made
+root-relative here (`root_pathspecs`), since the services take git's root-relative ones.
+"""
 
 from __future__ import annotations
 

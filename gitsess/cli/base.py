@@ -1,4 +1,11 @@
-"""What every command shares: session arguments, rendering helpers."""
+"""What every command shares: session arguments, rendering helpers.
+
+Every command that takes a session accepts `[SESSION]` positionally and `--session/-s`; giving
+both is a usage error. Click would read a positional `-1` as an unknown option, so
+`SessionCommand` rewrites a bare `-N` (before `--`, not an option's value) into a hidden
+`--session-offset`. Commands with more arguments take `[SESSION] ARG...`: one more argument
+than required is the session.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,13 @@
 """The click group of every command, and how a command's failure becomes one line.
 
 Commands live in modules by topic; importing a module registers its commands on the `cli`
-group. The group imports a command's module only when that command runs: importing all of
-them cost more than most commands do (pygit2, rich, the agent profiles, apply).
+group. The group imports a command's module only when that command runs (or completes, or shows
+its own help): importing all of them cost more than most commands do (pygit2, rich, the agent
+profiles, apply). `COMMANDS` maps each command to its module and the summary `--help` lists;
+tests check it against the commands. `GitsessError`, and the apsw, pygit2 and OS errors that
+can be anticipated (`one_line`), become `gitsess: <message>` on stderr and exit 1; usage errors
+are click's (exit 2); a traceback means a bug. A command's `sys.exit(code)` is returned to
+`main`, so `run` passes its command's code on and still skips the interpreter's teardown.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ command's `--json` prints, under the same names (built by the same functions). A
 the tool's error result carrying the one line the command would print; an unanticipated one
 (a bug) is the SDK's "Error executing tool" with its traceback on stderr, never on the wire.
 Started inside a session (`gitsess run`), every tool's `session` defaults to that session.
+The SDK diverts fd 1 to stderr while serving, so nothing but the protocol reaches stdout, and
+it runs synchronous tools in worker threads: a lock keeps to one call at a time, since the
+services are written for one command per process.
 
 `TOOLS` is the table the server is built from: a new tool is one function and one entry.
 """

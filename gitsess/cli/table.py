@@ -10,7 +10,6 @@ import contextlib
 import os
 import re
 import sys
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,6 +39,10 @@ def clean(text: str) -> str:
 
 def width_of(text: str) -> int:
     """Terminal cells: wide East Asian characters take two, combining marks none."""
+    if text.isascii():  # (no unicodedata to load for the usual table)
+        return len(text)
+    import unicodedata
+
     return sum(
         0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in "WF" else 1
         for c in text

@@ -2,11 +2,18 @@
 
 Only the view's touched paths are walked (a touched directory stands for its subtree), so the
 cost follows the size of the session's change, not the size of the worktree. Content is compared
-by git blob id, so a file that was copied up but is byte-identical is not a change.
+by git blob id, so a file that was copied up but is byte-identical is not a change. It compares
+with the real worktree, not the base commit: `diff` shows what `apply --worktree` would write.
 
 The change set keeps everything the filesystem can tell apart (permission bits, empty
 directories), because `apply --worktree` reproduces those; diff, patch and commit look only at
-what git can hold (`Change.git_visible`).
+what git can hold (`Change.git_visible`). Devices, fifos and sockets are no change but
+`ChangeSet.special`, and a directory holding a `.git` of its own (a repository made inside, a
+submodule's checkout) is one entry of `ChangeSet.repos`, never its files: no apply writes it,
+as git leaves it alone. Parents' kinds are asked with `SessionView.is_dir`, once per directory
+and side, not with an entry (a merged directory's entry lists it to count subdirectories).
+File names are bytes end to end: str with os.fsdecode's surrogates in Python, bytes wherever
+text must be UTF-8.
 """
 
 from __future__ import annotations

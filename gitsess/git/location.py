@@ -4,6 +4,12 @@ pygit2's import, which took longer than such a command's own work.
 
 The search is git's: up from the directory, the first `.git` (a directory, or a file naming
 one, as a linked worktree's does) or a directory that is itself a git directory (bare).
+
+`discover` is the only place that decides where state lives: `<common-dir>/gitsess`, unless
+`GITSESS_DIR` is set. That is authoritative: inside a session the tree, and so the `.git` the
+search would find, is the view, and the registry must never be reached through it; the
+repository is then the git dir holding the state dir, else the one found from the directory.
+`RepoContext.worktree` is the worktree holding the directory, or None (bare, or outside one).
 """
 
 from __future__ import annotations

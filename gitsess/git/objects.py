@@ -1,5 +1,12 @@
 """Git objects for an apply: blobs from the view, trees edited by path, signatures, and copying
-from the scratch object database into the repository."""
+from the scratch object database into the repository.
+
+Promotion copies into the real store exactly the objects the promoted commits need and the
+real store lacks (a tree it holds is taken whole), before any ref names them, as git's
+quarantine does: 100 objects or more as one pack (`packwrite`), fewer as loose objects through
+an odb of the loose store alone (through the full odb every write first looks the object up and
+each miss rescans the pack directory). A session-owned blob an apply's tree needs is copied too.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""A session's changes as a patch (`git apply` input) or an mbox mail (`git am` input)."""
+"""A session's changes as a patch (`git apply` input) or an mbox mail (`git am` input).
+
+The patch is made into a spooled body (memory up to 8 MiB, then a temporary file) and copied out
+in parts. Big files are carried as a "GIT binary patch" literal written in parts
+(`binary_patch`; the forward hunk only, which is all `git apply` needs).
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,13 @@
 """Carrying commits made inside a session onto a branch of the real repository.
 
-The session's commits are already objects of the real repository (its `objects/` is shared), so
-replaying them is a fast-forward when the branch has not moved since the session's base, and
-otherwise a rebase done three ways in memory, as `git rebase` would. Only objects are written
-here, never a ref: the caller moves the branch once it has checked everything else.
+The session's commits are objects of its own copy-on-write `.git`, read through a repository
+that has them as one more backend (`session_objects`), and promoted into the real store before
+any ref names them. Replaying them is a fast-forward when the branch has not moved since the
+session's base, and otherwise a rebase done three ways in memory, as `git rebase` would:
+empty results are dropped, and so are commits whose patch id the branch's new commits have
+(they came by another route, a fork's apply or a `git merge`); a merge commit keeps its other
+parents. Only objects are written here, never a ref: the caller moves the branch once it has
+checked everything else.
 """
 
 from __future__ import annotations

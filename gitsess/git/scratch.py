@@ -1,5 +1,12 @@
 """A scratch object database: a repository object over the real repository's objects whose new
-objects stay in memory, for the blobs and trees of a diff or of a commit being planned."""
+objects stay in memory, for the blobs and trees of a diff or of a commit being planned.
+
+The memory backend is asked before the real packs and loose objects, and it also keeps the
+bytes of blobs the real repository already had as they are hashed (the worktree side's too),
+so a diff reads both sides from memory, never inflating a blob from a pack. Files past
+`BIG_FILE` are never held whole: they are hashed in parts and streamed into the real store as
+loose objects (`store_big`), and a diff shows them as binary.
+"""
 
 from __future__ import annotations
 

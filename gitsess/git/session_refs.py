@@ -1,12 +1,14 @@
 """Where a session's own `.git` points: its HEAD, and the commits made on it.
 
-A session's `.git` keeps its own HEAD, refs, packed-refs and index (copy-on-write) while
-`objects/` is the real repository's, so a commit made inside the session already exists in the
-real repository; only the session's refs know about it. HEAD is read through a callback rather
-than a path so that the caller decides which layer (the view, the session's upper directory)
-the files come from; the real repository's refs are read from its files (`real_refs`), and the
-session's own commits are those no real ref reaches (`commits_not_in`); HEAD itself is read
-by `head.py`.
+A session's `.git` is copy-on-write, `objects/` included, so a commit made inside the session
+exists only in the session until it is promoted; only the session's refs know about it. HEAD is
+read through a callback rather than a path so that the caller decides which layer (the view,
+the session's upper directory) the files come from; the real repository's refs are read from
+its files (`real_refs`: inside a session libgit2 would open the view's `.git`), and the
+session's own commits are those its HEAD reaches and no real branch, tag or remote-tracking
+ref reaches, nor its base (`commits_not_in`); HEAD itself is read by `head.py`. Inside a run
+of the session's worktree the real refs are out of reach, and what compares with them is
+reported as unknown rather than counted against the view.
 """
 
 from __future__ import annotations

@@ -2,6 +2,19 @@
 
 Everything here reads the repository as it is at the moment of the call; none of it remembers
 an event. That keeps the sweeps built on it idempotent, and correct however late they run.
+
+Checked out counts a branch being rebased or bisected (git detaches HEAD for the operation
+only). A rename (`git branch -m` deletes the old ref, parks its reflog, then writes the new ref
+with no hook) is followed through the reflog line git moves along, once it is done. Merged: a
+target branch reaches the session branch's tip and the branch carries work done since the
+session began (its tip moved from the base, or its reflog shows it moved since it was created;
+clocks only when git kept no reflog). A default branch is never "merged" into anything; squash
+merges are not recognised. When the worktree is gone, `stand_in` is a throwaway repository
+borrowing the objects through `alternates` and holding the branch tip's files, so the view can
+still be archived. Committed in the real tree (`settled_paths`): a touched path whose view
+content equals both the real worktree and the branch's commit (blob ids and modes) can leave the
+delta without the session seeing a change; a commit made inside a session leaves the real
+worktree behind the branch, so its paths stay.
 """
 
 from __future__ import annotations

@@ -1,4 +1,14 @@
-"""Binding a session to a worktree and branch: the current one, or one gitsess creates."""
+"""Binding a session to a worktree and branch: the current one, or one gitsess creates.
+
+Default: the current worktree and its branch (on a detached HEAD the branch is NULL and the
+base commit records where). `--worktree [BRANCH] [--from REV]` makes a worktree at
+`<state>/worktrees/<name>` on a new branch `gitsess/<name>` (or BRANCH: an existing one no
+worktree has checked out is used as is), its admin entry `worktrees/gitsess-<name>`, under
+`worktrees.lock` so that checking a path and branch free and taking them is one step. `rm`
+removes what gitsess created unless it holds work: uncommitted or untracked changes, or commits
+no other ref (nor the session's base) reaches; a detached HEAD's own commits are kept as
+`refs/gitsess/detached/<worktree>` first.
+"""
 
 from __future__ import annotations
 

@@ -1,8 +1,25 @@
 """The per-session daemon: mounts the view, serves it, and answers on the control channel.
 
-Started by `gitsess.runtime.mount` as `python -m gitsess.overlay.daemon`; its output goes to the log
-file in the session directory. It stays while participants hold their connection (or, when
-persistent, until told to stop), then commits, unmounts and exits.
+Started by `gitsess.runtime.mount` (forked from the spare, or as `python -m
+gitsess.overlay.daemon`); its output goes to the log file in the session directory, and a pipe
+carries its readiness (`ready`, `busy`, or the mount error). It takes `daemon.lock` for its whole
+life, then binds the control socket. It stays while participants hold their connection (0.3 s
+after the last one leaves, or, when persistent, until told to stop), then commits, unmounts and
+exits.
+
+Participants join with their pid, role and command and keep the connection open; the command
+inherits the socket, so the kernel tells the daemon when the last holder is gone, even by kill
+-9. Every op has a client function in `protocol` and a handler in `HANDLERS` (`fsmonitor` apart:
+it first waits for the lower watch); a failed or malformed request gets an error answer and
+never ends the daemon. Live checkpoints, rewinds, drops and fork copies run on the event loop
+between two requests, so no process in the view sees a mix.
+
+Stopping: once it decides to stop it answers `join`, `status` and `persist` with `stopping` and
+keeps its lock until its last commit and unmount are done, so an offline writer or a new daemon
+never overlaps them. It stops only after a commit of everything pending succeeded (`_stop`): on
+a full disk it stays mounted and serving, refuses `stop` with one line, and the commit loop
+stops it after its first commit that works. Listings in flight are served (up to 2 s) before it
+leaves its loop, since each holds its directory's lock in the kernel.
 """
 
 from __future__ import annotations
@@ -30,7 +47,7 @@ from gitsess.overlay.audit import Attribution
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
-from gitsess.overlay.index_view import INDEX, TOKEN_PREFIX, IndexView
+from gitsess.overlay.index_view import INDEX, TOKEN_PREFIX, IndexView, Mark
 from gitsess.overlay.kvtable import kv_get, kv_put, kv_remove
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.lower_watcher import LowerWatcher
@@ -189,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         watcher.stop()
         if state.abandoned:
             with contextlib.suppress(OSError, apsw.Error):
-                tree.commit(durable=True, settle=False)
+                tree.save()
         else:
             _commit_until_saved(tree)
         pyfuse3.close(unmount=not state.detached)
@@ -205,7 +222,7 @@ def _commit_until_saved(tree: Tree) -> None:
     last_logged = 0.0
     while True:
         try:
-            tree.commit(durable=True, settle=False)
+            tree.save()
             return
         except OSError as e:
             if time.monotonic() - last_logged >= FAILURE_LOG_INTERVAL:
@@ -248,6 +265,7 @@ async def _serve(
         if not state.persistent:
             nursery.start_soon(_first_join_deadline, state)
         _ready(ready_fd, "ready")
+        nursery.start_soon(_sweep_ahead, state)
         log.info("serving %s (pid %d)", state.mountpoint, os.getpid())
         nursery.start_soon(
             lambda: trio.to_thread.run_sync(
@@ -290,7 +308,7 @@ def _watch_lost(tree: Tree, token: trio.lowlevel.TrioToken) -> None:
     """Runs in the watcher thread when the watch ended unasked, before it is started again:
     the kernel forgets what it holds, and until a new watch is in place (and catches up),
     answers are cached for a second."""
-    log.warning("the worktree watch ended; starting it again")
+    log.warning("the lower watch ended; starting it again")
     _forget_in_kernel(token, tree.lose_watch)
 
 
@@ -381,7 +399,7 @@ def _stop(state: DaemonState, why: str, *, until_saved: bool = True) -> OSError 
     if state.stopping:
         return None
     try:
-        state.tree.commit(durable=True, settle=False)
+        state.tree.save()
     except OSError as e:
         _saving_failed(state, e)
         if until_saved:
@@ -465,6 +483,9 @@ async def _client(state: DaemonState, stream: trio.SocketStream) -> None:
                         if isinstance(msg, dict) and msg.get("op") == protocol.FSMONITOR:
                             first = str(msg.get("token", "")).startswith(TOKEN_PREFIX)
                             synced = await _lower_synced(state, wait=first)
+                            view = state.tree.index_view
+                            if first and synced and view is not None:
+                                await trio.to_thread.run_sync(view.wait_swept, WATCH_WAIT)
                             reply, joined = _fsmonitor(state, msg, synced)
                         else:
                             reply, joined = _handle(state, msg)
@@ -534,7 +555,7 @@ def _join(state: DaemonState, msg: dict[str, Any]) -> Reply:
         # Every run starts with a checkpoint (none when nothing changed since the last one);
         # a full disk costs the run its checkpoint, not its start.
         try:
-            state.tree.commit(settle=False)
+            state.tree.commit(hold_whiteouts=False)
             state.tree.store.mark("run", _run_label(msg), msg.get("run_id"), msg.get("role"))
         except (OSError, apsw.Error) as e:
             log.warning("no checkpoint at the start of run %s: %s", msg.get("run_id"), e)
@@ -549,7 +570,7 @@ def _run_label(msg: dict[str, Any]) -> str:
 
 
 def _checkpoint(state: DaemonState, msg: dict[str, Any]) -> Reply:
-    state.tree.commit(durable=True, settle=False)
+    state.tree.save()
     cp = state.tree.store.mark(
         str(msg.get("kind") or "manual"),
         str(msg.get("message") or ""),
@@ -566,7 +587,7 @@ def _rewind(state: DaemonState, msg: dict[str, Any]) -> Reply:
     tree = state.tree
     assert tree.store.history is not None
     # What the rewind changes is read from delta.db: the writes still pending count too.
-    tree.commit(durable=True, settle=False)
+    tree.save()
     writers = {int(ino): (pid, path) for pid, ino, path in msg.get("writers") or ()}
     changed = tree.store.history.changed_inodes(int(msg["target"]))
     held = sorted(set(writers) & changed)
@@ -599,7 +620,7 @@ def _trim(state: DaemonState, msg: dict[str, Any]) -> Reply:
     between the commit and the trim, and the history the tree saves to is reloaded after."""
     tree = state.tree
     assert tree.store.history is not None
-    tree.commit(durable=True, settle=False)
+    tree.save()
     pruned = tree.store.history.prune(int(msg["keep"]), int(msg["max_age_ns"]), time.time_ns())
     dropped = retention.trim_log(
         tree.store.conn,
@@ -616,7 +637,7 @@ def _trim(state: DaemonState, msg: dict[str, Any]) -> Reply:
 
 
 def _sync(state: DaemonState, msg: dict[str, Any]) -> Reply:
-    state.tree.commit(durable=True, settle=False)
+    state.tree.save()
     return {"ok": True}, None
 
 
@@ -625,7 +646,7 @@ def _copy(state: DaemonState, msg: dict[str, Any]) -> Reply:
     if not isinstance(dest, str) or not _copy_target(state, dest):
         return {"ok": False, "error": "copy goes to delta.db of a new session's dir"}, None
     # On the event loop: no request is served until the copy is whole (see services/fork.py).
-    state.tree.commit(durable=True, settle=False)
+    state.tree.save()
     try:
         copy_delta(state.tree.store.path, dest)
     except (OSError, apsw.Error) as e:
@@ -640,7 +661,7 @@ def _status(state: DaemonState, msg: dict[str, Any]) -> Reply:
         "mountpoint": state.mountpoint,
         "persistent": state.persistent,
         "read_only": state.read_only,
-        # Whether the worktree watch is in place (until then, answers are cached 1 s).
+        # Whether the lower watch is in place (until then, answers are cached 1 s).
         "watched": state.tree.watched,
         "participants": list(state.participants.values()),
     }, None
@@ -657,7 +678,7 @@ def _drop(state: DaemonState, msg: dict[str, Any]) -> Reply:
     drop = [p for p in (os.fsencode(p) for p in msg.get("paths", [])) if p not in kept]
     dropped = state.tree.drop(drop)
     state.tree.restamp([os.fsencode(p) for p in msg.get("restamp", [])])
-    state.tree.commit(durable=True, settle=False)
+    state.tree.save()
     state.stale_entries.extend(dropped)
     return {"ok": True, "dropped": len(dropped), "kept": [os.fsdecode(p) for p in kept]}, None
 
@@ -689,7 +710,7 @@ def _fsmonitor(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
     elif since.startswith(TOKEN_PREFIX):
         shown, view = state.tree.resolve(INDEX), state.tree.index_view
         if view is not None and shown is not None and not shown.upper:
-            paths = view.changed(since, state.tree)
+            paths = view.changed(since, state.tree, lambda mark: _since_mark(state, mark))
     else:
         paths = journal.since(since)
     return {
@@ -697,6 +718,52 @@ def _fsmonitor(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
         "token": token,
         "paths": None if paths is None else [os.fsdecode(p) for p in paths],
     }, None
+
+
+def _mark(state: DaemonState) -> Mark | None:
+    """Where the lower watch stands (its connection, the journal's token), None while it
+    is not in place: a sweep of the worktree started now misses nothing the journal holds
+    after this."""
+    watcher = state.watcher
+    connection = watcher.connection() if watcher is not None else None
+    if connection is None or not state.tree.watched:
+        return None
+    return connection, state.tree.journal.token()
+
+
+def _synced_mark(state: DaemonState) -> Mark | None:
+    """`_mark` once the journal holds what the watch saw before now (from a thread): what
+    changed just before the sweep, the sweep sees, and need not be in its answer too."""
+    watcher = state.watcher
+    if watcher is None or not watcher.sync(LOWER_SYNC_TIMEOUT):
+        return None
+    return _mark(state)
+
+
+def _since_mark(state: DaemonState, mark: Mark) -> list[bytes] | None:
+    """What the journal holds after `mark`, None when changes may have gone unreported since
+    (the watch connected anew)."""
+    watcher = state.watcher
+    if watcher is None or watcher.connection() != mark[0]:
+        return None
+    return state.tree.journal.since(mark[1])
+
+
+async def _sweep_ahead(state: DaemonState) -> None:
+    """Once the lower watch is in place, the real index is parsed and swept (see
+    `IndexView.sweep_ahead`) before git asks: a session's first command is usually a status."""
+    view, watcher = state.tree.index_view, state.watcher
+    if view is None:
+        return
+    view.mark = lambda: _synced_mark(state)
+    while watcher is not None and watcher.trying():
+        if _mark(state) is not None:
+            index = state.tree.resolve(INDEX)
+            if index is None or index.upper:
+                return  # the session's own index: not the real one's to sweep
+            await trio.to_thread.run_sync(view.sweep_ahead, abandon_on_cancel=True)
+            return
+        await trio.sleep(0.01)
 
 
 def _persist(state: DaemonState, msg: dict[str, Any]) -> Reply:

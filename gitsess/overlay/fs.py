@@ -1,4 +1,17 @@
-"""The FUSE adapter: pyfuse3 requests in, `Tree` operations out."""
+"""The FUSE adapter: pyfuse3 requests in, `Tree` operations out.
+
+The mount (options in `daemon`) has `default_permissions` (the kernel checks permissions) and no
+writeback cache (each `write(2)` is a WRITE, as on fuse-overlayfs: with the cache, a file
+written once cost a SETATTR of its times at close besides). Entries and attributes are cached
+300 s with explicit invalidation; 1 s until the lower watch is in place; below `.git` as
+`passthrough` says (the session's own directories there keep their names 300 s); negative
+entries are cached too. Opens
+send no request (see the comment on zero-message opens); the writer of a WRITE comes from the
+request's context (patch 0008); an access ACL changes the mode, so setting or removing one
+drops the inode's cached attributes. Every handler is synchronous (the host loop runs it to its
+end), never logs on the hot path, and answers `EIO` for an unexpected exception instead of
+stopping the filesystem.
+"""
 
 from __future__ import annotations
 
@@ -136,7 +149,14 @@ class Filesystem(pyfuse3.Operations):
         shown = self._shown_index(n)
         if shown is not None:
             e.st_size = len(shown)
-        if follows and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
+        if follows and n.upper:
+            # A directory the session made or owns below `.git` (`objects/9c`, made by git
+            # inside): its name is the session's own, whatever git does outside, and the
+            # daemon invalidates it when the session drops or rewinds it; only its attributes
+            # and listing merge with the real directory. Looked up again every second, it was
+            # a LOOKUP every few loose objects git wrote (3,200 of `git add` of 5,000 files).
+            e.entry_timeout = TIMEOUT
+        elif follows and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
             # their pages until their attributes change: each open(2) or stat(2) of one by
             # name is a LOOKUP, whose changed mtime or size drops them (FUSE_AUTO_INVAL_DATA).
@@ -211,14 +231,26 @@ class Filesystem(pyfuse3.Operations):
     async def lookup(
         self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
-        if self.ahead is not None and self.ahead.due(parent_inode):
-            self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
         n = self.tree.find(parent_inode, name)
+        if (
+            self.ahead is not None
+            and (n is not None or not self._made_here(parent_inode))
+            and self.ahead.due(parent_inode)
+        ):
+            self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
         if n is None:
             return self._negative(self.tree.node(parent_inode))
         entry = self._entry(n)
         self.tree.count_lookup(n)
         return entry
+
+    def _made_here(self, ino: int) -> bool:
+        """Whether directory `ino` is the session's own, with no worktree directory below it.
+        A name missing there is one being made (`tar -x`, `cp -r`: the kernel looks each up
+        before it creates it), and the kernel knows every name made there through the view:
+        listing it ahead was 2 READDIRPLUS a file of an untar, and nothing the client used."""
+        d = self.tree.node(ino)
+        return d.upper and d.origin is None
 
     def _list_ahead(self, ahead: ListAhead, d: Node, *, for_lookup: bool = False) -> None:
         # Not below .git (git writes there from both sides, so its entries are kept for a
@@ -471,7 +503,7 @@ class Filesystem(pyfuse3.Operations):
         return
 
     async def fsync(self, fh: FileHandleT, datasync: bool) -> None:
-        self.tree.commit(durable=True, settle=False)
+        self.tree.save()
 
     # ---------------------------------------------------------------- directories
 
@@ -525,7 +557,7 @@ class Filesystem(pyfuse3.Operations):
         self.listings.pop(fh, None)
 
     async def fsyncdir(self, fh: FileHandleT, datasync: bool) -> None:
-        self.tree.commit(durable=True, settle=False)
+        self.tree.save()
 
     # ---------------------------------------------------------------- extended attributes
 

@@ -1,4 +1,12 @@
-"""The view's `.git`: which paths are git's own, and where a linked worktree's git dirs are."""
+"""The view's `.git`: which paths are git's own, and where a linked worktree's git dirs are.
+
+A linked worktree's real `.git` is a file naming its admin dir, which git would reach outside
+the view. The view shows a directory there instead (`linked_git`, the tree's redirects): `.git`
+is the admin dir (HEAD, index, logs), `.git/common` the common dir (refs, config, objects; the
+state dir and this worktree's own entry of `worktrees/` sealed), and `.git/commondir` says
+`common`, so every part of git's state is copy-on-write. Known gap: `git worktree list` inside
+names the main worktree `<view>/.git/common` and leaves the session's worktree out.
+"""
 
 from __future__ import annotations
 
@@ -44,7 +52,7 @@ def linked_git(root: bytes, session_dir: str) -> dict[bytes, bytes]:
 
 def in_git(rel: bytes | None) -> bool:
     """Whether a worktree path is the worktree's `.git` or below it: git changes those from
-    outside the session with no worktree watch to say so."""
+    outside the session with no lower watch to say so."""
     return rel is not None and (rel == GIT or rel.startswith(GIT + b"/"))
 
 

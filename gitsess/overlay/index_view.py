@@ -6,15 +6,30 @@ inside asks the session's fsmonitor hook instead of looking up every file throug
 LOOKUP round trip each: 14x native on a new session). The daemon answers that token (`changed`)
 from what it knows without FUSE: every path the session itself changed, and every entry whose
 worktree file no longer matches the entry's stat data (an `lstat` of the worktree, as git itself
-would check it) or is racily clean. The untracked cache is left out of what is shown, so git
-lists the directories once and builds its own.
+would check it) or is racily clean. The untracked cache is kept, moved to the mount point, and
+a name is given in each of its directories git must list again.
+
+The worktree part of that answer (`_worktree_dirty`: an `lstat` of every entry, 5,001 on the
+bench's corpus) is swept ahead, in a thread, as soon as the lower watch is in place (the
+daemon's `_sweep_ahead`) or git first reads the index: the sweep first marks where the watch's
+journal stands (`mark`, after a sync with the watch), so what changes during or after it is in
+the journal after the mark, and the query answers the sweep plus the journal since the mark.
+A mark from another connection of the watch (changes may have gone unreported between two),
+a journal that dropped the mark, or a sweep not done in time: the query sweeps again.
+
+Not yet done: the session's own index after a remount (its token names an old daemon's
+journal). The view shows a worktree file with the worktree's own `lstat` (its inode number too,
+unless taken), so the same sweep would hold for it; what is missing is knowing which write of
+the session's index git read with that token (see docs/PERFORMANCE.md).
 """
 
 from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gitsess.git import indexfile
@@ -33,6 +48,10 @@ TOKEN_PREFIX = "gitsess-index:"
 UNLISTED = b".gitsess-unlisted"
 
 
+# What the lower watch had reported when a sweep started (see `IndexView.mark`).
+Mark = tuple[int, str]
+
+
 @dataclass(frozen=True)
 class _Shown:
     identity: tuple[int, int, int, int]  # the real index's ino, size, mtime_ns, ctime_ns
@@ -40,6 +59,18 @@ class _Shown:
     untracked: indexfile.Untracked | None  # kept in what is shown
     checksum: bytes  # the real index's own
     data: bytes
+
+
+@dataclass
+class _Swept:
+    """A sweep of the worktree against one real index (`IndexView._worktree_dirty`), started
+    ahead of the query, and what the watch had reported when it started (None: no sweep, the
+    watch was not in place)."""
+
+    identity: tuple[int, int, int, int]
+    done: threading.Event
+    mark: Mark | None = None
+    dirty: set[bytes] = field(default_factory=set)
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
@@ -59,10 +90,21 @@ class IndexView:
         self._made_in = b"Location " + os.path.realpath(worktree) + b", system "
         self._shown_in = b"Location " + os.path.realpath(mountpoint) + b", system "
         self._shown: _Shown | None = None
+        self._swept: _Swept | None = None
+        self._lock = threading.Lock()
+        self._parsing = threading.Lock()
+        # Where the lower watch stands once it reported every change made before the call,
+        # None while it is not in place (set by the daemon; called from a thread of its own).
+        self.mark: Callable[[], Mark | None] = lambda: None
 
     def shown(self) -> bytes | None:
         """What the view shows as `.git/index` while it follows the real one; None: the real
         file as it is (unreadable, changing while read, or a kind `indexfile` leaves alone)."""
+        # One parse at a time: the sweep ahead's thread and git's read may ask at once.
+        with self._parsing:
+            return self._read_shown()
+
+    def _read_shown(self) -> bytes | None:
         try:
             st = longpath.call(os.stat, self.real_index)
         except OSError:
@@ -90,6 +132,7 @@ class IndexView:
             cache = None
         shown = indexfile.with_fsmonitor(data, index, token_for(identity), moved)
         self._shown = _Shown(identity, index, cache, data[-indexfile.HASH :], shown)
+        self._start_sweep()
         return shown
 
     def as_shown(self, real: bytes) -> bytes:
@@ -99,11 +142,59 @@ class IndexView:
             return shown.data
         return real
 
-    def changed(self, token: str, tree: Tree) -> list[bytes] | None:
+    def sweep_ahead(self) -> None:
+        """Parses the real index now and starts its sweep (`_sweep`) in a thread, if the
+        lower watch is in place (the view just mounted: the first status then finds it
+        done)."""
+        if self.shown() is not None:
+            self._start_sweep()
+
+    def _start_sweep(self) -> None:
+        shown = self._shown
+        if shown is None:
+            return
+        with self._lock:
+            if self._swept is not None and self._swept.identity == shown.identity:
+                return
+            swept = _Swept(shown.identity, threading.Event())
+            self._swept = swept
+        threading.Thread(
+            target=self._sweep, args=(shown, swept), daemon=True, name="gitsess-index-sweep"
+        ).start()
+
+    def _sweep(self, shown: _Shown, swept: _Swept) -> None:
+        try:
+            # Taken first: whatever changes while the sweep runs is after the mark.
+            swept.mark = self.mark()
+            if swept.mark is not None:
+                swept.dirty = self._worktree_dirty(shown)
+            else:
+                with self._lock:  # the watch not in place: the next start tries again
+                    if self._swept is swept:
+                        self._swept = None
+        finally:
+            swept.done.set()
+
+    def wait_swept(self, timeout: float) -> None:
+        """Until the sweep started ahead is done, started now if none is (from a thread: it
+        needs no event loop, and a sweep in the loop's thread would hold up the view)."""
+        for _ in range(2):  # again if the one found started before the watch was in place
+            self._start_sweep()
+            swept = self._swept
+            if swept is None:
+                return
+            swept.done.wait(timeout)
+            if swept.mark is not None:
+                return
+
+    def changed(
+        self, token: str, tree: Tree, since: Callable[[Mark], list[bytes] | None]
+    ) -> list[bytes] | None:
         """For a `token_for` token: the paths git must check itself (the session's own, the
         entries whose worktree file does not match, a name in each directory whose untracked
         files git must list again); None when the real index is no longer the one the token
-        names (git then checks everything)."""
+        names (git then checks everything). `since` says what the lower watch reported
+        after a mark (None: it cannot), which makes a sweep done ahead as good as one now."""
         shown = self._shown
         if shown is None or token != token_for(shown.identity):
             return None
@@ -113,29 +204,50 @@ class IndexView:
             return None
         if _identity(st) != shown.identity:
             return None
-        # Racily clean as git built without nanoseconds sees it, the coarser of its two checks.
-        racy_from = st.st_mtime_ns // 1_000_000_000
+        worktree: set[bytes] | None = None
+        swept = self._swept
+        if (
+            swept is not None
+            and swept.identity == shown.identity
+            and swept.done.is_set()
+            and swept.mark is not None
+        ):
+            after = since(swept.mark)
+            if after is not None:
+                worktree = swept.dirty | set(after)
+        if worktree is None:
+            worktree = self._worktree_dirty(shown)
         named, replaced = session_changes(tree)
-        dirty = named | {d + b"/" for d in replaced}
+        dirty = worktree | named | {d + b"/" for d in replaced}
         for entry in shown.index.entries:
             path = entry[0]
-            if indexfile.is_gitlink(entry) or path in named:
-                continue
-            if _below(path, replaced) or not self._clean(entry, racy_from):
+            if path not in named and _below(path, replaced) and not indexfile.is_gitlink(entry):
                 dirty.add(path)
+        for path, seen in shown.untracked.dirs if shown.untracked is not None else ():
+            rel = path[:-1]
+            if seen is not None and (rel in named or _below(path, replaced)):
+                # Any name in a directory makes git list the directory again.
+                dirty.add(path + UNLISTED)
+        return sorted(dirty)
+
+    def _worktree_dirty(self, shown: _Shown) -> set[bytes]:
+        """What the worktree itself says, the session aside: the entries whose file does not
+        match (or is racily clean), and a name in each directory of the untracked cache that
+        is not as the cache saw it (the root always: the session's `.git` is its own)."""
+        # Racily clean as git built without nanoseconds sees it, the coarser of its two checks.
+        racy_from = shown.identity[2] // 1_000_000_000
+        dirty: set[bytes] = set()
+        clean = self._clean
+        for entry in shown.index.entries:
+            if not indexfile.is_gitlink(entry) and not clean(entry, racy_from):
+                dirty.add(entry[0])
         for path, seen in shown.untracked.dirs if shown.untracked is not None else ():
             rel = path[:-1]
             if seen is None:
                 continue  # git lists it again anyway
-            if (
-                not rel
-                or rel in named
-                or _below(path, replaced)
-                or not self._same_dir(rel, seen, racy_from)
-            ):
-                # Any name in a directory makes git list the directory again.
+            if not rel or not self._same_dir(rel, seen, racy_from):
                 dirty.add(path + UNLISTED)
-        return sorted(dirty)
+        return dirty
 
     def _clean(self, entry: indexfile.Entry, racy_from: int) -> bool:
         """Whether git, checking the entry against the worktree itself, would find it clean

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import apsw
 
+from gitsess.store.sqlvalue import integer, text
+
 
 def kv_get(conn: apsw.Connection, key: str) -> tuple[str, int] | None:
     """The JSON text and update time of `key`, None if absent."""
     rows = conn.execute("SELECT value, updated_ns FROM kv WHERE key = ?", (key,)).fetchall()
-    return rows[0] if rows else None  # type: ignore[return-value]
+    return (text(rows[0][0]), integer(rows[0][1])) if rows else None
 
 
 def kv_put(conn: apsw.Connection, key: str, text: str, updated_ns: int) -> None:
@@ -35,6 +37,5 @@ def kv_remove(conn: apsw.Connection, key: str) -> bool:
 
 def kv_items(conn: apsw.Connection) -> list[tuple[str, str, int]]:
     """(key, JSON text, update time) of every key, in key order."""
-    return conn.execute(  # type: ignore[return-value]
-        "SELECT key, value, updated_ns FROM kv ORDER BY key"
-    ).fetchall()
+    rows = conn.execute("SELECT key, value, updated_ns FROM kv ORDER BY key").fetchall()
+    return [(text(k), text(v), integer(t)) for k, v, t in rows]

@@ -43,7 +43,7 @@ once per file on top of the request's round trip.
 
 A listing in flight holds its directory's lock in the kernel until the daemon answers. So
 before the daemon stops serving, it stops the listings and lets those in flight finish
-(`stop`, `idle`): otherwise its worktree watch, invalidating that directory, would wait for the
+(`stop`, `idle`): otherwise its lower watch, invalidating that directory, would wait for the
 lock, and the daemon, stopping the watch, for it.
 """
 

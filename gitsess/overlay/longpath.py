@@ -11,7 +11,7 @@ gets the rest of the path below the last one's descriptor, as `/proc/self/fd/N/r
 every call takes (the xattr calls and `inotify_add_watch` have no `dir_fd`). Paths that fit are
 used as they are, at the cost of a length check.
 
-Standard library only: the worktree watch's process imports it too.
+Standard library only: the lower watch's process imports it too.
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ class LowerWatcher:
         self._in_place = False
         self._asked = 0
         self._answered = 0
+        # Counts the connections: a change between two of them may have gone unreported.
+        self._connection = 0
 
     def start(self) -> None:
         """Connects, starting the watch process when needed, in a thread of its own: the
@@ -62,6 +64,7 @@ class LowerWatcher:
                         sock.close()
                     return
                 self._sock = sock
+                self._connection += 1
                 self._in_place = False
                 self._asked = self._answered = 0
             if not self._read(sock):
@@ -109,6 +112,13 @@ class LowerWatcher:
         """Whether the watch is in place or still being set up (not given up on)."""
         reader = self._reader
         return reader is not None and reader.is_alive() and not self._stopping
+
+    def connection(self) -> int | None:
+        """Which connection the watch is in place on (None: none is): every change made while
+        one connection is in place is reported on it, so two equal answers mean none was
+        missed between them."""
+        with self._lock:
+            return self._connection if self._in_place and self._sock is not None else None
 
     def sync(self, timeout: float) -> bool:
         """Wait until the watch has reported every change made before this call; False when

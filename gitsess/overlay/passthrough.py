@@ -1,5 +1,13 @@
 """The real files below the worktree's `.git` that the view shows as they are (the session has
-not changed them): git changes them from outside the session too, so they are read anew."""
+not changed them): git changes them from outside the session too, so they are read anew.
+
+They are read through a descriptor per inode (`ReadFds`, 64 at most), which a read from offset
+0 reopens if the path names another file now (git renames new files over old ones): a read
+sequence keeps the file it began with. Their entry timeout is 0 and attributes 1 s, so each
+open or stat by name is a LOOKUP whose changed mtime or size has the kernel drop its pages;
+not so for loose objects and packs, which never change under their name (`lasting`). Nothing
+here writes: what git writes below `.git` is the session's own, copied up like any file.
+"""
 
 from __future__ import annotations
 
@@ -62,7 +70,7 @@ def _replaced(path: bytes, fd: int) -> bool:
 
 def follows_git(n: Node) -> bool:
     """Whether `n` shows a real object below `.git` (the session's own files excepted): git
-    changes those from outside the session, where no worktree watch sees it."""
+    changes those from outside the session, where no lower watch sees it."""
     return in_git(n.worktree_rel) and not (n.upper and n.entries is None)
 
 

@@ -64,7 +64,7 @@ class DaemonStatus:
         self.mountpoint: str = reply["mountpoint"]
         self.persistent: bool = reply["persistent"]
         self.read_only: bool = reply["read_only"]
-        # Whether the worktree watch is in place (until then, answers are cached 1 s).
+        # Whether the lower watch is in place (until then, answers are cached 1 s).
         self.watched: bool = reply["watched"]
         self.participants: list[dict[str, Any]] = reply["participants"]
 

@@ -1,5 +1,13 @@
 """How much of its history a delta keeps: the audit log's events (the oldest go, their runs
-summarised first), and where its bytes go, by kind."""
+summarised first), and where its bytes go, by kind.
+
+`gitsess.checkpoints.keep` (200) and `.maxAge` (30 days) drop the oldest checkpoints and every
+save of an epoch below the oldest kept (`overlay/history.py`); `gitsess.log.maxEvents` (200,000)
+and `.maxAge` (30 days) drop the oldest audit events, their runs summarised first in
+`run_summaries`. `gc` trims an unmounted session, a mounted one's daemon trims itself (op
+`trim`), and what was freed is given back at once. `bytes_by_kind` reads SQLite's `dbstat`:
+files, checkpoints, log, free.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +19,7 @@ from dataclasses import dataclass
 import apsw
 
 from gitsess.overlay import history
+from gitsess.store.sqlvalue import integer, scalar
 
 # The tables of each kind, as `dbstat` names them (their indexes count with them).
 LOG_TABLES = ("events", "processes", "run_summaries", "events_time")
@@ -32,8 +41,8 @@ def bytes_by_kind(conn: apsw.Connection, data_dir: str, data_bytes: int) -> Byte
     sizes: dict[str, int] = {}
     for name, size in conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"):
         sizes[str(name)] = int(size)
-    page = int(conn.execute("PRAGMA page_size").fetchall()[0][0])  # type: ignore[arg-type]
-    free = int(conn.execute("PRAGMA freelist_count").fetchall()[0][0]) * page  # type: ignore[arg-type]
+    page = integer(scalar(conn, "PRAGMA page_size"))
+    free = integer(scalar(conn, "PRAGMA freelist_count")) * page
     log = sum(v for k, v in sizes.items() if k in LOG_TABLES)
     cp_rows = sum(
         v
@@ -84,7 +93,7 @@ def trim_log(
     old = conn.execute(
         "SELECT coalesce(max(id), 0) FROM events WHERE time_ns < ?", (before_ns,)
     ).fetchall()[0][0]
-    cut = max(cut, int(old))  # type: ignore[arg-type]
+    cut = max(cut, integer(old))
     if cut < low:
         return 0
     conn.execute("BEGIN IMMEDIATE")

@@ -12,6 +12,7 @@ import apsw
 
 from gitsess.durable import fsync_dir
 from gitsess.store import db
+from gitsess.store.sqlvalue import integer, scalar
 
 # The upper layer is inode based, like a real filesystem: `nodes` holds every object the
 # session created or changed, `dentries` the names inside directories the session touched.
@@ -28,8 +29,9 @@ DEFAULT_CHUNK_SIZE = 128 * 1024
 def _chunks_to_data_files(conn: apsw.Connection, data_dir: str) -> None:
     """3: file contents move out of SQLite into one sparse data file per node, so big writes are
     written once instead of into the WAL and again at checkpoint."""
-    rows = conn.execute("SELECT value FROM meta WHERE key = 'chunk_size'").fetchall()
-    chunk = int(rows[0][0]) if rows else DEFAULT_CHUNK_SIZE  # type: ignore[arg-type]
+    chunk = integer(
+        scalar(conn, "SELECT value FROM meta WHERE key = 'chunk_size'") or DEFAULT_CHUNK_SIZE
+    )
     os.makedirs(data_dir, mode=0o700, exist_ok=True)
     fds: dict[int, int] = {}
     try:
@@ -238,11 +240,11 @@ def _in_read_only_dir(path: str) -> bool:
 
 def pragma(conn: apsw.Connection, name: str) -> int:
     """An integer PRAGMA's value."""
-    return int(conn.execute(f"PRAGMA {name}").fetchall()[0][0])  # type: ignore[arg-type]
+    return integer(scalar(conn, f"PRAGMA {name}"))
 
 
 def _version(conn: apsw.Connection) -> int:
-    return int(conn.execute("PRAGMA user_version").fetchall()[0][0])  # type: ignore[arg-type]
+    return integer(scalar(conn, "PRAGMA user_version"))
 
 
 def migrate(conn: apsw.Connection, data: str) -> None:

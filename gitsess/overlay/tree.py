@@ -8,6 +8,19 @@ the offline reader (`view.py`) both stand on it.
 `Tree` is three classes, each on the one below: `LookupTree` (`tree_lookup.py`: load, commit,
 lookup, attributes, listings), `DataTree` (`tree_data.py`: copy-up, file data, metadata,
 xattrs), and here the names: entries, create, unlink, rename, link, drop after an apply.
+
+Deleting a lower name writes one whiteout; whiteouts below a directory wait until it has been
+quiet for 1 s, so `rm -rf` of a lower tree ends as one whiteout for its top (an `fsync`, a
+`sync` request or unmount writes them at once). Renaming a lower directory makes it a merged
+directory under the new name, still merging with the old lower path. `renameat2` takes
+`RENAME_NOREPLACE`, `RENAME_EXCHANGE` and `RENAME_WHITEOUT` as ext4 does.
+
+Below `.git`: the state dir is a sealed node (never listed, found as an empty directory nobody
+can change, and its parent is never empty); a real git's lock file on the git unit is never
+shown; the first change to HEAD, the index or the branch ref makes all three the session's own
+(`gitunit`); and a real fan-out directory of the object store that the session removes is
+replaced by a new one hiding only the names it holds then, so real objects written there later
+are still read.
 """
 
 from __future__ import annotations

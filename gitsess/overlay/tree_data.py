@@ -1,5 +1,25 @@
 """File contents and metadata of the merged view: copy-up, reads and writes (inline or in a
-data file), setattr, truncate, fallocate, extended attributes."""
+data file), setattr, truncate, fallocate, extended attributes.
+
+Copy-up gives a lower node a row (and its parents, as merged directories); data is copied
+(`sendfile` from the worktree's file) only on the first data change, not at all for `O_TRUNC`
+or a truncate to 0. Renaming or hard-linking a lower file copies its data, so the session's file
+no longer changes with the worktree's. A file with `data = 0` reads from its origin, `1` from
+its data file `<session>/data/<ino>`, `2` from a row of `inline_data` (up to `INLINE_MAX`; one
+that grows past it moves to a data file for good).
+
+Data is written at once with `pwrite` (up to 64 data files kept open); a short write takes back
+what it added past the end and answers `ENOSPC`. A durable commit first `fdatasync`s every data
+file written since the last. fallocate takes the modes ext4 does, on the data file, to which an
+inline or worktree file's bytes move first.
+
+In the object store below `.git`, a metadata change copies the bytes too (`_own_metadata`: real
+git may remove the lower file later, repacking), and a times-only change of a real pack (git
+freshening a packed object) is `EPERM`, so git writes that object loose into the session.
+
+A node a live rewind removes keeps its old content while the kernel holds it (`keep_content`):
+it reads whole as it was, as an open unlinked file does, and refuses writes.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,29 @@
 """The merged view's nodes as loaded, committed, found, stat'ed and listed: the base of
-`Tree` (`tree.py`), which the data (`tree_data.py`) and namespace operations build on."""
+`Tree` (`tree.py`), which the data (`tree_data.py`) and namespace operations build on.
+
+The upper layer is inode based. `nodes` holds every object the session created or changed,
+`dentries` the names in directories it touched (`ino = 0` is a whiteout). A directory node with
+an `origin` merges with that lower directory; `origin IS NULL` is opaque (made by the session).
+Objects the session never touched have no row: they are lower nodes, kept in memory only while
+the kernel knows them, their attributes read with `lstat` on demand.
+
+Inode numbers: a lower object shows the worktree's own `st_ino` and keeps it when copied up;
+objects the session creates get numbers from a persisted counter starting at 2^44, which only
+grows. A worktree that reuses a number the session holds gives its object a fresh number.
+
+All upper metadata is held in memory; what changed is committed every 100 ms (and on `fsync`,
+a `sync` request, unmount) in one `BEGIN IMMEDIATE` transaction with the audit events of the
+period. A commit that fails (a full disk) writes nothing, keeps everything pending and answers
+`ENOSPC`. On load, nodes not reachable from the root are deleted and a data file longer than
+its node's committed size is cut to it; data files no node reads are removed by a thread once
+the daemon serves the view (`remove_stray_data`), and their numbers are given to no node
+until then.
+
+Until the lower watch is in place (`watched`), every entry, attribute and "missing" is cached
+by the kernel for 1 s instead of 300 s; `catch_up` records drift and invalidates what the
+kernel may hold once it is. Names longer than the worktree's `f_namemax` are `ENAMETOOLONG`
+everywhere, since FUSE checks only its own limit.
+"""
 
 from __future__ import annotations
 
@@ -88,7 +112,7 @@ class LookupTree:
         self._write_behind = WriteBehind()
         self.audit = Audit(next_process_id=store.next_process_id())
         self.journal = FsmonitorJournal()
-        # Whether the worktree watch is in place (see `catch_up`). Until then nothing tells the
+        # Whether the lower watch is in place (see `catch_up`). Until then nothing tells the
         # kernel that a name or attribute it caches changed in the worktree, so what it learns
         # is cached for a second only: a name it was told is missing (which no invalidation
         # reaches, as nothing records it), or a directory's, which the catch-up leaves alone.
@@ -239,10 +263,17 @@ class LookupTree:
         self.nodes[ROOT_INODE] = root
         self._pending.nodes.add(ROOT_INODE)
 
-    def commit(self, *, durable: bool = False, settle: bool = True) -> None:
+    def save(self) -> None:
+        """Persist everything pending now, durably, the whiteouts of directories still being
+        emptied included: what a reader of delta.db that comes next (a sync, a checkpoint, a
+        rewind, a stop) must find there."""
+        self.commit(durable=True, hold_whiteouts=False)
+
+    def commit(self, *, durable: bool = False, hold_whiteouts: bool = True) -> None:
         """Persist everything changed since the last commit in one transaction.
 
-        With `settle`, whiteouts of directories still being emptied wait for a later commit.
+        With `hold_whiteouts`, whiteouts of directories still being emptied wait for a later
+        commit (an `rm -rf` in progress is written once, as the directory's whiteout).
         """
         p = self._pending
         now = time.monotonic_ns()
@@ -256,7 +287,7 @@ class LookupTree:
                 continue
             parent = self.nodes.get(key[0])
             if (
-                settle
+                hold_whiteouts
                 and ino == 0
                 and parent is not None
                 and now - parent.quiet_since < WHITEOUT_SETTLE_NS
@@ -516,7 +547,7 @@ class LookupTree:
         return entries, inodes
 
     def catch_up(self) -> tuple[list[tuple[int, bytes]], list[int]]:
-        """What the worktree watch could not see before it was in place (it starts while the
+        """What the lower watch could not see before it was in place (it starts while the
         view is already served, and nothing watches an unmounted session): records drift for
         every file the session copied whose worktree original changed since, drops the
         worktree `lstat`s kept on lower nodes, and returns, as `stale_caches` does, the kernel
@@ -549,7 +580,7 @@ class LookupTree:
         return entries, inodes
 
     def lose_watch(self) -> tuple[list[tuple[int, bytes]], list[int]]:
-        """The worktree watch ended: what the kernel holds is asked again, as `catch_up` does,
+        """The lower watch ended: what the kernel holds is asked again, as `catch_up` does,
         and what the daemon answers until a new watch catches up is cached for a second."""
         stale = self.catch_up()
         self.watched = False
@@ -669,7 +700,7 @@ class LookupTree:
 
     def _lower_listing(self, rel: bytes) -> list[tuple[bytes, bool]]:
         """A lower directory's names, sorted, with their kinds; rescanned only when the
-        directory's mtime moved (the worktree watch drops it too, for changes within one
+        directory's mtime moved (the lower watch drops it too, for changes within one
         clock tick)."""
         path = self.lower_path(rel)
         try:

@@ -2,7 +2,10 @@
 
 Implements `gitsess.git.view.SessionView` for diff and apply, and backs `gitsess fs`. Safe beside
 a live daemon: it opens the tree as a reader and never writes (ask the daemon to `sync` first
-to see its latest state).
+to see its latest state). It reads delta.db in one read transaction, so every row it sees is of
+one daemon commit; a data file such a snapshot names but the daemon removed since (a whole-file
+rename in the session) is `ESTALE`, "changed while it was read; try again", never zeros. With
+`at`, it reads a checkpoint through `DeltaAt`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,14 @@
 """Mounting a session: start its daemon (or hand the prestarted one its arguments, see
-`prestart`) or join the live one, stop it, recover stale mounts."""
+`prestart`) or join the live one, stop it, recover stale mounts.
+
+`ensure_mounted` runs under `<session>/mount.lock` and waits for the daemon's readiness on a
+pipe. The control socket's name is read from `<session>/control`, so every client function
+takes the session dir. `status` returns None only once no daemon holds the session's lock (a
+stopping one is waited for, by asking whether the lock is held, not by connecting, which
+would fill a stopping daemon's backlog). `mount_and_join` replaces a daemon that stopped
+between "live" and "join". A mount point still mounted with no daemon answering is stale and
+is unmounted by the next command.
+"""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ A daemon started as a process of its own spent some 17 MiB on importing its modu
 alone 11 MiB of the interpreter's own memory), the same in every daemon, none of it shared: 50
 sessions took 1.4 GB. A fork of a process that imported them shares those pages with it until
 one of them writes a page, and `gc.freeze` keeps the collector from writing them all: a forked
-daemon, idle, costs about 3 MiB of its own (docs/ARCHITECTURE.md, the decision "Daemons
-forked from one spare per user").
+daemon, idle, costs about 3 MiB of its own (docs/PERFORMANCE.md, "Daemons forked from a
+spare").
 
 One spare per user, per mount namespace (a daemon mounts in the spare's) and per gitsess
 install (its path and its modules' stamps: a daemon runs the code the command that asked for it

@@ -1,6 +1,17 @@
 """Archives: a removed or discarded session's work kept as a commit under
 `refs/gitsess/archive/<name>` (`archive`, on `rm` and in `gc`), the list of them, and `restore`
 (a session brought back from one). The commits themselves are made in `git/archive_commits.py`.
+
+An archive's tree is the base tree plus the session's git-visible changes (tracked and
+untracked-not-ignored), not the view's whole tree: a real-tree edit the session never made is
+not its work. Its first parent is the base; the session's own HEAD (its objects promoted first)
+and its key-value store (a root commit holding `kv.json`) are further parents named by
+trailers, with the session's name, id, title, worktree and branch. Not kept: ignored files,
+permission bits git does not keep, empty directories. `restore` makes a new session on the
+archived worktree if it is still one (else the current one), lays the tree's changes into it
+offline (`lay_paths`, through `viewwrite`), brings back its id (unless taken), its kv store and
+its commits, and deletes the ref only once the session is made. An archive is checked path by
+path first (`check_paths`), as a pulled commit is.
 """
 
 from __future__ import annotations

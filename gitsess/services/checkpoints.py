@@ -2,6 +2,16 @@
 
 A mounted session is checkpointed and rewound by its daemon, between two requests of the
 processes inside; one that is not, here, under the mount lock (no daemon starts meanwhile).
+Every `join` (each `gitsess run`) checkpoints first unless nothing changed since the newest
+checkpoint, and an agent profile's turn hook runs `gitsess checkpoint --turn`.
+
+`undo` right after a rewind or undo (the newest checkpoint is its "after" and nothing changed
+since) rewinds to that operation's "before", so an undo is undone the same way, as jj's;
+otherwise it rewinds to the newest checkpoint the session changed since. `rewind CP -- PATH...`
+(`rewind_paths`) writes the paths that differ from the checkpoint through the view like any
+writer's changes (`viewwrite`), between two checkpoints. A live rewind is refused while a
+process holds a file it changes open for writing (found in /proc by the mount's device),
+unless forced. `compare` diffs two checkpoints, or one and now, over the paths either touched.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """Discarding a session's changes: `plan_discard` (what would go), `discard` (a plan carried out,
 leaving alone paths written to since), `discard_commits` (the commits made inside the session).
+
+The pathspecs select changes, ignored paths included. A touched path whose selected changes are
+all of it leaves the delta; a change below a touched directory that keeps other changes is
+undone by writing the real state back into the view (`viewwrite`). `discard_commits` drops the
+session's branch's `.git` paths: the commits go, their changes stay as files.
 """
 
 from __future__ import annotations

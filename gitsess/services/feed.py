@@ -1,5 +1,12 @@
 """The live feed behind `gitsess watch`: file changes and drift as the session's daemon commits
-them, read from delta.db (so watching never joins the session, and works from any terminal)."""
+them, read from delta.db (so watching never joins the session, and works from any terminal).
+
+It wakes as `log --follow` does (`timeline.wakeups`: watchfiles on the session dir, not
+recursively since `mnt/` is a FUSE mount, for `delta.db` and its WAL, debounced 100 ms, one
+daemon commit; at least every second anyway; polling where watching fails). Each wake reads
+the newest event id first, then the matching events up to it, so events a filter skips are
+never scanned twice.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,11 @@
 """`fork`: a new session with a copy of a live one's delta; and the row and directory of a
 session made from other work (`insert`, `undo`), which `restore` and `remote` use too.
+
+The fork gets S's worktree, branch and base (`parent` = S; it owns neither worktree nor
+branch) and a copy of S's delta: changes, `.git` and objects, checkpoints, audit log, kv. A
+mounted S's daemon makes the copy itself on its event loop after a commit, so the fork holds S
+as of one moment between two requests; an unmounted S is copied under its mount lock. `fork
+--at CP` then rewinds the copy to CP, so its history keeps S's later checkpoints.
 """
 
 from __future__ import annotations

@@ -4,10 +4,14 @@ Each sweep looks at how things stand now (the registry, git's refs and worktrees
 does what that calls for and returns an `Action` for each thing it did; with `dry_run` it
 changes nothing and returns what it would do. No sweep relies on having seen a git event, so
 running one late, twice, or after a hook was missed is safe: the hooks run the ones an event
-calls for (`gitsess.services.hooks`), `gitsess gc` runs them all.
+calls for (`gitsess.services.hooks`), `gitsess gc` runs them all in the order of `SWEEPS`,
+then the other packages' (`gc_cmds.SWEEPS`: orphaned agent roots). A session one sweep removes
+is not reported again by a later one.
 
 Nothing unapplied is lost: sessions are removed through `sessions.remove`, which archives their
 unapplied changes first; when the worktree is gone, `archives.archive_without_worktree` does it.
+A session dir no row owns is deleted only if it holds nothing (`repair.holds_changes`); one that
+does is made a session again by `doctor --repair`.
 """
 
 from __future__ import annotations

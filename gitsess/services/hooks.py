@@ -10,6 +10,16 @@ never fails the git command: `run_hook` logs its errors to `<state>/hooks.log`.
 What each hook does is a choice of sweeps from `gitsess.services.gc`; they look at how things
 stand, so a missed hook (installed late, a libgit2 tool that runs none) is caught up by the next
 one, or by `gitsess gc`.
+
+Only what can matter reaches Python: reference-transaction only when committed, for a deleted
+branch whose name appears in `sessions.db` or its WAL; post-commit not during a rebase;
+post-checkout not for a file checkout; nothing inside a session (`GITSESS_SESSION_ID`: git
+there changes only the session's own `.git`). The scripts are `render(name, command)`; the
+files in the top-level `hooks/` are that with `command = gitsess`, and install writes the
+installing interpreter's absolute command, into `core.hooksPath` or `<common-dir>/hooks`.
+Under pre-commit the scripts rebuild git's arguments from `PRE_COMMIT_*` variables.
+A rename in progress (`git branch -m` runs no hook for the new name) is followed by a detached
+`gitsess hook reference-transaction --follow-rename`, which waits for it to finish.
 """
 
 from __future__ import annotations

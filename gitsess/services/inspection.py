@@ -1,7 +1,10 @@
 """Looking into a session without mounting it: its files, its usage, its drift.
 
 Files are read through `live.open_view` (delta.db + the worktree), so this works for
-supervisors, scripts, and machines without FUSE, and beside a live daemon.
+supervisors, scripts, and machines without FUSE, and beside a live daemon. Drift rows are
+written by the daemon's lower watch; `drift` keeps those whose path the session still holds,
+so paths applied or dropped since stop warning. Usage is delta.db's size on disk beside the
+bytes in use, changed paths, runs and their time, the last activity.
 """
 
 from __future__ import annotations

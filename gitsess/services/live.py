@@ -83,11 +83,16 @@ def session_env(
 # git also asks the daemon what changed instead of checking every file: starting the hook costs
 # more than the check below about this many files. Set through the environment, so the user's
 # git config is never touched.
+# git makes a loose object as a temporary file, then links it in and unlinks the temporary name;
+# a rename instead (git's own setting for filesystems where links are unreliable) is a FUSE
+# request or two less of some eleven per object: `git add -A && git commit` of 5,000 files
+# inside sent 71,000 requests instead of 83,000. What it gives up, git's refusal to replace an
+# object file that exists, is moot there: git looks for an object before it writes one.
 FSMONITOR_MIN_FILES = 1_000
-UNTRACKED_CACHE_CONFIG = {"core.untrackedCache": "true"}
+UNTRACKED_CACHE_CONFIG = {"core.untrackedCache": "true", "core.createObject": "rename"}
 FSMONITOR_CONFIG = {
     "core.fsmonitor": f"{shlex.quote(sys.executable)} -S -E {shlex.quote(fsmonitor_hook.__file__)}",
-    "core.untrackedCache": "true",
+    **UNTRACKED_CACHE_CONFIG,
 }
 
 
@@ -314,7 +319,7 @@ def drop_paths(
             kept = tree.written_since({os.fsencode(p): s for p, s in (expect or {}).items()})
             tree.drop([p for p in (os.fsencode(p) for p in paths) if p not in kept])
             tree.restamp([os.fsencode(p) for p in restamp])
-            tree.commit(durable=True, settle=False)
+            tree.save()
         finally:
             store.close()
         return [os.fsdecode(p) for p in kept]

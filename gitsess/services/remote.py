@@ -12,6 +12,16 @@ history; a pull archives the local work first).
 What leaves the machine is the commit's objects: the session's tracked and
 untracked-not-ignored files, and counts from its audit log. Agent homes and credentials live in
 the state dir, which no view shows, and the key-value store goes only with `with_kv`.
+
+The recorded state is the session's own tree (`archives.snapshot`), not the commit's: the same
+delta over another worktree gives another tree, and comparing snapshots keeps an unchanged
+session from looking diverged. Fetches take objects only, no local refs. A commit no push made
+is refused whole before anything is made (`_verify`): a path git's `verify_path` refuses, an
+entry that is no file or symlink, a key-value store that is not a JSON object of strings. A
+pull refuses a session with participants inside. It is not atomic: a pull killed half-way
+leaves the sync record as it was, so the next pull needs `--force`, which archives first.
+`_standing` says how a remote session stands to the local one, for `pull` and `ls --remote`
+alike, so a listing never says `behind` where pull says diverged.
 """
 
 from __future__ import annotations

@@ -1,8 +1,20 @@
 """Session services: create, resolve, list, rename, retitle, remove.
 
 Each function takes the RepoContext of the invocation and returns dataclasses; rendering is the
-CLI's job. Sessions are addressed by a *ref*: a name, a full id, an id prefix (4+ characters) or
-`-N` (the N-th most recently created).
+CLI's job. Sessions are addressed by a *ref*, resolved in order: `-N` (the N-th most recently
+created; never creates), an exact name, a full id, a hex id prefix of 4+ characters (an error
+listing the candidates if several match; shorter ones are names only, so a run cannot land in
+an unrelated session), else unknown (or, with `create_missing`, created; a concurrent creator
+of the same name wins). No ref means `$GITSESS_SESSION`.
+
+Names are `[A-Za-z0-9][A-Za-z0-9._-]{0,63}` that make a valid branch `gitsess/<name>` and are
+no UUID; without one, `new` picks a free adjective-noun pair. `remove` deletes the row and the
+session dir in one transaction (if the directory cannot go, the row stays), stopping a mounted
+daemon first and refusing while participants are inside; unapplied work is archived first
+(`archives.archive`), and the worktree and branch go only if gitsess made them. `check_bound`
+(before `run` mounts) compares the branch checked out in the worktree with the session's, not
+the `state` column, so it holds without hooks; `--rebind` takes the branch checked out now,
+its HEAD the new base.
 
 The services that only some commands use import their heavy modules (the overlay, apply, the
 agents, git's tracking and archive code) where they need them: every command is a process of

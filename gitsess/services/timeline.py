@@ -2,6 +2,13 @@
 
 delta.db is read through a read-only connection of our own. It is in WAL mode, so the live
 daemon keeps committing while we read; `mount.sync` first makes its last ~100 ms visible.
+
+Events are filtered in SQL (since, a path GLOB where a directory matches what is below it and
+a rename matches by either end, pid, op, run), then grouped by the registry's runs in start
+order; events of no run (a `gitsess mount` user) sit between the runs they happened between.
+The two databases are joined here rather than copying runs into delta.db: the registry stays
+the one place for runs. A run whose `gitsess run` is gone without ending it is ended when read
+(its pid is gone or names a newer process), with no exit code.
 """
 
 from __future__ import annotations

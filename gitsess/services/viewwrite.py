@@ -276,6 +276,6 @@ def offline_writer(session_dir: Path, lower: Path, hidden: Iterable[str]) -> Ite
     try:
         tree = Tree(store, str(lower), {os.fsencode(h) for h in hidden})
         yield ViewWriter(_TreeOps(tree))
-        tree.commit(durable=True, settle=False)
+        tree.save()
     finally:
         store.close()

@@ -1,4 +1,12 @@
-"""Opening gitsess's SQLite databases the one way they are meant to be opened."""
+"""Opening gitsess's SQLite databases the one way they are meant to be opened.
+
+WAL, foreign keys, a 10 s busy timeout set before the connection is used, and every write in
+`BEGIN IMMEDIATE` (`write_txn`): a deferred transaction that reads and then writes fails with
+"database is locked" when another writer got in between, without waiting. Switching a new
+database to WAL does not wait on the busy timeout either, so `enable_wal` retries it. Inside a
+run the state dir is read-only and SQLite cannot make a `-shm`: databases are then opened as
+immutable. `db_error` turns a SQLite failure into one line (a full disk says so).
+"""
 
 from __future__ import annotations
 

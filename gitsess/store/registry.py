@@ -1,4 +1,13 @@
-"""The session registry of one repository: `<state>/sessions.db`."""
+"""The session registry of one repository: `<state>/sessions.db`.
+
+`sessions`: `id` (uuid4 text), `seq` (creation order), `name` (unique), `title`, times,
+`worktree`, `branch` (NULL when detached), `base_commit` (NULL on an unborn branch), `state`
+(`active`, `merged`, `detached`), `read_only`, `parent` (forks), `created_worktree` and
+`created_branch` (so that `rm` deletes only what gitsess made). `participants`: one row per
+(session, role) with its isolation root, lever (JSON), seeds (JSON), pid and state. `runs`: one
+per `gitsess run`, with its command, pid, role, times and exit code. `synced`: per session, the
+remote, the session commit last pushed or pulled and the session's state right after.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """The registry's schema as forward migrations, tracked with PRAGMA user_version.
 
 Step N (1-based) moves the schema from version N-1 to N. Steps are only ever appended: a
-released step never changes, because databases in the field have already run it.
+released step never changes, because databases in the field have already run it. Each step
+runs in its own `BEGIN IMMEDIATE` transaction and re-reads the version under the lock, so
+processes racing on a fresh database apply it once. A database newer than the code is refused.
 """
 
 from __future__ import annotations

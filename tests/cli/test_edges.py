@@ -67,8 +67,8 @@ _KILLED_BEFORE_RENAME = """
 import os, sys
 real = os.replace
 def dying(src, dst, *a, **k):
-    if ".gitsess-" in str(src):
-        os.kill(os.getpid(), 9)  # written aside, never renamed in
+    if ".new.txt.gitsess-" in str(src):
+        os.kill(os.getpid(), 9)  # the real file written aside, never renamed in
     return real(src, dst, *a, **k)
 os.replace = dying
 from gitsess.cli import main

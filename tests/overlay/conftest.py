@@ -84,7 +84,7 @@ class Mounted:
             child.communicate(timeout=30)
 
     def wait_watched(self) -> None:
-        """Wait until the worktree watch is in place: it then has the kernel forget what it
+        """Wait until the lower watch is in place: it then has the kernel forget what it
         learnt before (and until then, the kernel keeps what it learns for a second only)."""
 
         def watched() -> bool:

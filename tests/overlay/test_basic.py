@@ -356,7 +356,7 @@ def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path:
     from gitsess.runtime import mount
 
     assert eventually(lambda: mount.status(mounted.spec.session_dir) is None)
-    # The worktree watch ends with its daemon (its stdin closes), killed or not.
+    # The lower watch ends with its daemon (its stdin closes), killed or not.
     assert eventually(lambda: not os.path.exists(f"/proc/{watch[0]}"))
     mount.clean_stale(mounted.mnt)
     conn = apsw.Connection(str(mounted.spec.delta))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from gitsess.services.live import FSMONITOR_CONFIG, git_config_env
+from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
 from tests.overlay.test_fsmonitor import status as status_all
 
@@ -117,6 +119,69 @@ def test_an_edit_just_before_the_first_status_is_in_it(mounted: Mounted) -> None
     assert "README" in out and "? src/fresh.py" in out
     # the root (the session's own) and src listed again; the rest from the untracked cache
     assert counted(trace, "opendir") == 2
+
+
+def test_an_edit_after_the_sweep_ahead_is_in_the_first_status(mounted: Mounted) -> None:
+    """The worktree is swept against the real index when the view first shows it, before git
+    asks: what changed after that sweep comes from the lower watch."""
+    settled(mounted.lower)
+    mounted.wait_watched()
+    assert (mounted.mnt / ".git" / "index").read_bytes()[:4] == b"DIRC"  # shown: swept
+    time.sleep(0.5)  # (no timing asserted: only that the sweep is likely over)
+    (mounted.lower / "README").write_text("Readme\n")  # same size: only its times tell
+    os.chmod(mounted.lower / "bin" / "tool", 0o644)
+    (mounted.lower / "src" / "later.py").write_text("new\n")
+    out, trace = first_status(mounted)
+    assert "query/trivial-response" not in trace
+    assert counted(trace, "/sum_lstat") <= 6
+    assert out == status(mounted, monitored=False)
+    assert "? src/later.py" in out and "1 .M N... 100755 100755 100644" in out
+    assert "1 .M N... 100644 100644 100644" in out  # README
+
+
+def watch_processes(daemon: int) -> set[int]:
+    """The lower watches the daemon started (a killed one stays, a zombie, until reaped)."""
+    kids: set[int] = set()
+    for task in os.listdir(f"/proc/{daemon}/task"):
+        with open(f"/proc/{daemon}/task/{task}/children") as f:
+            kids.update(int(pid) for pid in f.read().split())
+    return {pid for pid in kids if dead(pid) or b"lower_watch_process" in cmdline(pid)}
+
+
+def cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def dead(pid: int) -> bool:
+    """Gone, or a zombie (its parent, stopped, has not reaped it)."""
+    return not cmdline(pid)
+
+
+def test_a_sweep_ahead_is_not_trusted_across_a_lost_watch(mounted: Mounted) -> None:
+    """An edit made while no watch was in place is in no journal: the sweep made before it
+    cannot answer for it, so the query sweeps again."""
+    settled(mounted.lower)
+    mounted.wait_watched()
+    assert (mounted.mnt / ".git" / "index").read_bytes()[:4] == b"DIRC"  # shown: swept
+    time.sleep(0.5)  # (no timing asserted: only that the sweep is likely over)
+    daemon = mounted.daemon_pid()
+    (watch,) = watch_processes(daemon)
+    os.kill(daemon, signal.SIGSTOP)  # so it starts no new watch before the edit
+    try:
+        os.kill(watch, signal.SIGKILL)
+        assert eventually(lambda: dead(watch))
+        (mounted.lower / "README").write_text("Readme\n")  # same size: only its times tell
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    assert eventually(lambda: watch_processes(daemon) - {watch} != set())
+    mounted.wait_watched()
+    out, trace = first_status(mounted)
+    assert "query/trivial-response" not in trace
+    assert out == status(mounted, monitored=False)
+    assert "1 .M N... 100644 100644 100644" in out
 
 
 def test_a_real_index_changed_after_it_was_shown_is_not_trusted(mounted: Mounted) -> None:

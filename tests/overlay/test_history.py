@@ -96,7 +96,7 @@ def remove(tree: Tree, path: str) -> None:
 
 
 def mark(tree: Tree) -> int:
-    tree.commit(settle=False)
+    tree.commit(hold_whiteouts=False)
     cp = tree.store.mark("manual", "", always=True)
     assert cp is not None
     return cp.id
@@ -108,7 +108,7 @@ def changed_inodes(tree: Tree, cp: int) -> set[int]:
 
 
 def rewind(tree: Tree, cp: int) -> history.Rewound:
-    tree.commit(settle=False)
+    tree.commit(hold_whiteouts=False)
     done = tree.store.rewind(cp, "rewind")
     tree.reload(done.inodes)
     return done
@@ -148,7 +148,7 @@ def test_rewind_brings_back_every_kind_of_change(lower: Path, delta: str) -> Non
         second = view_of(tree)
         cp2 = mark(tree)
         put(tree, "new", b"third")
-        tree.commit(settle=False)
+        tree.commit(hold_whiteouts=False)
         third = view_of(tree)
 
         assert at(delta, lower, cp1) == first
@@ -171,7 +171,7 @@ def test_no_checkpoint_saves_nothing(lower: Path, delta: str) -> None:
     with opened(delta, lower) as tree:
         put(tree, "big", b"y" * (INLINE_MAX * 2))
         put(tree, "big", b"z" * (INLINE_MAX * 2))
-        tree.commit(settle=False)
+        tree.commit(hold_whiteouts=False)
         c = tree.store.conn
         for table in ("cp_nodes", "cp_dentries", "checkpoints"):
             assert c.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0] == 0
@@ -184,7 +184,7 @@ def test_each_key_is_saved_once_per_checkpoint(lower: Path, delta: str) -> None:
         mark(tree)
         for i in range(5):
             put(tree, "big", str(i).encode() * (INLINE_MAX * 2))
-            tree.commit(settle=False)
+            tree.commit(hold_whiteouts=False)
         c = tree.store.conn
         assert c.execute("SELECT count(*) FROM cp_nodes").fetchall()[0][0] == 1
         saved = os.listdir(os.path.join(os.path.dirname(delta), history.CP_DIR, "1"))
@@ -196,7 +196,7 @@ def test_a_rewind_killed_before_its_renames_completes_on_open(lower: Path, delta
         put(tree, "big", b"old" * INLINE_MAX)
         cp = mark(tree)
         put(tree, "big", b"new" * INLINE_MAX)
-        tree.commit(settle=False)
+        tree.commit(hold_whiteouts=False)
         before = view_of(tree)
     store = DeltaStore(delta)
     assert store.history is not None
@@ -217,7 +217,7 @@ def test_prune_keeps_the_newest(lower: Path, delta: str) -> None:
             put(tree, "big", str(i).encode() * (INLINE_MAX * 2))
             views.append((mark(tree), view_of(tree)))
             put(tree, "big", b"after")
-            tree.commit(settle=False)
+            tree.commit(hold_whiteouts=False)
         assert tree.store.history is not None
         assert tree.store.history.prune(2, 10**18, 0) == 3
         for cp, view in views[-2:]:
@@ -252,7 +252,7 @@ def _model(ops_list: list[tuple[str, str, int]], lower: Path, delta: str) -> Non
                 assert view_of(tree) == saved[cp]
                 saved[done.operation.before] = current
                 saved[done.operation.after] = saved[cp]
-            tree.commit(settle=False)
+            tree.commit(hold_whiteouts=False)
         final = view_of(tree)
     for cp, view in saved.items():
         assert at(delta, lower, cp) == view
@@ -307,7 +307,7 @@ def test_a_file_changed_in_place_reads_as_it_was_until_the_kernel_has_its_attrib
         for n in nodes.values():
             assert n is not None
             tree.count_lookup(n)  # the kernel holds it
-        tree.commit(settle=False)
+        tree.commit(hold_whiteouts=False)
         tree.hold_replaced(changed_inodes(tree, cp))
         rewind(tree, cp)
 
@@ -330,7 +330,7 @@ def test_a_file_changed_in_place_reads_as_it_was_until_the_kernel_has_its_attrib
             assert read(name) == news[name]
         # a write ends the old content too, and forgetting the node lets its descriptor go
         put(tree, "data", olds["data"])
-        tree.commit(settle=False)
+        tree.commit(hold_whiteouts=False)
         tree.hold_replaced(changed_inodes(tree, cp))
         assert len(tree.replaced) == 3
         data = tree.resolve(b"data")

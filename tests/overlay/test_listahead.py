@@ -11,10 +11,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+import trio
+from pyfuse3 import FileNameT, InodeT, RequestContext
 
-from gitsess.overlay import listahead
+from gitsess.overlay import fs, listahead
+from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.fs import LIST_AHEAD_MAX_BYTES
 from gitsess.overlay.listahead import ListAhead
+from gitsess.overlay.nodes import ROOT_INODE
+from gitsess.overlay.tree import Tree
 from gitsess.runtime import mount
 from tests.overlay.conftest import Mounted, make_worktree
 
@@ -180,3 +185,41 @@ def test_a_view_stops_by_itself_while_its_listings_are_in_flight(tmp_path: Path)
         finally:
             mount.stop(spec.session_dir, spec.target)
         assert "unmounted" in spec.log.read_text(), f"stop {i} needed a kill"
+
+
+def test_a_missing_name_in_a_directory_the_session_made_lists_nothing(tmp_path: Path) -> None:
+    """`tar -x` or `cp -r` into a new directory: the kernel looks up each name before it
+    makes it. The kernel holds every name made there through the view, so such a lookup lists
+    nothing ahead (it was 2 READDIRPLUS a file of an untar); one in a worktree directory does,
+    and so does one that finds its name in a directory the session made."""
+    lower = tmp_path / "lower"
+    (lower / "dir").mkdir(parents=True)
+    os.makedirs(tmp_path / "session")
+    store = DeltaStore(str(tmp_path / "session" / "delta.db"))
+    try:
+        tree = Tree(store, str(lower), set())
+        tree.catch_up()
+        ahead = ListAhead(str(tmp_path / "nowhere"))
+        filesystem = fs.Filesystem(tree, ahead)
+        uid, gid = os.getuid(), os.getgid()
+        made = tree.mkdir(ROOT_INODE, b"made", 0o755, uid, gid)
+        filled = tree.mkdir(ROOT_INODE, b"filled", 0o755, uid, gid)
+        tree.create(filled.ino, b"there", 0o100644, uid, gid)
+        worktree_dir = tree.resolve(b"dir")
+        assert worktree_dir is not None
+
+        def look(parent: int, name: bytes) -> None:
+            async def run() -> None:
+                await filesystem.lookup(InodeT(parent), FileNameT(name), RequestContext())
+
+            trio.run(run)
+
+        look(made.ino, b"missing")
+        assert ahead.due(made.ino), "listed ahead for a name being made"
+        look(worktree_dir.ino, b"missing")
+        assert not ahead.due(worktree_dir.ino), "a worktree directory was not listed ahead"
+        look(filled.ino, b"there")
+        assert not ahead.due(filled.ino), "a lookup that found its name listed nothing"
+        tree.close()
+    finally:
+        store.close()

@@ -1,4 +1,4 @@
-"""Reads of worktree files through their descriptors, before and after the worktree watch is
+"""Reads of worktree files through their descriptors, before and after the lower watch is
 in place."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The worktree watch process: what it reports, and what it leaves alone."""
+"""The lower watch process: what it reports, and what it leaves alone."""
 
 from __future__ import annotations
 

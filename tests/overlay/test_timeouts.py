@@ -1,4 +1,4 @@
-"""How long the kernel may keep what the daemon tells it: long once the worktree watch is in
+"""How long the kernel may keep what the daemon tells it: long once the lower watch is in
 place (changes are invalidated explicitly), a second before that and after it ended (nothing
 would tell it)."""
 
@@ -46,6 +46,38 @@ def test_entries_are_cached_briefly_until_the_watch_is_in_place(tmp_path: Path) 
         assert held is not None and held.ino in inodes and (ROOT_INODE, b"file") in entries
         for name in (b"dir", b"file", b"missing"):
             assert _timeouts(filesystem, name)[0] == fs.GIT_TIMEOUT, name
+        tree.close()
+    finally:
+        store.close()
+
+
+def test_a_directory_of_the_sessions_own_below_git_keeps_its_name(tmp_path: Path) -> None:
+    """git inside makes the object store's fan-out dirs (`objects/9c`): their names are the
+    session's own, so the kernel keeps them as long as any (asking again every second was a
+    LOOKUP every few loose objects); their attributes, which merge with the real directory,
+    and the real names below `.git` still follow git outside within a second."""
+    lower = tmp_path / "lower"
+    (lower / ".git" / "objects" / "ab").mkdir(parents=True)
+    os.makedirs(tmp_path / "session")
+    store = DeltaStore(str(tmp_path / "session" / "delta.db"))
+    try:
+        tree = Tree(store, str(lower), set())
+        tree.catch_up()
+        filesystem = fs.Filesystem(tree)
+        objects = tree.resolve(b".git/objects")
+        assert objects is not None
+        made = tree.mkdir(objects.ino, b"9c", 0o755, os.getuid(), os.getgid())
+
+        async def look(name: bytes) -> pyfuse3.EntryAttributes:
+            ctx = pyfuse3.RequestContext()
+            parent = pyfuse3.InodeT(objects.ino)
+            return await filesystem.lookup(parent, pyfuse3.FileNameT(name), ctx)
+
+        own = trio.run(look, b"9c")
+        assert own.st_ino == made.ino
+        assert (own.entry_timeout, own.attr_timeout) == (fs.TIMEOUT, fs.GIT_TIMEOUT)
+        real = trio.run(look, b"ab")
+        assert (real.entry_timeout, real.attr_timeout) == (fs.GIT_TIMEOUT, fs.GIT_TIMEOUT)
         tree.close()
     finally:
         store.close()

@@ -2,6 +2,17 @@
 
 A participant is one (session, role) row. Its isolation root and lever are chosen once, when the
 role first runs, and re-applied on every resume, so the CLI finds its own conversations again.
+
+`prepare` inserts or finds the row, creates and locks the root, sweeps for refreshed seeds,
+seeds the root, marks the row running, starts the refresher, and returns the argv and
+environment with the lever applied; `finish` undoes that in reverse. Invariants: running means
+holding an `flock` on the root, taken in the registry transaction that marks the row running
+(the kernel drops it when the holder dies: no stale "running", no reused pid), and the daemon's
+participant list is asked too; a root is a fresh uuid4 made by an exclusive mkdir inside the
+transaction that inserts its row; stop and `rm` purge the root after a sweep, never following
+a seed into the originals; `collect_orphans` removes roots no row owns, inside a registry write
+transaction, leaving locked ones alone. The refresher is a process, not a thread: the command is
+started by fork with a pre-exec function, which a second thread could deadlock.
 """
 
 from __future__ import annotations

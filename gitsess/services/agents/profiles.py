@@ -3,6 +3,14 @@
 Profiles are data: the TOML tables shipped next to this module, then the user's
 `$XDG_CONFIG_HOME/gitsess/agents.toml`, then the repository's `<state-dir>/agents.toml`. A later
 table of a known kind overrides the keys it gives; a new table adds a kind.
+
+Keys: `description`, `aliases`, `command` (run when none is given), the lever (`env = "VAR"`,
+or `args` inserted after the program with `{root}`), `source` (where the shared originals live;
+the lever's variable, when set, wins), `seeds` (paths in the source, globs allowed),
+`env_allow` (globs of the caller's variables the agent sees; none: all), `mcp_args` or
+`mcp_env` (how the CLI is pointed at gitsess's MCP server, never by editing the user's own
+config) and `turn_hook`. HOME-lever profiles also link `.gitconfig` and `.config/git`, so git
+inside the agent keeps the user's identity.
 """
 
 from __future__ import annotations
