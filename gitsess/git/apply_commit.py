@@ -48,9 +48,8 @@ from gitsess.git.objects import (
     view_or_blob,
 )
 from gitsess.git.patch import carried_by_git, left_out_by_git
-from gitsess.git.person import Person
 from gitsess.git.reflock import IndexLock, Moved, RefLock
-from gitsess.git.repo import common_dir
+from gitsess.git.repo import Person, common_dir
 from gitsess.git.scratch import BIG_FILE, BigFile, ScratchRepository, scratch_repo
 from gitsess.git.view import SessionView
 from gitsess.git.worktree import checked_out_at

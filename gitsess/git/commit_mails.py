@@ -13,7 +13,7 @@ from gitsess.git.archive_commits import snapshot_tree
 from gitsess.git.changes import ChangeSet
 from gitsess.git.objects import as_signature, commit_tree
 from gitsess.git.patch import mbox_mail
-from gitsess.git.person import Person
+from gitsess.git.repo import Person
 from gitsess.git.view import SessionView
 
 

@@ -24,8 +24,7 @@ from gitsess.git import packwrite
 from gitsess.git.blobid import blob_id
 from gitsess.git.changes import Change
 from gitsess.git.diff import read_view
-from gitsess.git.person import Person
-from gitsess.git.repo import common_dir
+from gitsess.git.repo import Person, common_dir
 from gitsess.git.scratch import BIG_FILE, ScratchRepository
 from gitsess.git.session_objects import needed_objects
 from gitsess.git.view import SessionView

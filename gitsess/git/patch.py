@@ -21,7 +21,7 @@ from gitsess.git.changes import ChangeSet
 from gitsess.git.diff import diff_changes
 from gitsess.git.merge import Merged
 from gitsess.git.objects import as_signature
-from gitsess.git.person import Person
+from gitsess.git.repo import Person
 from gitsess.git.view import SessionView
 from gitsess.git.worktree_writes import parent_dirs
 

@@ -15,6 +15,7 @@ __all__ = [
     "STATE_DIR_ENV",
     "GitError",
     "Head",
+    "Person",
     "RepoContext",
     "Repository",
     "commits_behind",
@@ -62,6 +63,15 @@ def open_worktree(path: Path) -> pygit2.Repository:
         return pygit2.Repository(str(path))
     except pygit2.GitError as e:
         raise GitsessError(f"worktree {path} is not usable: {e}") from e
+
+
+@dataclass(frozen=True)
+class Person:
+    """Who a commit is by, as the layers above name it; the time is the commit's
+    (git/objects.py makes the signature)."""
+
+    name: str
+    email: str
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pygit2
 from pygit2.enums import FileMode
 
-from gitsess.git.person import Person
+from gitsess.git.repo import Person
 
 # A path's state in a tree: (blob id, git mode), None when the tree does not have it.
 Entry = tuple[str, int] | None

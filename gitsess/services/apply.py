@@ -24,7 +24,7 @@ from gitsess.git.diff import DiffResult, diff_changes
 from gitsess.git.pathspec import Pathspec
 
 # who a commit is by, as the cli gives it
-from gitsess.git.person import Person as Person
+from gitsess.git.repo import Person as Person
 from gitsess.git.repo import RepoContext, Repository
 from gitsess.git.scratch import scratch_repo
 from gitsess.overlay.view import OverlayView

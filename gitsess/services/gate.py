@@ -22,8 +22,7 @@ from typing import Any
 
 from gitsess.errors import GitsessError, option
 from gitsess.git.apply_commit import branch_tip
-from gitsess.git.person import Person
-from gitsess.git.repo import RepoContext, Repository, drop_ref
+from gitsess.git.repo import Person, RepoContext, Repository, drop_ref
 from gitsess.git.trees import point_ref
 from gitsess.runtime import prestart
 from gitsess.services import branch_queue, overlaps, sessions, test_logs

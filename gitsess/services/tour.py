@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from gitsess.git.person import Person
-from gitsess.git.repo import STATE_DIR_ENV
+from gitsess.git.repo import STATE_DIR_ENV, Person
 from gitsess.git.trees import init_with_commit
 from gitsess.services.sessions import SESSION_ENV
 
