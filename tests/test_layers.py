@@ -3,6 +3,9 @@ package (those inside functions too, which is where the lazy ones are) must poin
 
     cli -> services -> runtime -> overlay -> git, store      (errors, durable, libc, processes:
                                                               any layer)
+
+And a library that one layer wraps is imported by that layer alone: pygit2 by git/ (the layers
+above hold a repository as a handle and get plain values back), rich by cli/.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -48,8 +51,12 @@ def module_name(path: Path) -> str:
 
 
 def imports(path: Path) -> Iterator[str]:
-    """The gitsess modules (or names in them) that `path` imports, wherever the statement is."""
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    """The modules (or names in them) that `path` imports, wherever the statement is."""
+    return imports_in(path.read_text(), str(path))
+
+
+def imports_in(source: str, path: str) -> Iterator[str]:
+    for node in ast.walk(ast.parse(source, path)):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -77,6 +84,28 @@ def crossings() -> Iterator[tuple[str, str]]:
                 yield importer, target
 
 
+# The layer that alone imports each wrapped library.
+WRAPPED = {"pygit2": "git", "rich": "cli"}
+
+
+def misplaced_libraries(modules: Iterable[tuple[str, Iterable[str]]]) -> list[str]:
+    """`importer imports library` for each import of a wrapped library outside its layer;
+    `modules` gives each module's name and what it imports."""
+    return sorted(
+        {
+            f"{importer} imports {target}"
+            for importer, targets in modules
+            for target in targets
+            if WRAPPED.get(target.split(".")[0], layer(importer)) != layer(importer)
+        }
+    )
+
+
+def package_imports() -> Iterator[tuple[str, Iterator[str]]]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        yield module_name(path), imports(path)
+
+
 def allowed(importer: str, target: str) -> bool:
     if any(importer == a and target.startswith(b) for a, b in EXCEPTIONS):
         return True
@@ -87,6 +116,32 @@ def allowed(importer: str, target: str) -> bool:
 def test_every_import_points_down_the_layers() -> None:
     wrong = sorted({f"{a} imports {b}" for a, b in crossings() if not allowed(a, b)})
     assert wrong == []
+
+
+def test_pygit2_only_in_git_and_rich_only_in_cli() -> None:
+    assert misplaced_libraries(package_imports()) == []
+
+
+def test_a_wrapped_library_outside_its_layer_is_caught() -> None:
+    """Lazy imports too: those inside functions are where the services imported pygit2."""
+    lazy = "def f() -> None:\n    import pygit2\n    from pygit2.enums import FileMode\n"
+    assert misplaced_libraries([("gitsess.services.apply", imports_in(lazy, "x.py"))]) == [
+        "gitsess.services.apply imports pygit2",
+        "gitsess.services.apply imports pygit2.enums.FileMode",
+    ]
+    assert misplaced_libraries([("gitsess.git.objects", imports_in(lazy, "x.py"))]) == []
+    assert misplaced_libraries(
+        [
+            ("gitsess.cli.table", ["rich.table.Table", "click"]),
+            ("gitsess.services.live", ["rich.console.Console", "apsw"]),
+            ("gitsess.cli", ["pygit2"]),
+            ("gitsess.overlay.tree", ["pygit2.Oid"]),
+        ]
+    ) == [
+        "gitsess.cli imports pygit2",
+        "gitsess.overlay.tree imports pygit2.Oid",
+        "gitsess.services.live imports rich.console.Console",
+    ]
 
 
 def test_the_walk_sees_imports_inside_functions() -> None:

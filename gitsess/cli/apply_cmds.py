@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-import pygit2
 
 from gitsess import durable
 from gitsess.cli.base import (
@@ -40,7 +39,7 @@ from gitsess.errors import GitsessError
 from gitsess.services import apply as applying
 from gitsess.services import discard as discarding
 from gitsess.services import sessions
-from gitsess.services.apply import Change
+from gitsess.services.apply import Change, Person
 from gitsess.services.handle import SessionHandle
 from gitsess.services.sessions import RepoContext, Session, discover
 
@@ -309,11 +308,11 @@ def _warn_drift(ctx: RepoContext, session: Session) -> None:
 _AUTHOR = re.compile(r"\s*(.*?)\s*<([^<>]*)>\s*")
 
 
-def parse_author(text: str) -> pygit2.Signature:
+def parse_author(text: str) -> Person:
     found = _AUTHOR.fullmatch(text)
     if found is None or not found.group(1) or not found.group(2):
         raise click.BadParameter(f"{text!r}: expected 'Name <email>'", param_hint="--author")
-    return pygit2.Signature(found.group(1), found.group(2))
+    return Person(found.group(1), found.group(2))
 
 
 @cli.command(cls=PathspecCommand, epilog=PATHSPEC_HELP)

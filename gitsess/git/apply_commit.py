@@ -38,6 +38,7 @@ from gitsess.git.conflicts import (
 )
 from gitsess.git.merge import CommitBuild, build_commit_tree
 from gitsess.git.objects import (
+    as_signature,
     blob_data,
     commit_tree,
     copy_objects,
@@ -48,7 +49,7 @@ from gitsess.git.objects import (
 )
 from gitsess.git.patch import carried_by_git, left_out_by_git
 from gitsess.git.reflock import IndexLock, Moved, RefLock
-from gitsess.git.repo import common_dir
+from gitsess.git.repo import Person, common_dir
 from gitsess.git.scratch import BIG_FILE, BigFile, ScratchRepository, scratch_repo
 from gitsess.git.view import SessionView
 from gitsess.git.worktree import checked_out_at
@@ -138,7 +139,7 @@ def apply_commit(
     branch: str,
     base: str | None,
     message: str,
-    author: pygit2.Signature | None = None,
+    author: Person | pygit2.Signature | None = None,
     committer: pygit2.Signature | None = None,
     force: bool = False,
     dry_run: bool = False,
@@ -172,7 +173,7 @@ def apply_commit(
     if not message.strip():
         raise GitsessError("a commit needs a message")
     # Before any work: without them, the objects copied in would be for nothing.
-    author = author or signature(repo, "AUTHOR")
+    author = as_signature(repo, author, "AUTHOR")
     committer = committer or signature(repo, "COMMITTER")
     ref = _branch_ref(branch)
     tip = _ref_target(repo, ref) if tip is Unread.UNREAD else tip

@@ -11,8 +11,9 @@ from pygit2.enums import DiffFind, DiffOption, DiffStatsFormat
 
 from gitsess.git.archive_commits import snapshot_tree
 from gitsess.git.changes import ChangeSet
-from gitsess.git.objects import commit_tree
+from gitsess.git.objects import as_signature, commit_tree
 from gitsess.git.patch import mbox_mail
+from gitsess.git.repo import Person
 from gitsess.git.view import SessionView
 
 
@@ -31,7 +32,7 @@ def changes_mail(
     undo: Mapping[str, tuple[str, int] | None],
     *,
     message: str,
-    author: pygit2.Signature,
+    author: Person | pygit2.Signature,
 ) -> bytes:
     """The mail of what the view changed on top of the session's HEAD commit."""
     old = commit_tree(scratch, head)
@@ -39,7 +40,7 @@ def changes_mail(
     stat, patch = _tree_patch(scratch, old, new)
     if not patch:
         return b""
-    return mbox_mail(message, author, stat, patch)
+    return mbox_mail(message, as_signature(scratch, author, "AUTHOR"), stat, patch)
 
 
 def _tree_patch(repo: pygit2.Repository, old: str | None, new: str) -> tuple[str, bytes]:

@@ -24,7 +24,7 @@ from gitsess.git import packwrite
 from gitsess.git.blobid import blob_id
 from gitsess.git.changes import Change
 from gitsess.git.diff import read_view
-from gitsess.git.repo import common_dir
+from gitsess.git.repo import Person, common_dir
 from gitsess.git.scratch import BIG_FILE, ScratchRepository
 from gitsess.git.session_objects import needed_objects
 from gitsess.git.view import SessionView
@@ -211,3 +211,20 @@ def signature(repo: pygit2.Repository, role: Literal["AUTHOR", "COMMITTER"]) -> 
         name = default.name if name is None else name
         email = default.email if email is None else email
     return pygit2.Signature(name, email)
+
+
+def person(repo: pygit2.Repository, role: Literal["AUTHOR", "COMMITTER"]) -> Person:
+    """Who git says makes a commit (`signature`), for the layers above."""
+    found = signature(repo, role)
+    return Person(found.name, found.email)
+
+
+def as_signature(
+    repo: pygit2.Repository,
+    who: Person | pygit2.Signature | None,
+    role: Literal["AUTHOR", "COMMITTER"],
+) -> pygit2.Signature:
+    """`who` signing now; None: who git says (`signature`)."""
+    if who is None:
+        return signature(repo, role)
+    return pygit2.Signature(who.name, who.email) if isinstance(who, Person) else who

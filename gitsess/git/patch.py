@@ -20,7 +20,8 @@ import pygit2
 from gitsess.git.changes import ChangeSet
 from gitsess.git.diff import diff_changes
 from gitsess.git.merge import Merged
-from gitsess.git.objects import signature
+from gitsess.git.objects import as_signature
+from gitsess.git.repo import Person
 from gitsess.git.view import SessionView
 from gitsess.git.worktree_writes import parent_dirs
 
@@ -63,7 +64,7 @@ def make_patch(
     *,
     mbox: bool = False,
     message: str = "",
-    author: pygit2.Signature | None = None,
+    author: Person | pygit2.Signature | None = None,
     find_renames: bool = True,
     dry_run: bool = False,
     merged: Merged | None = None,
@@ -82,7 +83,7 @@ def make_patch(
     skipped = left_out_by_git(changes)
     body = spooled()
     if mbox and result.files:
-        body.write(mbox_head(message, author or signature(repo, "AUTHOR"), result.stat))
+        body.write(mbox_head(message, as_signature(repo, author, "AUTHOR"), result.stat))
         result.write_patch(body)
         body.write(MBOX_TAIL)
     else:

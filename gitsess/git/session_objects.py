@@ -178,3 +178,22 @@ def needed_objects(
             pending.append(repo[oid].peel(pygit2.Tag).target)
         out.append((oid, kind, data))
     return out
+
+
+def tree_objects(repo: pygit2.Repository, commit: str | None) -> set[pygit2.Oid]:
+    """Every tree and blob of `commit`'s tree (none for None)."""
+    if commit is None:
+        return set()
+    tree = repo[commit].peel(pygit2.Tree)
+    found = {tree.id}
+    pending = [tree]
+    while pending:
+        for entry in pending.pop():
+            if entry.id in found or entry.type == ObjectType.COMMIT:
+                continue
+            found.add(entry.id)
+            if entry.type == ObjectType.TREE:
+                sub = repo[entry.id]
+                assert isinstance(sub, pygit2.Tree)
+                pending.append(sub)
+    return found

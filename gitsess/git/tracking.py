@@ -86,6 +86,43 @@ def tip(repo: pygit2.Repository, branch: str) -> pygit2.Commit | None:
         return None
 
 
+def tip_id(repo: pygit2.Repository, branch: str) -> str | None:
+    """The id of `tip`: None when there is no such branch (or it has no commit)."""
+    found = tip(repo, branch)
+    return None if found is None else str(found.id)
+
+
+def merged_into(
+    repo: pygit2.Repository,
+    branch: str,
+    target: str,
+    before: str | None,
+    base: str | None,
+    created: float,
+) -> bool:
+    """Whether `branch` (a session's, which started at `base` at the time `created`) was
+    merged into `target`, and not already before it moved to `before` (None: not known)."""
+    branch_tip = tip(repo, branch)
+    target_tip = tip(repo, target)
+    if branch_tip is None or target_tip is None:
+        return False
+    tip_id = branch_tip.id
+    if tip_id != target_tip.id and not repo.descendant_of(target_tip.id, tip_id):
+        return False
+    if before is not None and (str(tip_id) == before or repo.descendant_of(before, tip_id)):
+        return False
+    if str(tip_id) != base:
+        return True
+    # At the session's base: merged only if that base is work on the branch (an apply moved
+    # both there), not the commit the branch was made from. The graph of ref updates says
+    # which; the clocks (a commit's whole seconds, a creation time's fraction) only when git
+    # kept no reflog.
+    moved = moved_since_created(repo, branch)
+    if moved is not None:
+        return moved
+    return branch_tip.commit_time > created
+
+
 def branch_gone(repo: pygit2.Repository, branch: str) -> bool:
     """Whether `branch` was deleted: no ref, and no worktree on it as an unborn branch (a new
     repository's first branch has no ref until its first commit)."""

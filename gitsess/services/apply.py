@@ -15,8 +15,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import pygit2
-
 from gitsess.errors import GitsessError, option
 
 # Change is what a command shows of each path (the cli meets it here, not in the git layer).
@@ -24,7 +22,10 @@ from gitsess.git.changes import Change as Change
 from gitsess.git.changes import ChangeSet, compute_changes
 from gitsess.git.diff import DiffResult, diff_changes
 from gitsess.git.pathspec import Pathspec
-from gitsess.git.repo import RepoContext
+
+# who a commit is by, as the cli gives it
+from gitsess.git.repo import Person as Person
+from gitsess.git.repo import RepoContext, Repository
 from gitsess.git.scratch import scratch_repo
 from gitsess.overlay.view import OverlayView
 from gitsess.services.apply_journal import (
@@ -184,7 +185,7 @@ def apply_to_commit(
     *,
     message: str,
     branch: str | None = None,
-    author: pygit2.Signature | None = None,
+    author: Person | None = None,
     include_ignored: bool = False,
     force: bool = False,
     dry_run: bool = False,
@@ -201,10 +202,9 @@ def apply_to_commit(
     session's own branch or on the one its worktree has checked out.
     """
     from gitsess.git.reflock import Held, Moved
+    from gitsess.git.trees import valid_branch_name
 
-    if branch is not None and not pygit2.reference_is_valid_name(
-        f"refs/heads/{branch.removeprefix('refs/heads/')}"
-    ):
+    if branch is not None and not valid_branch_name(branch):
         raise GitsessError(f"{option('branch')} {branch!r} is not a valid branch name")
     with prepare(ctx, session) as p:
         for attempt in range(_MOVED_TRIES):
@@ -233,7 +233,7 @@ def _apply_to_commit(
     *,
     message: str,
     branch: str | None,
-    author: pygit2.Signature | None,
+    author: Person | None,
     include_ignored: bool,
     force: bool,
     dry_run: bool,
@@ -241,6 +241,7 @@ def _apply_to_commit(
 ) -> Applied:
     from gitsess.git.apply_commit import apply_commit, branch_tip
     from gitsess.git.conflicts import Conflict
+    from gitsess.git.trees import paths_changed
     from gitsess.services import session_git
 
     target = branch or p.session.branch
@@ -324,7 +325,7 @@ def _apply_to_commit(
         )  # fmt: skip
     if result.commit is not None and result.commit != replayed_tip:
         made["new_commit"] = result.commit
-        made["new_commit_paths"] = _paths_changed(p.repo, result.commit)
+        made["new_commit_paths"] = paths_changed(p.repo, result.commit)
     outcome = Applied(
         "commit", dry_run, result.applied, result.skipped, result.conflicts,
         commit=result, base=p.session.base_commit, notes=tuple(notes),
@@ -338,13 +339,6 @@ def _apply_to_commit(
     return replace(outcome, dropped=tuple(dropped), kept=tuple(kept), base=base)
 
 
-def _paths_changed(repo: pygit2.Repository, commit: str) -> int:
-    new = repo[commit].peel(pygit2.Commit)
-    old = new.parents[0].tree if new.parents else None
-    diff = old.diff_to_tree(new.tree) if old is not None else new.tree.diff_to_tree(swap=True)
-    return len(diff)
-
-
 def apply_to_patch(
     ctx: RepoContext,
     session: Session | SessionHandle,
@@ -352,7 +346,7 @@ def apply_to_patch(
     *,
     mbox: bool = False,
     message: str = "",
-    author: pygit2.Signature | None = None,
+    author: Person | None = None,
     include_ignored: bool = False,
     dry_run: bool = False,
 ) -> Applied:
@@ -361,7 +355,7 @@ def apply_to_patch(
     With `mbox` and commits made inside the session: a mail per commit, then one for the
     changes made since (what `git am` applies on the session's base)."""
     from gitsess.git.merge import merge_onto_head
-    from gitsess.git.objects import signature
+    from gitsess.git.objects import person
     from gitsess.git.patch import make_patch, spooled
     from gitsess.services import session_git
 
@@ -385,7 +379,7 @@ def apply_to_patch(
         )  # fmt: skip
         git = session_git.own_commits(view, p.repo, p.session, p.root) if mbox else None
         if git is not None:
-            author = author or signature(p.repo, "AUTHOR")
+            author = author or person(p.repo, "AUTHOR")
             mails = _commit_mails(
                 scratch, view, changes, git, pathspecs, message=message, author=author
             )
@@ -409,14 +403,14 @@ def repos_note(changes: ChangeSet) -> list[str]:
 
 
 def _commit_mails(
-    scratch: pygit2.Repository,
+    scratch: Repository,
     view: OverlayView,
     changes: ChangeSet,
     git: SessionGit,
     pathspecs: Sequence[str],
     *,
     message: str,
-    author: pygit2.Signature,
+    author: Person,
 ) -> bytes:
     from gitsess.git.commit_mails import changes_mail, commit_mail
     from gitsess.services import session_git

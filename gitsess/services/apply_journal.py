@@ -27,13 +27,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import pygit2
-
 from gitsess import durable, processes
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
 from gitsess.git.changes import Change, ChangeSet, compute_changes
-from gitsess.git.repo import RepoContext
+from gitsess.git.repo import RepoContext, Repository
 from gitsess.git.scratch import scratch_repo
 from gitsess.git.view import Entry, Stamp, kind_of
 from gitsess.services.handle import SessionHandle
@@ -332,7 +330,7 @@ class PreparedApply:
     handle: SessionHandle
     session: Session  # the handle's row as the registry had it under the lock
     root: Path
-    repo: pygit2.Repository
+    repo: Repository
     notes: list[str]
 
 

@@ -24,8 +24,6 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pygit2
-
 from gitsess import progress
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
@@ -48,8 +46,9 @@ from gitsess.git.archive_commits import (
 )
 from gitsess.git.blob_parts import blob_parts
 from gitsess.git.changes import GIT_EXEC, GIT_LINK, compute_changes
-from gitsess.git.repo import RepoContext, head_of, open_worktree, worktree_paths
+from gitsess.git.repo import RepoContext, Repository, head_of, open_worktree, worktree_paths
 from gitsess.git.scratch import BIG_FILE, scratch_repo
+from gitsess.git.trees import commit_tree_id, object_size
 from gitsess.overlay.kvtable import kv_items
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
@@ -154,8 +153,8 @@ def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
         raise GitsessError(f"session {session.name} is in use (pid {pids})")
     live.unmount(ctx, session)
     repo = ctx.open()
-    branch_tip = tracking.tip(repo, session.branch) if session.branch else None
-    lower = str(branch_tip.id) if branch_tip is not None else session.base_commit
+    branch_tip = tracking.tip_id(repo, session.branch) if session.branch else None
+    lower = branch_tip if branch_tip is not None else session.base_commit
     ref = None
     with tracking.stand_in(repo, lower, ctx.state_dir) as top, OverlayView(delta, top) as view:
         changes = compute_changes(view, open_worktree(top))
@@ -236,7 +235,7 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
     paths = archived_paths(repo, info)
     check_paths(paths, f"archive {info.ref_name}")
     if info.head is not None:  # (their tree becomes the session's index)
-        head_tree = str(repo[info.head].peel(pygit2.Commit).tree_id)
+        head_tree = commit_tree_id(repo, info.head)
         check_refused(refused_in_tree(repo, head_tree), f"archive {info.ref_name}")
     session = insert(
         ctx,
@@ -291,7 +290,7 @@ def _taken(ctx: RepoContext, session_id: str) -> bool:
 
 
 def lay_paths(
-    ctx: RepoContext, session: Session, repo: pygit2.Repository, paths: Sequence[ArchivedPath]
+    ctx: RepoContext, session: Session, repo: Repository, paths: Sequence[ArchivedPath]
 ) -> None:
     """Set each path of the session's view to the blob (or the absence) a commit gave it."""
     root = real_root(session)
@@ -299,9 +298,7 @@ def lay_paths(
         lay(writer, repo, root, paths)
 
 
-def lay(
-    writer: ViewWriter, repo: pygit2.Repository, root: Path, paths: Iterable[ArchivedPath]
-) -> None:
+def lay(writer: ViewWriter, repo: Repository, root: Path, paths: Iterable[ArchivedPath]) -> None:
     """`lay_paths` with a writer of the caller's, over the real worktree at `root`."""
     for item in paths:
         if item.entry is None:
@@ -315,13 +312,13 @@ def lay(
             writer.put_file(item.path, _parts(repo, oid, item.path), perm)
 
 
-def _parts(repo: pygit2.Repository, oid: str, path: str) -> Iterator[bytes]:
+def _parts(repo: Repository, oid: str, path: str) -> Iterator[bytes]:
     """The blob's parts; a big one reports its progress on a terminal (a restore of a file of
     hundreds of MB would otherwise sit silent)."""
     parts = blob_parts(repo, oid)
     if not progress.active():
         return parts
-    size = repo.odb.read_header(oid)[1]
+    size = object_size(repo, oid)
     return progress.counting(parts, f"restoring {path}", size) if size >= BIG_FILE else parts
 
 

@@ -10,10 +10,10 @@ import os
 from collections.abc import Callable, Iterable
 
 import apsw
-import pygit2
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext, discover
+from gitsess.git.repo import GitError, remote_names
 from gitsess.store.registry import Registry
 
 
@@ -24,7 +24,7 @@ def _starting(prefix: str, names: Iterable[str]) -> list[str]:
 def _quietly(read: Callable[[RepoContext], Iterable[str]], prefix: str) -> list[str]:
     try:
         return _starting(prefix, read(discover()))
-    except (GitsessError, OSError, apsw.Error, pygit2.GitError):
+    except (GitsessError, OSError, apsw.Error, GitError):
         return []
 
 
@@ -47,7 +47,7 @@ def archives(prefix: str) -> list[str]:
 
 def remotes(prefix: str) -> list[str]:
     def read(ctx: RepoContext) -> list[str]:
-        return [n for n in ctx.open().remotes.names() if n is not None]
+        return remote_names(ctx.open())
 
     return _quietly(read, prefix)
 

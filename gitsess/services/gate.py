@@ -20,11 +20,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import pygit2
-
 from gitsess.errors import GitsessError, option
 from gitsess.git.apply_commit import branch_tip
-from gitsess.git.repo import RepoContext
+from gitsess.git.repo import Person, RepoContext, Repository, drop_ref
+from gitsess.git.trees import point_ref
 from gitsess.runtime import prestart
 from gitsess.services import branch_queue, overlaps, sessions, test_logs
 from gitsess.services.apply import Applied, apply_to_commit
@@ -73,7 +72,7 @@ def commit(
     *,
     message: str,
     branch: str | None = None,
-    author: pygit2.Signature | None = None,
+    author: Person | None = None,
     include_ignored: bool = False,
     force: bool = False,
     dry_run: bool = False,
@@ -136,12 +135,11 @@ def _gated(
         tip = branch_tip(repo, target)
         trial_ref = f"refs/gitsess/gate/{session.id}"
         if tip is not None:
-            repo.references.create(trial_ref, pygit2.Oid(hex=tip), force=True)
+            point_ref(repo, trial_ref, tip)
         try:
             trial = attempt(branch=trial_ref)
         finally:
-            if trial_ref in repo.references:
-                repo.references.delete(trial_ref)
+            drop_ref(repo, trial_ref)
         if not trial.ok or trial.commit is None:
             return trial
         tested = trial.commit.commit or tip
@@ -171,7 +169,7 @@ def _gated(
 def _run_test(
     ctx: RepoContext,
     session: Session,
-    repo: pygit2.Repository,
+    repo: Repository,
     command: str,
     commit: str,
     tip: str | None,

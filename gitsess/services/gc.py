@@ -28,13 +28,11 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-import pygit2
-
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
 from gitsess.git.archive_commits import delete_archive, list_archives
 from gitsess.git.changes import compute_changes
-from gitsess.git.repo import RepoContext
+from gitsess.git.repo import GitError, RepoContext, Repository, config_value
 from gitsess.overlay import layout, mounttable
 from gitsess.runtime import mount, strays
 from gitsess.services import (
@@ -115,7 +113,7 @@ def _attempt(action: Action, dry_run: bool, work: Callable[[], object]) -> Actio
         return action
     try:
         work()
-    except (GitsessError, OSError, pygit2.GitError) as e:
+    except (GitsessError, OSError, GitError) as e:
         return replace(action, error=str(e))
     return replace(action, done=True)
 
@@ -133,7 +131,7 @@ def _retire(ctx: RepoContext, session: Session, sweep: str, reason: str, dry_run
     try:
         notes = [] if session.worktree.is_dir() else archives.archive_without_worktree(ctx, session)
         removal = sessions.remove(ctx, session.id)
-    except (GitsessError, OSError, pygit2.GitError) as e:
+    except (GitsessError, OSError, GitError) as e:
         return replace(action, error=str(e))
     return replace(action, done=True, notes=(*notes, *removal.notes))
 
@@ -217,7 +215,7 @@ def renaming(ctx: RepoContext) -> list[Session]:
     repo = ctx.open()
     found = []
     for s in _sessions(ctx):
-        if s.branch is None or not s.worktree.is_dir() or tracking.tip(repo, s.branch):
+        if s.branch is None or not s.worktree.is_dir() or tracking.tip_id(repo, s.branch):
             continue
         try:
             if tracking.checked_out(s.worktree).branch == s.branch:
@@ -239,7 +237,7 @@ def follow_heads(
             new = tracking.checked_out(s.worktree).branch
         except GitsessError:
             continue
-        if new is None or new == s.branch or tracking.tip(repo, new) is None:
+        if new is None or new == s.branch or tracking.tip_id(repo, new) is None:
             continue
         action = Action(
             "branch-gone", "session", s.name, "rebind", f"branch {s.branch} is now {new}"
@@ -279,7 +277,7 @@ def sweep_merged(
         reason = f"branch {s.branch} was merged into {target}"
         try:
             count = unapplied(ctx, s)
-        except (GitsessError, OSError, pygit2.GitError) as e:
+        except (GitsessError, OSError, GitError) as e:
             actions.append(Action("merged", "session", s.name, "mark-merged", reason, error=str(e)))
             continue
         if count == 0:
@@ -291,27 +289,11 @@ def sweep_merged(
     return actions
 
 
-def _merged(repo: pygit2.Repository, session: Session, target: str, before: str | None) -> bool:
+def _merged(repo: Repository, session: Session, target: str, before: str | None) -> bool:
     assert session.branch is not None
-    branch_tip = tracking.tip(repo, session.branch)
-    target_tip = tracking.tip(repo, target)
-    if branch_tip is None or target_tip is None:
-        return False
-    tip_id = branch_tip.id
-    if tip_id != target_tip.id and not repo.descendant_of(target_tip.id, tip_id):
-        return False
-    if before is not None and (str(tip_id) == before or repo.descendant_of(before, tip_id)):
-        return False
-    if str(tip_id) != session.base_commit:
-        return True
-    # At the session's base: merged only if that base is work on the branch (an apply moved
-    # both there), not the commit the branch was made from. The graph of ref updates says
-    # which; the clocks (a commit's whole seconds, a creation time's fraction) only when git
-    # kept no reflog.
-    moved = tracking.moved_since_created(repo, session.branch)
-    if moved is not None:
-        return moved
-    return branch_tip.commit_time > session.created_at.timestamp()
+    return tracking.merged_into(
+        repo, session.branch, target, before, session.base_commit, session.created_at.timestamp()
+    )
 
 
 def sweep_detached(ctx: RepoContext, *, dry_run: bool = False) -> list[Action]:
@@ -364,7 +346,7 @@ def sweep_committed(
             repo = real_tree.open_real(s, root)
             with SessionHandle(ctx, s).view(root) as view:
                 settled = tracking.settled_paths(view, repo, head.commit)
-        except (GitsessError, OSError, pygit2.GitError) as e:
+        except (GitsessError, OSError, GitError) as e:
             actions.append(Action("committed", "session", s.name, "drop", str(e), error=str(e)))
             continue
         if not settled:
@@ -451,14 +433,11 @@ def _delete_orphan(ctx: RepoContext, directory: Path) -> None:
                 shutil.rmtree(directory)
 
 
-def archive_max_age(repo: pygit2.Repository) -> timedelta | None:
+def archive_max_age(repo: Repository) -> timedelta | None:
     """`gitsess.gc.archiveMaxAge` (default 30 days): "30 days", "2.weeks", "12h", a bare number
     of days, "now", or "never" (None: archives are kept)."""
-    try:
-        value = str(repo.config[MAX_AGE_KEY])
-    except KeyError:
-        return DEFAULT_MAX_AGE
-    return parse_age(value)
+    value = config_value(repo, MAX_AGE_KEY)
+    return DEFAULT_MAX_AGE if value is None else parse_age(value)
 
 
 _AGE = re.compile(r"(\d+)\s*[._ ]?\s*([a-z]*)")
@@ -519,14 +498,12 @@ def sweep_old_archives(
     return actions
 
 
-def _setting(repo: pygit2.Repository, key: str, default: str) -> str:
-    try:
-        return str(repo.config[key])
-    except KeyError:
-        return default
+def _setting(repo: Repository, key: str, default: str) -> str:
+    value = config_value(repo, key)
+    return default if value is None else value
 
 
-def retention(repo: pygit2.Repository) -> checkpoints.Retention:
+def retention(repo: Repository) -> checkpoints.Retention:
     """The history a session keeps: `gitsess.checkpoints.keep` (default 200) and `.maxAge`
     (30 days), `gitsess.log.maxEvents` (200,000) and `.maxAge` (30 days)."""
     counts = {}

@@ -35,12 +35,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import pygit2
-
 from gitsess import durable
 from gitsess.errors import GitsessError
 from gitsess.git import tracking
-from gitsess.git.repo import RepoContext, common_dir, discover, open_worktree
+from gitsess.git.repo import (
+    RepoContext,
+    Repository,
+    common_dir,
+    config_value,
+    discover,
+    git_dir,
+    open_worktree,
+)
 from gitsess.services import gc
 
 HOOKS = ("post-checkout", "post-commit", "post-merge", "post-rewrite", "reference-transaction")
@@ -239,12 +245,11 @@ def hooks_dir(ctx: RepoContext) -> Path:
     from the worktree the hooks run in, as git does), else the common dir's `hooks`, which all
     worktrees share."""
     repo = open_worktree(ctx.worktree) if ctx.worktree is not None else ctx.open()
-    try:
-        configured = str(repo.config["core.hooksPath"])
-    except KeyError:
+    configured = config_value(repo, "core.hooksPath")
+    if configured is None:
         return ctx.common_dir / "hooks"
     path = Path(configured).expanduser()
-    base = ctx.worktree if ctx.worktree is not None else Path(repo.path)
+    base = ctx.worktree if ctx.worktree is not None else git_dir(repo)
     return path if path.is_absolute() else base / path
 
 
@@ -446,10 +451,10 @@ def _dispatch(
     return actions
 
 
-def _orig_head(repo: pygit2.Repository) -> str | None:
+def _orig_head(repo: Repository) -> str | None:
     """The tip before the merge: git saves it as ORIG_HEAD in the worktree's git dir."""
     try:
-        return (Path(repo.path) / "ORIG_HEAD").read_text().strip() or None
+        return (git_dir(repo) / "ORIG_HEAD").read_text().strip() or None
     except OSError:
         return None
 

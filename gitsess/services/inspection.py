@@ -32,8 +32,6 @@ from gitsess.services.timeline import DeltaReader, Drift, delta_path, runs
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
-    import pygit2
-
     from gitsess.overlay.view import OverlayView
 
 # Like the kernel's ELOOP limit.
@@ -247,6 +245,7 @@ def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
     if not SessionHandle(ctx, session).delta.exists():
         return []
     from gitsess.git.scratch import scratch_repo
+    from gitsess.git.trees import subject
 
     repo = ctx.open()
     with SessionHandle(ctx, session).view() as view:
@@ -260,11 +259,4 @@ def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
             return []
         # The commits' objects are the session's own, read through its view.
         with scratch_repo(repo, view) as objects:
-            return [OwnCommit(c, _subject(objects, c)) for c in git.commits]
-
-
-def _subject(objects: pygit2.Repository, commit: str) -> str:
-    try:
-        return str(getattr(objects[commit], "message", "")).partition("\n")[0]
-    except (KeyError, ValueError):
-        return ""
+            return [OwnCommit(c, subject(objects, c)) for c in git.commits]

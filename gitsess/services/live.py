@@ -96,13 +96,13 @@ FSMONITOR_CONFIG = {
 
 
 def git_config_for(worktree: Path) -> dict[str, str]:
-    import pygit2
+    from gitsess.git.repo import git_dir, open_worktree
 
     try:
-        gitdir = Path(pygit2.Repository(str(worktree)).path)
+        gitdir = git_dir(open_worktree(worktree))
         with open(gitdir / "index", "rb") as f:
             header = f.read(12)
-    except (OSError, pygit2.GitError):
+    except (OSError, GitsessError):
         return UNTRACKED_CACHE_CONFIG
     files = int.from_bytes(header[8:12], "big") if header[:4] == b"DIRC" else 0
     return FSMONITOR_CONFIG if files >= FSMONITOR_MIN_FILES else UNTRACKED_CACHE_CONFIG
@@ -361,14 +361,13 @@ def _counted(ctx: RepoContext, session: Session, view: OverlayView, sizes: bool)
     changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
     if not view.touched_git():  # its git is the real one: no commits, no repository read
         return Counts(changed, 0, bytes_by_kind=used)
-    import pygit2
-
+    from gitsess.git.repo import GitError
     from gitsess.services import session_git
     from gitsess.services.real_tree import real_root
 
     try:
         git = session_git.state(view, ctx.open(), session, real_root(session))
-    except (GitsessError, pygit2.GitError, KeyError, ValueError):
+    except (GitsessError, GitError, KeyError, ValueError):
         return Counts(changed, None, bytes_by_kind=used)
     if git is None:
         return Counts(changed, 0, bytes_by_kind=used)

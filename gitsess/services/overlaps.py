@@ -10,20 +10,18 @@ one exception, as for a diff: the scratch repository streams those to the object
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Literal
 
-import pygit2
-from pygit2.enums import FileMode
-
 from gitsess.errors import GitsessError
 from gitsess.git.apply_commit import branch_tip
 from gitsess.git.changes import compute_changes
-from gitsess.git.objects import store_view_blob, tree_entry
-from gitsess.git.repo import RepoContext
+from gitsess.git.objects import store_view_blob
+from gitsess.git.repo import RepoContext, Repository
 from gitsess.git.scratch import ScratchRepository, scratch_repo
+from gitsess.git.trees import Entry, changed_between, conflicting_paths, entries_at, merge_base
 from gitsess.services.handle import SessionHandle
 from gitsess.services.real_tree import open_real, real_root
 from gitsess.services.sessions import list_sessions
@@ -54,9 +52,6 @@ class Overlap:
             "conflict": self.conflict,
             "conflicts": list(self.conflicts),
         }
-
-
-Entry = tuple[str, int] | None  # (blob id, git mode); None: absent
 
 
 @dataclass(frozen=True)
@@ -108,9 +103,9 @@ def _group_overlaps(ctx: RepoContext, group: list[Session], wanted: set[str]) ->
                 continue
             shared = sorted(a.entries.keys() & b.entries.keys())
             if shared:
-                ancestor = _tree(repo, _merge_base(repo, a.base, b.base))
-                conflicts = _conflicts(
-                    scratch, shared, _entries(ancestor, shared), a.entries, b.entries
+                ancestor = merge_base(repo, a.base, b.base)
+                conflicts = conflicting_paths(
+                    scratch, shared, entries_at(repo, ancestor, shared), a.entries, b.entries
                 )
                 found.append(
                     Overlap(a.session.name, b.session.name, "session", tuple(shared), conflicts)
@@ -124,7 +119,7 @@ def _group_overlaps(ctx: RepoContext, group: list[Session], wanted: set[str]) ->
 
 
 def _side(
-    ctx: RepoContext, session: Session, repo: pygit2.Repository, scratch: ScratchRepository
+    ctx: RepoContext, session: Session, repo: Repository, scratch: ScratchRepository
 ) -> _Side | None:
     try:
         with SessionHandle(ctx, session).view(real_root(session)) as view:
@@ -138,56 +133,7 @@ def _side(
     return _Side(session, session.base_commit, entries)
 
 
-def _tree(repo: pygit2.Repository, commit: str | None) -> pygit2.Tree | None:
-    return None if commit is None else repo[commit].peel(pygit2.Tree)
-
-
-def _merge_base(repo: pygit2.Repository, a: str | None, b: str | None) -> str | None:
-    if a == b or a is None or b is None:
-        return a if a == b else None
-    base = repo.merge_base(a, b)
-    return str(base) if base is not None else None
-
-
-def _entries(tree: pygit2.Tree | None, paths: Sequence[str]) -> dict[str, Entry]:
-    return {p: tree_entry(tree, p) if tree is not None else None for p in paths}
-
-
-def _conflicts(
-    scratch: pygit2.Repository,
-    paths: Sequence[str],
-    base: Mapping[str, Entry],
-    ours: Mapping[str, Entry],
-    theirs: Mapping[str, Entry],
-) -> tuple[str, ...]:
-    """Which of `paths` a three-way merge cannot merge. Only those paths are merged, each side
-    a tree of them alone: a path's merge depends on its three versions, and trees of the whole
-    worktree cost a tree write per directory of it, per session."""
-    contested = [p for p in paths if ours[p] != theirs[p] and base[p] not in (ours[p], theirs[p])]
-    if not contested:
-        return ()
-    ancestor, one, other = (
-        _small_tree(scratch, {p: side[p] for p in contested}) for side in (base, ours, theirs)
-    )
-    index = scratch.merge_trees(ancestor, one, other)
-    if index.conflicts is None:
-        return ()
-    return tuple(
-        sorted({next(str(e.path) for e in entry if e is not None) for entry in index.conflicts})
-    )
-
-
-def _small_tree(scratch: pygit2.Repository, entries: Mapping[str, Entry]) -> pygit2.Oid:
-    index = pygit2.Index()
-    for path, entry in entries.items():
-        if entry is not None:
-            index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry[0]), FileMode(entry[1])))
-    return index.write_tree(scratch)
-
-
-def _branch_overlap(
-    repo: pygit2.Repository, scratch: pygit2.Repository, side: _Side
-) -> Overlap | None:
+def _branch_overlap(repo: Repository, scratch: Repository, side: _Side) -> Overlap | None:
     """The session against the commits its branch got since the session's base."""
     branch = side.session.branch
     if branch is None or side.base is None:
@@ -195,14 +141,11 @@ def _branch_overlap(
     tip = branch_tip(repo, branch)
     if tip is None or tip == side.base:
         return None
-    base_tree, tip_tree = _tree(repo, side.base), _tree(repo, tip)
-    assert base_tree is not None and tip_tree is not None
-    deltas = base_tree.diff_to_tree(tip_tree).deltas
-    moved = {path for d in deltas for path in (d.old_file.path, d.new_file.path)}
-    shared = sorted(side.entries.keys() & moved)
+    shared = sorted(side.entries.keys() & changed_between(repo, side.base, tip))
     if not shared:
         return None
-    conflicts = _conflicts(
-        scratch, shared, _entries(base_tree, shared), side.entries, _entries(tip_tree, shared)
-    )
+    conflicts = conflicting_paths(
+        scratch, shared, entries_at(repo, side.base, shared), side.entries,
+        entries_at(repo, tip, shared),
+    )  # fmt: skip
     return Overlap(side.session.name, branch, "branch", tuple(shared), conflicts)

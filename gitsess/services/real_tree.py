@@ -5,10 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pygit2
-
 from gitsess.errors import GitsessError
-from gitsess.git.repo import open_worktree
+from gitsess.git.repo import Repository, open_worktree
 from gitsess.services import live
 from gitsess.store.registry import Session
 
@@ -27,6 +25,6 @@ def real_root(session: Session) -> Path:
     return worktree
 
 
-def open_real(session: Session, root: Path) -> pygit2.Repository:
+def open_real(session: Session, root: Path) -> Repository:
     """The session's worktree repository."""
     return open_worktree(root)

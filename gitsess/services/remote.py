@@ -30,14 +30,20 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
 from typing import Literal
 
-import pygit2
-
 from gitsess.errors import GitsessError, option
 from gitsess.git import published, transport
 from gitsess.git.archive_commits import refused_in_tree
 from gitsess.git.published import Published
-from gitsess.git.repo import RepoContext, head_of, open_worktree
+from gitsess.git.repo import (
+    RepoContext,
+    Repository,
+    has_branch,
+    head_of,
+    open_worktree,
+    remote_names,
+)
 from gitsess.git.transport import Progress as Progress  # the cli shows its counts
+from gitsess.git.trees import commit_tree_id
 from gitsess.git.worktree import (
     BRANCH_PREFIX,
     Binding,
@@ -53,7 +59,7 @@ from gitsess.store.registry import Registry, Run, Session, Synced
 
 def is_remote(ctx: RepoContext, word: str) -> bool:
     """Whether `word` names a remote of the repository, or is a URL."""
-    return word in ctx.open().remotes.names() or transport.is_url(word)
+    return word in remote_names(ctx.open()) or transport.is_url(word)
 
 
 def _registry(ctx: RepoContext) -> AbstractContextManager[Registry | None]:
@@ -162,7 +168,7 @@ def _base(session: Session) -> str:
 
 
 def _same(
-    repo: pygit2.Repository,
+    repo: Repository,
     theirs: str,
     tree: str,
     session: Session,
@@ -256,21 +262,21 @@ def pull(
     return done
 
 
-def _verify(repo: pygit2.Repository, there: Published, what: str) -> None:
+def _verify(repo: Repository, there: Published, what: str) -> None:
     """Refuse, before anything is made, a session commit that no push made: paths no session
     holds (`archives.check_paths`), in its changes or in the commits made inside it (whose
     tree becomes the session's index), or a key-value store that is not one."""
     archives.check_paths(published.content_paths(repo, there), what)
     if there.head is not None:
-        head = repo[there.head].peel(pygit2.Commit)
-        archives.check_refused(refused_in_tree(repo, str(head.tree_id)), what)
+        tree = commit_tree_id(repo, there.head)
+        archives.check_refused(refused_in_tree(repo, tree), what)
     for key, value in published.kv_items(repo, there).items():
         kv.check_item(key, value)
 
 
 def _pull_new(
     ctx: RepoContext,
-    repo: pygit2.Repository,
+    repo: Repository,
     remote: str,
     name: str,
     there: Published,
@@ -285,7 +291,7 @@ def _pull_new(
         session = sessions.create(replace(ctx, worktree=holder), name, title=there.title)
     elif worktree:
         wanted = branch or BRANCH_PREFIX + name
-        exists = repo.branches.local.get(wanted) is not None
+        exists = has_branch(repo, wanted)
         spec = WorktreeSpec(wanted, None if exists else there.base)
         session = sessions.create(ctx, name, title=there.title, worktree=spec)
     else:
@@ -309,7 +315,7 @@ def _pull_new(
 
 def _pull_into(
     ctx: RepoContext,
-    repo: pygit2.Repository,
+    repo: Repository,
     remote: str,
     session: Session,
     there: Published,
@@ -388,9 +394,7 @@ def _base_note(session: Session, there: Published) -> tuple[str, ...]:
     )
 
 
-def _lay(
-    ctx: RepoContext, repo: pygit2.Repository, session: Session, there: Published
-) -> tuple[int, int]:
+def _lay(ctx: RepoContext, repo: Repository, session: Session, there: Published) -> tuple[int, int]:
     """Write the commit's changes into the session's view, and its key-value store."""
     from gitsess.services import session_git
 
@@ -403,7 +407,7 @@ def _lay(
     return len(paths), _take_kv(ctx, repo, session, there)
 
 
-def _take_kv(ctx: RepoContext, repo: pygit2.Repository, session: Session, there: Published) -> int:
+def _take_kv(ctx: RepoContext, repo: Repository, session: Session, there: Published) -> int:
     """The commit's keys are set here; keys it does not carry are left alone (they may be
     ones that never leave this machine)."""
     items = published.kv_items(repo, there)
@@ -442,7 +446,7 @@ class Standing:
 
 
 def _standing(
-    ctx: RepoContext, repo: pygit2.Repository, local: Session, synced: Synced | None, oid: str
+    ctx: RepoContext, repo: Repository, local: Session, synced: Synced | None, oid: str
 ) -> Standing:
     if synced is not None and published.descends(repo, synced.commit, oid):
         return Standing("synced" if synced.commit == oid else "ahead")

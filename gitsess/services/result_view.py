@@ -19,10 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
-import pygit2
-
 from gitsess.git import throwaway
-from gitsess.git.repo import RepoContext
+from gitsess.git.repo import RepoContext, Repository
 from gitsess.overlay import layout, protocol
 from gitsess.processes import alive
 from gitsess.runtime import mount
@@ -40,7 +38,7 @@ def trials_dir(ctx: RepoContext) -> Path:
 
 @contextmanager
 def result_view(
-    ctx: RepoContext, session: Session, repo: pygit2.Repository, commit: str
+    ctx: RepoContext, session: Session, repo: Repository, commit: str
 ) -> Iterator[Path]:
     """The files of `commit` (in `repo`, the session's worktree repository) at a mount point,
     with a `.git` that git commands inside can read and write; nothing of it outlives the

@@ -9,16 +9,13 @@ and that copy the objects of its commits into the real repository when they leav
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pygit2
-from pygit2.enums import ObjectType
-
 from gitsess.errors import GitsessError
 from gitsess.git.head import SessionHead, read_head
+from gitsess.git.repo import Repository, descends
 from gitsess.git.scratch import ScratchRepository, scratch_repo
 from gitsess.git.session_refs import (
     commits_not_in,
@@ -89,9 +86,7 @@ def real_common(root: Path, worktree: Path) -> Path:
     return Path(os.path.normpath(admin_dir / common))
 
 
-def state(
-    view: OverlayView, repo: pygit2.Repository, session: Session, root: Path
-) -> SessionGit | None:
+def state(view: OverlayView, repo: Repository, session: Session, root: Path) -> SessionGit | None:
     """The session's git state; None while it never changed its `.git` (then it is the real
     repository's, and has no commits of its own). `root` is the real worktree as reached
     (`real_tree.real_root`); the real refs are read from its files, so the answer is the same
@@ -117,7 +112,7 @@ def state(
         commits = commits_not_in(objects, head.commit, hide)
         if head.commit not in (None, base) and base is not None and not commits:
             assert head.commit is not None
-            if objects.descendant_of(base, head.commit):
+            if descends(objects, base, head.commit):
                 below = count_between(objects, base, head.commit)
         return SessionGit(
             head,
@@ -131,7 +126,7 @@ def state(
 
 
 def own_commits(
-    view: OverlayView, repo: pygit2.Repository, session: Session, root: Path
+    view: OverlayView, repo: Repository, session: Session, root: Path
 ) -> SessionGit | None:
     """The session's git state when it has commits of its own (its HEAD is the last of
     them), else None."""
@@ -139,38 +134,33 @@ def own_commits(
     return git if git is not None and git.commits else None
 
 
-def files_for_head(repo: pygit2.Repository, session: Session, head: str) -> dict[str, bytes]:
+def files_for_head(repo: Repository, session: Session, head: str) -> dict[str, bytes]:
     """The files of a session's `.git` (paths below it) that make its branch end at `head`
     (commits made inside it, brought by `pull`): the branch's loose ref, and an index of
     `head`'s tree (with no stat data: git checks each file's content once, then records it)."""
     assert session.branch is not None
     linked = (session.worktree / ".git").is_file()
     ref = ("common/" if linked else "") + "refs/heads/" + session.branch
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "index")
-        index = pygit2.Index(path)
-        index.read_tree(repo[head].peel(pygit2.Commit).tree)
-        index.write()
-        with open(path, "rb") as f:
-            data = f.read()
-    return {ref: head.encode() + b"\n", "index": data}
+    from gitsess.git.trees import index_of
+
+    return {ref: head.encode() + b"\n", "index": index_of(repo, head)}
 
 
-def reached(repo: pygit2.Repository, git: SessionGit, tip: str | None, base: str | None) -> bool:
+def reached(repo: Repository, git: SessionGit, tip: str | None, base: str | None) -> bool:
     """Whether the session's HEAD is past its base and the branch's `tip` has it."""
     head = git.head.commit
     if head is None or tip is None or head == base:
         return False
-    ahead = base is None or repo.descendant_of(head, base)
-    return ahead and (head == tip or repo.descendant_of(tip, head))
+    ahead = base is None or descends(repo, head, base)
+    return ahead and (head == tip or descends(repo, tip, head))
 
 
-def restored_git(repo: pygit2.Repository, session: Session, info: ArchiveInfo) -> dict[str, bytes]:
+def restored_git(repo: Repository, session: Session, info: ArchiveInfo) -> dict[str, bytes]:
     """The files of a restored session's `.git` that bring back the commits made inside the
     archived one (`info.head`): its branch ending at them, and their objects as loose
     objects of the session's own (the archive that kept them reachable goes with the restore,
     and the real repository's gc must not take them from the session)."""
-    from gitsess.git.session_objects import loose_file, needed_objects
+    from gitsess.git.session_objects import loose_file, needed_objects, tree_objects
 
     assert info.head is not None
     linked = (session.worktree / ".git").is_file()
@@ -179,7 +169,7 @@ def restored_git(repo: pygit2.Repository, session: Session, info: ArchiveInfo) -
     else:
         files = {"HEAD": info.head.encode() + b"\n"}
     commits = commits_not_in(repo, info.head, [info.base] if info.base else [])
-    base_objects = _tree_objects(repo, info.base)
+    base_objects = tree_objects(repo, info.base)
     store = ("common/" if linked else "") + "objects/"
     for _, kind, data in needed_objects(repo, commits, base_objects.__contains__):
         rel, raw = loose_file(kind, data)
@@ -187,28 +177,7 @@ def restored_git(repo: pygit2.Repository, session: Session, info: ArchiveInfo) -
     return files
 
 
-def _tree_objects(repo: pygit2.Repository, commit: str | None) -> set[pygit2.Oid]:
-    """Every tree and blob of `commit`'s tree (none for None)."""
-    if commit is None:
-        return set()
-    tree = repo[commit].peel(pygit2.Tree)
-    found = {tree.id}
-    pending = [tree]
-    while pending:
-        for entry in pending.pop():
-            if entry.id in found or entry.type == ObjectType.COMMIT:
-                continue
-            found.add(entry.id)
-            if entry.type == ObjectType.TREE:
-                sub = repo[entry.id]
-                assert isinstance(sub, pygit2.Tree)
-                pending.append(sub)
-    return found
-
-
-def replay(
-    repo: pygit2.Repository, git: SessionGit, onto: str | None, objects: pygit2.Repository
-) -> Replayed:
+def replay(repo: Repository, git: SessionGit, onto: str | None, objects: Repository) -> Replayed:
     """The session's commits rebuilt on `onto` (or a fast-forward to them); no ref moves.
     `objects` is where they are read and the rebuilt ones written: the real repository once
     they are promoted (`promote`), a scratch repository over it for a dry run."""
@@ -223,7 +192,7 @@ def replay(
     )
 
 
-def promote(scratch: ScratchRepository, repo: pygit2.Repository, git: SessionGit) -> int:
+def promote(scratch: ScratchRepository, repo: Repository, git: SessionGit) -> int:
     """Copy into the real object store exactly the objects the session's commits need that
     it lacks (read from `scratch`, a scratch repository over `repo` with the session's own
     objects); how many. Nothing else of the real `.git` changes."""
@@ -233,7 +202,7 @@ def promote(scratch: ScratchRepository, repo: pygit2.Repository, git: SessionGit
 
 
 def reverted_in_view(
-    scratch: pygit2.Repository,
+    scratch: Repository,
     view: SessionView,
     git: SessionGit,
     changed: set[str],
@@ -241,23 +210,19 @@ def reverted_in_view(
 ) -> dict[str, tuple[str, int] | None]:
     """Paths the session's commits changed where the view now shows what the worktree has
     (no change of the delta's): their view state, for the commit on top of the replayed ones."""
-    first = scratch[git.chain[0]].peel(pygit2.Commit)
-    last = scratch[git.chain[-1]].peel(pygit2.Commit)
-    diff = (
-        first.parents[0].tree.diff_to_tree(last.tree) if first.parents else last.tree.diff_to_tree()
-    )
-    out: dict[str, tuple[str, int] | None] = {}
-    for delta in diff.deltas:
-        for path in {delta.old_file.path, delta.new_file.path}:
-            if path in changed or not pathspecs.matches(path):
-                continue
-            out[path] = _view_state(scratch, view, path)
-    return out
+    from gitsess.git.trees import changed_along
+
+    return {
+        path: _view_state(scratch, view, path)
+        for path in changed_along(scratch, git.chain[0], git.chain[-1])
+        if path not in changed and pathspecs.matches(path)
+    }
 
 
-def _view_state(scratch: pygit2.Repository, view: SessionView, path: str) -> tuple[str, int] | None:
+def _view_state(scratch: Repository, view: SessionView, path: str) -> tuple[str, int] | None:
     from gitsess.git.changes import Side
     from gitsess.git.diff import read_view
+    from gitsess.git.trees import store_blob
 
     entry = view.entry(path)
     if entry is None or entry.kind not in ("file", "symlink"):
@@ -265,4 +230,4 @@ def _view_state(scratch: pygit2.Repository, view: SessionView, path: str) -> tup
     state = Side(entry.kind, entry.mode, entry.size, entry.mtime_ns, None)
     mode = state.git_mode
     assert mode is not None
-    return str(scratch.create_blob(read_view(view, path, state))), mode
+    return store_blob(scratch, read_view(view, path, state)), mode

@@ -441,13 +441,12 @@ def _behind(ctx: RepoContext, session: Session) -> int | None:
         return None
     if tip == session.base_commit:
         return 0
-    import pygit2
+    from gitsess.git.repo import GitError, commits_behind
 
     try:
-        _, behind = ctx.open().ahead_behind(session.base_commit, tip)
-    except (pygit2.GitError, KeyError, ValueError):
+        return commits_behind(ctx.open(), session.base_commit, tip)
+    except (GitError, KeyError, ValueError):
         return None
-    return int(behind)
 
 
 def list_sessions(

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import pygit2
-
-from gitsess.git.repo import STATE_DIR_ENV
+from gitsess.git.repo import STATE_DIR_ENV, Person
+from gitsess.git.trees import init_with_commit
 from gitsess.services.sessions import SESSION_ENV
 
 
@@ -139,16 +138,9 @@ DEMO_FILES = {
 
 def make_demo_repo(path: Path) -> Path:
     """A repository at `path` with one commit on `main`, and an identity to commit with."""
-    repo = pygit2.init_repository(str(path), initial_head="main")
-    repo.config["user.name"] = "gitsess tour"
-    repo.config["user.email"] = "tour@gitsess.invalid"
-    for name, text in DEMO_FILES.items():
-        (path / name).parent.mkdir(parents=True, exist_ok=True)
-        (path / name).write_text(text)
-    repo.index.add_all()
-    repo.index.write()
-    author = repo.default_signature
-    repo.create_commit("HEAD", author, author, "Initial commit", repo.index.write_tree(), [])
+    init_with_commit(
+        path, Person("gitsess tour", "tour@gitsess.invalid"), DEMO_FILES, "Initial commit"
+    )
     return path
 
 
