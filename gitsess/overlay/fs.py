@@ -156,6 +156,11 @@ class Filesystem(pyfuse3.Operations):
             # and listing merge with the real directory. Looked up again every second, it was
             # a LOOKUP every few loose objects git wrote (3,200 of `git add` of 5,000 files).
             e.entry_timeout = TIMEOUT
+        if follows and pt.listed_by_git(n.worktree_rel):
+            # A real `git gc` replaces the packs git finds by listing this directory: with its
+            # attributes cached, the kernel kept the old listing, and a git inside right after
+            # missed the new pack (objects missing, or a SIGBUS reading the old one).
+            e.attr_timeout = 0.0
         elif follows and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
             # their pages until their attributes change: each open(2) or stat(2) of one by

@@ -79,6 +79,13 @@ def in_object_store(rel: bytes | None) -> bool:
     return rel in OBJECT_STORES or object_store(rel) is not None
 
 
+def listed_by_git(rel: bytes | None) -> bool:
+    """Whether a directory below `.git` is one git lists to find what it holds (`objects/pack`
+    for the packs, `objects/info`), rather than looks names up in."""
+    top = object_store(rel)
+    return rel is not None and top is not None and rel[len(top) + 1 :] in (b"pack", b"info")
+
+
 def lasting(rel: bytes | None) -> bool:
     """Whether a file below `.git` never changes while it has that name: a loose object or a
     pack's file, named for their content (git writes them aside and renames them in)."""
