@@ -670,18 +670,19 @@ def _status(state: DaemonState, msg: dict[str, Any]) -> Reply:
 
 def _drop(state: DaemonState, msg: dict[str, Any]) -> Reply:
     # Checked here, between two requests, not by the asker: a write that came in since
-    # it looked must not be dropped (see `Tree.written_since`).
+    # it looked must not be dropped (see `Namespace.drop_applied`).
     expect: dict[bytes, Stamp | None] = {
         os.fsencode(p): None if s is None else Stamp(int(s[0]), int(s[1]), int(s[2]))
         for p, s in (msg.get("expect") or {}).items()
     }
-    kept = state.tree.written_since(expect)
-    drop = [p for p in (os.fsencode(p) for p in msg.get("paths", [])) if p not in kept]
-    dropped = state.tree.drop(drop)
-    state.tree.restamp([os.fsencode(p) for p in msg.get("restamp", [])])
-    state.tree.save()
-    state.stale_entries.extend(dropped)
-    return {"ok": True, "dropped": len(dropped), "kept": [os.fsdecode(p) for p in kept]}, None
+    dropped = state.tree.drop_applied(
+        [os.fsencode(p) for p in msg.get("paths", [])],
+        [os.fsencode(p) for p in msg.get("restamp", [])],
+        expect,
+    )
+    state.stale_entries.extend(dropped.entries)
+    kept = [os.fsdecode(p) for p in dropped.kept]
+    return {"ok": True, "dropped": len(dropped.entries), "kept": kept}, None
 
 
 async def _lower_synced(state: DaemonState, *, wait: bool = False) -> bool:

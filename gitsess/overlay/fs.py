@@ -1,4 +1,6 @@
-"""The FUSE adapter: pyfuse3 requests in, `Tree` operations out.
+"""The FUSE adapter: pyfuse3 requests in, `Tree` operations out. It keeps no books of its own:
+each change names the requesting process (`by`), and the tree's parts record its audit event
+and fsmonitor journal entry (`recorder.py`), as they do for an offline writer.
 
 The mount (options in `daemon`) has `default_permissions` (the kernel checks permissions) and no
 writeback cache (each `write(2)` is a WRITE, as on fuse-overlayfs: with the cache, a file
@@ -222,15 +224,6 @@ class Filesystem(pyfuse3.Operations):
         assert n.lower is not None
         return self.tree.lower_path(n.lower)
 
-    def _path(self, parent: int, name: bytes) -> bytes:
-        p = self.tree.path_of(self.tree.node(parent))
-        return p + b"/" + name if p else name
-
-    def _record(self, op: str, parent: int, name: bytes, ctx: RequestContext) -> None:
-        path = self._path(parent, name)
-        self.tree.audit.record(op, path, ctx.pid)
-        self.tree.journal.note(path, is_dir=op in ("mkdir", "rmdir"))
-
     # ---------------------------------------------------------------- lookups and attributes
 
     async def lookup(
@@ -300,15 +293,6 @@ class Filesystem(pyfuse3.Operations):
             # git freshens a packed object it was about to write by touching the pack: refused,
             # git writes the object loose, into the session (a copy of the pack is not worth it).
             raise FUSEError(errno.EPERM)
-        path = self.tree.path_of(n)
-        self.tree.journal.note(path)
-        for op, on in (
-            ("truncate", fields.update_size),
-            ("chmod", fields.update_mode),
-            ("chown", fields.update_uid or fields.update_gid),
-        ):
-            if on:
-                self.tree.audit.record(op, path, ctx.pid)
         self.tree.setattr(
             n,
             mode=attr.st_mode if fields.update_mode else None,
@@ -317,6 +301,7 @@ class Filesystem(pyfuse3.Operations):
             size=attr.st_size if fields.update_size else None,
             atime_ns=attr.st_atime_ns if fields.update_atime else None,
             mtime_ns=attr.st_mtime_ns if fields.update_mtime else None,
+            by=ctx.pid,
         )
         return self._entry(n)
 
@@ -342,37 +327,27 @@ class Filesystem(pyfuse3.Operations):
     async def mknod(
         self, parent_inode: InodeT, name: FileNameT, mode: ModeT, rdev: int, ctx: RequestContext
     ) -> EntryAttributes:
-        n = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev)
-        self._record("mknod", parent_inode, name, ctx)
+        n = self.tree.mknod(
+            parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev, by=ctx.pid
+        )
         return self._entry(n)
 
     async def mkdir(
         self, parent_inode: InodeT, name: FileNameT, mode: ModeT, ctx: RequestContext
     ) -> EntryAttributes:
-        n = self.tree.mkdir(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
-        self._record("mkdir", parent_inode, name, ctx)
+        n = self.tree.mkdir(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, by=ctx.pid)
         return self._entry(n)
 
     async def symlink(
         self, parent_inode: InodeT, name: FileNameT, target: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
-        n = self.tree.symlink(parent_inode, name, target, ctx.uid, ctx.gid)
-        path = self._path(parent_inode, name)
-        self.tree.audit.record("symlink", path, ctx.pid, target=target)
-        self.tree.journal.note(path)
+        n = self.tree.symlink(parent_inode, name, target, ctx.uid, ctx.gid, by=ctx.pid)
         return self._entry(n)
 
     async def link(
         self, inode: InodeT, new_parent_inode: InodeT, new_name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
-        n = self.tree.node(inode)
-        source = self.tree.path_of(n)
-        linked = self.tree.link(inode, new_parent_inode, new_name)
-        new = self._path(new_parent_inode, new_name)
-        self.tree.audit.record("link", source, ctx.pid, target=new)
-        self.tree.journal.note(source)
-        self.tree.journal.note(new)
-        return self._entry(linked)
+        return self._entry(self.tree.link(inode, new_parent_inode, new_name, by=ctx.pid))
 
     async def create(
         self,
@@ -385,7 +360,9 @@ class Filesystem(pyfuse3.Operations):
         existing = self.tree.find(parent_inode, name)
         if existing is None:
             try:
-                made = self.tree.create(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid)
+                made = self.tree.create(
+                    parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, by=ctx.pid
+                )
             except FileExistsError:
                 # Making the directory the session's own read the worktree's listing anew,
                 # and the worktree has the name now (an apply wrote it there meanwhile).
@@ -393,7 +370,6 @@ class Filesystem(pyfuse3.Operations):
                 if existing is None:
                     raise
             else:
-                self._record("create", parent_inode, name, ctx)
                 return self._open_handle(made), self._entry(made)
         # The kernel asked to create a name it believed absent (the worktree grew it
         # meanwhile): O_EXCL fails as on any filesystem, otherwise the file is opened.
@@ -405,12 +381,10 @@ class Filesystem(pyfuse3.Operations):
     # ---------------------------------------------------------------- removing and renaming
 
     async def unlink(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
-        self.tree.unlink(parent_inode, name)
-        self._record("unlink", parent_inode, name, ctx)
+        self.tree.unlink(parent_inode, name, by=ctx.pid)
 
     async def rmdir(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
-        self.tree.rmdir(parent_inode, name)
-        self._record("rmdir", parent_inode, name, ctx)
+        self.tree.rmdir(parent_inode, name, by=ctx.pid)
 
     async def rename(
         self,
@@ -421,16 +395,16 @@ class Filesystem(pyfuse3.Operations):
         flags: FlagT,
         ctx: RequestContext,
     ) -> None:
-        old = self._path(parent_inode_old, name_old)
         self.tree.rename(
-            parent_inode_old, name_old, parent_inode_new, name_new, flags, ctx.uid, ctx.gid
+            parent_inode_old,
+            name_old,
+            parent_inode_new,
+            name_new,
+            flags,
+            ctx.uid,
+            ctx.gid,
+            by=ctx.pid,
         )
-        new = self._path(parent_inode_new, name_new)
-        self.tree.audit.record("rename", old, ctx.pid, target=new)
-        moved = self.tree.find(parent_inode_new, name_new)
-        is_dir = moved is not None and moved.is_dir
-        self.tree.journal.note(old, is_dir=is_dir)
-        self.tree.journal.note(new, is_dir=is_dir)
 
     # ---------------------------------------------------------------- file data
 
@@ -439,9 +413,7 @@ class Filesystem(pyfuse3.Operations):
 
     async def _open_node(self, n: Node, flags: int, pid: int) -> FileInfo:
         if flags & os.O_TRUNC and flags & os.O_ACCMODE != os.O_RDONLY:
-            self.tree.truncate(n, 0)
-            self.tree.audit.record("truncate", self.tree.path_of(n), pid)
-            self.tree.journal.note(self.tree.path_of(n))
+            self.tree.truncate(n, 0, by=pid)
         return self._open_handle(n)
 
     def _open_handle(self, n: Node) -> FileInfo:
@@ -479,23 +451,12 @@ class Filesystem(pyfuse3.Operations):
     async def write(
         self, fh: FileHandleT, off: int, buf: bytes, ctx: RequestContext | None = None
     ) -> int:
-        n = self.tree.node(fh)
-        written = self.tree.write(n, off, buf)
-        pid = ctx.pid if ctx is not None else 0
-        if not self.tree.audit.add_write(n.ino, pid, written):
-            path = self.tree.path_of(n)
-            self.tree.audit.record_write(n.ino, path, pid, written)
-            self.tree.journal.note(path)
-        return written
+        return self.tree.write(self.tree.node(fh), off, buf, by=ctx.pid if ctx is not None else 0)
 
     async def fallocate(
         self, fh: FileHandleT, mode: int, offset: int, length: int, ctx: RequestContext
     ) -> None:
-        n = self.tree.node(fh)
-        self.tree.fallocate(n, mode, offset, length)
-        path = self.tree.path_of(n)
-        self.tree.audit.record("fallocate", path, ctx.pid)
-        self.tree.journal.note(path)
+        self.tree.fallocate(self.tree.node(fh), mode, offset, length, by=ctx.pid)
 
     async def flush(self, fh: FileHandleT) -> None:
         # Nothing to do on close(2) (data is committed in batches and on fsync); ENOSYS tells
@@ -570,9 +531,8 @@ class Filesystem(pyfuse3.Operations):
         self, inode: InodeT, name: XAttrNameT, value: bytes, ctx: RequestContext
     ) -> None:
         n = self.tree.node(inode)
-        self.tree.setxattr(n, name, value)
+        self.tree.setxattr(n, name, value, by=ctx.pid)
         self._mode_changed_by(n, name)
-        self.tree.audit.record("setxattr", self.tree.path_of(n), ctx.pid)
 
     async def getxattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> bytes:
         return self.tree.getxattr(self.tree.node(inode), name)
@@ -582,9 +542,8 @@ class Filesystem(pyfuse3.Operations):
 
     async def removexattr(self, inode: InodeT, name: XAttrNameT, ctx: RequestContext) -> None:
         n = self.tree.node(inode)
-        self.tree.removexattr(n, name)
+        self.tree.removexattr(n, name, by=ctx.pid)
         self._mode_changed_by(n, name)
-        self.tree.audit.record("removexattr", self.tree.path_of(n), ctx.pid)
 
     @staticmethod
     def _mode_changed_by(n: Node, name: bytes) -> None:

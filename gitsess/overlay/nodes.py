@@ -131,13 +131,20 @@ class Attr:
 
 
 class Pending:
+    """What the next commit writes (`NodeTable.commit`); every part of `Tree` adds to it."""
+
     def __init__(self) -> None:
+        self.reset({})
+
+    def reset(self, dentries: dict[tuple[int, bytes], int | None]) -> None:
+        """Nothing pending but `dentries` (after a commit: whiteouts held for a later one).
+        In place, as every part of the tree holds this object."""
         self.deleted: set[int] = set()
         # deleted nodes with a data file to unlink once the commit lands (the others have none)
         self.data_files: set[int] = set()
         self.emptied: set[int] = set()  # directories removed while the kernel still holds them
         self.nodes: set[int] = set()
-        self.dentries: dict[tuple[int, bytes], int | None] = {}
+        self.dentries = dentries
         self.xattrs: dict[tuple[int, bytes], bytes | None] = {}
         self.meta: dict[str, int | str] = {}
         self.drift: dict[str, int] = {}

@@ -2,375 +2,283 @@
 
 This is the filesystem's logic without FUSE: every operation takes inode numbers and names and
 raises `OSError` with the errno a local filesystem would give (the adapter turns it into a
-`FUSEError`; the CLI-side readers never import pyfuse3 and trio). The FUSE adapter (`fs.py`) and
-the offline reader (`view.py`) both stand on it.
+`FUSEError`; the CLI-side readers never import pyfuse3 and trio). The FUSE adapter (`fs.py`),
+the offline reader (`view.py`) and the offline writer (`services/viewwrite.py`) all stand on it.
 
-`Tree` is three classes, each on the one below: `LookupTree` (`tree_lookup.py`: load, commit,
-lookup, attributes, listings), `DataTree` (`tree_data.py`: copy-up, file data, metadata,
-xattrs), and here the names: entries, create, unlink, rename, link, drop after an apply.
-
-Deleting a lower name writes one whiteout; whiteouts below a directory wait until it has been
-quiet for 1 s, so `rm -rf` of a lower tree ends as one whiteout for its top (an `fsync`, a
-`sync` request or unmount writes them at once). Renaming a lower directory makes it a merged
-directory under the new name, still merging with the old lower path. `renameat2` takes
-`RENAME_NOREPLACE`, `RENAME_EXCHANGE` and `RENAME_WHITEOUT` as ext4 does.
-
-Below `.git`: the state dir is a sealed node (never listed, found as an empty directory nobody
-can change, and its parent is never empty); a real git's lock file on the git unit is never
-shown; the first change to HEAD, the index or the branch ref makes all three the session's own
-(`gitunit`); and a real fan-out directory of the object store that the session removes is
-replaced by a new one hiding only the names it holds then, so real objects written there later
-are still read.
+`Tree` is a facade over its parts, each with one job, from the bottom up:
+- `LowerLayer` (`lower_layer.py`): the worktree as read: paths, lstat, listings, descriptors;
+- `DataFiles` (`data_files.py`): the session's data files: open, synced, kept, stray;
+- `NodeTable` (`node_table.py`): the nodes in memory: load, commit, find, forget, copy-up,
+  listings;
+- `ContentStore` (`content_store.py`): file bytes: copy-up of data, read, write, truncate;
+- `Attributes` (`attributes.py`): getattr, setattr, extended attributes;
+- `Namespace` (`namespace.py`): create, link, unlink, rename, mkdir, rmdir, applied paths
+  dropped;
+- `LowerChanges` (`lower_changes.py`): drift and stale kernel caches when the worktree changes.
+The parts that change the view record the change (`ChangeRecorder`: audit log, fsmonitor
+journal) when the caller names the process that asked (`by`). The git unit (`gitunit.py`) is
+wired in here, through hooks of the node table and the namespace, as it works on the whole
+tree.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-import stat
-import time
+from collections.abc import Iterable, Iterator, Mapping
 
 from gitsess.git.view import Stamp
 from gitsess.overlay import gitunit
-from gitsess.overlay.delta import INLINE
-from gitsess.overlay.gitdir import object_store
+from gitsess.overlay.attributes import Attributes
+from gitsess.overlay.audit import Audit
+from gitsess.overlay.content_store import ContentStore
+from gitsess.overlay.data_files import DataFiles
+from gitsess.overlay.delta import DeltaStore
+from gitsess.overlay.fsmonitor import FsmonitorJournal
 from gitsess.overlay.index_view import IndexView
-from gitsess.overlay.nodes import ROOT_INODE, Node, err, join, stamp
-from gitsess.overlay.tree_data import DataTree
+from gitsess.overlay.lower_changes import LowerChanges, Stale
+from gitsess.overlay.lower_layer import LowerLayer
+from gitsess.overlay.namespace import DropResult, Namespace
+from gitsess.overlay.node_table import NodeTable
+from gitsess.overlay.nodes import Attr, Node
+from gitsess.overlay.recorder import ChangeRecorder
 
-# renameat2(2) flags
-RENAME_NOREPLACE = 1
-RENAME_EXCHANGE = 2
-RENAME_WHITEOUT = 4  # leaves an overlay whiteout (a character device 0:0) at the old name
 
-
-class Tree(DataTree):
+class Tree:
     # set while `gitunit` itself changes HEAD, the index or the branch's ref
     git_unit_busy = False
     # What the view shows as `.git/index` while it follows the real one (set by the daemon)
     index_view: IndexView | None = None
 
-    # ---------------------------------------------------------------- entry bookkeeping
+    def __init__(
+        self, store: DeltaStore, lower_root: str, hidden: set[bytes], *, writer: bool = True
+    ) -> None:
+        """`writer` is False for readers beside a live daemon: they never change delta.db."""
+        self.store = store
+        self.lower = LowerLayer(lower_root, os.path.dirname(store.data_dir), hidden)
+        self.data = DataFiles(store, writer=writer)
+        self.audit = Audit(next_process_id=store.next_process_id())
+        self.journal = FsmonitorJournal()
+        self.table = NodeTable(store, self.lower, self.data, self.audit, writer=writer)
+        self.nodes = self.table.nodes
+        recorder = ChangeRecorder(self.audit, self.journal, self.table.path_of)
+        self.content = ContentStore(self.table, self.data, self.lower, recorder)
+        self.replaced = self.content.replaced
+        self.attrs = Attributes(self.table, self.content, self.data, self.lower, recorder)
+        self.names = Namespace(
+            self.table, self.content, self.attrs, self.lower, recorder, self.journal
+        )
+        self.lower_changes = LowerChanges(self.table, self.lower, self.journal)
+        self.table.before_copy_up = lambda n: gitunit.before_node_change(self, n)
+        self.table.hides_lock = lambda n: gitunit.hides_real_lock(self, n)
+        self.names.before_name_change = lambda p, name: gitunit.before_name_change(self, p, name)
+        self.names.after_rename = lambda p, name: gitunit.after_rename(self, p, name)
+
+    # ---------------------------------------------------------------- what the parts share
+
+    @property
+    def root(self) -> bytes:
+        return self.lower.root
+
+    @property
+    def redirects(self) -> dict[bytes, bytes]:
+        return self.lower.redirects
+
+    @property
+    def name_max(self) -> int:
+        return self.lower.name_max
+
+    @property
+    def watched(self) -> bool:
+        """Whether the lower watch is in place (see `LowerChanges.catch_up`)."""
+        return self.lower.watched
+
+    @property
+    def readonly(self) -> bool:
+        return self.table.readonly
+
+    @readonly.setter
+    def readonly(self, value: bool) -> None:
+        self.table.readonly = value
+
+    def lower_path(self, rel: bytes) -> bytes:
+        return self.lower.path(rel)
+
+    # ---------------------------------------------------------------- persistence
+
+    def commit(self, *, durable: bool = False, hold_whiteouts: bool = True) -> None:
+        self.table.commit(durable=durable, hold_whiteouts=hold_whiteouts)
+
+    def save(self) -> None:
+        """Persist everything pending now, durably, the whiteouts of directories still being
+        emptied included: what a reader of delta.db that comes next (a sync, a checkpoint, a
+        rewind, a stop) must find there."""
+        self.table.commit(durable=True, hold_whiteouts=False)
+
+    @property
+    def has_pending(self) -> bool:
+        return self.table.has_pending
+
+    def reload(self, inodes: Iterable[int]) -> list[int]:
+        return self.table.reload(inodes)
+
+    def remove_stray_data(self) -> None:
+        self.data.remove_stray()
+
+    def let_go(self, *inodes: int) -> None:
+        self.data.let_go(*inodes)
+
+    def close(self) -> None:
+        self.data.close()
+        self.replaced.clear()
+        self.lower.close_all()
+
+    # ---------------------------------------------------------------- nodes (NodeTable)
+
+    def node(self, ino: int) -> Node:
+        return self.table.node(ino)
+
+    def path_of(self, n: Node) -> bytes:
+        return self.table.path_of(n)
 
     def resolve(self, path: bytes) -> Node | None:
-        """The node at a view path ("" is the root), or None."""
-        node = self.node(ROOT_INODE)
-        for part in path.split(b"/") if path else []:
-            if not node.is_dir:
-                return None
-            try:
-                found = self.find(node.ino, part)
-            except OSError:
-                return None
-            if found is None:
-                return None
-            node = found
-        return node
-
-    def written_since(self, expect: dict[bytes, Stamp | None]) -> set[bytes]:
-        """Paths the session holds whose stamp is not what `expect` says (None:
-        absent): written to since an apply read them, so they must stay. Their parent
-        directories too: dropping one drops what is below it."""
-        moved = set()
-        for path, want in expect.items():
-            parent_path, _, name = path.rpartition(b"/")
-            parent = self.resolve(parent_path)
-            if parent is None or parent.entries is None or name not in parent.entries:
-                continue
-            ino = parent.entries[name]
-            n = self.nodes.get(ino) if ino else None
-            if n is not None and not n.upper:
-                continue
-            now = None
-            if n is not None:
-                a = self.getattr(n)
-                now = Stamp(a.mode, a.size, a.mtime_ns)
-            if now != want:
-                moved.add(path)
-        for path in list(moved):
-            while path:
-                path = path.rpartition(b"/")[0]
-                moved.add(path)
-        return moved
-
-    def drop(self, paths: list[bytes]) -> list[tuple[int, bytes]]:
-        """Forget the session's changes at these paths, now that the worktree has them.
-
-        Shallowest first: dropping a directory drops everything under it. A path whose parent
-        directory is not merged in place (created, or renamed) stays: the worktree has no
-        directory there to fall through to, and its content is already what the worktree has.
-        Returns the (directory, name) pairs whose kernel entries are now stale.
-        """
-        dropped: list[tuple[int, bytes]] = []
-        for path in sorted(set(paths), key=lambda p: (p.count(b"/"), p)):
-            parent_path, _, name = path.rpartition(b"/")
-            parent = self.resolve(parent_path)
-            if (
-                parent is None
-                or not parent.upper
-                or parent.origin != parent_path
-                or parent.entries is None
-                or name not in parent.entries
-            ):
-                continue
-            ino = parent.entries[name]
-            del parent.entries[name]
-            parent.subdirs = None
-            self._pending.dentries[(parent.ino, name)] = None
-            if ino:
-                self._unname(self.nodes[ino])
-            dropped.append((parent.ino, name))
-            self.journal.note(path, is_dir=True)
-            self._pending.undrift.add(os.fsdecode(path))
-            self._prune(parent, parent_path)
-        return dropped
-
-    def restamp(self, paths: list[bytes]) -> None:
-        """Record the worktree's current state as what these paths were copied from (apply
-        itself changed them, so the old record would read as an edit made outside)."""
-        for path in paths:
-            n = self.resolve(path)
-            if n is None or not n.upper or n.origin is None:
-                continue
-            st = self._lower_stat(n.origin)
-            if st is not None:
-                n.origin_stamp = stamp(st)
-                self._pending.nodes.add(n.ino)
-
-    def _prune(self, d: Node, path: bytes) -> None:
-        """Turn directories that hold no change any more back into plain lower directories."""
-        while d.ino != ROOT_INODE and d.upper and d.origin == path and not d.entries:
-            if d.xattrs:
-                return
-            parent = self.node(d.parent)
-            assert parent.entries is not None
-            parent.entries.pop(d.name, None)
-            self._pending.dentries[(parent.ino, d.name)] = None
-            self._pending.deleted.add(d.ino)
-            self._pending.nodes.discard(d.ino)
-            d.upper, d.lower, d.origin, d.entries, d.origin_stamp = False, path, None, None, None
-            d.nlink = 1
-            self.lower_index[path] = d.ino
-            d, path = parent, path.rpartition(b"/")[0]
-
-    def _remove_entry(self, parent: Node, name: bytes) -> None:
-        """Drop a name: a whiteout when the lower layer has it, else nothing at all."""
-        self.make_upper(parent)
-        rel = None if parent.origin is None else join(parent.origin, name)
-        if rel is not None and self._lower_stat(rel) is not None:
-            self._set_entry(parent, name, 0)
-        else:
-            assert parent.entries is not None
-            parent.entries.pop(name, None)
-            self._pending.dentries[(parent.ino, name)] = None
-
-    def _touch_dir(self, d: Node) -> None:
-        now = time.time_ns()
-        d.mtime_ns = d.ctime_ns = now
-        self._pending.nodes.add(d.ino)
-
-    def _new_node(self, parent: Node, name: bytes, mode: int, uid: int, gid: int) -> Node:
-        now = time.time_ns()
-        n = Node(self._allocate(), parent.ino, name)
-        n.upper = True
-        n.mode, n.uid, n.gid = mode, uid, gid
-        n.atime_ns = n.mtime_ns = n.ctime_ns = now
-        if stat.S_ISDIR(mode):
-            n.entries = {}
-            # A fan-out dir git makes in the object store (`objects/9c`) also shows the real
-            # one: objects the real repository writes there later must stay readable, as
-            # the session's HEAD may follow them (the one git state, `gitunit.py`).
-            below = self._child_lower_rel(parent, name)
-            if below is not None and object_store(below) is not None:
-                n.origin = below
-        self.nodes[n.ino] = n
-        self._set_entry(parent, name, n.ino)
-        self._touch_dir(parent)
-        self._pending.nodes.add(n.ino)
-        return n
-
-    def _writable_dir(self, parent: int) -> Node:
-        self._check_writable()
-        p = self.node(parent)
-        if not p.is_dir:
-            raise err(errno.ENOTDIR)
-        self.make_upper(p)
-        return p
-
-    # ---------------------------------------------------------------- the git unit (gitunit.py)
-
-    def make_upper(self, n: Node) -> None:
-        gitunit.before_node_change(self, n)
-        super().make_upper(n)
+        return self.table.resolve(path)
 
     def find(self, parent: int, name: bytes) -> Node | None:
-        n = super().find(parent, name)
-        if n is not None and name.endswith(b".lock") and gitunit.hides_real_lock(self, n):
-            return None
-        return n
+        return self.table.find(parent, name)
 
-    def add_dir(self, parent: Node, name: bytes) -> Node:
-        """A directory made by gitsess itself (the kernel holds no reference to it)."""
-        self.make_upper(parent)
-        h = self.getattr(parent)
-        return self._new_node(parent, name, stat.S_IFDIR | 0o755, h.uid, h.gid)
+    def known(self, p: Node, name: bytes) -> Node | None:
+        return self.table.known(p, name)
 
-    def add_file(self, parent: Node, name: bytes, data: bytes) -> None:
-        self.make_upper(parent)
-        h = self.getattr(parent)
-        n = self._new_node(parent, name, stat.S_IFREG | 0o644, h.uid, h.gid)
-        n.data = INLINE
-        self.write(n, 0, data)
+    def lookup(self, parent: int, name: bytes) -> Node | None:
+        return self.table.lookup(parent, name)
 
-    def hide(self, parent: Node, name: bytes) -> None:
-        """A whiteout for `name`, whatever the worktree has there now or later."""
-        self.make_upper(parent)
-        n = self.find(parent.ino, name)
-        self._set_entry(parent, name, 0)
-        self._touch_dir(parent)
-        if n is not None:
-            self._unname(n)
+    @staticmethod
+    def count_lookup(n: Node) -> None:
+        NodeTable.count_lookup(n)
 
-    # ---------------------------------------------------------------- namespace operations
+    def forget(self, ino: int, count: int) -> None:
+        self.table.forget(ino, count)
+
+    def listing(self, n: Node) -> list[bytes]:
+        return self.table.listing(n)
+
+    def children(self, n: Node) -> Iterator[tuple[bytes, bool]]:
+        return self.table.children(n)
+
+    # ---------------------------------------------------------------- attributes (Attributes)
+
+    def getattr(self, n: Node) -> Attr:
+        return self.attrs.getattr(n)
+
+    def lower_stat(self, n: Node) -> tuple[os.stat_result, int] | None:
+        return self.attrs.lower_stat(n)
+
+    def lower_size(self, n: Node) -> int | None:
+        return self.attrs.lower_size(n)
+
+    def setattr(
+        self,
+        n: Node,
+        *,
+        mode: int | None = None,
+        uid: int | None = None,
+        gid: int | None = None,
+        size: int | None = None,
+        atime_ns: int | None = None,
+        mtime_ns: int | None = None,
+        by: int | None = None,
+    ) -> None:
+        self.attrs.setattr(
+            n, mode=mode, uid=uid, gid=gid, size=size, atime_ns=atime_ns, mtime_ns=mtime_ns, by=by
+        )
+
+    def getxattr(self, n: Node, name: bytes) -> bytes:
+        return self.attrs.getxattr(n, name)
+
+    def listxattr(self, n: Node) -> list[bytes]:
+        return self.attrs.listxattr(n)
+
+    def setxattr(self, n: Node, name: bytes, value: bytes, *, by: int | None = None) -> None:
+        self.attrs.setxattr(n, name, value, by=by)
+
+    def removexattr(self, n: Node, name: bytes, *, by: int | None = None) -> None:
+        self.attrs.removexattr(n, name, by=by)
+
+    # ---------------------------------------------------------------- content (ContentStore)
+
+    def ensure_data(self, n: Node, *, keep: int | None = None) -> None:
+        self.content.ensure_data(n, keep=keep)
+
+    def worktree_fd(self, n: Node) -> int | None:
+        return self.content.worktree_fd(n)
+
+    def read(self, n: Node, off: int, size: int) -> bytes:
+        return self.content.read(n, off, size)
+
+    def write(self, n: Node, off: int, buf: bytes, *, by: int | None = None) -> int:
+        return self.content.write(n, off, buf, by=by)
+
+    def truncate(self, n: Node, size: int, *, by: int | None = None) -> None:
+        self.content.truncate(n, size, by=by)
+
+    def fallocate(
+        self, n: Node, mode: int, offset: int, length: int, *, by: int | None = None
+    ) -> None:
+        self.content.fallocate(n, mode, offset, length, by=by)
+
+    def readlink(self, n: Node) -> bytes:
+        return self.content.readlink(n)
+
+    def opened(self, n: Node) -> None:
+        self.content.opened(n)
+
+    def released(self, n: Node) -> None:
+        self.content.released(n)
+
+    def keep_content(self, inodes: Iterable[int]) -> list[int]:
+        return self.content.keep_content(inodes)
+
+    def hold_replaced(self, inodes: Iterable[int]) -> list[int]:
+        return self.content.hold_replaced(inodes)
+
+    # ---------------------------------------------------------------- names (Namespace)
 
     def create(
-        self, parent: int, name: bytes, mode: int, uid: int, gid: int, rdev: int = 0
+        self,
+        parent: int,
+        name: bytes,
+        mode: int,
+        uid: int,
+        gid: int,
+        rdev: int = 0,
+        *,
+        by: int | None = None,
     ) -> Node:
-        self._check_name(name)
-        p = self._writable_dir(parent)
-        gitunit.before_name_change(self, p, name)
-        if self.find(parent, name) is not None:
-            raise err(errno.EEXIST)
-        n = self._new_node(p, name, mode, uid, gid)
-        n.rdev = rdev
-        if stat.S_ISREG(mode):
-            n.data = INLINE
-        n.lookups += 1
-        return n
+        return self.names.create(parent, name, mode, uid, gid, rdev, by=by)
 
-    def symlink(self, parent: int, name: bytes, target: bytes, uid: int, gid: int) -> Node:
-        self._check_name(name)
-        p = self._writable_dir(parent)
-        gitunit.before_name_change(self, p, name)
-        if self.find(parent, name) is not None:
-            raise err(errno.EEXIST)
-        n = self._new_node(p, name, stat.S_IFLNK | 0o777, uid, gid)
-        n.target = target
-        n.size = len(target)
-        n.lookups += 1
-        return n
+    def mknod(
+        self, parent: int, name: bytes, mode: int, uid: int, gid: int, rdev: int, *, by: int
+    ) -> Node:
+        return self.names.mknod(parent, name, mode, uid, gid, rdev, by=by)
 
-    def unlink(self, parent: int, name: bytes) -> None:
-        self._check_name(name)
-        p = self._writable_dir(parent)
-        n = self.find(parent, name)
-        if n is None:
-            raise err(errno.ENOENT)
-        if n.is_dir:
-            raise err(errno.EISDIR)
-        gitunit.before_name_change(self, p, name)
-        self._unlink_node(p, name, n)
+    def mkdir(
+        self, parent: int, name: bytes, mode: int, uid: int, gid: int, *, by: int | None = None
+    ) -> Node:
+        return self.names.mkdir(parent, name, mode, uid, gid, by=by)
 
-    def _unlink_node(self, p: Node, name: bytes, n: Node) -> None:
-        self._remove_entry(p, name)
-        self._touch_dir(p)
-        self._unname(n)
+    def symlink(
+        self, parent: int, name: bytes, target: bytes, uid: int, gid: int, *, by: int | None = None
+    ) -> Node:
+        return self.names.symlink(parent, name, target, uid, gid, by=by)
 
-    def _unname(self, n: Node) -> None:
-        """`n` lost a name; it lives on while the kernel or an open file still holds it."""
-        if not n.upper:
-            self._detach_lower(n)
-            return
-        if n.is_dir:
-            n.nlink = 0
-            for child in [i for i in (n.entries or {}).values() if i]:
-                self._unname(self.nodes[child])
-            if n.entries:
-                n.entries.clear()
-            self._pending.emptied.add(n.ino)
-        else:
-            n.nlink -= 1
-        n.ctime_ns = time.time_ns()
-        self._pending.nodes.add(n.ino)
-        self._maybe_drop(n)
+    def link(self, ino: int, new_parent: int, new_name: bytes, *, by: int | None = None) -> Node:
+        return self.names.link(ino, new_parent, new_name, by=by)
 
-    def rmdir(self, parent: int, name: bytes) -> None:
-        self._check_name(name)
-        p = self._writable_dir(parent)
-        n = self.find(parent, name)
-        if n is None:
-            raise err(errno.ENOENT)
-        if not n.is_dir:
-            raise err(errno.ENOTDIR)
-        if n.sealed:
-            raise err(errno.EBUSY)
-        if not self._empty(n):
-            raise err(errno.ENOTEMPTY)
-        gitunit.before_name_change(self, p, name)
-        self._rmdir_node(p, name, n)
+    def unlink(self, parent: int, name: bytes, *, by: int | None = None) -> None:
+        self.names.unlink(parent, name, by=by)
 
-    def _empty(self, n: Node) -> bool:
-        """Whether directory `n` holds nothing, not even a hidden path (which is not listed)."""
-        if next(self.children(n), None) is not None:
-            return False
-        rel = n.worktree_rel
-        return rel is None or not any(h.rpartition(b"/")[0] == rel for h in self.hidden)
-
-    def _rmdir_node(self, p: Node, name: bytes, n: Node) -> None:
-        p.subdirs = None
-        below = self._child_lower_rel(p, name)
-        if below is not None and object_store(below) is not None and self._lower_stat(below):
-            self._rmdir_in_object_store(p, name, n, below)
-            return
-        self._remove_entry(p, name)
-        self._touch_dir(p)
-        self._unname(n)
-
-    def _rmdir_in_object_store(self, p: Node, name: bytes, n: Node, below: bytes) -> None:
-        """A real directory of the object store (`objects/9c`, emptied by a `git prune` or
-        `repack -d` inside) is not hidden whole: that would hide the objects the real
-        repository writes there later, which the session's HEAD, following the real branch,
-        may need. A new directory takes the name instead (the kernel marks the removed one
-        dead: nothing can be made in it), hiding only what the real one holds now; an empty
-        one is not listed (`LookupTree.children`), so the removal shows as one."""
-        a = self.getattr(n)
-        self._unname(n)
-        shell = self._new_node(p, name, a.mode, a.uid, a.gid)
-        for real, _ in self._lower_listing(below):
-            self._set_entry(shell, real, 0)
-
-    def _detach_lower(self, n: Node) -> None:
-        """A lower node the session removed: it has no name any more, though still open."""
-        n.nlink = 0
-        if n.lower is not None and self.lower_index.get(n.lower) == n.ino:
-            del self.lower_index[n.lower]
-
-    def mkdir(self, parent: int, name: bytes, mode: int, uid: int, gid: int) -> Node:
-        return self.create(parent, name, stat.S_IFDIR | (mode & 0o7777), uid, gid)
-
-    def link(self, ino: int, new_parent: int, new_name: bytes) -> Node:
-        self._check_name(new_name)
-        p = self._writable_dir(new_parent)
-        n = self.node(ino)
-        if n.is_dir:
-            raise err(errno.EPERM)
-        gitunit.before_name_change(self, p, new_name)
-        if self.find(new_parent, new_name) is not None:
-            raise err(errno.EEXIST)
-        self._detach_from_lower(n)
-        n.nlink += 1
-        n.ctime_ns = time.time_ns()
-        self._set_entry(p, new_name, n.ino)
-        self._touch_dir(p)
-        self._pending.nodes.add(n.ino)
-        n.lookups += 1
-        return n
-
-    def _detach_from_lower(self, n: Node) -> None:
-        """A file the session renames or links stops following its worktree original."""
-        self.make_upper(n)
-        if stat.S_ISREG(n.mode):
-            self.ensure_data(n)
+    def rmdir(self, parent: int, name: bytes, *, by: int | None = None) -> None:
+        self.names.rmdir(parent, name, by=by)
 
     def rename(
         self,
@@ -381,68 +289,39 @@ class Tree(DataTree):
         flags: int,
         uid: int,
         gid: int,
+        *,
+        by: int | None = None,
     ) -> None:
-        """rename(2), or renameat2(2) with `flags`; `uid` and `gid` own a whiteout it leaves."""
-        exclusive = RENAME_NOREPLACE | RENAME_WHITEOUT
-        if flags & ~(exclusive | RENAME_EXCHANGE) or (
-            flags & RENAME_EXCHANGE and flags & exclusive
-        ):
-            raise err(errno.EINVAL)
-        self._check_name(old_name)
-        self._check_name(new_name)
-        op = self._writable_dir(old_parent)
-        np = self._writable_dir(new_parent)
-        gitunit.before_name_change(self, op, old_name)
-        gitunit.before_name_change(self, np, new_name)
-        src = self.find(old_parent, old_name)
-        if src is None:
-            raise err(errno.ENOENT)
-        dst = self.find(new_parent, new_name)
-        if src.sealed or (dst is not None and dst.sealed):
-            raise err(errno.EBUSY)
-        if flags & RENAME_NOREPLACE and dst is not None:
-            raise err(errno.EEXIST)
-        if flags & RENAME_EXCHANGE:
-            if dst is None:
-                raise err(errno.ENOENT)
-            self._exchange(op, old_name, src, np, new_name, dst)
-            return
-        if dst is src:
-            return
-        if dst is not None:
-            if src.is_dir and not dst.is_dir:
-                raise err(errno.ENOTDIR)
-            if dst.is_dir and not src.is_dir:
-                raise err(errno.EISDIR)
-            if dst.is_dir and not self._empty(dst):
-                raise err(errno.ENOTEMPTY)
-        self._detach_from_lower(src)
-        if src.is_dir or (dst is not None and dst.is_dir):
-            op.subdirs = np.subdirs = None
-        self._remove_entry(op, old_name)
-        if dst is not None:
-            self._unname(dst)
-        self._set_entry(np, new_name, src.ino)
-        src.parent, src.name = np.ino, new_name
-        src.ctime_ns = time.time_ns()
-        self._pending.nodes.add(src.ino)
-        if flags & RENAME_WHITEOUT:
-            self._new_node(op, old_name, stat.S_IFCHR, uid, gid)
-        self._touch_dir(op)
-        self._touch_dir(np)
-        gitunit.after_rename(self, np, new_name)
+        self.names.rename(old_parent, old_name, new_parent, new_name, flags, uid, gid, by=by)
 
-    def _exchange(
-        self, op: Node, old_name: bytes, src: Node, np: Node, new_name: bytes, dst: Node
-    ) -> None:
-        self._detach_from_lower(src)
-        self._detach_from_lower(dst)
-        if src.is_dir != dst.is_dir:  # a directory changes parents: their counts move
-            op.subdirs = np.subdirs = None
-        self._set_entry(op, old_name, dst.ino)
-        self._set_entry(np, new_name, src.ino)
-        src.parent, src.name, dst.parent, dst.name = np.ino, new_name, op.ino, old_name
-        src.ctime_ns = dst.ctime_ns = time.time_ns()
-        self._pending.nodes.update((src.ino, dst.ino))
-        self._touch_dir(op)
-        self._touch_dir(np)
+    def add_dir(self, parent: Node, name: bytes) -> Node:
+        return self.names.add_dir(parent, name)
+
+    def add_file(self, parent: Node, name: bytes, data: bytes) -> None:
+        self.names.add_file(parent, name, data)
+
+    def hide(self, parent: Node, name: bytes) -> None:
+        self.names.hide(parent, name)
+
+    def drop_applied(
+        self,
+        paths: Iterable[bytes],
+        restamp: Iterable[bytes] = (),
+        expect: Mapping[bytes, Stamp | None] | None = None,
+    ) -> DropResult:
+        """`Namespace.drop_applied`, saved: what the daemon's drop op and an offline drop
+        (`services/live.py`) both do."""
+        dropped = self.names.drop_applied(paths, restamp, expect)
+        self.save()
+        return dropped
+
+    # ---------------------------------------------------------------- the worktree changed
+
+    def stale_caches(self, rels: set[bytes]) -> Stale:
+        return self.lower_changes.stale_caches(rels)
+
+    def catch_up(self) -> Stale:
+        return self.lower_changes.catch_up()
+
+    def lose_watch(self) -> Stale:
+        return self.lower_changes.lose_watch()

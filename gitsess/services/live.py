@@ -291,14 +291,14 @@ def drop_paths(
             return [str(p) for p in reply.kept]
         store = DeltaStore(str(SessionHandle(ctx, session).delta))
         try:
-            tree = Tree(store, str(session.worktree), set())
-            kept = tree.written_since({os.fsencode(p): s for p, s in (expect or {}).items()})
-            tree.drop([p for p in (os.fsencode(p) for p in paths) if p not in kept])
-            tree.restamp([os.fsencode(p) for p in restamp])
-            tree.save()
+            dropped = Tree(store, str(session.worktree), set()).drop_applied(
+                [os.fsencode(p) for p in paths],
+                [os.fsencode(p) for p in restamp],
+                {os.fsencode(p): s for p, s in (expect or {}).items()},
+            )
         finally:
             store.close()
-        return [os.fsdecode(p) for p in kept]
+        return [os.fsdecode(p) for p in dropped.kept]
 
 
 @dataclass(frozen=True)

@@ -92,11 +92,14 @@ class _MountOps:
 
 
 class _TreeOps:
-    """Straight into the overlay's in-memory tree, committed to delta.db by the caller."""
+    """Straight into the overlay's in-memory tree, committed to delta.db by the caller; each
+    change is recorded as this process's, in the audit log as a daemon records a write
+    through the mount."""
 
     def __init__(self, tree: Tree) -> None:
         self.tree = tree
         self.uid, self.gid = os.getuid(), os.getgid()
+        self.pid = os.getpid()
 
     def _node(self, path: str) -> Node | None:
         return self.tree.resolve(os.fsencode(path))
@@ -120,39 +123,41 @@ class _TreeOps:
 
     def unlink(self, path: str) -> None:
         parent, name = self._parent(path)
-        self.tree.unlink(parent.ino, name)
+        self.tree.unlink(parent.ino, name, by=self.pid)
 
     def rmdir(self, path: str) -> None:
         parent, name = self._parent(path)
-        self.tree.rmdir(parent.ino, name)
+        self.tree.rmdir(parent.ino, name, by=self.pid)
 
     def mkdir(self, path: str, perm: int) -> None:
         parent, name = self._parent(path)
-        self.tree.mkdir(parent.ino, name, perm, self.uid, self.gid)
+        self.tree.mkdir(parent.ino, name, perm, self.uid, self.gid, by=self.pid)
 
     def write_file(self, path: str, parts: Iterable[bytes], perm: int) -> None:
         n = self._node(path)
         if n is None:
             parent, name = self._parent(path)
-            n = self.tree.create(parent.ino, name, stat.S_IFREG | perm, self.uid, self.gid)
+            n = self.tree.create(
+                parent.ino, name, stat.S_IFREG | perm, self.uid, self.gid, by=self.pid
+            )
         else:
-            self.tree.truncate(n, 0)
-            self.tree.setattr(n, mode=perm)
+            self.tree.truncate(n, 0, by=self.pid)
+            self.tree.setattr(n, mode=perm, by=self.pid)
         offset = 0
         for data in parts:
             if data:
-                self.tree.write(n, offset, data)
+                self.tree.write(n, offset, data, by=self.pid)
                 offset += len(data)
 
     def symlink(self, path: str, target: bytes) -> None:
         parent, name = self._parent(path)
-        self.tree.symlink(parent.ino, name, target, self.uid, self.gid)
+        self.tree.symlink(parent.ino, name, target, self.uid, self.gid, by=self.pid)
 
     def chmod(self, path: str, perm: int) -> None:
         n = self._node(path)
         if n is None:
             raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
-        self.tree.setattr(n, mode=perm)
+        self.tree.setattr(n, mode=perm, by=self.pid)
 
 
 class ViewWriter:

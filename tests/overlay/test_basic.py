@@ -15,7 +15,7 @@ import pyfuse3
 import pytest
 
 from gitsess.overlay import control, daemon, protocol
-from gitsess.overlay.tree_data import INLINE_MAX
+from gitsess.overlay.content_store import INLINE_MAX
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
 from tests.util import git

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from gitsess.libc import fallocate
-from gitsess.overlay.tree_data import INLINE_MAX
+from gitsess.overlay.content_store import INLINE_MAX
 from tests.overlay.conftest import Mounted
 from tests.overlay.test_model import outcome, seed_tree, snapshot
 from tests.util import renameat2

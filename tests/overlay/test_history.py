@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 from pyfuse3 import FileHandleT, InodeT, RequestContext
 
 from gitsess.overlay import history
+from gitsess.overlay.content_store import INLINE_MAX
 from gitsess.overlay.delta import DeltaAt, DeltaStore
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.nodes import ROOT_INODE, Node
 from gitsess.overlay.tree import Tree
-from gitsess.overlay.tree_data import INLINE_MAX
 
 View = dict[str, tuple[str, bytes, int]]
 

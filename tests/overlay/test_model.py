@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gitsess.libc import fallocate
-from gitsess.overlay.tree_data import INLINE_MAX
+from gitsess.overlay.content_store import INLINE_MAX
 from tests.overlay.conftest import Mounted
 from tests.util import renameat2
 

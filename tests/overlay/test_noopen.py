@@ -15,7 +15,7 @@ from pathlib import Path
 import apsw
 import pytest
 
-from gitsess.overlay import tree_lookup
+from gitsess.overlay import lower_layer
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted, make_worktree
 from tests.util import git
@@ -145,16 +145,16 @@ def test_the_object_store_is_the_sessions_own(mounted: Mounted) -> None:
 def test_worktree_files_held_open_stay_few(mounted: Mounted, tmp_path: Path) -> None:
     many = mounted.lower / "wide"
     many.mkdir()
-    for i in range(tree_lookup.LOWER_FDS_OPEN + 100):
+    for i in range(lower_layer.LOWER_FDS_OPEN + 100):
         (many / f"w{i}").write_text(f"{i}\n")
-    for i in range(tree_lookup.LOWER_FDS_OPEN + 100):
+    for i in range(lower_layer.LOWER_FDS_OPEN + 100):
         assert (mounted.mnt / "wide" / f"w{i}").read_text() == f"{i}\n"
     fds = Path(f"/proc/{mounted.daemon_pid()}/fd")
     held = []
     for fd in fds.iterdir():
         with contextlib.suppress(FileNotFoundError):  # the listing threads' come and go
             held.append(os.readlink(fd))
-    assert 0 < sum(str(many) in link for link in held) <= tree_lookup.LOWER_FDS_OPEN
+    assert 0 < sum(str(many) in link for link in held) <= lower_layer.LOWER_FDS_OPEN
 
 
 def _resident(path: Path) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ from gitsess.git.repo import RepoContext, discover
 from gitsess.overlay import schema
 from gitsess.services import timeline
 from gitsess.services.sessions import create, resolve
+from gitsess.services.viewwrite import view_writer
 from tests.live_util import InProcess, call, eventually, follower, run
 
 # One process per step, each announcing its pid: `exec` keeps it, so the pid a step prints is
@@ -174,6 +176,47 @@ def test_human_timeline_groups_by_run(repo: Path, gs: InProcess) -> None:
     filtered = gs.ok("log", "exp", "--op", "rename")
     assert [line for line in filtered.splitlines() if line.startswith("run ")] == [headers[2]]
     assert gs.ok("log", "exp", "--op", "chown") == "Nothing matches in session exp.\n"
+
+
+@pytest.mark.fuse
+def test_a_write_without_the_daemon_is_in_the_log_as_one_through_the_mount(
+    ctx: RepoContext, gs: InProcess
+) -> None:
+    """`restore` and `discard` write into an unmounted session's delta themselves
+    (`services/viewwrite.py`): the log shows their changes as the daemon shows the same
+    writer's changes through the mount."""
+    session = create(ctx, "exp")
+
+    def logged(since: int) -> list[tuple[str, str, int | None, str | None, int | None]]:
+        # (a chmod only through the mount: the mount's writer sets the mode after the umask)
+        found = timeline.timeline(ctx, session, timeline.make_filter())
+        events = [e for g in found.groups for e in g.events if e.id > since]
+        return [(e.op, e.path, e.pid, e.process, e.run_id) for e in events if e.op != "chmod"]
+
+    me = os.getpid()
+    comm = Path(f"/proc/{me}/comm").read_text().strip()
+    with view_writer(ctx, session, session.worktree) as writer:
+        writer.put_file("made.txt", (b"one\n", b"two\n"), 0o644)
+        writer.remove("README.md")
+    offline = logged(0)
+    assert offline == [
+        ("create", "made.txt", me, comm, None),
+        ("write", "made.txt", me, comm, None),
+        ("unlink", "README.md", me, comm, None),
+    ]
+    assert gs.lines("log", "exp")[1]["bytes"] == len(b"one\ntwo\n")
+
+    gs.ok("mount", "exp")
+    last = timeline.timeline(ctx, session, timeline.make_filter()).last_id
+    with view_writer(ctx, session, session.worktree) as writer:
+        writer.put_file("mounted.txt", (b"one\n", b"two\n"), 0o644)
+        writer.remove("made.txt")
+    gs.ok("umount", "exp")
+    assert logged(last) == [
+        ("create", "mounted.txt", me, comm, None),
+        ("write", "mounted.txt", me, comm, None),
+        ("unlink", "made.txt", me, comm, None),
+    ]
 
 
 def test_log_of_a_session_that_never_ran(ctx: RepoContext, gs: InProcess) -> None:
