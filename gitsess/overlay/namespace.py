@@ -28,7 +28,6 @@ from gitsess.git.view import Stamp
 from gitsess.overlay.attributes import Attributes
 from gitsess.overlay.content_store import ContentStore
 from gitsess.overlay.delta import INLINE
-from gitsess.overlay.fsmonitor import FsmonitorJournal
 from gitsess.overlay.gitdir import object_store
 from gitsess.overlay.lower_layer import LowerLayer
 from gitsess.overlay.node_table import NodeTable
@@ -62,7 +61,6 @@ class Namespace:
         attrs: Attributes,
         lower: LowerLayer,
         recorder: ChangeRecorder,
-        journal: FsmonitorJournal,
     ) -> None:
         self.table = table
         self.nodes = table.nodes
@@ -70,7 +68,6 @@ class Namespace:
         self.attrs = attrs
         self.lower = lower
         self.recorder = recorder
-        self.journal = journal
         self.pending = table.pending
         # Called before a name in a directory is made, removed or renamed, and after a file
         # was renamed in (the git unit's hooks).
@@ -484,7 +481,7 @@ class Namespace:
             if ino:
                 self._unname(self.nodes[ino])
             dropped.append((parent.ino, name))
-            self.journal.note(path, is_dir=True)
+            self.recorder.journal.note(path, is_dir=True)
             self.pending.undrift.add(os.fsdecode(path))
             self._prune(parent, parent_path)
         return dropped

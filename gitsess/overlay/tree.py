@@ -64,9 +64,7 @@ class Tree:
         self.content = ContentStore(self.table, self.data, self.lower, recorder)
         self.replaced = self.content.replaced
         self.attrs = Attributes(self.table, self.content, self.data, self.lower, recorder)
-        self.names = Namespace(
-            self.table, self.content, self.attrs, self.lower, recorder, self.journal
-        )
+        self.names = Namespace(self.table, self.content, self.attrs, self.lower, recorder)
         self.lower_changes = LowerChanges(self.table, self.lower, self.journal)
         self.table.before_copy_up = lambda n: gitunit.before_node_change(self, n)
         self.table.hides_lock = lambda n: gitunit.hides_real_lock(self, n)
