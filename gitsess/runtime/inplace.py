@@ -10,7 +10,11 @@ plant an apply journal. The command gets a PID namespace of its own with a fresh
 outside process is visible, so no `/proc/<pid>/root` (or `cwd`, `fd`) leads out of the view.
 Last, a user namespace of its own locks every mount it inherits: it can neither unmount the
 view nor remount the state dir writable (mounts copied into a less privileged namespace are
-locked, MNT_LOCKED and the locked flags). What a run does not isolate: see the README.
+locked, MNT_LOCKED and the locked flags). An agent's own isolation root (`homes/<uuid>`) is
+bound writable again over the sealed state dir. Where any step fails, `spawn` refuses before
+the command starts, with the reason: it never falls back to running in the mount point, where
+absolute paths reach the real tree. `gitsess doctor` tries the same steps on temporary
+directories ("runs in place"). What a run does not isolate: see the README.
 
 The processes, each forked from the one before (the first by `subprocess.Popen`):
 
