@@ -1,4 +1,9 @@
-"""`gitsess apply`: a session's changes to a commit, a patch or the real worktree."""
+"""`gitsess apply`: a session's changes to a commit, a patch or the real worktree.
+
+A conflict is one line per path on stderr and exit status 1, with nothing changed: a script
+tells success from the status alone. `-o FILE` is written aside and renamed in, so a patch
+file is never left half written (a device such as `/dev/null` is written to, never replaced).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""`gitsess discard`: drop a session's changes, all of them or the paths given."""
+"""`gitsess discard`: drop a session's changes, all of them or the paths given.
+
+It lists what would go and asks, unless `-y`; without a terminal to ask on it refuses rather
+than guess, since what it drops exists nowhere else.
+"""
 
 from __future__ import annotations
 

@@ -12,6 +12,11 @@ archived worktree if it is still one (else the current one), lays the tree's cha
 offline (`lay_paths`, through `viewwrite`), brings back its id (unless taken), its kv store and
 its commits, and deletes the ref only once the session is made. An archive is checked path by
 path first (`check_paths`), as a pulled commit is.
+
+`archive` compares the view with the real worktree; when that is gone it archives nothing and
+says so. `gc` then lays the view over a stand-in of what the worktree held
+(`archive_without_worktree`); a plain `rm` does not yet. A missing identity falls back to
+`gitsess <gitsess@localhost>`: bookkeeping must not stop `rm`.
 """
 
 from __future__ import annotations
