@@ -5,7 +5,7 @@ Keeping the session still. A live session may be written to while an apply runs.
 that is to leave the delta is checked first against the state the apply read (kind, mode, size,
 mtime as the view reports them, which any write through the mount changes); a path written to
 meanwhile stays in the delta, with every directory above it that the apply would have dropped.
-The daemon checks again as it drops (`Tree.written_since`, between two requests), so a write
+The daemon checks again as it drops (`Tree.drop_applied`, between two requests), so a write
 that came in after this look is never dropped either. One apply, discard or reconcile of a
 session runs at a time (`flock` on the session's `apply.lock`).
 
