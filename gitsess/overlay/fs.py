@@ -375,7 +375,7 @@ class Filesystem(pyfuse3.Operations):
         # meanwhile): O_EXCL fails as on any filesystem, otherwise the file is opened.
         if flags & os.O_EXCL:
             raise FUSEError(errno.EEXIST)
-        existing.lookups += 1
+        self.tree.count_lookup(existing)
         return await self._open_node(existing, flags, ctx.pid), self._entry(existing)
 
     # ---------------------------------------------------------------- removing and renaming
