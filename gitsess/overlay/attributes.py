@@ -117,14 +117,14 @@ class Attributes:
         if by is None:
             return
         path = self.table.path_of(n)
-        self.recorder.journal.note(path)
+        self.recorder.touched(path)
         for op, on in (
             ("truncate", size is not None),
             ("chmod", mode is not None),
             ("chown", uid is not None or gid is not None),
         ):
             if on:
-                self.recorder.audit.record(op, path, by)
+                self.recorder.audited(op, path, by)
 
     def _setattr(
         self,
@@ -182,7 +182,7 @@ class Attributes:
     def setxattr(self, n: Node, name: bytes, value: bytes, *, by: int | None = None) -> None:
         self._setxattr(n, name, value)
         if by is not None:
-            self.recorder.audit.record("setxattr", self.table.path_of(n), by)
+            self.recorder.audited("setxattr", self.table.path_of(n), by)
 
     def _setxattr(self, n: Node, name: bytes, value: bytes) -> None:
         self.table.check_writable()
@@ -204,7 +204,7 @@ class Attributes:
     def removexattr(self, n: Node, name: bytes, *, by: int | None = None) -> None:
         self._removexattr(n, name)
         if by is not None:
-            self.recorder.audit.record("removexattr", self.table.path_of(n), by)
+            self.recorder.audited("removexattr", self.table.path_of(n), by)
 
     def _removexattr(self, n: Node, name: bytes) -> None:
         self.table.check_writable()

@@ -481,7 +481,7 @@ class Namespace:
             if ino:
                 self._unname(self.nodes[ino])
             dropped.append((parent.ino, name))
-            self.recorder.journal.note(path, is_dir=True)
+            self.recorder.touched(path, is_dir=True)
             self.pending.undrift.add(os.fsdecode(path))
             self._prune(parent, parent_path)
         return dropped

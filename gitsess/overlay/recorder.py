@@ -33,6 +33,16 @@ class ChangeRecorder:
         self.audit.record(op, path, by, target=target)
         self.journal.note(path, is_dir=is_dir)
 
+    def touched(self, path: bytes, *, is_dir: bool = False) -> None:
+        """A change git must look at that is no event of the audit log's (times set, an
+        applied path dropped)."""
+        self.journal.note(path, is_dir=is_dir)
+
+    def audited(self, op: str, path: bytes, by: int) -> None:
+        """A change of the audit log's that git never looks at (extended attributes), or one
+        of several in one request whose path is `touched` once."""
+        self.audit.record(op, path, by)
+
     def moved(self, op: str, path: bytes, new: bytes, by: int, *, is_dir: bool = False) -> None:
         """A rename or link of `path` to `new`: both paths changed."""
         self.audit.record(op, path, by, target=new)
