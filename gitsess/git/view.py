@@ -48,7 +48,7 @@ class _Stated(Protocol):
 class Stamp(NamedTuple):
     """A path's state as kept to tell later whether it was written to since: its full st_mode
     (type bits, so its kind, included), size and mtime. The one shape of it: an apply's and a
-    discard's `expect`, the drop request and `Namespace.drop_applied`, `tracking.Settled`; a
+    discard's `expect`, the drop request and `AppliedPaths.drop`, `tracking.Settled`; a
     copy-up's record of its original (`overlay/nodes.stamp`, on the lookup path) is the same
     three as a plain tuple, which compares equal. As JSON it is [mode, size, mtime_ns] (the
     apply journal's file puts the kind first, as it always did)."""

@@ -670,7 +670,7 @@ def _status(state: DaemonState, msg: dict[str, Any]) -> Reply:
 
 def _drop(state: DaemonState, msg: dict[str, Any]) -> Reply:
     # Checked here, between two requests, not by the asker: a write that came in since
-    # it looked must not be dropped (see `Namespace.drop_applied`).
+    # it looked must not be dropped (see `AppliedPaths.drop`).
     expect: dict[bytes, Stamp | None] = {
         os.fsencode(p): None if s is None else Stamp(int(s[0]), int(s[1]), int(s[2]))
         for p, s in (msg.get("expect") or {}).items()

@@ -1,5 +1,5 @@
-"""The names of the merged view: create, mknod, mkdir, symlink, link, unlink, rmdir, rename, and
-applied paths dropped from the delta. A part of `Tree` (`tree.py`).
+"""The names of the merged view: create, mknod, mkdir, symlink, link, unlink, rmdir, rename. A
+part of `Tree` (`tree.py`).
 
 Deleting a lower name writes a whiteout (`NodeTable.commit` holds those below a directory being
 emptied). Renaming or hard-linking a lower file copies its data, so the session's file no
@@ -18,20 +18,17 @@ only the names it holds then, so real objects written there later are still read
 from __future__ import annotations
 
 import errno
-import os
 import stat
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 
-from gitsess.git.view import Stamp
 from gitsess.overlay.attributes import Attributes
 from gitsess.overlay.content_store import ContentStore
 from gitsess.overlay.delta import INLINE
 from gitsess.overlay.gitdir import object_store
 from gitsess.overlay.lower_layer import LowerLayer
 from gitsess.overlay.node_table import NodeTable
-from gitsess.overlay.nodes import ROOT_INODE, Node, err, join, stamp
+from gitsess.overlay.nodes import Node, err, join
 from gitsess.overlay.recorder import ChangeRecorder
 
 # renameat2(2) flags
@@ -42,15 +39,6 @@ RENAME_WHITEOUT = 4  # leaves an overlay whiteout (a character device 0:0) at th
 
 def _no_hook(parent: Node, name: bytes) -> None:
     return None
-
-
-@dataclass(frozen=True)
-class DropResult:
-    """What `Namespace.drop_applied` did: the kernel entries now stale (directory, name),
-    and the paths kept because the session wrote to them since the apply read them."""
-
-    entries: list[tuple[int, bytes]]
-    kept: set[bytes]
 
 
 class Namespace:
@@ -185,7 +173,7 @@ class Namespace:
         self.table.set_entry(parent, name, 0)
         self._touch_dir(parent)
         if n is not None:
-            self._unname(n)
+            self.unname(n)
 
     # ---------------------------------------------------------------- removing names
 
@@ -200,7 +188,7 @@ class Namespace:
         self.before_name_change(p, name)
         self._remove_entry(p, name)
         self._touch_dir(p)
-        self._unname(n)
+        self.unname(n)
         self._record_gone("unlink", p, name, by, is_dir=False)
 
     def rmdir(self, parent: int, name: bytes, *, by: int | None = None) -> None:
@@ -223,7 +211,7 @@ class Namespace:
         else:
             self._remove_entry(p, name)
             self._touch_dir(p)
-            self._unname(n)
+            self.unname(n)
         self._record_gone("rmdir", p, name, by, is_dir=True)
 
     def _empty(self, n: Node) -> bool:
@@ -241,7 +229,7 @@ class Namespace:
         dead: nothing can be made in it), hiding only what the real one holds now; an empty
         one is not listed (`NodeTable.children`), so the removal shows as one."""
         a = self.attrs.getattr(n)
-        self._unname(n)
+        self.unname(n)
         shell = self._new_node(p, name, a.mode, a.uid, a.gid)
         for real, _ in self.lower.listing(below):
             self.table.set_entry(shell, real, 0)
@@ -257,7 +245,7 @@ class Namespace:
             parent.entries.pop(name, None)
             self.pending.dentries[(parent.ino, name)] = None
 
-    def _unname(self, n: Node) -> None:
+    def unname(self, n: Node) -> None:
         """`n` lost a name; it lives on while the kernel or an open file still holds it."""
         if not n.upper:
             # a lower node the session removed: it has no name any more, though still open
@@ -268,7 +256,7 @@ class Namespace:
         if n.is_dir:
             n.nlink = 0
             for child in [i for i in (n.entries or {}).values() if i]:
-                self._unname(self.nodes[child])
+                self.unname(self.nodes[child])
             if n.entries:
                 n.entries.clear()
             self.pending.emptied.add(n.ino)
@@ -347,7 +335,7 @@ class Namespace:
             op.subdirs = np.subdirs = None
         self._remove_entry(op, old_name)
         if dst is not None:
-            self._unname(dst)
+            self.unname(dst)
         self.table.set_entry(np, new_name, src.ino)
         src.parent, src.name = np.ino, new_name
         src.ctime_ns = time.time_ns()
@@ -413,101 +401,3 @@ class Namespace:
             raise err(errno.ENOTDIR)
         self.table.make_upper(p)
         return p
-
-    # ---------------------------------------------------------------- after an apply
-
-    def drop_applied(
-        self,
-        paths: Iterable[bytes],
-        restamp: Iterable[bytes] = (),
-        expect: Mapping[bytes, Stamp | None] | None = None,
-    ) -> DropResult:
-        """Forget the session's changes at `paths`, now that the worktree has them, except
-        where the session wrote since the apply read them (`expect`: their stamps then, None
-        for absent); record the worktree's state anew for `restamp` paths (directories the
-        apply wrote into, whose old record would read as an edit made outside)."""
-        kept = self._written_since(expect or {})
-        entries = self._drop([p for p in paths if p not in kept])
-        self._restamp(restamp)
-        return DropResult(entries, kept)
-
-    def _written_since(self, expect: Mapping[bytes, Stamp | None]) -> set[bytes]:
-        """Paths the session holds whose stamp is not what `expect` says: written to since
-        an apply read them, so they must stay. Their parent directories too: dropping one
-        drops what is below it."""
-        moved = set()
-        for path, want in expect.items():
-            parent_path, _, name = path.rpartition(b"/")
-            parent = self.table.resolve(parent_path)
-            if parent is None or parent.entries is None or name not in parent.entries:
-                continue
-            ino = parent.entries[name]
-            n = self.nodes.get(ino) if ino else None
-            if n is not None and not n.upper:
-                continue
-            now = None
-            if n is not None:
-                a = self.attrs.getattr(n)
-                now = Stamp(a.mode, a.size, a.mtime_ns)
-            if now != want:
-                moved.add(path)
-        for path in list(moved):
-            while path:
-                path = path.rpartition(b"/")[0]
-                moved.add(path)
-        return moved
-
-    def _drop(self, paths: list[bytes]) -> list[tuple[int, bytes]]:
-        """Shallowest first: dropping a directory drops everything under it. A path whose
-        parent directory is not merged in place (created, or renamed) stays: the worktree has
-        no directory there to fall through to, and its content is already what the worktree
-        has."""
-        dropped: list[tuple[int, bytes]] = []
-        for path in sorted(set(paths), key=lambda p: (p.count(b"/"), p)):
-            parent_path, _, name = path.rpartition(b"/")
-            parent = self.table.resolve(parent_path)
-            if (
-                parent is None
-                or not parent.upper
-                or parent.origin != parent_path
-                or parent.entries is None
-                or name not in parent.entries
-            ):
-                continue
-            ino = parent.entries[name]
-            del parent.entries[name]
-            parent.subdirs = None
-            self.pending.dentries[(parent.ino, name)] = None
-            if ino:
-                self._unname(self.nodes[ino])
-            dropped.append((parent.ino, name))
-            self.recorder.touched(path, is_dir=True)
-            self.pending.undrift.add(os.fsdecode(path))
-            self._prune(parent, parent_path)
-        return dropped
-
-    def _restamp(self, paths: Iterable[bytes]) -> None:
-        for path in paths:
-            n = self.table.resolve(path)
-            if n is None or not n.upper or n.origin is None:
-                continue
-            st = self.lower.stat(n.origin)
-            if st is not None:
-                n.origin_stamp = stamp(st)
-                self.pending.nodes.add(n.ino)
-
-    def _prune(self, d: Node, path: bytes) -> None:
-        """Turn directories that hold no change any more back into plain lower directories."""
-        while d.ino != ROOT_INODE and d.upper and d.origin == path and not d.entries:
-            if d.xattrs:
-                return
-            parent = self.table.node(d.parent)
-            assert parent.entries is not None
-            parent.entries.pop(d.name, None)
-            self.pending.dentries[(parent.ino, d.name)] = None
-            self.pending.deleted.add(d.ino)
-            self.pending.nodes.discard(d.ino)
-            d.upper, d.lower, d.origin, d.entries, d.origin_stamp = False, path, None, None, None
-            d.nlink = 1
-            self.table.lower_index[path] = d.ino
-            d, path = parent, path.rpartition(b"/")[0]

@@ -12,8 +12,8 @@ the offline reader (`view.py`) and the offline writer (`services/viewwrite.py`) 
   listings;
 - `ContentStore` (`content_store.py`): file bytes: copy-up of data, read, write, truncate;
 - `Attributes` (`attributes.py`): getattr, setattr, extended attributes;
-- `Namespace` (`namespace.py`): create, link, unlink, rename, mkdir, rmdir, applied paths
-  dropped;
+- `Namespace` (`namespace.py`): create, link, unlink, rename, mkdir, rmdir;
+- `AppliedPaths` (`applied.py`): applied paths dropped from the delta;
 - `LowerChanges` (`lower_changes.py`): drift and stale kernel caches when the worktree changes.
 The parts that change the view record the change (`ChangeRecorder`: audit log, fsmonitor
 journal) when the caller names the process that asked (`by`). The git unit (`gitunit.py`) is
@@ -28,6 +28,7 @@ from collections.abc import Iterable, Iterator, Mapping
 
 from gitsess.git.view import Stamp
 from gitsess.overlay import gitunit
+from gitsess.overlay.applied import AppliedPaths, DropResult
 from gitsess.overlay.attributes import Attributes
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.content_store import ContentStore
@@ -37,7 +38,7 @@ from gitsess.overlay.fsmonitor import FsmonitorJournal
 from gitsess.overlay.index_view import IndexView
 from gitsess.overlay.lower_changes import LowerChanges, Stale
 from gitsess.overlay.lower_layer import LowerLayer
-from gitsess.overlay.namespace import DropResult, Namespace
+from gitsess.overlay.namespace import Namespace
 from gitsess.overlay.node_table import NodeTable
 from gitsess.overlay.nodes import Attr, Node
 from gitsess.overlay.recorder import ChangeRecorder
@@ -65,6 +66,7 @@ class Tree:
         self.replaced = self.content.replaced
         self.attrs = Attributes(self.table, self.content, self.data, self.lower, recorder)
         self.names = Namespace(self.table, self.content, self.attrs, self.lower, recorder)
+        self.applied = AppliedPaths(self.table, self.names, self.attrs, self.lower, recorder)
         self.lower_changes = LowerChanges(self.table, self.lower, self.journal)
         self.table.before_copy_up = lambda n: gitunit.before_node_change(self, n)
         self.table.hides_lock = lambda n: gitunit.hides_real_lock(self, n)
@@ -307,9 +309,9 @@ class Tree:
         restamp: Iterable[bytes] = (),
         expect: Mapping[bytes, Stamp | None] | None = None,
     ) -> DropResult:
-        """`Namespace.drop_applied`, saved: what the daemon's drop op and an offline drop
+        """`AppliedPaths.drop`, saved: what the daemon's drop op and an offline drop
         (`services/live.py`) both do."""
-        dropped = self.names.drop_applied(paths, restamp, expect)
+        dropped = self.applied.drop(paths, restamp, expect)
         self.save()
         return dropped
 
