@@ -6,8 +6,21 @@ inside asks the session's fsmonitor hook instead of looking up every file throug
 LOOKUP round trip each: 14x native on a new session). The daemon answers that token (`changed`)
 from what it knows without FUSE: every path the session itself changed, and every entry whose
 worktree file no longer matches the entry's stat data (an `lstat` of the worktree, as git itself
-would check it) or is racily clean. The untracked cache is kept, moved to the mount point, and
-a name is given in each of its directories git must list again.
+would check it) or is racily clean. The untracked cache is kept, and a name is given in each of its
+directories git must list again.
+
+The untracked cache names the worktree git made it in ("Location <path>, system <kernel>"),
+and git drops it anywhere else: an in-place run sees the view at the worktree's own path, a
+mounted view is seen at its mount point. So the view has a variant of the index for each
+(`_locations`), their idents padded with NULs to one length (git compares the ident up to its
+first NUL), and shows the one for where the opener stands: git chdirs to its worktree's top
+before it reads the index, so the LOOKUP of `.git/index` tells by the opener's cwd
+(`/proc/<pid>/cwd`). The kernel keeps one page cache for the file whoever reads it, so a new
+variant is shown with an mtime 1 ns later per variant (`mtime_ns`; later is safe: git finds
+more entries racily clean, not fewer), which drops the cached pages (FUSE_AUTO_INVAL_DATA);
+and the variant is held for `HOLD` seconds after each LOOKUP of the file, so that a reader
+still mapping one variant never gets pages of the other (a checksum failure). An opener from
+the other location meanwhile gets the held variant, and git drops the cache: slower, not wrong.
 
 The worktree part of that answer (`_worktree_dirty`: an `lstat` of every entry, 5,001 on the
 bench's corpus) is swept ahead, in a thread, as soon as the lower watch is in place (the
@@ -28,6 +41,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -46,6 +60,9 @@ TOKEN_PREFIX = "gitsess-index:"
 # A name no directory holds (git's own checks take it as a path), so naming it below a
 # directory only makes git list that directory again.
 UNLISTED = b".gitsess-unlisted"
+# How long a variant of the index stays shown after a LOOKUP of it (see the module docstring):
+# git reads the whole index right after opening it.
+HOLD = 1.0
 
 
 # What the lower watch had reported when a sweep started (see `IndexView.mark`).
@@ -58,7 +75,7 @@ class _Shown:
     index: indexfile.Index
     untracked: indexfile.Untracked | None  # kept in what is shown
     checksum: bytes  # the real index's own
-    data: bytes
+    variants: tuple[bytes, ...]  # what is shown, for each of `IndexView._locations` (or one)
 
 
 @dataclass
@@ -85,11 +102,12 @@ class IndexView:
     def __init__(self, real_index: bytes, worktree: bytes, mountpoint: bytes) -> None:
         self.real_index = real_index
         self.worktree = worktree
-        # git's untracked cache names the worktree it was made in ("Location <path>, system
-        # <kernel name>") and is dropped anywhere else: shown as made in the view, it stays.
-        self._made_in = b"Location " + os.path.realpath(worktree) + b", system "
-        self._shown_in = b"Location " + os.path.realpath(mountpoint) + b", system "
+        # Where git may see the view: in place (an in-place run), at the mount point.
+        self._locations = (os.path.realpath(worktree), os.path.realpath(mountpoint))
+        self._made_in = b"Location " + self._locations[0] + b", system "
         self._shown: _Shown | None = None
+        self._seen = 0  # the location whose variant is shown now
+        self._held_until = 0.0
         self._swept: _Swept | None = None
         self._lock = threading.Lock()
         self._parsing = threading.Lock()
@@ -97,21 +115,52 @@ class IndexView:
         # None while it is not in place (set by the daemon; called from a thread of its own).
         self.mark: Callable[[], Mark | None] = lambda: None
 
-    def shown(self) -> bytes | None:
+    def shown(self, opener: int | None = None) -> bytes | None:
         """What the view shows as `.git/index` while it follows the real one; None: the real
-        file as it is (unreadable, changing while read, or a kind `indexfile` leaves alone)."""
+        file as it is (unreadable, changing while read, or a kind `indexfile` leaves alone).
+        `opener`: the process looking the file up, whose location picks the variant shown."""
         # One parse at a time: the sweep ahead's thread and git's read may ask at once.
         with self._parsing:
-            return self._read_shown()
+            shown = self._read_shown()
+        if shown is None:
+            return None
+        if opener is not None and len(shown.variants) > 1:
+            self._choose(opener)
+        return shown.variants[self._seen if len(shown.variants) > 1 else 0]
 
-    def _read_shown(self) -> bytes | None:
+    def mtime_ns(self, real: int) -> int:
+        """The mtime shown for the index, the real one's `real`: later by the variant's
+        number, so that the kernel drops its pages of another variant."""
+        shown = self._shown
+        return real + self._seen if shown is not None and len(shown.variants) > 1 else real
+
+    def _choose(self, opener: int) -> None:
+        at = self._location_of(opener)
+        now = time.monotonic()
+        with self._lock:
+            if at is not None and now >= self._held_until:
+                self._seen = at
+            self._held_until = now + HOLD
+
+    def _location_of(self, pid: int) -> int | None:
+        """Which of `_locations` the process stands in (its cwd: git's is its worktree's top)."""
+        try:
+            cwd = os.readlink(b"/proc/%d/cwd" % pid)
+        except OSError:
+            return None
+        try:
+            return self._locations.index(cwd)
+        except ValueError:
+            return None
+
+    def _read_shown(self) -> _Shown | None:
         try:
             st = longpath.call(os.stat, self.real_index)
         except OSError:
             return None
         cached = self._shown
         if cached is not None and cached.identity == _identity(st):
-            return cached.data
+            return cached
         try:
             with open(self.real_index, "rb") as f:
                 data = f.read()
@@ -124,22 +173,31 @@ class IndexView:
         if index is None:
             return None
         identity = _identity(st)
+        token = token_for(identity)
         cache = indexfile.untracked(data, index)
-        moved = None
-        if cache is not None and cache.ident.startswith(self._made_in):
-            moved = (cache, self._shown_in + cache.ident[len(self._made_in) :])
+        # (git reads the ident up to its first NUL)
+        made_in = cache.ident.split(b"\0")[0] if cache is not None else b""
+        if cache is not None and made_in.startswith(self._made_in):
+            system = made_in[len(self._made_in) :]
+            idents = [b"Location " + at + b", system " + system for at in self._locations]
+            width = max(map(len, idents))
+            variants = tuple(
+                indexfile.with_fsmonitor(data, index, token, (cache, ident.ljust(width, b"\0")))
+                for ident in idents
+            )
         else:
             cache = None
-        shown = indexfile.with_fsmonitor(data, index, token_for(identity), moved)
-        self._shown = _Shown(identity, index, cache, data[-indexfile.HASH :], shown)
+            variants = (indexfile.with_fsmonitor(data, index, token),)
+        shown = _Shown(identity, index, cache, data[-indexfile.HASH :], variants)
+        self._shown = shown
         self._start_sweep()
         return shown
 
     def as_shown(self, real: bytes) -> bytes:
-        """The real index's bytes `real` as the view showed them, if it did."""
+        """The real index's bytes `real` as the view shows them now, if it does."""
         shown = self._shown
         if shown is not None and shown.checksum == real[-indexfile.HASH :]:
-            return shown.data
+            return shown.variants[self._seen if len(shown.variants) > 1 else 0]
         return real
 
     def sweep_ahead(self) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.overlay import index_view
 from gitsess.services.live import FSMONITOR_CONFIG, git_config_env
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
@@ -211,6 +212,80 @@ def test_the_shown_index_reads_as_the_real_one(mounted: Mounted) -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert fsck.returncode == 0 and "error" not in fsck.stderr, fsck.stderr
+
+
+def sights(m: Mounted) -> dict[str, list[str]]:
+    """A monitored `git status` (that leaves the index as it is) seen from the mount point,
+    and seen in place (the view bound over the worktree's path in a mount namespace of its
+    own, as an in-place run sees it), each with the trace file it writes to."""
+    state = m.spec.session_dir.parent / "state"
+    link = state / "sessions" / m.spec.session_id  # where the hook finds the daemon
+    if not link.is_symlink():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(m.spec.session_dir)
+    env = {
+        **os.environ, **git_config_env({}, FSMONITOR_CONFIG),
+        "GITSESS_SESSION_ID": m.spec.session_id, "GITSESS_DIR": str(state),
+    }  # fmt: skip
+    git = "git --no-optional-locks status --porcelain=v2 --untracked-files=normal"
+    in_place = f'mount --bind "$1" "$2" && cd "$2" && {git}'
+    sh = ["unshare", "--mount", "--propagation", "private", "sh", "-c", in_place, "-"]
+    os.environ.update(env)
+    return {
+        "mount point": ["sh", "-c", f"cd {m.mnt} && {git}"],
+        "in place": [*sh, str(m.mnt), str(m.lower)],
+    }
+
+
+def seen_from(m: Mounted, argv: list[str], trace: Path) -> str:
+    trace.unlink(missing_ok=True)
+    done = subprocess.run(
+        argv, env={**os.environ, "GIT_TRACE2_PERF": str(trace)}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_untracked_cache_holds_in_place_and_at_the_mount_point(mounted: Mounted) -> None:
+    """git keeps an untracked cache only where it was made ("Location <path>"): the view
+    shows each opener the index made where it stands (in an in-place run the worktree's own
+    path), and after a `HOLD` the other one."""
+    settled(mounted.lower)
+    expected = status(mounted, monitored=False)
+    saved = dict(os.environ)
+    try:
+        for where, argv in [*sights(mounted).items(), *reversed(sights(mounted).items())]:
+            trace = mounted.spec.session_dir / "sight.trace"
+            time.sleep(index_view.HOLD)
+            assert seen_from(mounted, argv, trace) == expected, where
+            text = trace.read_text()
+            assert counted(text, "node-creation") == 0, where  # the cache kept, not made anew
+            assert counted(text, "/sum_lstat") <= 1, where
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_openers_from_both_sights_at_once_read_a_whole_index(mounted: Mounted) -> None:
+    """The kernel keeps one page cache for `.git/index`: two variants read at once must not
+    mix (git checks the index's checksum and would fail)."""
+    settled(mounted.lower)
+    expected = status(mounted, monitored=False)
+    saved = dict(os.environ)
+    try:
+        argvs = list(sights(mounted).values())
+        for _ in range(5):
+            time.sleep(index_view.HOLD)
+            procs = [
+                subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for argv in argvs * 2
+            ]
+            for p in procs:
+                out, err = p.communicate()
+                assert p.returncode == 0 and out == expected, err
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def test_the_hook_loads_no_python_module_of_json_or_sockets(tmp_path: Path) -> None:
