@@ -45,7 +45,7 @@ from pyfuse3 import (
 
 from gitsess.overlay import acl, pyfuse3_build
 from gitsess.overlay import passthrough as pt
-from gitsess.overlay.gitdir import in_git
+from gitsess.overlay.gitdir import GIT, in_git
 from gitsess.overlay.index_view import INDEX
 from gitsess.overlay.listahead import SUBDIRS, ListAhead
 from gitsess.overlay.nodes import Node
@@ -243,6 +243,7 @@ class Filesystem(pyfuse3.Operations):
         if (
             self.ahead is not None
             and (n is not None or not self._made_here(parent_inode))
+            and name != GIT  # (git's first lookup: with the session's fsmonitor, its only one)
             and self.ahead.due(parent_inode)
         ):
             self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
