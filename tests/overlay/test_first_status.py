@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.git import indexfile
 from gitsess.overlay import index_view
 from gitsess.services.live import FSMONITOR_CONFIG, git_config_env
 from tests.live_util import eventually
@@ -298,9 +299,63 @@ def test_git_finding_its_repository_lists_nothing_ahead(mounted: Mounted) -> Non
     os.stat(mounted.mnt)  # the walk to the names checks the top's permissions
     code = "import os, sys\nos.lstat(sys.argv[1])"
     assert mounted.run_while_stopped(code, str(mounted.mnt / "README"), wait=1) is None
-    os.lstat(mounted.mnt / "src")  # any other name lists the top ahead
+    # (the check sees a listing ahead: a lookup of another name lists its directory; in a
+    # fresh view, as a stopped daemon may have lost its watch meanwhile)
+    mounted.remount()
+    mounted.wait_watched()
+    os.lstat(mounted.mnt / "src")
     time.sleep(1)
+    os.stat(mounted.mnt)
     assert mounted.run_while_stopped(code, str(mounted.mnt / "link"), wait=10) is not None
+
+
+def fsmonitor_token(index: Path) -> str | None:
+    data = index.read_bytes()
+    parsed = indexfile.parse(data)
+    assert parsed is not None
+    return indexfile.fsmonitor_token(data, parsed)
+
+
+def test_a_remounted_sessions_own_index_is_answered_by_a_sweep(mounted: Mounted) -> None:
+    """After a remount the session's own index names an old daemon's journal: the token is
+    answered by sweeping that index (still the one the view mounted with), not with
+    "everything" (git would look up every file through FUSE)."""
+    settled(mounted.lower)
+    (mounted.mnt / "README").write_text("changed in the session\n")
+    status(mounted, monitored=True)  # the index the session's own, with this daemon's token
+    token = fsmonitor_token(mounted.mnt / ".git" / "index")
+    assert token is not None and token.startswith("gitsess:")
+    mounted.unmount()
+    (mounted.lower / "src" / "main.py").write_text("print('ho')\n")  # same size, new mtime
+    (mounted.lower / "src" / "pkg" / "new.py").write_text("untracked in the real tree\n")
+    os.chmod(mounted.lower / "bin" / "tool", 0o644)
+    mounted.mount()
+    assert fsmonitor_token(mounted.mnt / ".git" / "index") == token  # what git reads first
+    out, trace = first_status(mounted)
+    assert "query/trivial-response" not in trace
+    assert counted(trace, "/sum_lstat") <= 6  # of 25: what changed, not every file
+    assert out == status(mounted, monitored=False)
+    assert "? src/pkg/new.py" in out and "1 .M N... 100755 100755 100644 " in out
+    assert "1 .M N... 100644 100644 100644" in out  # README and src/main.py
+    assert " README\n" in out and " src/main.py\n" in out
+
+
+def test_a_remount_token_after_the_index_was_replaced_means_everything(mounted: Mounted) -> None:
+    """Once the index the view mounted with was replaced, the old journal's token may come
+    from either: git is told to check everything, and its status stays right."""
+    settled(mounted.lower)
+    status(mounted, monitored=True)
+    token = fsmonitor_token(mounted.mnt / ".git" / "index")
+    mounted.remount()
+    # replaced with the same bytes (as a git that asked the hook nothing would keep the token)
+    index = mounted.mnt / ".git" / "index"
+    shutil.copyfile(index, index.with_name("index.new"))
+    os.rename(index.with_name("index.new"), index)
+    assert fsmonitor_token(mounted.mnt / ".git" / "index") == token
+    (mounted.lower / "README").write_text("Readme\n")  # same size: only its times tell
+    out, trace = first_status(mounted)
+    assert "query/trivial-response" in trace
+    assert "1 .M N... 100644 100644 100644" in out and "README" in out
 
 
 def test_the_hook_loads_no_python_module_of_json_or_sockets(tmp_path: Path) -> None:
