@@ -16,6 +16,7 @@ from pathlib import Path
 
 from bench.config import GITSESS, GITSESS_CLI, NATIVE, OVERLAYFS, console
 from bench.corpus import Corpus
+from bench.git_session import GitTimer
 from bench.measure import Bench, progress, rotation, timed
 from bench.results import Result
 from bench.sessions import gitsess_cli
@@ -41,7 +42,8 @@ def run_wide_memory(b: Bench, repo: Path, rels: Sequence[str]) -> None:
 # ---------------------------------------------------------------------------------- fleets
 
 FLEET = "fleet"
-FIRST_STATUS = "first-status"  # --only: the fleet's first-status row alone
+FIRST_STATUS = "first-status"  # --only: the fleet's first-status rows alone
+FIRST_STATUS_MOUNT = "first-status-mount"
 
 
 def _family(pid: int) -> list[int]:
@@ -113,7 +115,7 @@ def run_fleet(b: Bench, corpus: Corpus) -> list[Result]:
                 [GITSESS_CLI, "rm", name, "--force"], cwd=corpus.repo, env=b.env,
                 capture_output=True, check=False,
             )  # fmt: skip
-    return [_first_status(b, corpus), _commits(b, corpus)]
+    return [*first_status(b, corpus), _commits(b, corpus)]
 
 
 COMMITS = 200
@@ -176,12 +178,57 @@ def _session_dir_of(view: View) -> Path:
     return Path(os.fsdecode(argv[argv.index(b"--delta") + 1])).parent
 
 
-def _first_status(b: Bench, corpus: Corpus) -> Result:
-    """`git status` once in a view just mounted (the page cache warm), the way a coding
-    agent's first command goes; natively, the same `git status` in the repository."""
+def first_status(b: Bench, corpus: Corpus) -> list[Result]:
+    """The first `git status` of a new session: as an agent meets it (`_first_status_in_place`)
+    and in a mounted view's own dir (`_first_status`)."""
+    return [_first_status_in_place(b, corpus), _first_status(b, corpus)]
+
+
+def _first_status_in_place(b: Bench, corpus: Corpus) -> Result:
+    """`git status` once in a new session, the way a coding agent's first command goes: a
+    session made, then `gitsess run` mounts it and runs a command in place, whose first git
+    command is the status (timed inside the run by `bench.git_timer`, so neither the run's
+    start nor the mount is counted); natively, the same from a timer in the repository."""
     from gitsess.services import live
 
-    res = Result(FIRST_STATUS, "first git status in a new session (warm)", [Goal(NATIVE, 2.0)])
+    res = Result(
+        FIRST_STATUS, "first git status in a new session, in place (warm)", [Goal(NATIVE, 2.0)]
+    )
+    plain = live.git_config_env(b.env, live.UNTRACKED_CACHE_CONFIG)
+    status = ["git", "status", "--porcelain"]
+    _run(status, cwd=corpus.repo)  # the page cache warm
+    for run in range(b.cfg.runs):
+        for target in rotation(run):
+            if target == OVERLAYFS:
+                continue  # (nothing runs in place over fuse-overlayfs)
+            name = f"first-status-{run}"
+            if target == GITSESS:
+                gitsess_cli(b, corpus.repo, "new", name)
+            try:
+                timer = GitTimer(b, target, corpus.repo, name, None if target == GITSESS else plain)
+                try:
+                    res.add(target, timer.ask(cmd=status))
+                finally:
+                    timer.close()
+            finally:
+                if target == GITSESS:
+                    subprocess.run(
+                        [GITSESS_CLI, "rm", name, "--force"], cwd=corpus.repo, env=b.env,
+                        capture_output=True, check=False,
+                    )  # fmt: skip
+    progress(res)
+    return res
+
+
+def _first_status(b: Bench, corpus: Corpus) -> Result:
+    """`git status` once in a view just mounted (the page cache warm), in the view's own dir
+    with the git settings of `gitsess run`; natively, the same `git status` in the repository."""
+    from gitsess.services import live
+
+    res = Result(
+        FIRST_STATUS_MOUNT, "first git status in a new session, mount dir (warm)",
+        [Goal(NATIVE, 2.0)],
+    )  # fmt: skip
     # gitsess as `gitsess run` sets git up; natively and on fuse-overlayfs the untracked cache
     # alone (gitsess's hook would only answer "everything" there, after its own start).
     config = live.git_config_env(b.env, live.git_config_for(corpus.repo))

@@ -95,14 +95,21 @@ def build_history_repo(repo: Path, cfg: Config, env: dict[str, str]) -> list[str
 class GitTimer:
     """A running `bench.git_timer`: natively in the repository, or inside `gitsess run` over it."""
 
-    def __init__(self, b: Bench, target: str, repo: Path, session: str | None) -> None:
+    def __init__(
+        self,
+        b: Bench,
+        target: str,
+        repo: Path,
+        session: str | None,
+        env: dict[str, str] | None = None,
+    ) -> None:
         cmd = [sys.executable, "-m", "bench.git_timer"]
         if target == GITSESS:
             cmd = [GITSESS_CLI, "run", "-s", str(session), "--", *cmd]
         self.proc = subprocess.Popen(
             cmd,
             cwd=repo,
-            env={**b.env, "PYTHONPATH": str(PACKAGE_ROOT)},
+            env={**b.env, **(env or {}), "PYTHONPATH": str(PACKAGE_ROOT)},
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -20,7 +20,14 @@ from bench.checkpoints import run_checkpoints, run_governance
 from bench.cli_start import run_cli_start
 from bench.config import Config, console, out
 from bench.corpus import _commit_all, _init_repo, build_corpus, build_wide_repo, isolated_env
-from bench.fleet import FIRST_STATUS, FLEET, _first_status, run_fleet, run_wide_memory
+from bench.fleet import (
+    FIRST_STATUS,
+    FIRST_STATUS_MOUNT,
+    FLEET,
+    first_status,
+    run_fleet,
+    run_wide_memory,
+)
 from bench.git_session import git_ops, git_session_selected, run_git_session
 from bench.measure import Bench, can_drop_caches, run_mutating, run_profiles, run_shared
 from bench.profiles import profile_tables
@@ -140,12 +147,12 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
     if FLEET in only or not (only or b.cfg.quick):
         results += run_fleet(b, corpus)
     elif FIRST_STATUS in only:
-        results.append(_first_status(b, corpus))
+        results += first_status(b, corpus)
     cli_start = None
     if not only or "cli-start" in only:
         cli_start = run_cli_start(b, corpus.repo if chosen else build_corpus_small(b))
     order = [w.key for w in workloads()] + ["diff", "apply-commit"] + [g.key for g in git_ops()]
-    order += [FIRST_STATUS, "commits"]
+    order += [FIRST_STATUS, FIRST_STATUS_MOUNT, "commits"]
     results.sort(key=lambda r: order.index(r.key))
     report = Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
     report.cli_start = cli_start

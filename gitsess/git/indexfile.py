@@ -207,5 +207,17 @@ def _encode_varint(value: int) -> bytes:
     return bytes(reversed(out))
 
 
+def fsmonitor_token(data: bytes, index: Index) -> str | None:
+    """The token of the index's fsmonitor extension (version 2), None if it has none."""
+    ext = next(((s, e) for sig, s, e in index.extensions if sig == b"FSMN"), None)
+    if ext is None:
+        return None
+    body = data[ext[0] + 8 : ext[1]]
+    if len(body) < 4 or struct.unpack_from(">I", body)[0] != 2:
+        return None
+    end = body.find(b"\0", 4)
+    return body[4:end].decode("utf-8", "surrogateescape") if end >= 0 else None
+
+
 def is_gitlink(entry: Entry) -> bool:
     return entry[1][MODE] & 0o170000 == _GITLINK

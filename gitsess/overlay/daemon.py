@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -42,6 +43,9 @@ import apsw
 import pyfuse3
 import trio
 
+# (`gitunit` reads HEAD with it when the first git inside takes the index's lock: imported
+# here, by the spare, it is not loaded during the first `git status`, 1.3-1.7 ms)
+from gitsess.git import head as _head  # noqa: F401
 from gitsess.git.view import Stamp
 from gitsess.overlay import control, guard, history, layout, presence, protocol, retention
 from gitsess.overlay.audit import Attribution
@@ -181,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         options.add("ro")
     ahead = ListAhead(args.mountpoint)
     tree.index_view = IndexView(tree.lower_path(INDEX), tree.root, os.fsencode(args.mountpoint))
+    tree.index_view.note_mounted(tree)
     try:
         pyfuse3.init(Filesystem(tree, ahead), args.mountpoint, options)
     except RuntimeError as e:
@@ -482,11 +487,14 @@ async def _client(state: DaemonState, stream: trio.SocketStream) -> None:
                     try:
                         msg = json.loads(line)
                         if isinstance(msg, dict) and msg.get("op") == protocol.FSMONITOR:
-                            first = str(msg.get("token", "")).startswith(TOKEN_PREFIX)
-                            synced = await _lower_synced(state, wait=first)
-                            view = state.tree.index_view
-                            if first and synced and view is not None:
-                                await trio.to_thread.run_sync(view.wait_swept, WATCH_WAIT)
+                            asked = str(msg.get("token", ""))
+                            # (a token no journal of this daemon's knows: a remount's, see
+                            # `IndexView.remounted`, also waits for the watch being set up)
+                            first = asked.startswith(TOKEN_PREFIX)
+                            unknown = first or state.tree.journal.since(asked) is None
+                            synced = await _lower_synced(state, wait=unknown)
+                            if synced and unknown:
+                                await _swept_ahead(state, own=not first)
                             reply, joined = _fsmonitor(state, msg, synced)
                         else:
                             reply, joined = _handle(state, msg)
@@ -699,6 +707,15 @@ async def _lower_synced(state: DaemonState, *, wait: bool = False) -> bool:
     return await trio.to_thread.run_sync(watcher.sync, LOWER_SYNC_TIMEOUT, abandon_on_cancel=True)
 
 
+async def _swept_ahead(state: DaemonState, *, own: bool) -> None:
+    """For a token no journal knows: until the sweep of the index it names (the real index
+    shown, or with `own` the session's own the view mounted with) is done."""
+    view = state.tree.index_view
+    if view is not None and (not own or view.remounting):
+        wait = functools.partial(view.wait_swept, WATCH_WAIT, own=own)
+        await trio.to_thread.run_sync(wait)
+
+
 def _fsmonitor(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
     """What changed since the token: unless the journal holds every change of the worktree
     made before the query, "everything may have changed". The token of the index the view
@@ -715,6 +732,9 @@ def _fsmonitor(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
             paths = view.changed(since, state.tree, lambda mark: _since_mark(state, mark))
     else:
         paths = journal.since(since)
+        view = state.tree.index_view
+        if paths is None and view is not None:
+            paths = view.remounted(since, state.tree, lambda mark: _since_mark(state, mark))
     return {
         "ok": True,
         "token": token,
@@ -752,8 +772,9 @@ def _since_mark(state: DaemonState, mark: Mark) -> list[bytes] | None:
 
 
 async def _sweep_ahead(state: DaemonState) -> None:
-    """Once the lower watch is in place, the real index is parsed and swept (see
-    `IndexView.sweep_ahead`) before git asks: a session's first command is usually a status."""
+    """Once the lower watch is in place, the real index (or the session's own, the view
+    mounted with one) is parsed and swept (see `IndexView.sweep_ahead`) before git asks: a
+    session's first command is usually a status."""
     view, watcher = state.tree.index_view, state.watcher
     if view is None:
         return
@@ -761,8 +782,8 @@ async def _sweep_ahead(state: DaemonState) -> None:
     while watcher is not None and watcher.trying():
         if _mark(state) is not None:
             index = state.tree.resolve(INDEX)
-            if index is None or index.upper:
-                return  # the session's own index: not the real one's to sweep
+            if index is None or (index.upper and not view.remounting):
+                return  # the session's own index, made since the mount: nothing to sweep
             await trio.to_thread.run_sync(view.sweep_ahead, abandon_on_cancel=True)
             return
         await trio.sleep(0.01)

@@ -47,7 +47,7 @@ from pyfuse3 import (
 
 from gitsess.overlay import acl, pyfuse3_build
 from gitsess.overlay import passthrough as pt
-from gitsess.overlay.gitdir import in_git
+from gitsess.overlay.gitdir import GIT, in_git
 from gitsess.overlay.index_view import INDEX
 from gitsess.overlay.listahead import SUBDIRS, ListAhead
 from gitsess.overlay.nodes import Node
@@ -144,13 +144,15 @@ class Filesystem(pyfuse3.Operations):
 
     # ---------------------------------------------------------------- helpers
 
-    def _entry(self, n: Node) -> EntryAttributes:
+    def _entry(self, n: Node, opener: int | None = None) -> EntryAttributes:
         follows = pt.follows_git(n)
         timeout = GIT_TIMEOUT if follows or not self.tree.watched else TIMEOUT
         e = self._attributes(n, timeout)
-        shown = self._shown_index(n)
+        shown = self._shown_index(n, opener)
         if shown is not None:
+            assert self.tree.index_view is not None
             e.st_size = len(shown)
+            e.st_mtime_ns = self.tree.index_view.mtime_ns(e.st_mtime_ns)
         if follows and n.upper:
             # A directory the session made or owns below `.git` (`objects/9c`, made by git
             # inside): its name is the session's own, whatever git does outside, and the
@@ -198,12 +200,13 @@ class Filesystem(pyfuse3.Operations):
         e.st_ctime_ns = a.ctime_ns
         return e
 
-    def _shown_index(self, n: Node) -> bytes | None:
-        """What the view shows as the index while it follows the real one (`index_view.py`)."""
+    def _shown_index(self, n: Node, opener: int | None = None) -> bytes | None:
+        """What the view shows as the index while it follows the real one (`index_view.py`),
+        to `opener` (the pid of a LOOKUP: its variant) or as shown now."""
         shown = self.tree.index_view
         if shown is None or n.upper or n.lower != INDEX:
             return None
-        return shown.shown()
+        return shown.shown(opener)
 
     def _negative(self, parent: Node) -> EntryAttributes:
         # A zero inode is a cacheable "does not exist": the kernel stops asking until told
@@ -233,12 +236,13 @@ class Filesystem(pyfuse3.Operations):
         if (
             self.ahead is not None
             and (n is not None or not self._made_here(parent_inode))
+            and name != GIT  # (git's first lookup: with the session's fsmonitor, its only one)
             and self.ahead.due(parent_inode)
         ):
             self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
         if n is None:
             return self._negative(self.tree.node(parent_inode))
-        entry = self._entry(n)
+        entry = self._entry(n, ctx.pid)
         self.tree.count_lookup(n)
         return entry
 

@@ -213,8 +213,12 @@ def _real_state(tree: Tree) -> GitState:
             return state
         if time.monotonic() > deadline:
             return state
+        if last is not None:
+            # (the second read follows the first at once: a git at work holds a lock file
+            # from before its first change to after its last, so a wait between two reads
+            # catches nothing more; it was 5 ms of every first `git status`)
+            time.sleep(_SETTLE_STEP_S)
         last = state
-        time.sleep(_SETTLE_STEP_S)
 
 
 def _read_real_state(tree: Tree) -> GitState:

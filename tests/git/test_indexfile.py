@@ -66,6 +66,8 @@ def test_git_reads_the_fsmonitor_extension_and_the_moved_untracked_cache(
     cache_again = indexfile.untracked(shown.read_bytes(), again)
     assert cache_again is not None and cache_again.ident == moved[1]
     assert cache_again.dirs == cache.dirs
+    assert indexfile.fsmonitor_token(shown.read_bytes(), again) == "a-token"
+    assert indexfile.fsmonitor_token(data, index) is None  # git wrote none
 
 
 def test_what_it_cannot_read_is_none() -> None:

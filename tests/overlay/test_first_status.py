@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.git import indexfile
+from gitsess.overlay import index_view
 from gitsess.services.live import FSMONITOR_CONFIG, git_config_env
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
@@ -211,6 +213,149 @@ def test_the_shown_index_reads_as_the_real_one(mounted: Mounted) -> None:
         capture_output=True, text=True,
     )  # fmt: skip
     assert fsck.returncode == 0 and "error" not in fsck.stderr, fsck.stderr
+
+
+def sights(m: Mounted) -> dict[str, list[str]]:
+    """A monitored `git status` (that leaves the index as it is) seen from the mount point,
+    and seen in place (the view bound over the worktree's path in a mount namespace of its
+    own, as an in-place run sees it), each with the trace file it writes to."""
+    state = m.spec.session_dir.parent / "state"
+    link = state / "sessions" / m.spec.session_id  # where the hook finds the daemon
+    if not link.is_symlink():
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(m.spec.session_dir)
+    env = {
+        **os.environ, **git_config_env({}, FSMONITOR_CONFIG),
+        "GITSESS_SESSION_ID": m.spec.session_id, "GITSESS_DIR": str(state),
+    }  # fmt: skip
+    git = "git --no-optional-locks status --porcelain=v2 --untracked-files=normal"
+    in_place = f'mount --bind "$1" "$2" && cd "$2" && {git}'
+    sh = ["unshare", "--mount", "--propagation", "private", "sh", "-c", in_place, "-"]
+    os.environ.update(env)
+    return {
+        "mount point": ["sh", "-c", f"cd {m.mnt} && {git}"],
+        "in place": [*sh, str(m.mnt), str(m.lower)],
+    }
+
+
+def seen_from(m: Mounted, argv: list[str], trace: Path) -> str:
+    trace.unlink(missing_ok=True)
+    done = subprocess.run(
+        argv, env={**os.environ, "GIT_TRACE2_PERF": str(trace)}, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_the_untracked_cache_holds_in_place_and_at_the_mount_point(mounted: Mounted) -> None:
+    """git keeps an untracked cache only where it was made ("Location <path>"): the view
+    shows each opener the index made where it stands (in an in-place run the worktree's own
+    path), and after a `HOLD` the other one."""
+    settled(mounted.lower)
+    expected = status(mounted, monitored=False)
+    saved = dict(os.environ)
+    try:
+        for where, argv in [*sights(mounted).items(), *reversed(sights(mounted).items())]:
+            trace = mounted.spec.session_dir / "sight.trace"
+            time.sleep(index_view.HOLD)
+            assert seen_from(mounted, argv, trace) == expected, where
+            text = trace.read_text()
+            assert counted(text, "node-creation") == 0, where  # the cache kept, not made anew
+            assert counted(text, "/sum_lstat") <= 1, where
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_openers_from_both_sights_at_once_read_a_whole_index(mounted: Mounted) -> None:
+    """The kernel keeps one page cache for `.git/index`: two variants read at once must not
+    mix (git checks the index's checksum and would fail)."""
+    settled(mounted.lower)
+    expected = status(mounted, monitored=False)
+    saved = dict(os.environ)
+    try:
+        argvs = list(sights(mounted).values())
+        for _ in range(5):
+            time.sleep(index_view.HOLD)
+            procs = [
+                subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for argv in argvs * 2
+            ]
+            for p in procs:
+                out, err = p.communicate()
+                assert p.returncode == 0 and out == expected, err
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def test_git_finding_its_repository_lists_nothing_ahead(mounted: Mounted) -> None:
+    """git's first lookup is `.git` in its worktree's top, and with the session's fsmonitor
+    a status looks up no other name there: listing the top and its subdirectories ahead for
+    it was 100 READDIRPLUS in the way of the status's own requests (on the 5,000-file corpus)."""
+    mounted.wait_watched()
+    os.stat(mounted.mnt / ".git")
+    time.sleep(1)  # (what a listing ahead would take, with room to spare)
+    os.stat(mounted.mnt)  # the walk to the names checks the top's permissions
+    code = "import os, sys\nos.lstat(sys.argv[1])"
+    assert mounted.run_while_stopped(code, str(mounted.mnt / "README"), wait=1) is None
+    # (the check sees a listing ahead: a lookup of another name lists its directory; in a
+    # fresh view, as a stopped daemon may have lost its watch meanwhile)
+    mounted.remount()
+    mounted.wait_watched()
+    os.lstat(mounted.mnt / "src")
+    time.sleep(1)
+    os.stat(mounted.mnt)
+    assert mounted.run_while_stopped(code, str(mounted.mnt / "link"), wait=10) is not None
+
+
+def fsmonitor_token(index: Path) -> str | None:
+    data = index.read_bytes()
+    parsed = indexfile.parse(data)
+    assert parsed is not None
+    return indexfile.fsmonitor_token(data, parsed)
+
+
+def test_a_remounted_sessions_own_index_is_answered_by_a_sweep(mounted: Mounted) -> None:
+    """After a remount the session's own index names an old daemon's journal: the token is
+    answered by sweeping that index (still the one the view mounted with), not with
+    "everything" (git would look up every file through FUSE)."""
+    settled(mounted.lower)
+    (mounted.mnt / "README").write_text("changed in the session\n")
+    status(mounted, monitored=True)  # the index the session's own, with this daemon's token
+    token = fsmonitor_token(mounted.mnt / ".git" / "index")
+    assert token is not None and token.startswith("gitsess:")
+    mounted.unmount()
+    (mounted.lower / "src" / "main.py").write_text("print('ho')\n")  # same size, new mtime
+    (mounted.lower / "src" / "pkg" / "new.py").write_text("untracked in the real tree\n")
+    os.chmod(mounted.lower / "bin" / "tool", 0o644)
+    mounted.mount()
+    assert fsmonitor_token(mounted.mnt / ".git" / "index") == token  # what git reads first
+    out, trace = first_status(mounted)
+    assert "query/trivial-response" not in trace
+    assert counted(trace, "/sum_lstat") <= 6  # of 25: what changed, not every file
+    assert out == status(mounted, monitored=False)
+    assert "? src/pkg/new.py" in out and "1 .M N... 100755 100755 100644 " in out
+    assert "1 .M N... 100644 100644 100644" in out  # README and src/main.py
+    assert " README\n" in out and " src/main.py\n" in out
+
+
+def test_a_remount_token_after_the_index_was_replaced_means_everything(mounted: Mounted) -> None:
+    """Once the index the view mounted with was replaced, the old journal's token may come
+    from either: git is told to check everything, and its status stays right."""
+    settled(mounted.lower)
+    status(mounted, monitored=True)
+    token = fsmonitor_token(mounted.mnt / ".git" / "index")
+    mounted.remount()
+    # replaced with the same bytes (as a git that asked the hook nothing would keep the token)
+    index = mounted.mnt / ".git" / "index"
+    shutil.copyfile(index, index.with_name("index.new"))
+    os.rename(index.with_name("index.new"), index)
+    assert fsmonitor_token(mounted.mnt / ".git" / "index") == token
+    (mounted.lower / "README").write_text("Readme\n")  # same size: only its times tell
+    out, trace = first_status(mounted)
+    assert "query/trivial-response" in trace
+    assert "1 .M N... 100644 100644 100644" in out and "README" in out
 
 
 def test_the_hook_loads_no_python_module_of_json_or_sockets(tmp_path: Path) -> None:
