@@ -22,17 +22,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gitsess.services.sessions import (
-    SESSION_ENV,
-    RepoContext,
-    Session,
-    SessionInfo,
-    WorktreeSpec,
-)
+from gitsess.services.sessions import SESSION_ENV, RepoContext, Session, SessionInfo
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
     from rich.console import Console
+
+    from gitsess.services.sessions import WorktreeSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -273,7 +269,11 @@ def group_ref() -> str | None:
 def worktree_spec(worktree_branch: str | None, from_rev: str | None) -> WorktreeSpec | None:
     if from_rev is not None and worktree_branch is None:
         raise click.UsageError("--from only applies with --worktree")
-    return None if worktree_branch is None else WorktreeSpec(worktree_branch or None, from_rev)
+    if worktree_branch is None:
+        return None
+    from gitsess.services import sessions
+
+    return sessions.worktree_spec(worktree_branch or None, from_rev)
 
 
 def session_ref(

@@ -20,19 +20,17 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
-from gitsess.git.view import Entry, Kind
-from gitsess.overlay import layout
-from gitsess.overlay.delta import DamagedDelta, DeltaStore, data_bytes
-from gitsess.overlay.retention import Bytes as Bytes  # (re-exported: `show` renders it)
-from gitsess.overlay.retention import bytes_by_kind
-from gitsess.runtime import mount
+from gitsess.overlay import schema
+from gitsess.overlay.usage import Bytes as Bytes  # (re-exported: `show` renders it)
+from gitsess.overlay.usage import bytes_by_kind, data_bytes, last_event_ns, live_bytes
 from gitsess.services.handle import SessionHandle
-from gitsess.services.sessions import SessionInfo
-from gitsess.services.timeline import DeltaReader, Drift, delta_path, runs
+from gitsess.services.sessions import SessionInfo, runs
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
+    from gitsess.git.view import Entry, Kind
     from gitsess.overlay.view import OverlayView
+    from gitsess.services.timeline import Drift
 
 # Like the kernel's ELOOP limit.
 MAX_SYMLINKS = 40
@@ -172,29 +170,35 @@ def cat(ctx: RepoContext, session: Session, path: str, at: int | None = None) ->
 
 
 def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
+    """Read through one read-only connection to delta.db: none of the delta store, its history
+    or the audit log's reader is loaded (`show` took longer to import them than to read)."""
     session = info.session
-    mount.sync(ctx.session_dir(session.id))
-    delta = delta_path(ctx, session)
+    handle = SessionHandle(ctx, session)
+    handle.sync()
+    delta = handle.delta
     size = sum(p.stat().st_size for p in (delta, Path(f"{delta}-wal")) if p.exists())
-    size += data_bytes(str(delta))
+    files = data_bytes(str(delta))
+    size += files
     live = 0
     by_kind = None
+    last_ns: int | None = None
     if delta.exists():
         try:
-            store = DeltaStore(str(delta), readonly=True)
+            conn = schema.connect(str(delta), readonly=True)
         except apsw.Error as e:
-            raise DamagedDelta(delta, e) from e
+            raise _damaged(delta, e) from e
         try:
-            live = store.live_bytes() + data_bytes(str(delta))
-            by_kind = bytes_by_kind(store.conn, store.data_dir, data_bytes(str(delta)))
+            live = live_bytes(conn) + files
+            by_kind = bytes_by_kind(conn, schema.data_dir(str(delta)), files)
+            last_ns = last_event_ns(conn)
+        except apsw.Error as e:
+            raise _damaged(delta, e) from e
         finally:
-            store.close()
+            conn.close()
     done = runs(ctx, session)
     now = datetime.now(UTC)
     seconds = sum(((r.ended_at or now) - r.started_at).total_seconds() for r in done)
     moments = [t for r in done for t in (r.started_at, r.ended_at) if t is not None]
-    with DeltaReader(delta) as reader:
-        last_ns = reader.last_event_ns()
     if last_ns is not None:
         moments.append(datetime.fromtimestamp(last_ns / 1e9, UTC))
     return Usage(
@@ -209,12 +213,22 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
     )
 
 
+def _damaged(delta: Path, error: apsw.Error) -> GitsessError:
+    from gitsess.overlay.delta import DamagedDelta
+
+    return DamagedDelta(delta, error)
+
+
 def drift(session: Session, session_dir: Path) -> list[Drift]:
     """Paths the session changed that the real worktree changed too, still in the session.
 
     The daemon records drift as it happens; a path the session no longer holds (applied, or
     dropped) has nothing left to conflict with and is left out.
     """
+    from gitsess.overlay import layout
+    from gitsess.runtime import mount
+    from gitsess.services.timeline import DeltaReader
+
     delta = layout.delta(session_dir)
     mount.sync(session_dir)
     with DeltaReader(delta) as reader:

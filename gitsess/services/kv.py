@@ -20,7 +20,7 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
-from gitsess.overlay import kvtable, layout, protocol, schema
+from gitsess.overlay import kvtable, layout, schema
 from gitsess.services import sealed
 from gitsess.store.registry import Session
 
@@ -127,6 +127,8 @@ def put(ctx: RepoContext, session: Session, key: str, value: object) -> Item:
 def _through_daemon(
     ctx: RepoContext, session: Session, key: str, text: str | None, stamp: int
 ) -> bool:
+    from gitsess.overlay import protocol  # (inside a run only: `kv get` never asks the daemon)
+
     try:
         existed = protocol.kv(str(ctx.session_dir(session.id)), key, text, stamp)
     except (OSError, ConnectionError, protocol.Refused) as e:

@@ -1,0 +1,111 @@
+"""What `ls` and `show` count of a session: its changed files, its own commits, where its
+delta's bytes go.
+
+Its own module, apart from the live services (mount, run): `ls` loads this and what a
+session's state needs, and nothing more. A session that holds no path is told so by one
+query; one that never touched its `.git` has no commits of its own, and git is not read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gitsess.errors import GitsessError
+from gitsess.git.location import RepoContext
+from gitsess.services.handle import SessionHandle
+from gitsess.store.registry import Session
+
+if TYPE_CHECKING:
+    from gitsess.overlay.usage import Bytes
+    from gitsess.overlay.view import OverlayView
+
+
+@dataclass(frozen=True)
+class Counts:
+    changed_files: int | None  # files that differ from the worktree's; None: no delta yet
+    commits: int | None  # commits of the session's own that its branch lacks
+    damaged: bool = False  # its delta.db cannot be read
+    head_branch: str | None = None  # its HEAD's branch, when not the session's branch
+    below_base: int = 0  # its HEAD was reset this many commits below its base
+    bytes_by_kind: Bytes | None = None  # where its delta's bytes go
+    # Its real worktree and branch cannot be read here (inside a run of its worktree): the
+    # counts that compare with them are None, not a count against the view.
+    out_of_reach: bool = False
+
+
+def out_of_reach(session: Session) -> bool:
+    """Whether the session's worktree shows a view here, not the real files: inside a run of
+    that worktree, where nothing leads to the real files and the real branch
+    (`runtime/inplace.py`)."""
+    from gitsess.overlay import mounttable
+
+    return mounttable.is_mount_point(session.worktree)
+
+
+def counts(ctx: RepoContext, session: Session | SessionHandle, *, sizes: bool = True) -> Counts:
+    """What `ls` and `show` count of a session: its changed files and its own commits, and
+    with `sizes` where its delta's bytes go."""
+    import apsw
+
+    handle = SessionHandle.of(ctx, session)
+    delta = handle.delta
+    if not delta.exists():
+        return Counts(None, None)
+    handle.sync()
+    with contextlib.suppress(apsw.Error, OSError):  # else the view tells what is wrong
+        if not sizes and untouched(delta):
+            return Counts(0, 0)
+    from gitsess.overlay.delta import DamagedDelta
+
+    try:
+        with handle.view() as view:
+            return _counted(ctx, handle, view, sizes)
+    except DamagedDelta:
+        return Counts(None, None, damaged=True)
+    except (OSError, GitsessError):
+        return Counts(None, None)
+
+
+def untouched(delta: Path) -> bool:
+    """Whether the session holds no path at all: no file, directory or deletion of its own
+    (then it changed nothing, and its git is the real one). One query, where counting loads
+    the overlay's tree: `ls` of sessions that did nothing yet stays quick."""
+    from gitsess.overlay import schema
+
+    conn = schema.connect(str(delta), readonly=True)
+    try:
+        return not conn.execute("SELECT EXISTS (SELECT 1 FROM dentries)").fetchall()[0][0]
+    finally:
+        conn.close()
+
+
+def _counted(ctx: RepoContext, handle: SessionHandle, view: OverlayView, sizes: bool) -> Counts:
+    from gitsess.overlay.usage import bytes_by_kind, data_bytes
+    from gitsess.services.changecount import changed_files
+
+    session = handle.row
+    store = view.store
+    used = bytes_by_kind(store.conn, store.data_dir, data_bytes(store.path)) if sizes else None
+    if out_of_reach(session):
+        return Counts(None, None, bytes_by_kind=used, out_of_reach=True)
+    changed = changed_files(view, session.worktree, handle.hidden())
+    if not view.touched_git():  # its git is the real one: no commits, no repository read
+        return Counts(changed, 0, bytes_by_kind=used)
+    from gitsess.git.repo import GitError
+    from gitsess.services import session_git
+
+    try:
+        # The worktree is the real one: it is no mount point here (checked above), and the
+        # session's own worktree was there when the view opened over it.
+        git = session_git.state(view, ctx.open(), session, session.worktree)
+    except (GitsessError, GitError, KeyError, ValueError):
+        return Counts(changed, None, bytes_by_kind=used)
+    if git is None:
+        return Counts(changed, 0, bytes_by_kind=used)
+    off = (git.head.branch or "(detached)") if git.off_branch else None
+    return Counts(
+        changed, len(git.commits), bytes_by_kind=used, head_branch=off, below_base=git.below_base
+    )
