@@ -10,7 +10,6 @@ than required is the session.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import sys
@@ -316,6 +315,7 @@ def print_json(data: object) -> None:
 
 def json_text(data: object) -> str:
     """What `--json` prints (and the MCP server answers): paths and times as strings."""
+    import json  # (`ls` and `show` print tables more often)
 
     def plain(value: object) -> object:
         if isinstance(value, Path):

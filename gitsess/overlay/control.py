@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import struct
 
@@ -147,6 +146,8 @@ def trusted(uid: int) -> bool:
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> dict[str, Any]:
+    import json  # (with the connection: see `connect`)
+
     sock.sendall(json.dumps(message).encode() + b"\n")
     reply = _readline(sock)
     if not reply:

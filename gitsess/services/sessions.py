@@ -43,7 +43,7 @@ from gitsess.suggest import did_you_mean
 if TYPE_CHECKING:
     from gitsess.git.binding import Binding, WorktreeSpec
     from gitsess.overlay.usage import Bytes
-    from gitsess.store.registry import Run
+    from gitsess.store.rows import Run
 
 __all__ = [
     "SESSION_ENV",

@@ -31,7 +31,8 @@ from gitsess.overlay.delta import DamagedDelta
 from gitsess.overlay.retention import RunSummary, summaries
 from gitsess.runtime import mount
 from gitsess.services.sessions import runs as runs
-from gitsess.store.registry import Run, Session
+from gitsess.store.registry import Session
+from gitsess.store.rows import Run
 
 T = TypeVar("T")
 
