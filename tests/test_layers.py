@@ -216,3 +216,48 @@ def test_listing_a_session_with_a_delta_loads_no_pygit2_or_rich(repo: Path) -> N
         loaded = _loaded(repo, *args)
         assert "gitsess.overlay.tree" in loaded  # the changes are counted
         assert "pygit2" not in loaded and "rich" not in loaded
+
+
+# What a session that did nothing yet costs `ls`, `show` and `kv get` beyond the registry: a
+# look at its delta through one connection. Each of these was loaded once and took its share
+# of their start: the daemon's client (asked only when a daemon holds the session's lock), the
+# live services, the delta store with its history and audit log, git's view types and binding.
+NOT_FOR_SMALL = (
+    "socket",
+    "gitsess.runtime.mount",
+    "gitsess.overlay.protocol",
+    "gitsess.services.live",
+    "gitsess.services.timeline",
+    "gitsess.overlay.delta",
+    "gitsess.overlay.history",
+    "gitsess.overlay.retention",
+    "gitsess.overlay.view",
+    "gitsess.git.view",
+    "gitsess.git.binding",
+)
+
+LOADED_MODULES = LOADED.replace("if m in heavy", "if m.startswith(('gitsess.', 'json', 'socket'))")
+
+
+@pytest.mark.parametrize(
+    ("args", "also"),
+    [
+        # the registry's other rows; json, for a table
+        (["ls"], ("gitsess.store.rows", "json")),
+        (["ls", "--json"], ("gitsess.store.rows",)),
+        (["show", "exp"], ()),  # (its runs are rows of the registry's)
+        (["kv", "exp", "get", "k"], ("gitsess.store.rows", "gitsess.cli.table")),
+    ],
+)
+def test_small_commands_on_an_idle_session_load_no_daemon_client_or_delta_store(
+    repo: Path, args: list[str], also: tuple[str, ...]
+) -> None:
+    assert run_gitsess(repo, "new", "exp").returncode == 0
+    assert run_gitsess(repo, "kv", "exp", "set", "k", "v").returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_MODULES, *args], cwd=repo, capture_output=True, text=True
+    )
+    code, loaded = done.stdout.split(None, 1)
+    assert code == "0", done.stderr
+    assert "gitsess.store.registry" in loaded  # (the check sees what is loaded)
+    assert [m for m in (*NOT_FOR_SMALL, *also) if f"'{m}'" in loaded] == []

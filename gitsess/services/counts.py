@@ -56,8 +56,9 @@ def counts(ctx: RepoContext, session: Session | SessionHandle, *, sizes: bool = 
         return Counts(None, None)
     handle.sync()
     with contextlib.suppress(apsw.Error, OSError):  # else the view tells what is wrong
-        if not sizes and untouched(delta):
-            return Counts(0, 0)
+        counted = _untouched(delta, sizes)
+        if counted is not None:
+            return counted
     from gitsess.overlay.delta import DamagedDelta
 
     try:
@@ -69,15 +70,21 @@ def counts(ctx: RepoContext, session: Session | SessionHandle, *, sizes: bool = 
         return Counts(None, None)
 
 
-def untouched(delta: Path) -> bool:
-    """Whether the session holds no path at all: no file, directory or deletion of its own
-    (then it changed nothing, and its git is the real one). One query, where counting loads
-    the overlay's tree: `ls` of sessions that did nothing yet stays quick."""
+def _untouched(delta: Path, sizes: bool) -> Counts | None:
+    """The counts of a session that holds no path at all (no file, directory or deletion of
+    its own: it changed nothing, and its git is the real one), None for any other. One query
+    (and with `sizes` those of `overlay/usage.py`), where counting loads the overlay's tree:
+    `ls` of sessions that did nothing yet stays quick, with --json too."""
     from gitsess.overlay import schema
+    from gitsess.overlay.usage import bytes_by_kind, data_bytes
 
-    conn = schema.connect(str(delta), readonly=True)
+    path = str(delta)
+    conn = schema.connect(path, readonly=True)
     try:
-        return not conn.execute("SELECT EXISTS (SELECT 1 FROM dentries)").fetchall()[0][0]
+        if conn.execute("SELECT EXISTS (SELECT 1 FROM dentries)").fetchall()[0][0]:
+            return None
+        used = bytes_by_kind(conn, schema.data_dir(path), data_bytes(path)) if sizes else None
+        return Counts(0, 0, bytes_by_kind=used)
     finally:
         conn.close()
 
