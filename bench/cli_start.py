@@ -69,13 +69,17 @@ def run_cli_start(b: Bench, repo: Path) -> CliStart:
 
 def warm(commands: dict[str, list[str]], repo: Path, env: dict[str, str]) -> int:
     """Rotations of every command, untimed in the row, until they settle; how many ran."""
-    previous = None
-    for n in range(1, WARM_ROUNDS[1] + 1):
-        took = sum(timed(functools.partial(_run, c, repo, env)) for c in commands.values())
-        if n >= WARM_ROUNDS[0] and previous is not None and took <= previous * WARM_SETTLED:
-            return n
-        previous = took
-    return WARM_ROUNDS[1]
+    took: list[float] = []
+    while not settled(took):
+        took.append(sum(timed(functools.partial(_run, c, repo, env)) for c in commands.values()))
+    return len(took)
+
+
+def settled(took: list[float]) -> bool:
+    """Whether rotations that took `took` warmed enough (see WARM_ROUNDS)."""
+    if len(took) < WARM_ROUNDS[0]:
+        return False
+    return len(took) >= WARM_ROUNDS[1] or took[-1] <= took[-2] * WARM_SETTLED
 
 
 def cli_start_rows(c: CliStart) -> list[list[str]]:
