@@ -261,3 +261,35 @@ def test_small_commands_on_an_idle_session_load_no_daemon_client_or_delta_store(
     assert code == "0", done.stderr
     assert "gitsess.store.registry" in loaded  # (the check sees what is loaded)
     assert [m for m in (*NOT_FOR_SMALL, *also) if f"'{m}'" in loaded] == []
+
+
+COUNTED = """
+import contextlib, io, json, sys
+from gitsess.cli.group import run
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = run(["ls", "--json"])
+print(code, "pygit2" in sys.modules, json.loads(out.getvalue())[0]["commits"])
+"""
+
+
+def test_ls_counts_a_sessions_own_commits_again_only_once_its_refs_moved(repo: Path) -> None:
+    """pygit2 alone takes longer than `ls`: the count is kept with the refs it follows from
+    (HEAD, the real tips, the base), and taken again when one of them moved."""
+
+    def ls() -> list[str]:
+        done = subprocess.run([sys.executable, "-c", COUNTED], cwd=repo, capture_output=True)
+        return done.stdout.decode().split()
+
+    def commit(name: str) -> None:
+        script = f"echo {name} > {name} && git add {name} && git commit -q -m {name}"
+        done = run_gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", script)
+        assert done.returncode == 0, done.stderr
+
+    commit("one")
+    assert ls() == ["0", "True", "1"]
+    assert ls() == ["0", "False", "1"]
+    commit("two")  # its HEAD moved
+    assert ls() == ["0", "True", "2"]
+    assert ls() == ["0", "False", "2"]
+    subprocess.run(["git", "branch", "other"], cwd=repo, check=True)  # a real tip more
+    assert ls() == ["0", "True", "2"]

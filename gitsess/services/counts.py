@@ -13,14 +13,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from gitsess import durable
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
+from gitsess.overlay import layout
 from gitsess.services.handle import SessionHandle
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
     from gitsess.overlay.usage import Bytes
     from gitsess.overlay.view import OverlayView
+    from gitsess.services.session_git import GitRefs
 
 
 @dataclass(frozen=True)
@@ -101,18 +104,52 @@ def _counted(ctx: RepoContext, handle: SessionHandle, view: OverlayView, sizes: 
     changed = changed_files(view, session.worktree, handle.hidden())
     if not view.touched_git():  # its git is the real one: no commits, no repository read
         return Counts(changed, 0, bytes_by_kind=used)
-    from gitsess.git.repo import GitError
     from gitsess.services import session_git
 
     try:
         # The worktree is the real one: it is no mount point here (checked above), and the
         # session's own worktree was there when the view opened over it.
-        git = session_git.state(view, ctx.open(), session, session.worktree)
-    except (GitsessError, GitError, KeyError, ValueError):
+        refs = session_git.refs_of(view, session, session.worktree)
+        own = None if refs is None else _own(ctx, handle, view, refs)
+    except (GitsessError, KeyError, ValueError):
         return Counts(changed, None, bytes_by_kind=used)
-    if git is None:
+    if refs is None:
         return Counts(changed, 0, bytes_by_kind=used)
-    off = (git.head.branch or "(detached)") if git.off_branch else None
-    return Counts(
-        changed, len(git.commits), bytes_by_kind=used, head_branch=off, below_base=git.below_base
-    )
+    if own is None:
+        return Counts(changed, None, bytes_by_kind=used)
+    off = (refs.head.branch or "(detached)") if refs.off_branch else None
+    return Counts(changed, own[0], bytes_by_kind=used, head_branch=off, below_base=own[1])
+
+
+def _own(
+    ctx: RepoContext, handle: SessionHandle, view: OverlayView, refs: GitRefs
+) -> tuple[int, int] | None:
+    """How many commits of its own the session has, and how far its HEAD was reset below its
+    base (None: its git cannot be read). Counted by pygit2 (which alone took longer than `ls`
+    does) when the refs they follow from changed since the last count; else the last count,
+    kept in the session dir (`layout.GIT_COUNTS`; not kept where the state dir is read-only,
+    inside a run)."""
+    import json
+
+    from gitsess.services import session_git
+
+    kept = handle.dir / layout.GIT_COUNTS
+    key = [refs.head.branch, refs.head.commit, refs.branch, refs.tip, handle.row.base_commit]
+    key += sorted(refs.hide)
+    try:
+        last = json.loads(kept.read_bytes())
+        if last["refs"] == key:
+            return int(last["commits"]), int(last["below_base"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # none yet, or unreadable: counted again
+    from gitsess.git.repo import GitError
+
+    try:
+        git = session_git.state(view, ctx.open(), handle.row, handle.row.worktree, refs)
+    except GitError:
+        return None
+    assert git is not None  # (refs were read: it touched its `.git`)
+    counted = len(git.commits), git.below_base
+    with contextlib.suppress(OSError), durable.write_aside(kept) as f:
+        f.write(json.dumps({"refs": key, "commits": counted[0], "below_base": counted[1]}).encode())
+    return counted
