@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gitsess import durable
 from gitsess.errors import GitsessError
@@ -110,7 +110,7 @@ def _counted(ctx: RepoContext, handle: SessionHandle, view: OverlayView, sizes: 
         # The worktree is the real one: it is no mount point here (checked above), and the
         # session's own worktree was there when the view opened over it.
         refs = session_git.refs_of(view, session, session.worktree)
-        own = None if refs is None else _own(ctx, handle, view, refs)
+        own = None if refs is None else own_commits(ctx, handle, view, refs)
     except (GitsessError, KeyError, ValueError):
         return Counts(changed, None, bytes_by_kind=used)
     if refs is None:
@@ -118,20 +118,27 @@ def _counted(ctx: RepoContext, handle: SessionHandle, view: OverlayView, sizes: 
     if own is None:
         return Counts(changed, None, bytes_by_kind=used)
     off = (refs.head.branch or "(detached)") if refs.off_branch else None
-    return Counts(changed, own[0], bytes_by_kind=used, head_branch=off, below_base=own[1])
+    return Counts(
+        changed, len(own.commits), bytes_by_kind=used, head_branch=off, below_base=own.below_base
+    )
 
 
-def _own(
+class Own(NamedTuple):
+    """The session's own commits, oldest first, as (id, subject); how far its HEAD was reset
+    below its base."""
+
+    commits: list[tuple[str, str]]
+    below_base: int
+
+
+def own_commits(
     ctx: RepoContext, handle: SessionHandle, view: OverlayView, refs: GitRefs
-) -> tuple[int, int] | None:
-    """How many commits of its own the session has, and how far its HEAD was reset below its
-    base (None: its git cannot be read). Counted by pygit2 (which alone took longer than `ls`
-    does) when the refs they follow from changed since the last count; else the last count,
-    kept in the session dir (`layout.GIT_COUNTS`; not kept where the state dir is read-only,
-    inside a run)."""
+) -> Own | None:
+    """The session's own commits (None: its git cannot be read). Walked by pygit2 (which alone
+    took longer than `ls` does) when the refs they follow from changed since the last walk;
+    else the last walk's, kept in the session dir (`layout.GIT_COUNTS`; not kept where the
+    state dir is read-only, inside a run)."""
     import json
-
-    from gitsess.services import session_git
 
     kept = handle.dir / layout.GIT_COUNTS
     key = [refs.head.branch, refs.head.commit, refs.branch, refs.tip, handle.row.base_commit]
@@ -139,17 +146,28 @@ def _own(
     try:
         last = json.loads(kept.read_bytes())
         if last["refs"] == key:
-            return int(last["commits"]), int(last["below_base"])
+            return Own([(str(c), str(s)) for c, s in last["commits"]], int(last["below_base"]))
     except (OSError, ValueError, KeyError, TypeError):
-        pass  # none yet, or unreadable: counted again
-    from gitsess.git.repo import GitError
+        pass  # none yet, or unreadable: walked again
+    walked = _walk(ctx, handle, view, refs)
+    if walked is not None:
+        with contextlib.suppress(OSError), durable.write_aside(kept) as f:
+            f.write(json.dumps({"refs": key, **walked._asdict()}).encode())
+    return walked
 
+
+def _walk(ctx: RepoContext, handle: SessionHandle, view: OverlayView, refs: GitRefs) -> Own | None:
+    from gitsess.git.repo import GitError
+    from gitsess.git.scratch import scratch_repo
+    from gitsess.git.trees import subject
+    from gitsess.services import session_git
+
+    repo = ctx.open()
     try:
-        git = session_git.state(view, ctx.open(), handle.row, handle.row.worktree, refs)
+        git = session_git.state(view, repo, handle.row, handle.row.worktree, refs)
+        assert git is not None  # (refs were read: it touched its `.git`)
+        # The commits' objects are the session's own, read through its view.
+        with scratch_repo(repo, view) as objects:
+            return Own([(c, subject(objects, c)) for c in git.commits], git.below_base)
     except GitError:
         return None
-    assert git is not None  # (refs were read: it touched its `.git`)
-    counted = len(git.commits), git.below_base
-    with contextlib.suppress(OSError), durable.write_aside(kept) as f:
-        f.write(json.dumps({"refs": key, "commits": counted[0], "below_base": counted[1]}).encode())
-    return counted

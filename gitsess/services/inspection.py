@@ -225,16 +225,31 @@ def drift(session: Session, session_dir: Path) -> list[Drift]:
     The daemon records drift as it happens; a path the session no longer holds (applied, or
     dropped) has nothing left to conflict with and is left out.
     """
-    from gitsess.overlay import layout
-    from gitsess.runtime import mount
-    from gitsess.services.timeline import DeltaReader
+    from gitsess.overlay import control, layout
+    from gitsess.overlay.delta import drift_rows
 
     delta = layout.delta(session_dir)
-    mount.sync(session_dir)
-    with DeltaReader(delta) as reader:
-        rows = reader.drift()
-    if not rows or not session.worktree.is_dir():
+    if control.serving(str(session_dir)):  # (see `SessionHandle.sync`)
+        from gitsess.runtime import mount
+
+        mount.sync(session_dir)
+    if not delta.exists():
         return []
+    # One query through a plain connection: the audit log's reader (`timeline.DeltaReader`)
+    # took `ls` longer to load than to read.
+    try:
+        conn = schema.connect(str(delta), readonly=True)
+        try:
+            found = drift_rows(conn, after_ns=0)
+        finally:
+            conn.close()
+    except apsw.Error as e:
+        raise _damaged(delta, e) from e
+    if not found or not session.worktree.is_dir():
+        return []
+    from gitsess.services.timeline import Drift
+
+    rows = [Drift(path, time_ns) for path, time_ns in found]
     # What is hidden from the view (the state dir) never drifts: the watcher skips `.git`.
     from gitsess.overlay.view import OverlayView
 
@@ -252,25 +267,18 @@ class OwnCommit:
 
 
 def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
-    """The session's own commits, oldest first (`gitsess show` lists them)."""
-    from gitsess.services import session_git
+    """The session's own commits, oldest first (`gitsess show` lists them): as `ls` last
+    walked them, while the refs they follow from stay (`counts.own_commits`)."""
+    from gitsess.services import counts, session_git
     from gitsess.services.real_tree import real_root
 
-    if not SessionHandle(ctx, session).delta.exists():
+    handle = SessionHandle(ctx, session)
+    if not handle.delta.exists():
         return []
-    from gitsess.git.scratch import scratch_repo
-    from gitsess.git.trees import subject
-
-    repo = ctx.open()
-    with SessionHandle(ctx, session).view() as view:
-        if not view.touched_git():
-            return []
+    with handle.view() as view:
         try:
-            git = session_git.state(view, repo, session, real_root(session))
+            refs = session_git.refs_of(view, session, real_root(session))
+            own = None if refs is None else counts.own_commits(ctx, handle, view, refs)
         except GitsessError:  # a `.git` the session broke: no commits to list
             return []
-        if git is None:
-            return []
-        # The commits' objects are the session's own, read through its view.
-        with scratch_repo(repo, view) as objects:
-            return [OwnCommit(c, subject(objects, c)) for c in git.commits]
+        return [] if own is None else [OwnCommit(c, s) for c, s in own.commits]

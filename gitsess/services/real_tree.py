@@ -4,11 +4,14 @@ over it is `SessionHandle.view(root)`)."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
-from gitsess.git.repo import Repository, open_worktree
 from gitsess.services.counts import out_of_reach
 from gitsess.store.registry import Session
+
+if TYPE_CHECKING:  # (`show` asks `real_root` and needs no repository)
+    from gitsess.git.repo import Repository
 
 
 def real_root(session: Session) -> Path:
@@ -27,4 +30,6 @@ def real_root(session: Session) -> Path:
 
 def open_real(session: Session, root: Path) -> Repository:
     """The session's worktree repository."""
+    from gitsess.git.repo import open_worktree
+
     return open_worktree(root)
