@@ -498,7 +498,7 @@ def rm(
     removal = sessions.remove(discover(), ref, force=force)
     s = removal.session
     if as_json:
-        fields = asdict(removal)
+        fields = removal._asdict()
         del fields["session"]
         print_json({**asdict(s), **fields})
         return

@@ -28,9 +28,9 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext, discover, read_ref
@@ -116,8 +116,9 @@ class SessionInfo:
     out_of_reach: bool = False
 
 
-@dataclass(frozen=True)
-class RepoSessions:
+# Named tuples, not frozen dataclasses: every command that resolves a session loads this
+# module, and a dataclass's generated functions cost each of them a share of its start.
+class RepoSessions(NamedTuple):
     """The sessions of one repository, for `ls --everywhere`."""
 
     common_dir: Path
@@ -125,12 +126,11 @@ class RepoSessions:
     error: str | None = None  # the registry could not be read
 
 
-@dataclass(frozen=True)
-class Removal:
+class Removal(NamedTuple):
     session: Session
     removed_worktree: bool
     removed_branch: bool
-    notes: list[str] = field(default_factory=list)  # what was kept, and why
+    notes: list[str]  # what was kept, and why
     archive: str | None = None  # the ref keeping the session's unapplied changes
 
 
