@@ -53,7 +53,7 @@ __all__ = [
     "RepoSessions",
     "Session",
     "SessionInfo",
-    "WorktreeSpec",
+    "WorktreeSpec",  # (for annotations: its module loads with `new`, see `worktree_spec`)
     "check_bound",
     "close_names",
     "create",
