@@ -9,7 +9,6 @@ query; one that never touched its `.git` has no commits of its own, and git is n
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -26,8 +25,7 @@ if TYPE_CHECKING:
     from gitsess.services.session_git import GitRefs
 
 
-@dataclass(frozen=True)
-class Counts:
+class Counts(NamedTuple):  # (not a dataclass: see docs/ARCHITECTURE.md on the small commands)
     changed_files: int | None  # files that differ from the worktree's; None: no delta yet
     commits: int | None  # commits of the session's own that its branch lacks
     damaged: bool = False  # its delta.db cannot be read
