@@ -309,6 +309,18 @@ def _missing(count: int) -> str:
     return " ".join(words[-count:]) if words else "an argument"
 
 
+def echo_notes(notes: Sequence[str]) -> None:
+    for note in notes:
+        click.echo(f"gitsess: {note}", err=True)
+
+
+def write_bytes(data: bytes) -> None:
+    # patches are bytes (content need not be UTF-8): past the text layer, after what it holds
+    sys.stdout.flush()
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+
+
 def print_json(data: object) -> None:
     click.echo(json_text(data))
 

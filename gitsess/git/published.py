@@ -11,6 +11,11 @@ Metadata are `Gitsess-*:` trailers, as in archives: session id, name, title, bra
 time, the audit summary (events per operation, number of runs) and, with `--with-kv`, where
 the key-value store lies in the tree (`KV_PATH`). Nothing else about the machine is written:
 no worktree path, no command lines, no file names from the log.
+
+With `--with-kv` the key-value store is a file of the tree at `KV_PATH` (refused when the
+session has its own `.gitsess` there), marked by its trailer: a pull takes it into the kv store
+and never into the view, and a commit without the trailer holds such a file as the session's
+own.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Finding the repository, its common dir, its worktrees, and where gitsess keeps its state."""
+"""The repository through pygit2: opening it and its worktrees, HEAD, config, a few commit
+questions; `Repository` and `GitError` are what the layers above hold of pygit2. Where gitsess
+keeps its state is decided in `location.discover` alone (re-exported here)."""
 
 from __future__ import annotations
 

@@ -115,8 +115,8 @@ def merged_into(
         return True
     # At the session's base: merged only if that base is work on the branch (an apply moved
     # both there), not the commit the branch was made from. The graph of ref updates says
-    # which; the clocks (a commit's whole seconds, a creation time's fraction) only when git
-    # kept no reflog.
+    # which; the clocks (a commit's whole seconds, a creation time's fraction: they missed a
+    # merge when `new` and `apply` fell in one second) only when git kept no reflog.
     moved = moved_since_created(repo, branch)
     if moved is not None:
         return moved

@@ -5,7 +5,9 @@ are offered in order, each at most once per connection (libgit2 asks again after
 and would otherwise loop): for SSH the user name, the keys of the running ssh agent, then the
 default key files of `~/.ssh`; for HTTP(S) `$GITSESS_TOKEN` (user `$GITSESS_USERNAME`, else the
 URL's, else `git`), then git's credential helpers (`credential.helper`), asked with git's
-credential protocol.
+credential protocol: only `get`, so gitsess never stores or erases a credential, and a helper
+named by a bare name is found as `git-credential-<name>` on PATH or in git's usual exec dirs,
+since `git` itself is never run. Fetches take objects only, into no local ref.
 """
 
 from __future__ import annotations

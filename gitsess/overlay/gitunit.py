@@ -10,9 +10,14 @@ instant (`_real_state`: read twice alike, with none of git's lock files on them 
 itself leaves them between two commands). A HEAD renamed in while they are the session's own
 (`git checkout other`) takes the branch it names along (`_own_branch`).
 
-Whether they are the session's own is the view's `.git/HEAD` being an upper file (or gone);
-an apply that hands them back to the real repository drops all three together
-(`services/session_git.py`).
+Whether they are the session's own is the view's `.git/HEAD` being an upper file (or gone); an
+apply that hands them back to the real repository drops all three together
+(`services/session_git.py`). Once they are its own, a real branch that moves later is not the
+session's HEAD: `show` counts it "behind" by the new commits, and `apply --commit` replays onto
+them. A real git's lock file on them is never in the view (`hides_real_lock`, asked by
+`Tree.find`): a git inside would take it for its own and fail ("File exists"). The race left: a
+git command inside that read the real state just before an outside commit, and writes after it,
+writes what it read.
 """
 
 from __future__ import annotations

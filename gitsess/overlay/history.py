@@ -7,14 +7,23 @@ in epoch E, its state then, which is its state at checkpoint E, is saved under E
 data files in `checkpoints/E/<ino>`). A key's state at checkpoint C is then its earliest saved
 state of an epoch >= C, or, if none, its current one: it has not changed since. So a checkpoint
 costs one row, a write after it one save per key, and a write with no checkpoint since its
-key's last save a set lookup.
+key's last save a set lookup (`_nodes`, `_dentries`, `_data`, filled from the epoch's rows the
+first time the epoch is seen: an earlier daemon may have saved some). Rows are saved inside the
+writer's batch transaction (`DeltaStore.commit` calls `save_rows` before it writes), so a save
+and the change it precedes commit together. A data file is saved before its first change in
+place (`DeltaStore.keep_data`, from the tree's writes and truncates) by a reflink where the
+filesystem has them, else a copy that keeps holes; a data file that goes is renamed into the
+checkpoint's directory (`retire_data`), so deleting a big file after a checkpoint copies
+nothing. `.git` is rows like any path, `objects/` included: the session's commits and objects
+are covered too.
 
 A rewind to C first makes a checkpoint (the state before it, N), then writes every key saved
 at an epoch >= C back to its state at C through the same saving, so everything it replaced is
 saved under N and `undo` rewinds to N. It is one transaction; data files are copied aside
 first (`<ino>.rw`) and renamed into place after the commit, which records them, so that a
 process killed at any point leaves the old state or the new one (`finish_rewind` completes
-the renames on the next open).
+the renames on the next open; without its record, `clear_unfinished` removes the copies and
+the saves under an epoch no checkpoint has).
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ old data file or worktree file: the rewind replaces data files by a rename, neve
 until the kernel is told its new attributes (a GETATTR, a LOOKUP, any reply that carries
 them). That reply has a new size or mtime, so the kernel drops the pages it holds
 (FUSE_AUTO_INVAL_DATA); from then on it asks for everything again and gets the new content.
-A write to the file, or the kernel forgetting it, ends the old content too.
+A write to the file, or the kernel forgetting it, ends the old content too. Left open: two
+processes reading one such file at once, one of them asking its attributes while the other is
+between its size and its read (that one then joins the old size with new bytes).
 """
 
 from __future__ import annotations

@@ -2,15 +2,21 @@
 
 In a private mount namespace the view is bind-mounted over the worktree's real path, so the
 command's cwd and every absolute path are the ones it knows. The view's `.git` is the session's
-own (copy-on-write), so git inside changes only the session. The real gitsess state dir is bound
-read-only at its real path (over the view's stand-in for it when it lies in the worktree: found
-by name, never listed): gitsess commands inside read their registry and delta there, and write
-only through the session's daemon (`kv`), so a run can neither destroy a session's delta nor
-plant an apply journal. The command gets a PID namespace of its own with a fresh /proc: no
+own (copy-on-write), so git inside changes only the session. The real gitsess state dir is
+bound read-only at its real path (over the view's stand-in for it when it lies in the worktree:
+found by name, never listed): gitsess commands inside read their registry and delta there, and
+write only through the session's daemon (`kv`), so a run can neither destroy a session's delta
+nor plant an apply journal. The command gets a PID namespace of its own with a fresh /proc: no
 outside process is visible, so no `/proc/<pid>/root` (or `cwd`, `fd`) leads out of the view.
 Last, a user namespace of its own locks every mount it inherits: it can neither unmount the
 view nor remount the state dir writable (mounts copied into a less privileged namespace are
-locked, MNT_LOCKED and the locked flags). What a run does not isolate: see the README.
+locked, MNT_LOCKED and the locked flags). An agent's own isolation root (`homes/<uuid>`) is
+bound writable again over the sealed state dir. A read-only run's view is remounted read-only:
+the kernel answers EROFS even when it joins a writable live session, so the daemon needs no
+per-request look at who writes. Where any step fails, `spawn` refuses before the command
+starts, with the reason: it never falls back to running in the mount point, where absolute
+paths reach the real tree. `gitsess doctor` tries the same steps on temporary directories
+("runs in place"). What a run does not isolate: see the README.
 
 The processes, each forked from the one before (the first by `subprocess.Popen`):
 

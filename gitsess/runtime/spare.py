@@ -17,6 +17,12 @@ command's working directory. A spare with no daemon left and nothing asked of it
 exits; one asked while it is not there is started (`start`), and the command falls back to a
 daemon of its own when none answers (`mount._start_daemon`).
 
+The price: a forked daemon's command line is the spare's and names no session (`gitsess ps`
+names it; `runtime/strays.py` and the tests find a daemon by its open `delta.db`). Not done: a
+guard that owns less. The daemon's guard, forked after the imports, comes to own every page the
+daemon writes since; one guard per user forked from the spare would need to learn each daemon's
+FUSE connection and to see a stuck daemon without the death signal, which only a child gets.
+
 Nothing at the top but what `cli.main` loads anyway (see `prestart`).
 """
 

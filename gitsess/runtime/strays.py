@@ -3,10 +3,11 @@ from the mount table. A daemon notices either within seconds and exits (overlay/
 what `gitsess ps` and `gc` find here are those that did not (a daemon of an older gitsess, one
 stuck on a full disk it can no longer save to).
 
-A daemon is found by its command line (started directly or prestarted), its session by the
-control socket it listens on (`\\0gitsess-ID`, listed in /proc/net/unix with its inode, which its
-descriptors name), its delta by the descriptor open on `delta.db`. Its mount point is what it
-answers when asked; one that answers nothing is left alone unless its delta.db is deleted.
+A daemon is found by its command line (the daemon's module when started directly, the
+spare's when forked from it), its session by the control socket it listens on
+(`\\0gitsess-<id>-<random>`, listed in /proc/net/unix with its inode, which its descriptors
+name), its delta by the descriptor open on `delta.db`. Its mount point is what it answers when
+asked; one that answers nothing is left alone unless its delta.db is deleted.
 """
 
 from __future__ import annotations

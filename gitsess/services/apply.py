@@ -4,6 +4,34 @@ The git layer computes and writes; this module decides what a session command me
 which real worktree to compare with, which paths then leave the delta and where the base moves.
 How a path written to during an apply stays, and how an apply killed half-way is completed, is
 in `services/apply_journal.py`.
+
+Every command compares the view with the real worktree (`git/changes.py`), and when the
+worktree's HEAD moved since the session's base (a `git pull`, another session's apply) it first
+merges the session's changes three-way onto that HEAD (`merge_onto_head`): compared with the
+real files alone, the branch's new lines read as removed by the session, and `--patch` and
+`--worktree` wrote them back out. A conflict there changes nothing; `diff` notes it and shows
+the session's side.
+
+`--commit` lands on the session's branch, or `--branch B` (a new branch starts at the session's
+base; a session on a detached HEAD needs one). `apply_commit` settles who commits before it
+builds anything, so a missing identity writes no commit objects. The base moves to the new
+commit when it is on the session's own branch or on the one its worktree has checked out; the
+applied paths leave the delta only when that worktree was updated, since otherwise the view
+must still show them. Commits made inside the session (`services/session_git.py`) go first,
+promoted and replayed (`git/replay.py`). A session whose own HEAD is on another branch is
+refused unless `--branch` names the target, and its HEAD, index and branch ref are handed back
+to the real repository only when that HEAD is on the target (`SessionGit.stale_after_apply`),
+so a branch made inside is never taken from it. When the branch has the session's HEAD already
+(merged outside), the changes go on the tip with that HEAD as their base
+(`session_git.reached`); a path a session commit changed that the view shows as the worktree
+has it is committed as the view has it (`session_git.reverted_in_view`). `squash` needs none of
+this: the real worktree is still at the base, so the view's changes against it hold every
+commit, and one commit takes them. A branch that moves under the apply is retried
+(`_MOVED_TRIES`), then reported.
+
+`--patch` and `--worktree` compare the view with the real worktree, so the commits' changes are
+in them and no branch moves; `--patch --mbox` writes one mail per session commit, then one for
+the changes since (`git/commit_mails.py`), which `git am` applies on the base.
 """
 
 from __future__ import annotations

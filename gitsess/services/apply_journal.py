@@ -5,6 +5,9 @@ Keeping the session still. A live session may be written to while an apply runs.
 that is to leave the delta is checked first against the state the apply read (kind, mode, size,
 mtime as the view reports them, which any write through the mount changes); a path written to
 meanwhile stays in the delta, with every directory above it that the apply would have dropped.
+The daemon checks again as it drops (`Tree.written_since`, between two requests), so a write
+that came in after this look is never dropped either. One apply, discard or reconcile of a
+session runs at a time (`flock` on the session's `apply.lock`).
 
 Crash safety. Before anything visible changes, an apply that will write the real tree writes a
 journal (`apply-journal.json` in the session dir, written aside, fsync'd and renamed): the git
@@ -12,7 +15,11 @@ layer's prepared `CommitResult`, or the worktree paths to write, with the paths 
 states they must still have. Every command that touches a session first completes a journal
 it finds (`reconcile`): `finish_commit` again, or the remaining worktree writes, then the pruning
 and the base move. The branch ref moves last and compare-and-swap, so a commit is never made
-twice.
+twice; a commit that cannot be completed (the branch moved meanwhile) never became visible, so
+its journal goes with a note and the delta still holds everything. What the killed apply wrote
+aside and never renamed in is removed (a writer that is gone only). `run` and `mount` complete
+a journal before they mount, so a view never shows a half-applied session, and `gc` completes
+those of sessions nobody touches.
 """
 
 from __future__ import annotations

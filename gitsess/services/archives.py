@@ -12,6 +12,11 @@ archived worktree if it is still one (else the current one), lays the tree's cha
 offline (`lay_paths`, through `viewwrite`), brings back its id (unless taken), its kv store and
 its commits, and deletes the ref only once the session is made. An archive is checked path by
 path first (`check_paths`), as a pulled commit is.
+
+`archive` compares the view with the real worktree; when that is gone, it lays the view over a
+stand-in of what the worktree held (`_archive_over_stand_in`, which `gc`'s sweep uses too
+through `archive_without_worktree`). A missing identity falls back to
+`gitsess <gitsess@localhost>`: bookkeeping must not stop `rm`.
 """
 
 from __future__ import annotations
@@ -77,11 +82,11 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
     Only what git can hold is kept: tracked and untracked-not-ignored files and symlinks (not
     ignored files, permission bits other than the executable bit, empty directories).
     """
-    if not SessionHandle(ctx, session).delta.exists():
+    delta = SessionHandle(ctx, session).delta
+    if not delta.exists():
         return Archived(None)  # never mounted: nothing was ever written
     if not session.worktree.is_dir():
-        return Archived(None, (f"{session.worktree} is gone: the session's changes could not "
-                               "be compared with it and were not archived",))  # fmt: skip
+        return Archived(_archive_over_stand_in(ctx, session, delta))
 
     with prepare(ctx, session) as p, p.handle.view(p.root) as view:
         changes = compute_changes(view, p.repo)
@@ -139,11 +144,7 @@ def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
 
 def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
     """Archive the unapplied changes of a session whose worktree is gone, then drop its delta,
-    so that `sessions.remove` finds nothing left that it could not compare.
-
-    The view is laid over a stand-in holding what the worktree held: its branch's tip (git
-    refuses to remove a worktree with uncommitted changes), else the session's base.
-    """
+    so that `sessions.remove` finds nothing left that it could not compare."""
     delta = SessionHandle(ctx, session).delta
     if not delta.exists():
         return []
@@ -152,28 +153,7 @@ def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
         raise GitsessError(f"session {session.name} is in use (pid {pids})")
     live.unmount(ctx, session)
-    repo = ctx.open()
-    branch_tip = tracking.tip_id(repo, session.branch) if session.branch else None
-    lower = branch_tip if branch_tip is not None else session.base_commit
-    ref = None
-    with tracking.stand_in(repo, lower, ctx.state_dir) as top, OverlayView(delta, top) as view:
-        changes = compute_changes(view, open_worktree(top))
-        if changes.git_changes():
-            ref = create_archive(
-                repo,
-                view,
-                changes,
-                base=session.base_commit,
-                name=session.name,
-                fields={
-                    "session_id": session.id,
-                    "name": session.name,
-                    "title": session.title,
-                    "worktree": str(session.worktree),
-                    "branch": session.branch,
-                    "created_at": session.created_at.isoformat(),
-                },
-            )
+    ref = _archive_over_stand_in(ctx, session, delta)
     for suffix in ("", "-wal", "-shm"):
         delta.with_name(delta.name + suffix).unlink(missing_ok=True)
     if ref is None:
@@ -182,6 +162,35 @@ def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
         f"unapplied changes archived as {ref}; `gitsess restore "
         f"{ref.removeprefix(ARCHIVE_PREFIX)}` brings the session back"
     ]
+
+
+def _archive_over_stand_in(ctx: RepoContext, session: Session, delta: Path) -> str | None:
+    """The archive ref of a session whose worktree is gone (None: nothing to keep), its view
+    laid over a stand-in holding what the worktree held: its branch's tip (git refuses to
+    remove a worktree with uncommitted changes), else the session's base. The session's own
+    commits are not kept (they need the worktree's git state to be told apart)."""
+    repo = ctx.open()
+    branch_tip = tracking.tip_id(repo, session.branch) if session.branch else None
+    lower = branch_tip if branch_tip is not None else session.base_commit
+    with tracking.stand_in(repo, lower, ctx.state_dir) as top, OverlayView(delta, top) as view:
+        changes = compute_changes(view, open_worktree(top))
+        if not changes.git_changes():
+            return None
+        return create_archive(
+            repo,
+            view,
+            changes,
+            base=session.base_commit,
+            name=session.name,
+            fields={
+                "session_id": session.id,
+                "name": session.name,
+                "title": session.title,
+                "worktree": str(session.worktree),
+                "branch": session.branch,
+                "created_at": session.created_at.isoformat(),
+            },
+        )
 
 
 # ---------------------------------------------------------------------------------------------

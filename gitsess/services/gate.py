@@ -8,6 +8,15 @@ in a throwaway session view of that commit over the real worktree (`result_view`
 for real only if the test passed and the branch's tip is still the one tested; a moved tip
 means building and testing again, up to `retries` more times. The test's output is kept in
 the session dir, its run in the registry (`gitsess log` lists it).
+
+The throwaway ref is `refs/gitsess/gate/<session-id>`: no branch of the worktree, so building
+on it moves no base, drops nothing from the delta and touches no file; it goes right after.
+While the result is built, the spare imports the overlay on the other core, for the trial
+view's daemon. The test runs as `sh -c CMD` without the `GITSESS_*` variables: it is not inside
+the session, and a gitsess it starts must not act on it. A live writer is not stopped: a session
+written to between the test and the apply lands what it has then, and the outcome says so
+when the committed tree is not the tested one. A plain `apply` or a `git commit` to the branch
+meanwhile is what the retry is for.
 """
 
 from __future__ import annotations

@@ -9,7 +9,14 @@ never fails the git command: `run_hook` logs its errors to `<state>/hooks.log`.
 
 What each hook does is a choice of sweeps from `gitsess.services.gc`; they look at how things
 stand, so a missed hook (installed late, a libgit2 tool that runs none) is caught up by the next
-one, or by `gitsess gc`.
+one, or by `gitsess gc`. Every hook that reaches Python runs `worktree-gone`, `branch-gone` and
+`detached`; post-merge adds `merged` into the current branch (not for a squash merge, which
+commits nothing yet) and `committed`; post-commit adds `committed` for the current branch;
+post-rewrite moves the bases it rewrote (`rewritten`), then `committed`. `run_hook` holds
+`gc.lock` (two hooks of concurrent git commands must not both remove a session), and does
+nothing for git in another repository run from inside a session (it still has `$GITSESS_DIR`).
+Hooks are synchronous: the notes appear under the git command that caused them, and `gitsess
+ls` right after `git branch -D` is right.
 
 Only what can matter reaches Python: reference-transaction only when committed, for a deleted
 branch whose name appears in `sessions.db` or its WAL; post-commit not during a rebase;

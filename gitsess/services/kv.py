@@ -2,7 +2,10 @@
 
 Safe beside a live daemon: delta.db is in WAL mode, every write here is one short
 `BEGIN IMMEDIATE` transaction. Inside a run the state dir is read-only (`runtime/inplace.py`):
-writes go through the session's daemon there, which is live as long as the run is.
+writes go through the session's daemon there, which is live as long as the run is. The daemon
+itself never touches the table otherwise. A write makes delta.db when the session has none yet;
+a read never does. The command line stores `kv set KEY VALUE` as a string and parses VALUE only
+with `--json`: guessing whether `3` is a number or a string would type a value by its content.
 """
 
 from __future__ import annotations

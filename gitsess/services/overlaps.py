@@ -6,6 +6,13 @@ Everything is computed in a scratch repository (`git/scratch.py`): the sessions'
 merges live in memory and are dropped, so nothing is written (a blob over `BIG_FILE` is the
 one exception, as for a diff: the scratch repository streams those to the object store, where
 `git gc` prunes them unless a commit comes to use them).
+
+Sessions are grouped by worktree and branch. Each session with git-visible changes is a tree:
+its base tree with its changed paths (`compute_changes` against the real worktree). Two
+sessions that changed a path in common are merged over the merge base of their two bases; a
+session is also merged with its branch's tip when the branch moved since its base and changed
+one of its paths. `ls` marks the sessions that would conflict (`conflicting`), and `apply
+--commit` names those the branch conflicts with once it landed (`gate.py`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,11 @@
 """The session's real worktree (never from inside a session) and its repository (the view
-over it is `SessionHandle.view(root)`)."""
+over it is `SessionHandle.view(root)`).
+
+Inside a run the worktree's own path shows the view, and nothing there leads to the real files:
+no outside process is visible, so no `/proc/<pid>/root` (`runtime/inplace.py`). So `real_root`
+refuses there rather than find another way; the way it once had, through the daemon's
+`/proc/<pid>/root`, was the way out of a run that issue 37 closed.
+"""
 
 from __future__ import annotations
 

@@ -22,6 +22,13 @@ pull refuses a session with participants inside. It is not atomic: a pull killed
 leaves the sync record as it was, so the next pull needs `--force`, which archives first.
 `_standing` says how a remote session stands to the local one, for `pull` and `ls --remote`
 alike, so a listing never says `behind` where pull says diverged.
+
+A push whose remote commit holds this state already (tree, base, title, branch) pushes nothing.
+A pull that takes the remote's state discards the session's git-visible changes (not ignored
+files: build output stays), lays the commit's and moves the base to the commit's; the keys the
+commit carries are set, others stay (they may be ones that never leave this machine). A
+session is named by its ref, never by its `Gitsess-Name` trailer, which is only flagged when it
+says otherwise.
 """
 
 from __future__ import annotations

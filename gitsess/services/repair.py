@@ -2,8 +2,16 @@
 damaged or lost `sessions.db` forgot is lost with it.
 
 A session dir holds the session's changes (delta.db, data files); its name and binding lived in
-the registry only. A session dir no row owns comes back as `recovered-<id prefix>`, bound to the
-worktree the command runs in, at its HEAD: its changes can then be diffed, applied or archived.
+the registry only. A session dir no row owns comes back as `recovered-<id prefix>`, bound to
+the worktree the command runs in, at its HEAD: its changes can then be diffed, applied or
+archived.
+
+First the registry itself: one SQLite cannot read is set aside (`sessions.db.damaged-<time>`),
+and the sessions come back in a new one; in one it can, text that is not UTF-8 is mended in
+place (`Registry.mend_text`), since every command reading such a row fails on it. `doctor`
+without `--repair` finds both (`Registry.problems`, which runs SQLite's `quick_check` too). A
+session dir holds changes when its delta.db has a name or a key-value, or cannot be read
+(`holds_changes`): `gc` never deletes one.
 """
 
 from __future__ import annotations

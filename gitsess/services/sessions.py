@@ -2,19 +2,21 @@
 
 Each function takes the RepoContext of the invocation and returns dataclasses; rendering is the
 CLI's job. Sessions are addressed by a *ref*, resolved in order: `-N` (the N-th most recently
-created; never creates), an exact name, a full id, a hex id prefix of 4+ characters (an error
-listing the candidates if several match; shorter ones are names only, so a run cannot land in
-an unrelated session), else unknown (or, with `create_missing`, created; a concurrent creator
-of the same name wins). No ref means `$GITSESS_SESSION`.
+created, by `seq`, not by last use, so an offset does not shift as sessions are used; `-0` and
+past the end are errors; never creates), an exact name, a full id, a hex id prefix of 4+
+characters (an error listing the candidates if several match; shorter ones are names only, so a
+run cannot land in an unrelated session), else unknown (or, with `create_missing`, created; a
+concurrent creator of the same name wins). No ref means `$GITSESS_SESSION`.
 
 Names are `[A-Za-z0-9][A-Za-z0-9._-]{0,63}` that make a valid branch `gitsess/<name>` and are
-no UUID; without one, `new` picks a free adjective-noun pair. `remove` deletes the row and the
-session dir in one transaction (if the directory cannot go, the row stays), stopping a mounted
-daemon first and refusing while participants are inside; unapplied work is archived first
-(`archives.archive`), and the worktree and branch go only if gitsess made them. `check_bound`
-(before `run` mounts) compares the branch checked out in the worktree with the session's, not
-the `state` column, so it holds without hooks; `--rebind` takes the branch checked out now,
-its HEAD the new base.
+no UUID (a UUID is always an id). Without one, `new` picks a free adjective-noun pair, also
+avoiding a worktree or branch of that name (`worktree.name_in_use`: `rm` may have kept them,
+and `--worktree` would collide). `remove` deletes the row and the session dir in one
+transaction (if the directory cannot go, the row stays), stopping a mounted daemon first and
+refusing while participants are inside; unapplied work is archived first (`archives.archive`),
+and the worktree and branch go only if gitsess made them. `check_bound` (before `run` mounts)
+compares the branch checked out in the worktree with the session's, not the `state` column, so
+it holds without hooks; `--rebind` takes the branch checked out now, its HEAD the new base.
 
 The services that only some commands use import their heavy modules (the overlay, apply, the
 agents, git's tracking and archive code) where they need them: every command is a process of

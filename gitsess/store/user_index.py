@@ -2,6 +2,10 @@
 
 It holds repositories only, not sessions: listing reads each repository's own registry, so
 names, titles and states are never stale, and renaming a session needs no index update.
+`sessions.create` adds the repository before it inserts the session (an entry without sessions
+is harmless; a session no entry leads to would be lost to `--everywhere`), `sessions.remove` of
+the last session takes it out, and `sessions.list_everywhere` drops repositories whose
+registry is gone and reports an unreadable one without failing.
 """
 
 from __future__ import annotations

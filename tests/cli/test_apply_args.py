@@ -7,7 +7,9 @@ from pathlib import Path
 import click
 import pytest
 
-from gitsess.cli.apply_cmds import colour_patch, parse_author, split_positional
+from gitsess.cli.apply_cmds import parse_author
+from gitsess.cli.diff_cmds import colour_patch
+from gitsess.cli.pathspec_args import split_positional
 from gitsess.errors import GitsessError
 from gitsess.services.apply import root_pathspecs
 from gitsess.services.apply_journal import droppable

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.git.binding import WorktreeSpec
 from gitsess.git.repo import RepoContext
 from gitsess.services import sessions
 from gitsess.store.registry import Session
@@ -109,6 +110,20 @@ def test_rm_archives_unapplied_work_and_restore_brings_it_back(
         assert tree_state(back.mnt) == expected
     assert git(repo, "for-each-ref", "refs/gitsess/") == ""
     assert "No archived sessions" in cli("archives")[0]
+
+
+def test_rm_of_a_session_whose_worktree_is_gone_archives_its_work(
+    ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    made = sessions.create(ctx, "gone", worktree=WorktreeSpec())
+    with mounted(ctx, made) as m:
+        m.write("notes/idea.txt", "kept though the worktree went\n")
+    git(repo, "worktree", "remove", str(made.worktree))
+    _, err = cli("rm", "gone")
+    assert "archived as refs/gitsess/archive/gone" in err
+    assert git(repo, "show", "refs/gitsess/archive/gone:notes/idea.txt") == (
+        "kept though the worktree went"
+    )
 
 
 def test_rm_without_unapplied_changes_archives_nothing(

@@ -125,6 +125,24 @@ def test_git_inside_renames_its_new_objects_in(worked: Path) -> None:
     assert dot_git(worked) == before
 
 
+def test_git_inside_a_run_never_repacks_on_its_own(worked: Path) -> None:
+    """A commit inside starts no automatic maintenance, which would repack every object, the
+    real repository's too, into the session; an explicit `git gc` still packs."""
+    git(worked, "repack", "-q")
+    commit(worked, "packed", "second pack\n", "to pack")
+    git(worked, "repack", "-q")
+    git(worked, "config", "gc.autoPackLimit", "1")  # more than one pack is too many
+    packs = "ls .git/objects/pack | grep -c 'pack$';"
+    done = run(
+        worked,
+        "exp",
+        f"{packs} for i in 1 2 3; do echo $i > n$i; git add n$i; git commit -q -m c$i; done;"
+        f" {packs} git gc -q && {packs}",
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["2", "2", "1"]
+
+
 def test_rm_rf_of_a_mounted_views_git_leaves_the_real_one(worked: Path, tmp_path: Path) -> None:
     before = dot_git(worked)
     view = tmp_path / "view"

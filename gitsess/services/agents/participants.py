@@ -2,6 +2,11 @@
 
 A participant is one (session, role) row. Its isolation root and lever are chosen once, when the
 role first runs, and re-applied on every resume, so the CLI finds its own conversations again.
+Its seeds follow the profile as it is now: an original made since the last run is linked at
+the next (a missing one is noted when the set changes, not every run). The command gets
+`GITSESS_ROLE` and `GITSESS_AGENT_ROOT` besides the lever; the turn hook and the MCP arguments
+go only to the CLI itself, not to another command run in its role. A run without `--agent` or
+`--role` never reaches this package.
 
 `prepare` inserts or finds the row, creates and locks the root, sweeps for refreshed seeds,
 seeds the root, marks the row running, starts the refresher, and returns the argv and

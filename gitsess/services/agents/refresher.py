@@ -2,8 +2,10 @@
 
 `python -m gitsess.services.agents.refresher COMMON_DIR STATE_DIR SEED...` watches the directories
 holding the participant's seeds and sweeps every root of the repository when a seed has become a
-regular file, so that a token one agent refreshed reaches the others while they run. It stops on
-SIGTERM (between sweeps, never inside one), and when its stdin closes: its parent died.
+regular file, so that a token one agent refreshed reaches the others while they run. The watch
+is not recursive: a linked directory among the seeds (a `plugins/`) would lead it into the
+shared originals. It stops on SIGTERM (between sweeps, never inside one; `finish` sends it),
+and when its stdin, a pipe from `gitsess run`, closes: it never outlives its participant.
 """
 
 from __future__ import annotations

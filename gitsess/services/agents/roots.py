@@ -6,9 +6,12 @@ nothing here ever writes through a seed, and only a refresh writes an original (
 A CLI refreshes a credential by renaming a temporary file over it, which turns the seed's link
 into a private file. A sweep looks at every linked seed of every row of the repository and, for
 each original with replacements, takes the newest: if it is newer than the original and
-differs, it is written over the original's real path (temp file, fsync, rename; mode kept);
-then every replaced path is linked again, only if the file is still the one looked at, so a
-refresh racing the sweep is taken by the next one. Seeds are recorded on the row as `linked`,
+differs, it is written over the original's real path (temp file, fsync, rename; mode kept), so
+a dotfile that is itself a symlink keeps its link; an older replacement is only linked again
+(the original won). Then every replaced path is linked again, only if the file is still the one
+looked at, so a refresh racing the sweep is taken by the next one. Sweeps run at `prepare`, at
+`finish`, before a purge (a token refreshed in a root about to go is not lost) and from the
+refresher. Seeds are recorded on the row as `linked`,
 `missing` or `private` (the agent's own file there, never clobbered).
 """
 
