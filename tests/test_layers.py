@@ -234,6 +234,8 @@ NOT_FOR_SMALL = (
     "gitsess.overlay.view",
     "gitsess.git.view",
     "gitsess.git.binding",
+    "gitsess.store.agent_rows",
+    "gitsess.services.inspection_fs",
 )
 
 LOADED_MODULES = LOADED.replace("if m in heavy", "if m.startswith(('gitsess.', 'json', 'socket'))")

@@ -25,7 +25,8 @@ from gitsess.errors import GitsessError
 from gitsess.store import db, schema
 
 if TYPE_CHECKING:
-    from gitsess.store.rows import Participant, Run, Seed, Synced
+    from gitsess.store.agent_rows import Participant, Seed
+    from gitsess.store.rows import Run, Synced
 
 
 @dataclass(frozen=True)
@@ -375,7 +376,7 @@ class Registry:
         self.conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     def participant(self, session_id: str, role: str) -> Participant | None:
-        from gitsess.store.rows import PARTICIPANT_COLUMNS, participant_of
+        from gitsess.store.agent_rows import PARTICIPANT_COLUMNS, participant_of
 
         with self.guard():
             row = self.conn.execute(
@@ -386,7 +387,7 @@ class Registry:
 
     def participants(self, session_id: str | None = None) -> list[Participant]:
         """The participants of one session, or of every session; by session age, then role."""
-        from gitsess.store.rows import PARTICIPANT_COLUMNS, participant_of
+        from gitsess.store.agent_rows import PARTICIPANT_COLUMNS, participant_of
 
         columns = ", ".join(f"p.{c}" for c in PARTICIPANT_COLUMNS.split(", "))
         with self.guard():

@@ -1,8 +1,8 @@
-"""The rows of the registry's other tables, as `Registry` returns them: runs, participants
-(with their seeding records), synced states.
+"""The rows of the registry's runs and synced states, as `Registry` returns them (its
+participants: `agent_rows.py`).
 
-Apart from `registry.py`, which loads them when it makes one: `ls`, `show` and `kv get` read
-sessions only, and each of these classes took a share of their start.
+Apart from `registry.py`, which loads them when it makes one: `ls` and `kv get` read sessions
+only (`show` reads runs too), and each of these classes took a share of their start.
 """
 
 from __future__ import annotations
@@ -40,61 +40,6 @@ def run_of(row: tuple[Any, ...]) -> Run:
         started_at=datetime.fromisoformat(started),
         ended_at=None if ended is None else datetime.fromisoformat(ended),
         exit_code=code,
-    )
-
-
-@dataclass(frozen=True)
-class Seed:
-    """One entry of a participant's seeding record: `path` in its root, the shared `target`."""
-
-    path: str  # relative to the isolation root
-    target: str  # the original the symlink points at
-    status: str  # "linked", "missing" (no original) or "private" (the agent has its own file)
-
-
-@dataclass(frozen=True)
-class Participant:
-    """One row of the `participants` table: an agent role working in a session."""
-
-    id: int
-    session_id: str
-    role: str
-    kind: str
-    isolation_uuid: str
-    root: Path
-    lever: str  # JSON that the agents layer reads
-    seeded: tuple[Seed, ...]
-    pid: int | None  # the `gitsess run` holding the role, while or when last running
-    state: str  # "idle" or "running"
-    started_at: datetime | None
-    ended_at: datetime | None
-
-
-PARTICIPANT_COLUMNS = (
-    "id, session_id, role, kind, isolation_uuid, root, lever, seeded, pid, state, started_at, "
-    "ended_at"
-)
-
-
-def _time(text: str | None) -> datetime | None:
-    return None if text is None else datetime.fromisoformat(text)
-
-
-def participant_of(row: tuple[Any, ...]) -> Participant:
-    (id_, session_id, role, kind, uuid, root, lever, seeded, pid, state, started, ended) = row
-    return Participant(
-        id=id_,
-        session_id=session_id,
-        role=role,
-        kind=kind,
-        isolation_uuid=uuid,
-        root=Path(root),
-        lever=lever,
-        seeded=tuple(Seed(**s) for s in json.loads(seeded)),
-        pid=pid,
-        state=state,
-        started_at=_time(started),
-        ended_at=_time(ended),
     )
 
 
