@@ -115,35 +115,56 @@ def run_fleet(b: Bench, corpus: Corpus) -> list[Result]:
                 [GITSESS_CLI, "rm", name, "--force"], cwd=corpus.repo, env=b.env,
                 capture_output=True, check=False,
             )  # fmt: skip
-    return [*first_status(b, corpus), _commits(b, corpus)]
+    return [*first_status(b, corpus), commits(b, corpus)]
 
 
 COMMITS = 200
+COMMITS_KEY = "commits"  # --only: the fleet's commits row alone
 
 
-def _commits(b: Bench, corpus: Corpus) -> Result:
-    """`COMMITS` commits of one changed file each, one after another, inside a view: natively
-    in a copy of the repository made for each run, in fuse-overlayfs and gitsess over it, each
-    run a fresh view (the commits stay in its upper layer or delta)."""
-    res = Result("commits", f"{COMMITS} commits inside", [Goal(NATIVE, 1.3)])
+def commits(b: Bench, corpus: Corpus) -> Result:
+    """`COMMITS` commits of one changed file each, one after another, as an agent makes them:
+    inside `gitsess run` (in place, with the git settings a run gives git), timed from inside
+    the run by `bench.git_timer`; natively in a copy of the repository made for each run, and
+    in a fuse-overlayfs view over it, with the same settings but the fsmonitor hook (which
+    only gitsess's daemon answers). Each run a fresh session or view."""
+    from gitsess.services import live
+
+    res = Result(COMMITS_KEY, f"{COMMITS} commits inside", [Goal(NATIVE, 1.3)])
     rel = corpus.files[0]
     script = (
         f"for i in $(seq {COMMITS}); do echo $i >> {shlex.quote(rel)};"
         " git commit -qam c$i || exit 1; done"
     )
+    commits = ["sh", "-c", script]
+    plain = live.git_config_env(b.env, live.UNTRACKED_CACHE_CONFIG)
     for run in range(b.cfg.slow_runs):
         for target in rotation(run):
-            lower = corpus.repo
-            if target == NATIVE:
-                lower = b.scratch / f"commits-{run}"
-                _run(["cp", "-a", str(corpus.repo), str(lower)])
-            try:
-                with b.view(target, lower) as view:
-                    step = functools.partial(_run, ["sh", "-c", script], view.root, b.env)
+            if target == OVERLAYFS:
+                with b.view(target, corpus.repo) as view:
+                    step = functools.partial(_run, commits, view.root, {**b.env, **plain})
                     res.add(target, timed(step))
+                continue
+            lower, name = corpus.repo, f"commits-{run}"
+            if target == NATIVE:
+                lower = b.scratch / name
+                _run(["cp", "-a", str(corpus.repo), str(lower)])
+            else:
+                gitsess_cli(b, corpus.repo, "new", name)
+            try:
+                timer = GitTimer(b, target, lower, name, None if target == GITSESS else plain)
+                try:
+                    res.add(target, timer.ask(cmd=commits))
+                finally:
+                    timer.close()
             finally:
                 if target == NATIVE:
                     shutil.rmtree(lower, ignore_errors=True)
+                else:
+                    subprocess.run(
+                        [GITSESS_CLI, "rm", name, "--force"], cwd=corpus.repo, env=b.env,
+                        capture_output=True, check=False,
+                    )  # fmt: skip
     progress(res)
     return res
 

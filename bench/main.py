@@ -21,9 +21,11 @@ from bench.cli_start import run_cli_start
 from bench.config import Config, console, out
 from bench.corpus import _commit_all, _init_repo, build_corpus, build_wide_repo, isolated_env
 from bench.fleet import (
+    COMMITS_KEY,
     FIRST_STATUS,
     FIRST_STATUS_MOUNT,
     FLEET,
+    commits,
     first_status,
     run_fleet,
     run_wide_memory,
@@ -60,7 +62,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         default=[],
         metavar="KEY",
         help="only this workload (repeatable; also `session-start`, `apply`, `git-session`,"
-        " `cli-start`, `fleet`, `first-status`, `checkpoints`, `radar`, `gate`)",
+        " `cli-start`, `fleet`, `first-status`, `commits`, `checkpoints`, `radar`, `gate`)",
     )
     p.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
@@ -110,7 +112,7 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
     if (
         chosen
         or not only
-        or {"session-start", "apply", FLEET, FIRST_STATUS, RADAR, GATE} & set(only)
+        or {"session-start", "apply", FLEET, FIRST_STATUS, COMMITS_KEY, RADAR, GATE} & set(only)
     ):
         console.log(f"building the corpus in {b.tmp}")
         corpus = build_corpus(b.tmp / "corpus", b.cfg, b.env)
@@ -146,13 +148,16 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
         results += run_git_session(b, only, cold_ok)
     if FLEET in only or not (only or b.cfg.quick):
         results += run_fleet(b, corpus)
-    elif FIRST_STATUS in only:
-        results += first_status(b, corpus)
+    else:
+        if FIRST_STATUS in only:
+            results += first_status(b, corpus)
+        if COMMITS_KEY in only:
+            results.append(commits(b, corpus))
     cli_start = None
     if not only or "cli-start" in only:
         cli_start = run_cli_start(b, corpus.repo if chosen else build_corpus_small(b))
     order = [w.key for w in workloads()] + ["diff", "apply-commit"] + [g.key for g in git_ops()]
-    order += [FIRST_STATUS, FIRST_STATUS_MOUNT, "commits"]
+    order += [FIRST_STATUS, FIRST_STATUS_MOUNT, COMMITS_KEY]
     results.sort(key=lambda r: order.index(r.key))
     report = Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
     report.cli_start = cli_start

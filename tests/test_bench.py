@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.cli_start import WARM_ROUNDS, settled
 from bench.config import GITSESS, NATIVE, OVERLAYFS, TARGETS, Config
 from bench.corpus import _layout
 from bench.fmt import fmt_cpu, markdown_table
@@ -151,6 +152,16 @@ def test_quick_run_writes_json(tmp_path: Path) -> None:
     assert all(len(times) == 3 and min(times) > 0 for times in cli_start.values())
     # Nothing is left mounted.
     assert "gitsess-bench-" not in Path("/proc/self/mounts").read_text()
+
+
+def test_the_cli_start_row_warms_until_its_rotations_settle() -> None:
+    """At least two rotations (the first reads everything back after the cold rows); one that
+    took much longer than the one before keeps it warming, up to the last."""
+    assert not settled([]) and not settled([0.5])
+    assert settled([0.5, 0.3]) and settled([0.3, 0.32])
+    assert not settled([0.2, 0.5]) and not settled([0.5, 0.3, 0.6])
+    growing = [0.1 * 2**n for n in range(WARM_ROUNDS[1])]
+    assert not settled(growing[:-1]) and settled(growing)
 
 
 def test_git_session_rows_are_selected_by_group_or_key() -> None:

@@ -216,3 +216,82 @@ def test_listing_a_session_with_a_delta_loads_no_pygit2_or_rich(repo: Path) -> N
         loaded = _loaded(repo, *args)
         assert "gitsess.overlay.tree" in loaded  # the changes are counted
         assert "pygit2" not in loaded and "rich" not in loaded
+
+
+# What a session that did nothing yet costs `ls`, `show` and `kv get` beyond the registry: a
+# look at its delta through one connection. Each of these was loaded once and took its share
+# of their start: the daemon's client (asked only when a daemon holds the session's lock), the
+# live services, the delta store with its history and audit log, git's view types and binding.
+NOT_FOR_SMALL = (
+    "socket",
+    "gitsess.runtime.mount",
+    "gitsess.overlay.protocol",
+    "gitsess.services.live",
+    "gitsess.services.timeline",
+    "gitsess.overlay.delta",
+    "gitsess.overlay.history",
+    "gitsess.overlay.retention",
+    "gitsess.overlay.view",
+    "gitsess.git.view",
+    "gitsess.git.binding",
+    "gitsess.store.agent_rows",
+    "gitsess.services.inspection_fs",
+)
+
+LOADED_MODULES = LOADED.replace("if m in heavy", "if m.startswith(('gitsess.', 'json', 'socket'))")
+
+
+@pytest.mark.parametrize(
+    ("args", "also"),
+    [
+        # the registry's other rows; json, for a table
+        (["ls"], ("gitsess.store.rows", "json")),
+        (["ls", "--json"], ("gitsess.store.rows",)),
+        (["show", "exp"], ()),  # (its runs are rows of the registry's)
+        (["kv", "exp", "get", "k"], ("gitsess.store.rows", "gitsess.cli.table")),
+    ],
+)
+def test_small_commands_on_an_idle_session_load_no_daemon_client_or_delta_store(
+    repo: Path, args: list[str], also: tuple[str, ...]
+) -> None:
+    assert run_gitsess(repo, "new", "exp").returncode == 0
+    assert run_gitsess(repo, "kv", "exp", "set", "k", "v").returncode == 0
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED_MODULES, *args], cwd=repo, capture_output=True, text=True
+    )
+    code, loaded = done.stdout.split(None, 1)
+    assert code == "0", done.stderr
+    assert "gitsess.store.registry" in loaded  # (the check sees what is loaded)
+    assert [m for m in (*NOT_FOR_SMALL, *also) if f"'{m}'" in loaded] == []
+
+
+COUNTED = """
+import contextlib, io, json, sys
+from gitsess.cli.group import run
+with contextlib.redirect_stdout(io.StringIO()) as out:
+    code = run(["ls", "--json"])
+print(code, "pygit2" in sys.modules, json.loads(out.getvalue())[0]["commits"])
+"""
+
+
+def test_ls_counts_a_sessions_own_commits_again_only_once_its_refs_moved(repo: Path) -> None:
+    """pygit2 alone takes longer than `ls`: the count is kept with the refs it follows from
+    (HEAD, the real tips, the base), and taken again when one of them moved."""
+
+    def ls() -> list[str]:
+        done = subprocess.run([sys.executable, "-c", COUNTED], cwd=repo, capture_output=True)
+        return done.stdout.decode().split()
+
+    def commit(name: str) -> None:
+        script = f"echo {name} > {name} && git add {name} && git commit -q -m {name}"
+        done = run_gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", script)
+        assert done.returncode == 0, done.stderr
+
+    commit("one")
+    assert ls() == ["0", "True", "1"]
+    assert ls() == ["0", "False", "1"]
+    commit("two")  # its HEAD moved
+    assert ls() == ["0", "True", "2"]
+    assert ls() == ["0", "False", "2"]
+    subprocess.run(["git", "branch", "other"], cwd=repo, check=True)  # a real tip more
+    assert ls() == ["0", "True", "2"]

@@ -10,7 +10,6 @@ than required is the session.
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
 import sys
@@ -22,17 +21,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gitsess.services.sessions import (
-    SESSION_ENV,
-    RepoContext,
-    Session,
-    SessionInfo,
-    WorktreeSpec,
-)
+from gitsess.services.sessions import SESSION_ENV, RepoContext, Session, SessionInfo
 
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
     from rich.console import Console
+
+    from gitsess.services.sessions import WorktreeSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -273,7 +268,11 @@ def group_ref() -> str | None:
 def worktree_spec(worktree_branch: str | None, from_rev: str | None) -> WorktreeSpec | None:
     if from_rev is not None and worktree_branch is None:
         raise click.UsageError("--from only applies with --worktree")
-    return None if worktree_branch is None else WorktreeSpec(worktree_branch or None, from_rev)
+    if worktree_branch is None:
+        return None
+    from gitsess.services import sessions
+
+    return sessions.worktree_spec(worktree_branch or None, from_rev)
 
 
 def session_ref(
@@ -328,6 +327,7 @@ def print_json(data: object) -> None:
 
 def json_text(data: object) -> str:
     """What `--json` prints (and the MCP server answers): paths and times as strings."""
+    import json  # (`ls` and `show` print tables more often)
 
     def plain(value: object) -> object:
         if isinstance(value, Path):

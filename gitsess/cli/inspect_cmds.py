@@ -33,7 +33,7 @@ from gitsess.cli.base import (
 from gitsess.cli.group import cli
 from gitsess.cli.table import clean
 from gitsess.errors import GitsessError
-from gitsess.services import gitfold, inspection, test_logs, timeline
+from gitsess.services import gitfold, inspection, inspection_fs, test_logs, timeline
 from gitsess.services.feed import Change, Feed
 from gitsess.services.gitfold import GitActivity
 from gitsess.services.timeline import Drift, Event
@@ -334,7 +334,7 @@ def fs(ctx: click.Context, session_arg: str | None, session_option: str | None) 
     ctx.obj = ref
 
 
-def _mode(e: inspection.FsEntry) -> str:
+def _mode(e: inspection_fs.FsEntry) -> str:
     return st.filemode(e.mode)
 
 
@@ -342,7 +342,7 @@ def _mtime(ns: int) -> str:
     return datetime.fromtimestamp(ns / 1e9, UTC).astimezone().strftime("%Y-%m-%d %H:%M")
 
 
-def _fs_json(e: inspection.FsEntry) -> dict[str, object]:
+def _fs_json(e: inspection_fs.FsEntry) -> dict[str, object]:
     return {
         "path": e.path,
         "name": e.name,
@@ -361,7 +361,7 @@ def _fs_json(e: inspection.FsEntry) -> dict[str, object]:
 def fs_ls(path: str, as_json: bool) -> None:
     """List a directory of the session's view (* marks what the session changed)."""
     ctx, found = session_of(group_ref())
-    entries = inspection.ls(ctx, found, path)
+    entries = inspection_fs.ls(ctx, found, path)
     if as_json:
         print_json([_fs_json(e) for e in entries])
         return
@@ -384,7 +384,7 @@ def fs_ls(path: str, as_json: bool) -> None:
 def fs_cat(path: str, at: int | None) -> None:
     """Print a file of the session's view, as bytes."""
     ctx, found = session_of(group_ref())
-    data = inspection.cat(ctx, found, path, at)
+    data = inspection_fs.cat(ctx, found, path, at)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
 
@@ -395,7 +395,7 @@ def fs_cat(path: str, at: int | None) -> None:
 def fs_stat(path: str, as_json: bool) -> None:
     """Describe one path of the session's view."""
     ctx, found = session_of(group_ref())
-    info = inspection.stat(ctx, found, path)
+    info = inspection_fs.stat(ctx, found, path)
     e = info.entry
     origin = info.copied_from
     if as_json:

@@ -1,13 +1,13 @@
 """`gitsess kv`: a session's key-value store, for the processes inside and out.
 
-Its own module: `kv get` runs in scripts and agents' loops, and loads neither rich nor pygit2.
+Its own module: `kv get` runs in scripts and agents' loops, and loads neither rich nor pygit2,
+nor the table `kv ls` prints.
 """
 
 from __future__ import annotations
 
 import click
 
-from gitsess.cli import table
 from gitsess.cli.base import (
     SessionGroup,
     ago,
@@ -76,6 +76,8 @@ def kv_rm(key: str) -> None:
 )
 def kv_ls(as_json: bool) -> None:
     """List the keys and their values."""
+    from gitsess.cli import table
+
     ctx, found = session_of(group_ref())
     items = kv.items(ctx, found)
     if as_json:

@@ -187,7 +187,7 @@ def mount(
 
 def _reconciled(ctx: RepoContext, session: Session) -> Session:
     """An apply killed half-way is completed before anyone works in the session again."""
-    if not live.apply_interrupted(ctx, session):
+    if not sessions.apply_interrupted(ctx, session):
         return session
     from gitsess.services import apply_journal
 

@@ -34,7 +34,7 @@ from gitsess.cli.base import (
     worktree_spec,
 )
 from gitsess.cli.group import cli
-from gitsess.services import live, sessions
+from gitsess.services import sessions
 from gitsess.services.sessions import RepoContext, Session, SessionInfo, discover
 
 if TYPE_CHECKING:
@@ -75,6 +75,8 @@ def new(
     session = sessions.create(ctx, name, title=title, worktree=spec, read_only=read_only)
     mountpoint = None
     if and_mount:
+        from gitsess.services import live
+
         mountpoint = live.keep_mounted(
             ctx, session, mountpoint=None, allow_other=False, read_only=read_only
         ).mountpoint
@@ -227,7 +229,7 @@ def _say_interrupted(ctx: RepoContext, listed: Sequence[Session]) -> None:
     """Until the next command on it, the real worktree of an apply killed half-way shows only
     part of what it wrote: whoever looks is told."""
     for s in listed:
-        if live.apply_interrupted(ctx, s):
+        if sessions.apply_interrupted(ctx, s):
             click.echo(
                 f"gitsess: session {s.name}: an apply was interrupted and the real worktree may"
                 " show part of it; any gitsess command on the session (or gitsess gc) completes"
@@ -496,7 +498,7 @@ def rm(
     removal = sessions.remove(discover(), ref, force=force)
     s = removal.session
     if as_json:
-        fields = asdict(removal)
+        fields = removal._asdict()
         del fields["session"]
         print_json({**asdict(s), **fields})
         return

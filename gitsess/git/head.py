@@ -1,15 +1,18 @@
-"""A session's HEAD resolved as git does, from its files alone.
+"""A session's HEAD resolved as git does, and the real repository's refs, from files alone.
 
 Apart from `session_refs.py` (which needs pygit2 for its walks) because the view's daemon reads
 HEAD when a git inside first writes its index (`overlay/gitunit.py`): loading pygit2 there
-cost a session's first `git status` some 60 ms.
+cost a session's first `git status` some 60 ms; and `ls` tells from these whether what it
+last counted of a session's own commits still holds (`services/counts.py`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from gitsess.errors import GitsessError
 
@@ -84,3 +87,35 @@ def parse_packed_refs(data: bytes | None) -> dict[str, str]:
         if HEX_ID.fullmatch(oid) and name:
             refs[name] = oid
     return refs
+
+
+def real_refs(common: Path) -> dict[str, str]:
+    """The tips of the branches, tags and remote-tracking branches of the repository whose
+    common dir is `common`, read from its files (loose refs over packed-refs): from inside a
+    session, where libgit2 would resolve the path to the view's own `.git`, too."""
+    refs = {
+        name: oid
+        for name, oid in parse_packed_refs(_read(common / "packed-refs")).items()
+        if name.startswith(_REAL_REFS)
+    }
+    for top in _REAL_REFS:
+        base = common / top
+        for folder, _, names in os.walk(base):
+            for name in names:
+                if name.endswith(".lock"):
+                    continue
+                path = Path(folder) / name
+                text = (_read(path) or b"").decode("utf-8", "surrogateescape").strip()
+                if HEX_ID.fullmatch(text):
+                    refs[path.relative_to(common).as_posix()] = text
+    return refs
+
+
+_REAL_REFS = ("refs/heads/", "refs/tags/", "refs/remotes/")
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None

@@ -14,47 +14,13 @@ reported as unknown rather than counted against the view.
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 
 import pygit2
 from pygit2.enums import SortMode
 
 from gitsess.errors import GitsessError
-from gitsess.git.head import HEX_ID, parse_packed_refs
-
-
-def real_refs(common: Path) -> dict[str, str]:
-    """The tips of the branches, tags and remote-tracking branches of the repository whose
-    common dir is `common`, read from its files (loose refs over packed-refs): from inside a
-    session, where libgit2 would resolve the path to the view's own `.git`, too."""
-    refs = {
-        name: oid
-        for name, oid in parse_packed_refs(_read(common / "packed-refs")).items()
-        if name.startswith(_REAL_REFS)
-    }
-    for top in _REAL_REFS:
-        base = common / top
-        for folder, _, names in os.walk(base):
-            for name in names:
-                if name.endswith(".lock"):
-                    continue
-                path = Path(folder) / name
-                text = (_read(path) or b"").decode("utf-8", "surrogateescape").strip()
-                if HEX_ID.fullmatch(text):
-                    refs[path.relative_to(common).as_posix()] = text
-    return refs
-
-
-_REAL_REFS = ("refs/heads/", "refs/tags/", "refs/remotes/")
-
-
-def _read(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except OSError:
-        return None
+from gitsess.git.head import real_refs as real_refs
 
 
 def commits_not_in(repo: pygit2.Repository, head: str | None, real: Iterable[str]) -> list[str]:

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
-import socket
 import struct
 
 from gitsess import durable
@@ -27,6 +25,7 @@ from gitsess import durable
 # (`typing` itself would cost the fsmonitor hook some 10 ms; see protocol.py)
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    import socket
     from typing import Any
 
 TIMEOUT = 30.0
@@ -98,6 +97,8 @@ def connect(session_dir: str, timeout: float = TIMEOUT) -> socket.socket | None:
     name = address(session_dir)
     if name is None:
         return None
+    import socket  # (when there is a daemon to talk to: `ls` of idle sessions needs none)
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
@@ -115,6 +116,8 @@ def connect(session_dir: str, timeout: float = TIMEOUT) -> socket.socket | None:
 def connect_trusted(name: bytes, timeout: float | None = None) -> socket.socket | None:
     """A connection to the abstract socket `name` (a watch process, the spare), if one of this
     user (or root) serves it: another user could have taken the name first."""
+    import socket
+
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     try:
@@ -130,6 +133,8 @@ def connect_trusted(name: bytes, timeout: float | None = None) -> socket.socket 
 
 def peer_uid(sock: socket.socket) -> int:
     """The user of the process at the other end of a unix socket, as the kernel saw it."""
+    import socket
+
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     _pid, uid, _gid = struct.unpack("3i", creds)
     return int(uid)
@@ -141,6 +146,8 @@ def trusted(uid: int) -> bool:
 
 
 def send(sock: socket.socket, message: dict[str, Any]) -> dict[str, Any]:
+    import json  # (with the connection: see `connect`)
+
     sock.sendall(json.dumps(message).encode() + b"\n")
     reply = _readline(sock)
     if not reply:

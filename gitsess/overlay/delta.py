@@ -29,10 +29,12 @@ from typing import Any, TypeVar
 import apsw
 
 from gitsess.errors import GitsessError
-from gitsess.overlay import history, schema
+from gitsess.overlay import history, schema, usage
 from gitsess.overlay.history import History
+from gitsess.overlay.usage import data_bytes as data_bytes
+from gitsess.overlay.usage import last_event_ns as last_event_ns
 from gitsess.store.db import BUSY_TIMEOUT_MS
-from gitsess.store.sqlvalue import blob, integer, optional_integer, scalar, text
+from gitsess.store.sqlvalue import blob, integer, scalar, text
 
 # Numbers handed to nodes the session creates start far above what local filesystems give their
 # own inodes, so they do not meet the lower layer's numbers that unchanged files show through.
@@ -97,16 +99,6 @@ class Batch:
 
 
 _Key = TypeVar("_Key", bound=tuple[object, ...])
-
-
-def data_bytes(path: str) -> int:
-    """Disk space the data files of the delta.db at `path` take (holes take none)."""
-    try:
-        it = os.scandir(schema.data_dir(path))
-    except FileNotFoundError:
-        return 0
-    with it:
-        return sum(entry.stat().st_blocks * 512 for entry in it)
 
 
 def copy_delta(src: str, dest: str) -> None:
@@ -185,10 +177,7 @@ class DeltaStore:
 
     def live_bytes(self) -> int:
         """The bytes of delta.db in use (its size less its free pages)."""
-        pages, free, size = (
-            schema.pragma(self.conn, p) for p in ("page_count", "freelist_count", "page_size")
-        )
-        return (pages - free) * size
+        return usage.live_bytes(self.conn)
 
     def shrink(self, *, eager: bool = False) -> bool:
         """Give free pages back to the disk once they are over a quarter of delta.db (and over
@@ -496,10 +485,6 @@ def op_counts(conn: apsw.Connection) -> dict[str, int]:
     """How many events of each operation the log holds."""
     rows = conn.execute("SELECT op, count(*) FROM events GROUP BY op").fetchall()
     return {text(op): integer(n) for op, n in rows}
-
-
-def last_event_ns(conn: apsw.Connection) -> int | None:
-    return optional_integer(scalar(conn, "SELECT max(time_ns) FROM events"))
 
 
 def drift_rows(conn: apsw.Connection, *, after_ns: int) -> list[tuple[str, int]]:

@@ -42,9 +42,12 @@ import apsw
 
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
+from gitsess.overlay import layout
+from gitsess.overlay.usage import cp_root as cp_root
+from gitsess.overlay.usage import epochs_on_disk as epochs_on_disk
 from gitsess.store.sqlvalue import blob, integer, scalar
 
-CP_DIR = "checkpoints"
+CP_DIR = layout.CHECKPOINTS
 # Data files copied for a rewind wait here under their number and this until its commit.
 REWIND_SUFFIX = ".rw"
 FICLONE = 0x40049409
@@ -91,10 +94,6 @@ class Rewound:
     operation: Operation
     entries: list[tuple[int, bytes]]
     inodes: list[int]
-
-
-def cp_root(data_dir: str) -> str:
-    return os.path.join(os.path.dirname(data_dir), CP_DIR)
 
 
 def copy_file(src: str, dest: str) -> None:
@@ -486,13 +485,6 @@ def epoch_of(conn: apsw.Connection) -> int:
     return integer(scalar(conn, "SELECT value FROM meta WHERE key = 'epoch'") or 0)
 
 
-def epochs_on_disk(root: str) -> list[int]:
-    try:
-        return sorted(int(n) for n in os.listdir(root) if n.isdigit())
-    except FileNotFoundError:
-        return []
-
-
 def changed_since(conn: apsw.Connection, root: str, cp: int) -> bool:
     """Whether anything was saved at an epoch >= `cp`: the state may differ from it."""
     for table in ("cp_nodes", "cp_dentries"):
@@ -628,15 +620,6 @@ def copy_saved(src_data_dir: str, dest_data_dir: str) -> None:
         for name in os.listdir(os.path.join(src, str(e))):
             if name.isdigit():
                 copy_file(os.path.join(src, str(e), name), os.path.join(dest, str(e), name))
-
-
-def saved_bytes(root: str) -> int:
-    """Disk space the saved data files take."""
-    total = 0
-    for e in epochs_on_disk(root):
-        with os.scandir(os.path.join(root, str(e))) as it:
-            total += sum(entry.stat(follow_symlinks=False).st_blocks * 512 for entry in it)
-    return total
 
 
 def state_rows(conn: apsw.Connection, at: int) -> Iterator[tuple[object, ...]]:

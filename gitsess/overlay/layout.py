@@ -10,9 +10,11 @@ from pathlib import Path
 
 DELTA = "delta.db"  # the upper layer's metadata (`overlay/schema.py`)
 DATA = "data"  # the upper layer's file contents, beside DELTA (`schema.data_dir`)
+CHECKPOINTS = "checkpoints"  # data files that checkpoints saved, by epoch (`usage.cp_root`)
 APPLY_JOURNAL = "apply-journal.json"  # an apply under way (`services/apply_journal.py`)
 APPLY_LOCK = "apply.lock"  # one apply, discard or reconcile at a time
 DAEMON_LOG = "daemon.log"
+GIT_COUNTS = "git-counts.json"  # the last count of the session's own commits (`services/counts.py`)
 MOUNTPOINT = "mnt"  # where the view is mounted when no other place is asked for
 
 

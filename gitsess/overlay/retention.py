@@ -5,8 +5,8 @@ summarised first), and where its bytes go, by kind.
 save of an epoch below the oldest kept (`overlay/history.py`); `gitsess.log.maxEvents` (200,000)
 and `.maxAge` (30 days) drop the oldest audit events, their runs summarised first in
 `run_summaries`. `gc` trims an unmounted session, a mounted one's daemon trims itself (op
-`trim`), and what was freed is given back at once. `bytes_by_kind` reads SQLite's `dbstat`:
-files, checkpoints, log, free.
+`trim`), and what was freed is given back at once. Where the bytes go is `overlay/usage.py`'s
+(`bytes_by_kind`, re-exported here).
 """
 
 from __future__ import annotations
@@ -18,40 +18,9 @@ from dataclasses import dataclass
 
 import apsw
 
-from gitsess.overlay import history
-from gitsess.store.sqlvalue import integer, scalar
-
-# The tables of each kind, as `dbstat` names them (their indexes count with them).
-LOG_TABLES = ("events", "processes", "run_summaries", "events_time")
-CHECKPOINT_TABLES = ("checkpoints", "operations")
-
-
-@dataclass(frozen=True)
-class Bytes:
-    """Where a delta's bytes go: the live view (rows and data files), checkpoints (their rows
-    and saved data files), the audit log, and pages free in delta.db."""
-
-    files_bytes: int
-    checkpoints_bytes: int
-    log_bytes: int
-    free_bytes: int
-
-
-def bytes_by_kind(conn: apsw.Connection, data_dir: str, data_bytes: int) -> Bytes:
-    sizes: dict[str, int] = {}
-    for name, size in conn.execute("SELECT name, sum(pgsize) FROM dbstat GROUP BY name"):
-        sizes[str(name)] = int(size)
-    page = integer(scalar(conn, "PRAGMA page_size"))
-    free = integer(scalar(conn, "PRAGMA freelist_count")) * page
-    log = sum(v for k, v in sizes.items() if k in LOG_TABLES)
-    cp_rows = sum(
-        v
-        for k, v in sizes.items()
-        if k in CHECKPOINT_TABLES or k.startswith(("cp_", "sqlite_autoindex_cp_"))
-    )
-    files = sum(sizes.values()) - log - cp_rows
-    cps = cp_rows + history.saved_bytes(history.cp_root(data_dir))
-    return Bytes(files + data_bytes, cps, log, free)
+from gitsess.overlay.usage import Bytes as Bytes
+from gitsess.overlay.usage import bytes_by_kind as bytes_by_kind
+from gitsess.store.sqlvalue import integer
 
 
 @dataclass(frozen=True)

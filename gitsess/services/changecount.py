@@ -17,19 +17,6 @@ from gitsess.git.view import Entry, SessionView, kind_of
 _CHUNK = 1 << 20
 
 
-def untouched(delta: Path) -> bool:
-    """Whether the session holds no path at all: no file, directory or deletion of its own
-    (then it changed nothing, and its git is the real one). One query, where counting loads
-    the overlay's tree: `ls` of sessions that did nothing yet stays quick."""
-    from gitsess.overlay import schema
-
-    conn = schema.connect(str(delta), readonly=True)
-    try:
-        return not conn.execute("SELECT EXISTS (SELECT 1 FROM dentries)").fetchall()[0][0]
-    finally:
-        conn.close()
-
-
 def changed_files(view: SessionView, lower: Path, hidden: tuple[str, ...] = ()) -> int:
     skip = {".git", *hidden}
     return sum(1 for path in view.touched_paths() for _ in _differing(view, lower, path, skip))

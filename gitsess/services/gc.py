@@ -154,7 +154,7 @@ def sweep_interrupted_applies(ctx: RepoContext, *, dry_run: bool = False) -> lis
     any sweep looks at the session's files."""
     actions = []
     for s in _sessions(ctx):
-        if live.apply_interrupted(ctx, s):
+        if sessions.apply_interrupted(ctx, s):
             action = Action("interrupted", "session", s.name, "complete", "an apply was killed")
             actions.append(_attempt(action, dry_run, partial(apply_journal.reconcile, ctx, s)))
     return actions

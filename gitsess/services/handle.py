@@ -30,12 +30,11 @@ from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
-from gitsess.git.view import Stamp
-from gitsess.overlay import layout
-from gitsess.runtime import mount
+from gitsess.overlay import control, layout
 from gitsess.store.registry import Registry, Session
 
 if TYPE_CHECKING:
+    from gitsess.git.view import Stamp
     from gitsess.overlay.protocol import DaemonStatus
     from gitsess.overlay.view import OverlayView
     from gitsess.services.viewwrite import ViewWriter
@@ -112,8 +111,17 @@ class SessionHandle:
     def status(self) -> DaemonStatus | None:
         """The live daemon's view of itself (None: not mounted), asked once."""
         if self._status is _UNASKED:
-            self._status = mount.status(self.dir)
+            self._status = None
+            if self.served():
+                from gitsess.runtime import mount
+
+                self._status = mount.status(self.dir)
         return self._status  # type: ignore[return-value]
+
+    def served(self) -> bool:
+        """Whether a daemon serves the session (it holds the session's daemon lock), told
+        without loading the client of its protocol: the sessions of `ls` are mostly idle."""
+        return control.serving(str(self.dir))
 
     def mountpoint(self) -> Path:
         status = self.status()
@@ -122,7 +130,10 @@ class SessionHandle:
     def sync(self, *, again: bool = False) -> None:
         """Have the live daemon (if any) commit its state, so the delta has it."""
         if again or not self._synced:
-            mount.sync(self.dir)
+            if self.served():
+                from gitsess.runtime import mount
+
+                mount.sync(self.dir)
             self._synced = True
 
     def drop_paths(

@@ -1,16 +1,13 @@
-"""Looking into a session without mounting it: its files, its usage, its drift.
+"""Looking into a session without mounting it: its usage, its drift, its own commits (its
+files: `inspection_fs.py`, which `show` does not load).
 
-Files are read through `SessionHandle.view` (delta.db + the worktree), so this works for
-supervisors, scripts, and machines without FUSE, and beside a live daemon. Drift rows are
-written by the daemon's lower watch; `drift` keeps those whose path the session still holds,
-so paths applied or dropped since stop warning. Usage is delta.db's size on disk beside the
-bytes in use, changed paths, runs and their time, the last activity.
+Drift rows are written by the daemon's lower watch; `drift` keeps those whose path the session
+still holds, so paths applied or dropped since stop warning. Usage is delta.db's size on disk
+beside the bytes in use, changed paths, runs and their time, the last activity.
 """
 
 from __future__ import annotations
 
-import os
-import posixpath
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,45 +17,15 @@ import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
-from gitsess.git.view import Entry, Kind
-from gitsess.overlay import layout
-from gitsess.overlay.delta import DamagedDelta, DeltaStore, data_bytes
-from gitsess.overlay.retention import Bytes as Bytes  # (re-exported: `show` renders it)
-from gitsess.overlay.retention import bytes_by_kind
-from gitsess.runtime import mount
+from gitsess.overlay import schema
+from gitsess.overlay.usage import Bytes as Bytes  # (re-exported: `show` renders it)
+from gitsess.overlay.usage import bytes_by_kind, data_bytes, last_event_ns, live_bytes
 from gitsess.services.handle import SessionHandle
-from gitsess.services.sessions import SessionInfo
-from gitsess.services.timeline import DeltaReader, Drift, delta_path, runs
+from gitsess.services.sessions import SessionInfo, runs
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:
-    from gitsess.overlay.view import OverlayView
-
-# Like the kernel's ELOOP limit.
-MAX_SYMLINKS = 40
-
-
-@dataclass(frozen=True)
-class FsEntry:
-    path: str  # relative to the worktree root; "" is the root
-    kind: Kind
-    mode: int
-    size: int
-    mtime_ns: int
-    changed: bool  # the session changed it, or something below it
-    link: str | None  # a symlink's target
-
-    @property
-    def name(self) -> str:
-        return posixpath.basename(self.path)
-
-
-@dataclass(frozen=True)
-class FsStat:
-    entry: FsEntry
-    # What the worktree had when the session first changed it (None: new in the session, or
-    # unchanged, or only metadata changed).
-    copied_from: Entry | None
+    from gitsess.services.timeline import Drift
 
 
 @dataclass(frozen=True)
@@ -74,127 +41,36 @@ class Usage:
     bytes_by_kind: Bytes | None = None
 
 
-def normalize(session: Session, path: str) -> str:
-    """A path of the view, relative to its root: absolute inside the worktree, or relative."""
-    if os.path.isabs(path):
-        try:
-            path = str(Path(path).relative_to(session.worktree))
-        except ValueError:
-            raise GitsessError(
-                f"{path} is outside the worktree of session {session.name}"
-            ) from None
-    norm = posixpath.normpath(path)
-    if norm == ".":
-        return ""
-    if norm == ".." or norm.startswith("../"):
-        raise GitsessError(f"{path} is outside the worktree of session {session.name}")
-    return norm
-
-
-class _Changes:
-    """Which paths the session touched, and which directories hold something it touched."""
-
-    def __init__(self, view: OverlayView) -> None:
-        self.touched = set(view.touched_paths())
-        self.holding = {a for t in self.touched for a in _ancestors(t)}
-        if self.touched:
-            self.holding.add("")
-
-    def inside(self, path: str) -> bool:
-        """The session holds this path: it touched it, or a directory above it."""
-        return path in self.touched or any(a in self.touched for a in _ancestors(path))
-
-    def changed(self, path: str) -> bool:
-        return path in self.holding or self.inside(path)
-
-
-def _ancestors(path: str) -> list[str]:
-    """The directories above `path`, outermost first: for a/b/c, a and a/b."""
-    return [path[:i] for i, c in enumerate(path) if c == "/"]
-
-
-def _entry(view: OverlayView, changes: _Changes, path: str) -> FsEntry | None:
-    e = view.entry(path)
-    if e is None:
-        return None
-    link = view.readlink(path) if e.kind == "symlink" else None
-    return FsEntry(path, e.kind, e.mode, e.size, e.mtime_ns, changes.changed(path), link)
-
-
-def _missing(session: Session, path: str) -> GitsessError:
-    return GitsessError(f"session {session.name} has no {path or '.'}")
-
-
-def ls(ctx: RepoContext, session: Session, path: str = "") -> list[FsEntry]:
-    """A directory's entries in name order; a file (or symlink) is listed alone."""
-    rel = normalize(session, path)
-    with SessionHandle(ctx, session).view() as view:
-        changes = _Changes(view)
-        top = _entry(view, changes, rel)
-        if top is None:
-            raise _missing(session, rel)
-        if top.kind != "dir":
-            return [top]
-        found = [_entry(view, changes, posixpath.join(rel, name)) for name in view.listdir(rel)]
-    return [e for e in found if e is not None]
-
-
-def stat(ctx: RepoContext, session: Session, path: str) -> FsStat:
-    rel = normalize(session, path)
-    with SessionHandle(ctx, session).view() as view:
-        entry = _entry(view, _Changes(view), rel)
-        if entry is None:
-            raise _missing(session, rel)
-        return FsStat(entry, view.copied_from(rel))
-
-
-def cat(ctx: RepoContext, session: Session, path: str, at: int | None = None) -> bytes:
-    """A file's content in the view (at checkpoint `at`), following symlinks that stay
-    inside it."""
-    rel = normalize(session, path)
-    with SessionHandle(ctx, session).view(at=at) as view:
-        for _ in range(MAX_SYMLINKS):
-            e = view.entry(rel)
-            if e is None:
-                raise _missing(session, rel)
-            if e.kind == "dir":
-                raise GitsessError(f"{rel or '.'} is a directory (gitsess fs ls lists it)")
-            if e.kind != "symlink":
-                return view.read(rel)
-            target = view.readlink(rel)
-            try:
-                rel = normalize(session, posixpath.join(posixpath.dirname(rel), target))
-            except GitsessError:
-                raise GitsessError(
-                    f"{rel} is a symlink to {target}, outside the session's view"
-                ) from None
-    raise GitsessError(f"{path}: too many levels of symbolic links")
-
-
 def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
+    """Read through one read-only connection to delta.db: none of the delta store, its history
+    or the audit log's reader is loaded (`show` took longer to import them than to read)."""
     session = info.session
-    mount.sync(ctx.session_dir(session.id))
-    delta = delta_path(ctx, session)
+    handle = SessionHandle(ctx, session)
+    handle.sync()
+    delta = handle.delta
     size = sum(p.stat().st_size for p in (delta, Path(f"{delta}-wal")) if p.exists())
-    size += data_bytes(str(delta))
+    files = data_bytes(str(delta))
+    size += files
     live = 0
     by_kind = None
+    last_ns: int | None = None
     if delta.exists():
         try:
-            store = DeltaStore(str(delta), readonly=True)
+            conn = schema.connect(str(delta), readonly=True)
         except apsw.Error as e:
-            raise DamagedDelta(delta, e) from e
+            raise _damaged(delta, e) from e
         try:
-            live = store.live_bytes() + data_bytes(str(delta))
-            by_kind = bytes_by_kind(store.conn, store.data_dir, data_bytes(str(delta)))
+            live = live_bytes(conn) + files
+            by_kind = bytes_by_kind(conn, schema.data_dir(str(delta)), files)
+            last_ns = last_event_ns(conn)
+        except apsw.Error as e:
+            raise _damaged(delta, e) from e
         finally:
-            store.close()
+            conn.close()
     done = runs(ctx, session)
     now = datetime.now(UTC)
     seconds = sum(((r.ended_at or now) - r.started_at).total_seconds() for r in done)
     moments = [t for r in done for t in (r.started_at, r.ended_at) if t is not None]
-    with DeltaReader(delta) as reader:
-        last_ns = reader.last_event_ns()
     if last_ns is not None:
         moments.append(datetime.fromtimestamp(last_ns / 1e9, UTC))
     return Usage(
@@ -209,23 +85,49 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
     )
 
 
+def _damaged(delta: Path, error: apsw.Error) -> GitsessError:
+    from gitsess.overlay.delta import DamagedDelta
+
+    return DamagedDelta(delta, error)
+
+
 def drift(session: Session, session_dir: Path) -> list[Drift]:
     """Paths the session changed that the real worktree changed too, still in the session.
 
     The daemon records drift as it happens; a path the session no longer holds (applied, or
     dropped) has nothing left to conflict with and is left out.
     """
+    from gitsess.overlay import control, layout
+    from gitsess.overlay.delta import drift_rows
+
     delta = layout.delta(session_dir)
-    mount.sync(session_dir)
-    with DeltaReader(delta) as reader:
-        rows = reader.drift()
-    if not rows or not session.worktree.is_dir():
+    if control.serving(str(session_dir)):  # (see `SessionHandle.sync`)
+        from gitsess.runtime import mount
+
+        mount.sync(session_dir)
+    if not delta.exists():
         return []
+    # One query through a plain connection: the audit log's reader (`timeline.DeltaReader`)
+    # took `ls` longer to load than to read.
+    try:
+        conn = schema.connect(str(delta), readonly=True)
+        try:
+            found = drift_rows(conn, after_ns=0)
+        finally:
+            conn.close()
+    except apsw.Error as e:
+        raise _damaged(delta, e) from e
+    if not found or not session.worktree.is_dir():
+        return []
+    from gitsess.services.timeline import Drift
+
+    rows = [Drift(path, time_ns) for path, time_ns in found]
     # What is hidden from the view (the state dir) never drifts: the watcher skips `.git`.
     from gitsess.overlay.view import OverlayView
+    from gitsess.services.inspection_fs import Changes
 
     with OverlayView(delta, session.worktree) as view:
-        changes = _Changes(view)
+        changes = Changes(view)
     return [d for d in rows if changes.inside(d.path)]
 
 
@@ -238,25 +140,18 @@ class OwnCommit:
 
 
 def own_commits(ctx: RepoContext, session: Session) -> list[OwnCommit]:
-    """The session's own commits, oldest first (`gitsess show` lists them)."""
-    from gitsess.services import session_git
+    """The session's own commits, oldest first (`gitsess show` lists them): as `ls` last
+    walked them, while the refs they follow from stay (`counts.own_commits`)."""
+    from gitsess.services import counts, session_git
     from gitsess.services.real_tree import real_root
 
-    if not SessionHandle(ctx, session).delta.exists():
+    handle = SessionHandle(ctx, session)
+    if not handle.delta.exists():
         return []
-    from gitsess.git.scratch import scratch_repo
-    from gitsess.git.trees import subject
-
-    repo = ctx.open()
-    with SessionHandle(ctx, session).view() as view:
-        if not view.touched_git():
-            return []
+    with handle.view() as view:
         try:
-            git = session_git.state(view, repo, session, real_root(session))
+            refs = session_git.refs_of(view, session, real_root(session))
+            own = None if refs is None else counts.own_commits(ctx, handle, view, refs)
         except GitsessError:  # a `.git` the session broke: no commits to list
             return []
-        if git is None:
-            return []
-        # The commits' objects are the session's own, read through its view.
-        with scratch_repo(repo, view) as objects:
-            return [OwnCommit(c, subject(objects, c)) for c in git.commits]
+        return [] if own is None else [OwnCommit(c, s) for c, s in own.commits]

@@ -15,21 +15,19 @@ import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
-from gitsess.overlay import kvtable, layout, protocol, schema
+from gitsess.overlay import kvtable, layout, schema
 from gitsess.services import sealed
 from gitsess.store.registry import Session
 
 
-@dataclass(frozen=True)
-class Item:
+class Item(NamedTuple):  # (not a frozen dataclass: `kv get` starts faster without one)
     key: str
     value: Any  # decoded JSON
     updated_ns: int
@@ -130,6 +128,8 @@ def put(ctx: RepoContext, session: Session, key: str, value: object) -> Item:
 def _through_daemon(
     ctx: RepoContext, session: Session, key: str, text: str | None, stamp: int
 ) -> bool:
+    from gitsess.overlay import protocol  # (inside a run only: `kv get` never asks the daemon)
+
     try:
         existed = protocol.kv(str(ctx.session_dir(session.id)), key, text, stamp)
     except (OSError, ConnectionError, protocol.Refused) as e:

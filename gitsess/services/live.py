@@ -6,7 +6,6 @@ The overlay's tree and the mount namespace code are imported by the services tha
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shlex
 import signal
@@ -14,7 +13,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
@@ -24,10 +22,6 @@ from gitsess.runtime import mount, strays
 from gitsess.runtime.strays import Stray as Stray  # (re-exported: `ps` renders it)
 from gitsess.services.handle import SessionHandle
 from gitsess.store.registry import Session
-
-if TYPE_CHECKING:
-    from gitsess.overlay.retention import Bytes
-    from gitsess.overlay.view import OverlayView
 
 
 def hidden_paths(ctx: RepoContext, session: Session) -> tuple[str, ...]:
@@ -243,13 +237,6 @@ def keep_mounted(
     return mount.ensure_mounted(spec)
 
 
-def apply_interrupted(ctx: RepoContext, session: Session) -> bool:
-    """Whether an apply was killed half-way: `apply_journal.reconcile` must complete it first
-    (importing the journal, and the git code it needs, costs more than starting a mount: it is
-    needed only when the file exists)."""
-    return SessionHandle(ctx, session).journal.exists()
-
-
 def mountpoint_of(ctx: RepoContext, session: Session) -> Path:
     return SessionHandle(ctx, session).mountpoint()
 
@@ -317,82 +304,6 @@ def drop_paths(
         finally:
             store.close()
         return [os.fsdecode(p) for p in dropped.kept]
-
-
-@dataclass(frozen=True)
-class Counts:
-    changed_files: int | None  # files that differ from the worktree's; None: no delta yet
-    commits: int | None  # commits of the session's own that its branch lacks
-    damaged: bool = False  # its delta.db cannot be read
-    head_branch: str | None = None  # its HEAD's branch, when not the session's branch
-    below_base: int = 0  # its HEAD was reset this many commits below its base
-    bytes_by_kind: Bytes | None = None  # where its delta's bytes go
-    # Its real worktree and branch cannot be read here (inside a run of its worktree): the
-    # counts that compare with them are None, not a count against the view.
-    out_of_reach: bool = False
-
-
-def out_of_reach(session: Session) -> bool:
-    """Whether the session's worktree shows a view here, not the real files: inside a run of
-    that worktree, where nothing leads to the real files and the real branch
-    (`runtime/inplace.py`)."""
-    from gitsess.overlay import mounttable
-
-    return mounttable.is_mount_point(session.worktree)
-
-
-def counts(ctx: RepoContext, session: Session, *, sizes: bool = True) -> Counts:
-    """What `ls` and `show` count of a session: its changed files and its own commits, and
-    with `sizes` where its delta's bytes go."""
-    import apsw
-
-    from gitsess.services.changecount import untouched
-
-    handle = SessionHandle(ctx, session)
-    delta = handle.delta
-    if not delta.exists():
-        return Counts(None, None)
-    handle.sync()
-    with contextlib.suppress(apsw.Error, OSError):  # else the view tells what is wrong
-        if not sizes and untouched(delta):
-            return Counts(0, 0)
-    from gitsess.overlay.delta import DamagedDelta
-
-    try:
-        with handle.view() as view:
-            return _counted(ctx, session, view, sizes)
-    except DamagedDelta:
-        return Counts(None, None, damaged=True)
-    except (OSError, GitsessError):
-        return Counts(None, None)
-
-
-def _counted(ctx: RepoContext, session: Session, view: OverlayView, sizes: bool) -> Counts:
-    from gitsess.overlay.delta import data_bytes
-    from gitsess.overlay.retention import bytes_by_kind
-    from gitsess.services.changecount import changed_files
-
-    store = view.store
-    used = bytes_by_kind(store.conn, store.data_dir, data_bytes(store.path)) if sizes else None
-    if out_of_reach(session):
-        return Counts(None, None, bytes_by_kind=used, out_of_reach=True)
-    changed = changed_files(view, session.worktree, hidden_paths(ctx, session))
-    if not view.touched_git():  # its git is the real one: no commits, no repository read
-        return Counts(changed, 0, bytes_by_kind=used)
-    from gitsess.git.repo import GitError
-    from gitsess.services import session_git
-    from gitsess.services.real_tree import real_root
-
-    try:
-        git = session_git.state(view, ctx.open(), session, real_root(session))
-    except (GitsessError, GitError, KeyError, ValueError):
-        return Counts(changed, None, bytes_by_kind=used)
-    if git is None:
-        return Counts(changed, 0, bytes_by_kind=used)
-    off = (git.head.branch or "(detached)") if git.off_branch else None
-    return Counts(
-        changed, len(git.commits), bytes_by_kind=used, head_branch=off, below_base=git.below_base
-    )
 
 
 def stray_daemons() -> list[Stray]:

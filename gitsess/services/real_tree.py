@@ -10,20 +10,23 @@ refuses there rather than find another way; the way it once had, through the dae
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
-from gitsess.git.repo import Repository, open_worktree
-from gitsess.services import live
+from gitsess.services.counts import out_of_reach
 from gitsess.store.registry import Session
+
+if TYPE_CHECKING:  # (`show` asks `real_root` and needs no repository)
+    from gitsess.git.repo import Repository
 
 
 def real_root(session: Session) -> Path:
     """The session's real worktree, refused inside a session: there the worktree's own path
-    shows the view (`live.out_of_reach`)."""
+    shows the view (`counts.out_of_reach`)."""
     worktree = session.worktree
     if not worktree.is_dir():
         raise GitsessError(f"session {session.name} is bound to {worktree}, which no longer exists")
-    if live.out_of_reach(session):
+    if out_of_reach(session):
         raise GitsessError(
             f"{worktree} shows a session's view here, not the real worktree; "
             "run this outside the session"
@@ -33,4 +36,6 @@ def real_root(session: Session) -> Path:
 
 def open_real(session: Session, root: Path) -> Repository:
     """The session's worktree repository."""
+    from gitsess.git.repo import open_worktree
+
     return open_worktree(root)

@@ -61,7 +61,8 @@ from gitsess.git.worktree import (
 from gitsess.runtime import mount
 from gitsess.services import archives, discard, fork, kv, sessions
 from gitsess.services.timeline import DeltaReader, delta_path, runs
-from gitsess.store.registry import Registry, Run, Session, Synced
+from gitsess.store.registry import Registry, Session
+from gitsess.store.rows import Run, Synced
 
 
 def is_remote(ctx: RepoContext, word: str) -> bool:

@@ -11,24 +11,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gitsess.errors import GitsessError
-from gitsess.git.head import SessionHead, read_head
-from gitsess.git.repo import Repository, descends
-from gitsess.git.scratch import ScratchRepository, scratch_repo
-from gitsess.git.session_refs import (
-    commits_not_in,
-    count_between,
-    first_parent_chain,
-    real_refs,
-)
+from gitsess.git.head import SessionHead, read_head, real_refs
 from gitsess.store.registry import Session
 
-if TYPE_CHECKING:  # `ls` counts commits without loading apply's machinery
+# `ls` reads what a count depends on (`GitRefs`) without pygit2, and counts only when that
+# changed (`services/counts.py`); nor does it load apply's machinery.
+if TYPE_CHECKING:
     from gitsess.git.archive_commits import ArchiveInfo
     from gitsess.git.pathspec import Pathspec
     from gitsess.git.replay import Replayed
+    from gitsess.git.repo import Repository
+    from gitsess.git.scratch import ScratchRepository
     from gitsess.git.view import SessionView
     from gitsess.overlay.view import OverlayView
 
@@ -86,11 +82,26 @@ def real_common(root: Path, worktree: Path) -> Path:
     return Path(os.path.normpath(admin_dir / common))
 
 
-def state(view: OverlayView, repo: Repository, session: Session, root: Path) -> SessionGit | None:
-    """The session's git state; None while it never changed its `.git` (then it is the real
-    repository's, and has no commits of its own). `root` is the real worktree as reached
-    (`real_tree.real_root`); the real refs are read from its files, so the answer is the same
-    inside the session (where `repo` is the view's) and outside."""
+class GitRefs(NamedTuple):
+    """What the session's git state follows from, read from files: its HEAD, the real tips
+    that hide commits from it (and its base), its branch and that branch's real tip. The
+    commits are the same for the same refs: objects never change."""
+
+    head: SessionHead
+    common: str  # see `SessionGit.common`
+    branch: str | None
+    tip: str | None
+    hide: tuple[str, ...]
+
+    @property
+    def off_branch(self) -> bool:
+        """Whether the session's HEAD is on another branch than the session's (or detached)."""
+        return self.branch is not None and self.head.branch != self.branch
+
+
+def refs_of(view: OverlayView, session: Session, root: Path) -> GitRefs | None:
+    """The refs of `state`, without loading pygit2; None while the session never changed its
+    `.git`."""
     if not view.touched_git():
         return None
     # A linked worktree's view keeps the common dir at `.git/common` (overlay/tree.py): HEAD
@@ -104,7 +115,30 @@ def state(view: OverlayView, repo: Repository, session: Session, root: Path) -> 
     refs = real_refs(real_common(root, session.worktree))
     branch = None if session.branch is None else "refs/heads/" + session.branch
     tip = refs.get(branch) if branch is not None else None
-    hide = [*refs.values(), *([session.base_commit] if session.base_commit else [])]
+    hide = (*refs.values(), *([session.base_commit] if session.base_commit else []))
+    return GitRefs(head, common, branch, tip, hide)
+
+
+def state(
+    view: OverlayView,
+    repo: Repository,
+    session: Session,
+    root: Path,
+    refs: GitRefs | None = None,
+) -> SessionGit | None:
+    """The session's git state; None while it never changed its `.git` (then it is the real
+    repository's, and has no commits of its own). `root` is the real worktree as reached
+    (`real_tree.real_root`); the real refs are read from its files, so the answer is the same
+    inside the session (where `repo` is the view's) and outside. `refs`: `refs_of`'s answer,
+    when the caller read it already."""
+    from gitsess.git.repo import descends
+    from gitsess.git.scratch import scratch_repo
+    from gitsess.git.session_refs import commits_not_in, count_between, first_parent_chain
+
+    refs = refs or refs_of(view, session, root)
+    if refs is None:
+        return None
+    head, common, branch, tip, hide = refs
     below = 0
     base = session.base_commit
     # the commits' objects are the session's own, read through its view
@@ -148,6 +182,8 @@ def files_for_head(repo: Repository, session: Session, head: str) -> dict[str, b
 
 def reached(repo: Repository, git: SessionGit, tip: str | None, base: str | None) -> bool:
     """Whether the session's HEAD is past its base and the branch's `tip` has it."""
+    from gitsess.git.repo import descends
+
     head = git.head.commit
     if head is None or tip is None or head == base:
         return False
@@ -161,6 +197,7 @@ def restored_git(repo: Repository, session: Session, info: ArchiveInfo) -> dict[
     objects of the session's own (the archive that kept them reachable goes with the restore,
     and the real repository's gc must not take them from the session)."""
     from gitsess.git.session_objects import loose_file, needed_objects, tree_objects
+    from gitsess.git.session_refs import commits_not_in
 
     assert info.head is not None
     linked = (session.worktree / ".git").is_file()

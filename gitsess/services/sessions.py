@@ -30,21 +30,22 @@ import re
 import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from gitsess.errors import GitsessError, option
-from gitsess.git.binding import Binding, NameInUse, WorktreeSpec
 from gitsess.git.location import RepoContext, discover, read_ref
-from gitsess.runtime import mount
+from gitsess.services.handle import SessionHandle
 from gitsess.store.db import private_dir
 from gitsess.store.registry import NameTaken, Registry, Session
 from gitsess.store.user_index import UserIndex, index_path
 from gitsess.suggest import did_you_mean
 
 if TYPE_CHECKING:
-    from gitsess.overlay.retention import Bytes
+    from gitsess.git.binding import Binding, WorktreeSpec
+    from gitsess.overlay.usage import Bytes
+    from gitsess.store.rows import Run
 
 __all__ = [
     "SESSION_ENV",
@@ -54,7 +55,7 @@ __all__ = [
     "RepoSessions",
     "Session",
     "SessionInfo",
-    "WorktreeSpec",
+    "WorktreeSpec",  # (for annotations: its module loads with `new`, see `worktree_spec`)
     "check_bound",
     "close_names",
     "create",
@@ -69,6 +70,7 @@ __all__ = [
     "set_title",
     "touch",
     "validate_name",
+    "worktree_spec",
 ]
 
 SESSION_ENV = "GITSESS_SESSION"
@@ -116,8 +118,9 @@ class SessionInfo:
     out_of_reach: bool = False
 
 
-@dataclass(frozen=True)
-class RepoSessions:
+# Named tuples, not frozen dataclasses: every command that resolves a session loads this
+# module, and a dataclass's generated functions cost each of them a share of its start.
+class RepoSessions(NamedTuple):
     """The sessions of one repository, for `ls --everywhere`."""
 
     common_dir: Path
@@ -125,12 +128,11 @@ class RepoSessions:
     error: str | None = None  # the registry could not be read
 
 
-@dataclass(frozen=True)
-class Removal:
+class Removal(NamedTuple):
     session: Session
     removed_worktree: bool
     removed_branch: bool
-    notes: list[str] = field(default_factory=list)  # what was kept, and why
+    notes: list[str]  # what was kept, and why
     archive: str | None = None  # the ref keeping the session's unapplied changes
 
 
@@ -143,6 +145,13 @@ def validate_name(name: str) -> str:
             "with a letter or digit, without '..' and not ending in '.' or '.lock'"
         )
     return name
+
+
+def worktree_spec(branch: str | None, from_rev: str | None) -> WorktreeSpec:
+    """What `--worktree [BRANCH]` and `--from REV` ask for (its module loads with `new`'s)."""
+    from gitsess.git.binding import WorktreeSpec
+
+    return WorktreeSpec(branch, from_rev)
 
 
 def _registry(ctx: RepoContext, *, create: bool) -> AbstractContextManager[Registry | None]:
@@ -179,6 +188,7 @@ def create(
         validate_name(name)
     if session_id is not None:
         session_id = _parse_id(session_id)
+    from gitsess.git.binding import NameInUse, WorktreeSpec
     from gitsess.git.worktree import bind_current, create_worktree, remove_created
 
     # Fails outside a worktree before anything is written.
@@ -388,7 +398,7 @@ def _infos(
     session the command runs in, if any, else to the current worktree: inside a session the
     current directory is the overlay, not the worktree it is bound to. Without `sizes` nothing
     tells where the delta's bytes go (a session that did nothing is then not even opened)."""
-    from gitsess.services import live
+    from gitsess.services.counts import Counts, counts
 
     env = os.environ if env is None else env
     here = ctx.worktree
@@ -402,9 +412,8 @@ def _infos(
     for i, s in enumerate(sessions):
         if only is not None and s.id != only:
             continue
-        counts = (
-            live.counts(ctx, s, sizes=sizes) if s.worktree.is_dir() else live.Counts(None, None)
-        )
+        handle = SessionHandle(ctx, s)
+        counted = counts(ctx, handle, sizes=sizes) if s.worktree.is_dir() else Counts(None, None)
         infos.append(
             SessionInfo(
                 session=s,
@@ -412,22 +421,60 @@ def _infos(
                 here=s.worktree == here,
                 session_dir=ctx.session_dir(s.id),
                 worktree_exists=s.worktree.is_dir(),
-                changed_files=counts.changed_files,
-                commits=counts.commits,
-                damaged=counts.damaged,
-                status="damaged" if counts.damaged else _status(ctx, s),
-                behind=None if counts.out_of_reach else _behind(ctx, s),
-                head_branch=counts.head_branch,
-                below_base=counts.below_base,
-                bytes_by_kind=counts.bytes_by_kind,
-                out_of_reach=counts.out_of_reach,
+                changed_files=counted.changed_files,
+                commits=counted.commits,
+                damaged=counted.damaged,
+                status="damaged" if counted.damaged else _status(handle),
+                behind=None if counted.out_of_reach else _behind(ctx, s),
+                head_branch=counted.head_branch,
+                below_base=counted.below_base,
+                bytes_by_kind=counted.bytes_by_kind,
+                out_of_reach=counted.out_of_reach,
             )
         )
     return infos
 
 
-def _status(ctx: RepoContext, session: Session) -> str:
-    status = mount.status(ctx.session_dir(session.id))
+def apply_interrupted(ctx: RepoContext, session: Session) -> bool:
+    """Whether an apply was killed half-way: `apply_journal.reconcile` must complete it first
+    (importing the journal, and the git code it needs, costs more than starting a mount: it is
+    needed only when the file exists)."""
+    return SessionHandle(ctx, session).journal.exists()
+
+
+def runs(ctx: RepoContext, session: Session) -> list[Run]:
+    """The session's runs; one whose `gitsess run` is gone without ending it (killed) is ended
+    now, so that it stops counting as running. (Not from inside a run: no outside process is
+    visible there, and the registry is read-only.)"""
+    from gitsess.services import sealed
+
+    with _registry(ctx, create=False) as registry:
+        if registry is None:
+            return []
+        found = registry.runs(session.id)
+        if sealed.inside_run(ctx):
+            return found
+        lost = [r for r in found if r.ended_at is None and not _runner_alive(r)]
+        for r in lost:
+            registry.end_lost_run(r.id)
+        return registry.runs(session.id) if lost else found
+
+
+def _runner_alive(run: Run) -> bool:
+    """Whether the process that started `run` still runs: its pid is taken by a process that
+    started no later than the run did (a pid is reused once its process is gone)."""
+    from gitsess import processes
+
+    if run.pid is None:
+        return False
+    try:
+        return processes.started_at(run.pid) <= run.started_at.timestamp() + 2
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+
+
+def _status(handle: SessionHandle) -> str:
+    status = handle.status()
     if status is None:
         return "idle"
     return "running" if status.participants else "mounted"
@@ -551,7 +598,7 @@ def _unmount_for_removal(ctx: RepoContext, session: Session) -> None:
     """A mounted session is unmounted first; one with people inside is refused."""
     from gitsess.services import live
 
-    status = mount.status(ctx.session_dir(session.id))
+    status = SessionHandle(ctx, session).status()
     if status is not None and status.participants:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
         raise GitsessError(
@@ -585,6 +632,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     import shutil
 
     from gitsess.git.archive_commits import PREFIX as ARCHIVE_PREFIX
+    from gitsess.git.binding import Binding
     from gitsess.git.worktree import keep_detached, keep_reasons, remove_created
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import agents, archives

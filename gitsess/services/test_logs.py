@@ -11,7 +11,7 @@ from gitsess.git.location import RepoContext
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from gitsess.store.registry import Run
+    from gitsess.store.rows import Run
 
 ROLE = "test"  # a gated apply's test runs under this role in the session's runs
 SHOWN_LINES = 20

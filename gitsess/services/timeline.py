@@ -24,15 +24,15 @@ from typing import Any, TypeVar
 
 import apsw
 
-from gitsess import processes
 from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
 from gitsess.overlay import delta, layout, schema
 from gitsess.overlay.delta import DamagedDelta
 from gitsess.overlay.retention import RunSummary, summaries
 from gitsess.runtime import mount
-from gitsess.services import sealed
-from gitsess.store.registry import Registry, Run, Session
+from gitsess.services.sessions import runs as runs
+from gitsess.store.registry import Session
+from gitsess.store.rows import Run
 
 T = TypeVar("T")
 
@@ -267,33 +267,6 @@ class DeltaReader:
 
 def delta_path(ctx: RepoContext, session: Session) -> Path:
     return layout.delta(ctx.session_dir(session.id))
-
-
-def runs(ctx: RepoContext, session: Session) -> list[Run]:
-    """The session's runs; one whose `gitsess run` is gone without ending it (killed) is ended
-    now, so that it stops counting as running. (Not from inside a run: no outside process is
-    visible there, and the registry is read-only.)"""
-    with Registry.opened(ctx.registry_path, create=False) as registry:
-        if registry is None:
-            return []
-        found = registry.runs(session.id)
-        if sealed.inside_run(ctx):
-            return found
-        lost = [r for r in found if r.ended_at is None and not _runner_alive(r)]
-        for r in lost:
-            registry.end_lost_run(r.id)
-        return registry.runs(session.id) if lost else found
-
-
-def _runner_alive(run: Run) -> bool:
-    """Whether the process that started `run` still runs: its pid is taken by a process that
-    started no later than the run did (a pid is reused once its process is gone)."""
-    if run.pid is None:
-        return False
-    try:
-        return processes.started_at(run.pid) <= run.started_at.timestamp() + 2
-    except (OSError, StopIteration, ValueError, IndexError):
-        return False
 
 
 def _check_run(session: Session, flt: Filter, known: list[Run]) -> None:

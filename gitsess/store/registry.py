@@ -11,19 +11,22 @@ remote, the session commit last pushed or pulled and the session's state right a
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
 from gitsess.errors import GitsessError
 from gitsess.store import db, schema
+
+if TYPE_CHECKING:
+    from gitsess.store.agent_rows import Participant, Seed
+    from gitsess.store.rows import Run, Synced
 
 
 @dataclass(frozen=True)
@@ -98,101 +101,6 @@ def _session(row: tuple[Any, ...]) -> Session:
         created_worktree=bool(cw),
         created_branch=bool(cb),
     )
-
-
-@dataclass(frozen=True)
-class Run:
-    """One row of the `runs` table: a command run inside a session."""
-
-    id: int
-    command: list[str]
-    cwd: Path
-    pid: int | None
-    role: str | None
-    started_at: datetime
-    ended_at: datetime | None  # None while it runs (or when its runner died)
-    exit_code: int | None
-
-
-def _run(row: tuple[Any, ...]) -> Run:
-    id_, command, cwd, pid, role, started, ended, code = row
-    return Run(
-        id=id_,
-        command=json.loads(command),
-        cwd=Path(_text(cwd)),
-        pid=pid,
-        role=role,
-        started_at=datetime.fromisoformat(started),
-        ended_at=None if ended is None else datetime.fromisoformat(ended),
-        exit_code=code,
-    )
-
-
-@dataclass(frozen=True)
-class Seed:
-    """One entry of a participant's seeding record: `path` in its root, the shared `target`."""
-
-    path: str  # relative to the isolation root
-    target: str  # the original the symlink points at
-    status: str  # "linked", "missing" (no original) or "private" (the agent has its own file)
-
-
-@dataclass(frozen=True)
-class Participant:
-    """One row of the `participants` table: an agent role working in a session."""
-
-    id: int
-    session_id: str
-    role: str
-    kind: str
-    isolation_uuid: str
-    root: Path
-    lever: str  # JSON that the agents layer reads
-    seeded: tuple[Seed, ...]
-    pid: int | None  # the `gitsess run` holding the role, while or when last running
-    state: str  # "idle" or "running"
-    started_at: datetime | None
-    ended_at: datetime | None
-
-
-_PARTICIPANT_COLUMNS = (
-    "id, session_id, role, kind, isolation_uuid, root, lever, seeded, pid, state, started_at, "
-    "ended_at"
-)
-
-
-def _time(text: str | None) -> datetime | None:
-    return None if text is None else datetime.fromisoformat(text)
-
-
-def _participant(row: tuple[Any, ...]) -> Participant:
-    (id_, session_id, role, kind, uuid, root, lever, seeded, pid, state, started, ended) = row
-    return Participant(
-        id=id_,
-        session_id=session_id,
-        role=role,
-        kind=kind,
-        isolation_uuid=uuid,
-        root=Path(root),
-        lever=lever,
-        seeded=tuple(Seed(**s) for s in json.loads(seeded)),
-        pid=pid,
-        state=state,
-        started_at=_time(started),
-        ended_at=_time(ended),
-    )
-
-
-@dataclass(frozen=True)
-class Synced:
-    """One row of the `synced` table: the session commit last pushed or pulled, and the
-    session's own state (base, and its work as a tree) right after."""
-
-    remote: str  # the remote's name or URL, as given
-    commit: str
-    tree: str
-    base: str
-    synced_at: datetime
 
 
 class NameTaken(GitsessError):
@@ -425,6 +333,8 @@ class Registry:
         self, session_id: str, command: list[str], cwd: Path, pid: int, role: str | None
     ) -> int:
         """Record a command started in the session; returns the run's id."""
+        import json  # (with what writes or reads the other tables: see `rows.py`)
+
         with self.write():
             self.conn.execute(
                 "INSERT INTO runs (session_id, command, cwd, pid, role, started_at)"
@@ -457,27 +367,32 @@ class Registry:
                 " WHERE session_id = ? ORDER BY started_at, id",
                 (session_id,),
             ).fetchall()
-        return [_run(row) for row in rows]
+        from gitsess.store.rows import run_of
+
+        return [run_of(row) for row in rows]
 
     def delete(self, session_id: str) -> None:
         """Remove a session with its participants and runs; call inside `write()`."""
         self.conn.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     def participant(self, session_id: str, role: str) -> Participant | None:
+        from gitsess.store.agent_rows import PARTICIPANT_COLUMNS, participant_of
+
         with self.guard():
             row = self.conn.execute(
-                f"SELECT {_PARTICIPANT_COLUMNS} FROM participants"
-                " WHERE session_id = ? AND role = ?",
+                f"SELECT {PARTICIPANT_COLUMNS} FROM participants WHERE session_id = ? AND role = ?",
                 (session_id, role),
             ).fetchone()
-        return None if row is None else _participant(row)
+        return None if row is None else participant_of(row)
 
     def participants(self, session_id: str | None = None) -> list[Participant]:
         """The participants of one session, or of every session; by session age, then role."""
-        columns = ", ".join(f"p.{c}" for c in _PARTICIPANT_COLUMNS.split(", "))
+        from gitsess.store.agent_rows import PARTICIPANT_COLUMNS, participant_of
+
+        columns = ", ".join(f"p.{c}" for c in PARTICIPANT_COLUMNS.split(", "))
         with self.guard():
             return [
-                _participant(row)
+                participant_of(row)
                 for row in self.conn.execute(
                     f"SELECT {columns} FROM participants p JOIN sessions s ON s.id = p.session_id"
                     " WHERE ? IS NULL OR p.session_id = ? ORDER BY s.seq, p.role",
@@ -502,6 +417,8 @@ class Registry:
         self, participant_id: int, *, root: Path, pid: int, seeded: list[Seed]
     ) -> None:
         """Mark a participant running; call inside `write()`."""
+        import json
+
         self.conn.execute(
             "UPDATE participants SET root = ?, pid = ?, seeded = ?, state = 'running',"
             " started_at = ?, ended_at = NULL WHERE id = ?",
@@ -543,6 +460,8 @@ class Registry:
             ).fetchone()
         if row is None:
             return None
+        from gitsess.store.rows import Synced
+
         remote, commit, tree, base, at = row
         return Synced(remote, commit, tree, base, datetime.fromisoformat(at))
 

@@ -15,7 +15,7 @@ import pytest
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import layout
 from gitsess.runtime import mount
-from gitsess.services import apply_journal, live, sessions
+from gitsess.services import apply_journal, counts, live, sessions
 from gitsess.store.registry import Session
 from tests.apply_util import Cli, Mounted, changes_left, mounted, stop
 from tests.git.helpers import tree_state
@@ -151,7 +151,7 @@ def test_apply_commit_while_live_then_real_edits_show_through(
     assert not (m.mnt / "src" / "app.py").exists()
     (repo / "README.md").write_text("edited outside\n")
     assert eventually(lambda: (m.mnt / "README.md").read_text() == "edited outside\n")
-    counted = live.counts(ctx, m.session)
+    counted = counts.counts(ctx, m.session)
     assert (counted.changed_files, counted.commits) == (0, 0)
 
 

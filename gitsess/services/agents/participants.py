@@ -42,7 +42,8 @@ from gitsess.git.repo import RepoContext
 from gitsess.runtime import mount
 from gitsess.services.agents import profiles, roots
 from gitsess.services.agents.roots import Refresh
-from gitsess.store.registry import Participant, Registry, Session
+from gitsess.store.agent_rows import Participant
+from gitsess.store.registry import Registry, Session
 
 ROLE_ENV = "GITSESS_ROLE"
 ROOT_ENV = "GITSESS_AGENT_ROOT"

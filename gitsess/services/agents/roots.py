@@ -30,8 +30,8 @@ from pathlib import Path
 
 from gitsess import durable
 from gitsess.errors import GitsessError
+from gitsess.store.agent_rows import Participant, Seed
 from gitsess.store.db import private_dir
-from gitsess.store.registry import Participant, Seed
 
 
 def homes_dir(state_dir: Path) -> Path:

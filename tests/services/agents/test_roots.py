@@ -12,7 +12,7 @@ import pytest
 
 from gitsess.errors import GitsessError
 from gitsess.services.agents import roots
-from gitsess.store.registry import Participant, Seed
+from gitsess.store.agent_rows import Participant, Seed
 
 
 @pytest.fixture
