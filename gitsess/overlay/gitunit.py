@@ -69,14 +69,17 @@ def after_rename(tree: Tree, parent: Node, name: bytes) -> None:
     the session's own too (as the real repository has it, if it was not yet)."""
     if parent.worktree_rel is None or join(parent.worktree_rel, name) != _HEAD:
         return
-    branch = _view_head(tree).branch
-    if branch is None:
+    head = _view_head(tree)
+    if head.branch is None:
         return
+    branch = head.branch
     n = tree.resolve(_common(tree) + branch.encode())
     if n is not None and n.upper:
         return
-    tip = _real_tip(tree, branch)
-    _busy(tree, lambda: _put_ref(tree, branch, tip))
+    # At the tip git inside just read: the real ref's, or the session's own `packed-refs`'
+    # once a `git gc` inside packed its refs (the real loose ref hidden), never the real tip
+    # the session did not see.
+    _busy(tree, lambda: _put_ref(tree, branch, head.commit))
 
 
 def hides_real_lock(tree: Tree, n: Node) -> bool:
@@ -183,22 +186,6 @@ def _real(tree: Tree, rel: bytes) -> bytes | None:
         with open(tree.lower_path(rel), "rb") as f:
             return f.read()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return None
-
-
-def _real_tip(tree: Tree, branch: str) -> str | None:
-    from gitsess.git.head import read_head
-
-    common = _common(tree)
-
-    def read(rel: str) -> bytes | None:
-        if rel == "HEAD":
-            return f"ref: {branch}\n".encode()
-        return _real(tree, common + rel.encode())
-
-    try:
-        return read_head(read).commit
-    except GitsessError:
         return None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,19 @@ def test_checking_out_another_branch_takes_its_ref_along(worked: Path) -> None:
     # the session's index is of `other` as it was: its HEAD must be too
     inside = ok(run(worked, "exp", "git rev-parse HEAD; git status --porcelain"))
     assert inside.stdout.split() == [git(worked, "rev-parse", "main")]
+
+
+def test_a_checkout_after_a_gc_inside_keeps_the_sessions_branch(worked: Path) -> None:
+    """`git gc` inside packs the session's refs (its loose branch ref goes, the real one stays
+    hidden); a checkout of the branch then renames HEAD in: the branch stays where the session
+    has it, not at a real commit made meanwhile (found by the interleaved model check)."""
+    ok(run(worked, "exp", "git update-ref refs/heads/main HEAD"))  # the unit the session's own
+    commit(worked, "a.txt", "1\n", "outside")
+    ok(run(worked, "exp", "git gc -q && echo x > README.md && git checkout -q main"))
+    time.sleep(1.5)  # (the kernel's cached names below `.git/refs` expire: what git then reads)
+    inside = ok(run(worked, "exp", "git log --format=%s main"))
+    assert inside.stdout.split() == ["second", "initial"]
+    assert git(worked, "log", "-1", "--format=%s") == "outside"
 
 
 # ---------------------------------------------------------------------------------------------
