@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import json
 import logging
 import os
@@ -47,12 +46,21 @@ import trio
 # here, by the spare, it is not loaded during the first `git status`, 1.3-1.7 ms)
 from gitsess.git import head as _head  # noqa: F401
 from gitsess.git.view import Stamp
-from gitsess.overlay import control, guard, history, layout, presence, protocol, retention
+from gitsess.overlay import (
+    control,
+    daemon_fsmonitor,
+    guard,
+    history,
+    layout,
+    presence,
+    protocol,
+    retention,
+)
 from gitsess.overlay.audit import Attribution
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
-from gitsess.overlay.index_view import INDEX, TOKEN_PREFIX, IndexView, Mark
+from gitsess.overlay.index_view import INDEX, IndexView
 from gitsess.overlay.kvtable import kv_get, kv_put, kv_remove
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.lower_watcher import LowerWatcher
@@ -80,13 +88,6 @@ LISTINGS_DRAIN = 2.0
 FAILURE_LOG_INTERVAL = 60.0
 # How long the last commit, once the view is no longer served, waits between attempts.
 FINAL_RETRY = 1.0
-# How long an fsmonitor query waits for the worktree watch to report what changed before it;
-# past that, it answers "everything may have changed".
-LOWER_SYNC_TIMEOUT = 1.0
-# How long the first fsmonitor query of a view just mounted waits for the worktree watch to be
-# in place (some 0.2 s when the worktree's watch process starts too): without it, git looks up
-# every file through FUSE instead.
-WATCH_WAIT = 2.0
 
 
 # How often the log tells of connections refused for one cause (another user's): a loop of
@@ -271,7 +272,7 @@ async def _serve(
         if not state.persistent:
             nursery.start_soon(_first_join_deadline, state)
         _ready(ready_fd, "ready")
-        nursery.start_soon(_sweep_ahead, state)
+        nursery.start_soon(daemon_fsmonitor.sweep_ahead, state)
         log.info("serving %s (pid %d)", state.mountpoint, os.getpid())
         nursery.start_soon(
             lambda: trio.to_thread.run_sync(
@@ -487,15 +488,7 @@ async def _client(state: DaemonState, stream: trio.SocketStream) -> None:
                     try:
                         msg = json.loads(line)
                         if isinstance(msg, dict) and msg.get("op") == protocol.FSMONITOR:
-                            asked = str(msg.get("token", ""))
-                            # (a token no journal of this daemon's knows: a remount's, see
-                            # `IndexView.remounted`, also waits for the watch being set up)
-                            first = asked.startswith(TOKEN_PREFIX)
-                            unknown = first or state.tree.journal.since(asked) is None
-                            synced = await _lower_synced(state, wait=unknown)
-                            if synced and unknown:
-                                await _swept_ahead(state, own=not first)
-                            reply, joined = _fsmonitor(state, msg, synced)
+                            reply, joined = await daemon_fsmonitor.answer(state, msg)
                         else:
                             reply, joined = _handle(state, msg)
                     except OSError as e:
@@ -691,102 +684,6 @@ def _drop(state: DaemonState, msg: dict[str, Any]) -> Reply:
     state.stale_entries.extend(dropped.entries)
     kept = [os.fsdecode(p) for p in dropped.kept]
     return {"ok": True, "dropped": len(dropped.entries), "kept": kept}, None
-
-
-async def _lower_synced(state: DaemonState, *, wait: bool = False) -> bool:
-    """Whether every change the worktree saw before now is in the journal (see
-    `LowerWatcher.sync`); from a thread, as the watch's reports need the event loop. With
-    `wait`, a watch still being set up (a view just mounted) is waited for a moment."""
-    watcher = state.watcher
-    if wait:
-        with trio.move_on_after(WATCH_WAIT):
-            while watcher is not None and not state.tree.watched and watcher.trying():
-                await trio.sleep(0.002)
-    if watcher is None or not state.tree.watched:
-        return False
-    return await trio.to_thread.run_sync(watcher.sync, LOWER_SYNC_TIMEOUT, abandon_on_cancel=True)
-
-
-async def _swept_ahead(state: DaemonState, *, own: bool) -> None:
-    """For a token no journal knows: until the sweep of the index it names (the real index
-    shown, or with `own` the session's own the view mounted with) is done."""
-    view = state.tree.index_view
-    if view is not None and (not own or view.remounting):
-        wait = functools.partial(view.wait_swept, WATCH_WAIT, own=own)
-        await trio.to_thread.run_sync(wait)
-
-
-def _fsmonitor(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
-    """What changed since the token: unless the journal holds every change of the worktree
-    made before the query, "everything may have changed". The token of the index the view
-    shows while it follows the real one (`index_view.py`) is answered from the session's own
-    paths and an `lstat` of the worktree's files, once, as long as the view still shows it."""
-    journal = state.tree.journal
-    token, since = journal.token(), str(msg.get("token", ""))
-    paths: list[bytes] | None = None
-    if not synced:
-        pass
-    elif since.startswith(TOKEN_PREFIX):
-        shown, view = state.tree.resolve(INDEX), state.tree.index_view
-        if view is not None and shown is not None and not shown.upper:
-            paths = view.changed(since, state.tree, lambda mark: _since_mark(state, mark))
-    else:
-        paths = journal.since(since)
-        view = state.tree.index_view
-        if paths is None and view is not None:
-            paths = view.remounted(since, state.tree, lambda mark: _since_mark(state, mark))
-    return {
-        "ok": True,
-        "token": token,
-        "paths": None if paths is None else [os.fsdecode(p) for p in paths],
-    }, None
-
-
-def _mark(state: DaemonState) -> Mark | None:
-    """Where the lower watch stands (its connection, the journal's token), None while it
-    is not in place: a sweep of the worktree started now misses nothing the journal holds
-    after this."""
-    watcher = state.watcher
-    connection = watcher.connection() if watcher is not None else None
-    if connection is None or not state.tree.watched:
-        return None
-    return connection, state.tree.journal.token()
-
-
-def _synced_mark(state: DaemonState) -> Mark | None:
-    """`_mark` once the journal holds what the watch saw before now (from a thread): what
-    changed just before the sweep, the sweep sees, and need not be in its answer too."""
-    watcher = state.watcher
-    if watcher is None or not watcher.sync(LOWER_SYNC_TIMEOUT):
-        return None
-    return _mark(state)
-
-
-def _since_mark(state: DaemonState, mark: Mark) -> list[bytes] | None:
-    """What the journal holds after `mark`, None when changes may have gone unreported since
-    (the watch connected anew)."""
-    watcher = state.watcher
-    if watcher is None or watcher.connection() != mark[0]:
-        return None
-    return state.tree.journal.since(mark[1])
-
-
-async def _sweep_ahead(state: DaemonState) -> None:
-    """Once the lower watch is in place, the real index (or the session's own, the view
-    mounted with one) is parsed and swept (see `IndexView.sweep_ahead`) before git asks: a
-    session's first command is usually a status."""
-    view, watcher = state.tree.index_view, state.watcher
-    if view is None:
-        return
-    view.mark = lambda: _synced_mark(state)
-    while watcher is not None and watcher.trying():
-        if _mark(state) is not None:
-            index = state.tree.resolve(INDEX)
-            if index is None or (index.upper and not view.remounting):
-                return  # the session's own index, made since the mount: nothing to sweep
-            await trio.to_thread.run_sync(view.sweep_ahead, abandon_on_cancel=True)
-            return
-        await trio.sleep(0.01)
 
 
 def _persist(state: DaemonState, msg: dict[str, Any]) -> Reply:

@@ -23,10 +23,11 @@ still mapping one variant never gets pages of the other (a checksum failure). An
 the other location meanwhile gets the held variant, and git drops the cache: slower, not wrong.
 
 The worktree part of that answer (`_worktree_dirty`: an `lstat` of every entry, 5,001 on the
-bench's corpus) is swept ahead, in a thread, as soon as the lower watch is in place (the
-daemon's `_sweep_ahead`) or git first reads the index: the sweep first marks where the watch's
-journal stands (`mark`, after a sync with the watch), so what changes during or after it is in
-the journal after the mark, and the query answers the sweep plus the journal since the mark.
+bench's corpus) is swept ahead, in a thread, as soon as the lower watch is in place
+(`daemon_fsmonitor.sweep_ahead`) or git first reads the index: the sweep first marks where the
+watch's journal stands (`mark`, after a sync with the watch), so what changes during or after it
+is in the journal after the mark, and the query answers the sweep plus the journal since the
+mark.
 A mark from another connection of the watch (changes may have gone unreported between two),
 a journal that dropped the mark, or a sweep not done in time: the query sweeps again.
 
