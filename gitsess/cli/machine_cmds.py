@@ -63,7 +63,8 @@ def tour_command(ctx: click.Context) -> None:
 def _show_tour(event: tour.TourEvent) -> None:
     out = console()
     if event.kind == "say":
-        out.print(escape(event.text))
+        # (line by line: a line break is the tour's own, not a control character to show)
+        out.print("\n".join(escape(line) for line in event.text.split("\n")))
     elif event.kind == "command":
         out.print(f"[bold]$ {escape(shlex.join(['gitsess', *event.args]))}[/]")
     else:

@@ -22,6 +22,8 @@ def test_the_tour_runs_every_step_and_leaves_nothing_behind(tmp_path: Path) -> N
         if step.args:
             assert "$ " + shlex.join(["gitsess", *step.args]) in done.stdout
     assert re.search(r"\bsed[0-9A-Za-z]{6}\b", done.stdout) is None  # no sed temporary files
+    assert "\\x" not in done.stdout  # its own line breaks printed as such, not escaped
+    assert "\nThat is the tour." in done.stdout
     assert "Forked session demo into other-idea" in done.stdout
     assert "Discarded" in done.stdout and "1 commit(s)" in done.stdout
     assert "Unmounted session demo" in done.stdout
