@@ -145,28 +145,40 @@ def commits(b: Bench, corpus: Corpus) -> Result:
                     step = functools.partial(_run, commits, view.root, {**b.env, **plain})
                     res.add(target, timed(step))
                 continue
-            lower, name = corpus.repo, f"commits-{run}"
-            if target == NATIVE:
-                lower = b.scratch / name
-                _run(["cp", "-a", str(corpus.repo), str(lower)])
-            else:
-                gitsess_cli(b, corpus.repo, "new", name)
+            name = f"commits-{run}"
+            if target == GITSESS:
+                res.add(target, _timed_in_place(b, target, corpus.repo, name, commits, plain))
+                continue
+            copy = b.scratch / name
+            _run(["cp", "-a", str(corpus.repo), str(copy)])
             try:
-                timer = GitTimer(b, target, lower, name, None if target == GITSESS else plain)
-                try:
-                    res.add(target, timer.ask(cmd=commits))
-                finally:
-                    timer.close()
+                res.add(target, _timed_in_place(b, target, copy, name, commits, plain))
             finally:
-                if target == NATIVE:
-                    shutil.rmtree(lower, ignore_errors=True)
-                else:
-                    subprocess.run(
-                        [GITSESS_CLI, "rm", name, "--force"], cwd=corpus.repo, env=b.env,
-                        capture_output=True, check=False,
-                    )  # fmt: skip
+                shutil.rmtree(copy, ignore_errors=True)
     progress(res)
     return res
+
+
+def _timed_in_place(
+    b: Bench, target: str, repo: Path, name: str, cmd: list[str], plain: dict[str, str]
+) -> float:
+    """`cmd` timed by `bench.git_timer`: for gitsess inside `gitsess run` of a new session
+    `name` over `repo` (made and removed here), with the git settings a run gives git;
+    natively in `repo`, with `plain` settings."""
+    if target == GITSESS:
+        gitsess_cli(b, repo, "new", name)
+    try:
+        timer = GitTimer(b, target, repo, name, None if target == GITSESS else plain)
+        try:
+            return timer.ask(cmd=cmd)
+        finally:
+            timer.close()
+    finally:
+        if target == GITSESS:
+            subprocess.run(
+                [GITSESS_CLI, "rm", name, "--force"], cwd=repo, env=b.env,
+                capture_output=True, check=False,
+            )  # fmt: skip
 
 
 def _parent(pid: int) -> int:
@@ -223,20 +235,7 @@ def _first_status_in_place(b: Bench, corpus: Corpus) -> Result:
             if target == OVERLAYFS:
                 continue  # (nothing runs in place over fuse-overlayfs)
             name = f"first-status-{run}"
-            if target == GITSESS:
-                gitsess_cli(b, corpus.repo, "new", name)
-            try:
-                timer = GitTimer(b, target, corpus.repo, name, None if target == GITSESS else plain)
-                try:
-                    res.add(target, timer.ask(cmd=status))
-                finally:
-                    timer.close()
-            finally:
-                if target == GITSESS:
-                    subprocess.run(
-                        [GITSESS_CLI, "rm", name, "--force"], cwd=corpus.repo, env=b.env,
-                        capture_output=True, check=False,
-                    )  # fmt: skip
+            res.add(target, _timed_in_place(b, target, corpus.repo, name, status, plain))
     progress(res)
     return res
 
