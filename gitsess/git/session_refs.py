@@ -1,10 +1,10 @@
-"""Where a session's own `.git` points: its HEAD, and the commits made on it.
+"""The commits made on a session's own `.git`: its HEAD's, not on any real ref.
 
 A session's `.git` is copy-on-write, `objects/` included, so a commit made inside the session
 exists only in the session until it is promoted; only the session's refs know about it. HEAD is
 read through a callback rather than a path so that the caller decides which layer (the view,
 the session's upper directory) the files come from; the real repository's refs are read from
-its files (`real_refs`: inside a session libgit2 would open the view's `.git`), and the
+its files (`head.real_refs`: inside a session libgit2 would open the view's `.git`); the
 session's own commits are those its HEAD reaches and no real branch, tag or remote-tracking
 ref reaches, nor its base (`commits_not_in`); HEAD itself is read by `head.py`. Inside a run
 of the session's worktree the real refs are out of reach, and what compares with them is
@@ -20,7 +20,6 @@ import pygit2
 from pygit2.enums import SortMode
 
 from gitsess.errors import GitsessError
-from gitsess.git.head import real_refs as real_refs
 
 
 def commits_not_in(repo: pygit2.Repository, head: str | None, real: Iterable[str]) -> list[str]:

@@ -10,13 +10,9 @@ import pygit2
 import pytest
 
 from gitsess.errors import GitsessError
-from gitsess.git.head import SessionHead, read_head
+from gitsess.git.head import SessionHead, read_head, real_refs
 from gitsess.git.replay import Replayed, replay_commits
-from gitsess.git.session_refs import (
-    commits_not_in,
-    first_parent_chain,
-    real_refs,
-)
+from gitsess.git.session_refs import commits_not_in, first_parent_chain
 from tests.util import git, make_repo, write
 
 from .helpers import copy_repo
