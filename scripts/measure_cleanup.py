@@ -32,9 +32,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from gitsess.overlay import mounttable
-from gitsess.overlay.delta import DeltaStore, data_bytes
+from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.nodes import ROOT_INODE
 from gitsess.overlay.tree import Tree
+from gitsess.overlay.usage import data_bytes
 from gitsess.runtime import mount
 
 MB = 1000 * 1000

@@ -31,8 +31,6 @@ import apsw
 from gitsess.errors import GitsessError
 from gitsess.overlay import history, schema, usage
 from gitsess.overlay.history import History
-from gitsess.overlay.usage import data_bytes as data_bytes
-from gitsess.overlay.usage import last_event_ns as last_event_ns
 from gitsess.store.db import BUSY_TIMEOUT_MS
 from gitsess.store.sqlvalue import blob, integer, scalar, text
 
@@ -517,7 +515,7 @@ class DeltaAt(DeltaStore):
     def __init__(self, path: str, at: int) -> None:
         super().__init__(path, readonly=True)
         self.at = at
-        self._root = history.cp_root(self.data_dir)
+        self._root = usage.cp_root(self.data_dir)
         if not self.conn.execute("SELECT 1 FROM checkpoints WHERE id = ?", (at,)).fetchall():
             self.conn.close()
             raise history.no_such(at)

@@ -43,8 +43,7 @@ import apsw
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
 from gitsess.overlay import layout
-from gitsess.overlay.usage import cp_root as cp_root
-from gitsess.overlay.usage import epochs_on_disk as epochs_on_disk
+from gitsess.overlay.usage import cp_root, epochs_on_disk
 from gitsess.store.sqlvalue import blob, integer, scalar
 
 CP_DIR = layout.CHECKPOINTS

@@ -6,7 +6,7 @@ save of an epoch below the oldest kept (`overlay/history.py`); `gitsess.log.maxE
 and `.maxAge` (30 days) drop the oldest audit events, their runs summarised first in
 `run_summaries`. `gc` trims an unmounted session, a mounted one's daemon trims itself (op
 `trim`), and what was freed is given back at once. Where the bytes go is `overlay/usage.py`'s
-(`bytes_by_kind`, re-exported here).
+(`bytes_by_kind`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import apsw
 
 from gitsess.overlay.usage import Bytes as Bytes
-from gitsess.overlay.usage import bytes_by_kind as bytes_by_kind
 from gitsess.store.sqlvalue import integer
 
 

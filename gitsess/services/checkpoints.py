@@ -29,7 +29,7 @@ from typing import TypeVar
 from gitsess import processes
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import history, protocol, retention
+from gitsess.overlay import history, protocol, retention, usage
 from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.history import Checkpoint, Operation
 from gitsess.overlay.view import OverlayView
@@ -177,7 +177,7 @@ def listing(ctx: RepoContext, session: Session) -> Listing:
     try:
         cps = history.checkpoints(store.conn)
         ops = history.operations(store.conn)
-        root = history.cp_root(store.data_dir)
+        root = usage.cp_root(store.data_dir)
         changed = bool(cps) and history.changed_since(store.conn, root, cps[-1].id)
         return Listing(session, cps, ops, changed)
     finally:
@@ -278,7 +278,7 @@ def _previous_changed(ctx: RepoContext, session: Session, found: Listing) -> int
     """The newest checkpoint the session changed since (the newest has no change since)."""
     store = DeltaStore(_delta(ctx, session), readonly=True)
     try:
-        root = history.cp_root(store.data_dir)
+        root = usage.cp_root(store.data_dir)
         for cp in reversed(found.checkpoints[:-1]):
             if history.changed_since(store.conn, root, cp.id):
                 return cp.id

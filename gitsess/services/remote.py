@@ -60,7 +60,8 @@ from gitsess.git.worktree import (
 )
 from gitsess.runtime import mount
 from gitsess.services import archives, discard, fork, kv, sessions
-from gitsess.services.timeline import DeltaReader, delta_path, runs
+from gitsess.services.sessions import runs
+from gitsess.services.timeline import DeltaReader, delta_path
 from gitsess.store.registry import Registry, Session
 from gitsess.store.rows import Run, Synced
 

@@ -26,11 +26,11 @@ import apsw
 
 from gitsess.errors import GitsessError, option
 from gitsess.git.location import RepoContext
-from gitsess.overlay import delta, layout, schema
+from gitsess.overlay import delta, layout, schema, usage
 from gitsess.overlay.delta import DamagedDelta
 from gitsess.overlay.retention import RunSummary, summaries
 from gitsess.runtime import mount
-from gitsess.services.sessions import runs as runs
+from gitsess.services.sessions import runs
 from gitsess.store.registry import Session
 from gitsess.store.rows import Run
 
@@ -256,7 +256,7 @@ class DeltaReader:
         return self._read(delta.op_counts, {})
 
     def last_event_ns(self) -> int | None:
-        return self._read(delta.last_event_ns, None)
+        return self._read(usage.last_event_ns, None)
 
     def drift(self, *, after_ns: int = 0) -> list[Drift]:
         rows: list[tuple[str, int]] = self._read(

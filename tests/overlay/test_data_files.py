@@ -10,9 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gitsess.overlay.content_store import INLINE_MAX
-from gitsess.overlay.delta import FIRST_ALLOCATED_INO, DeltaStore, copy_data, data_bytes
+from gitsess.overlay.delta import FIRST_ALLOCATED_INO, DeltaStore, copy_data
 from gitsess.overlay.nodes import ROOT_INODE
 from gitsess.overlay.tree import Tree
+from gitsess.overlay.usage import data_bytes
 
 
 def test_copy_keeps_content_and_holes(tmp_path: Path) -> None:

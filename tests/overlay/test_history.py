@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pyfuse3 import FileHandleT, InodeT, RequestContext
 
-from gitsess.overlay import history
+from gitsess.overlay import history, usage
 from gitsess.overlay.content_store import INLINE_MAX
 from gitsess.overlay.delta import DeltaAt, DeltaStore
 from gitsess.overlay.fs import Filesystem
@@ -222,7 +222,7 @@ def test_prune_keeps_the_newest(lower: Path, delta: str) -> None:
         assert tree.store.history.prune(2, 10**18, 0) == 3
         for cp, view in views[-2:]:
             assert at(delta, lower, cp) == view
-        kept = history.epochs_on_disk(history.cp_root(tree.store.data_dir))
+        kept = usage.epochs_on_disk(usage.cp_root(tree.store.data_dir))
         assert min(kept) >= views[-2][0]
 
 

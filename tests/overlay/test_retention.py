@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from gitsess.overlay import retention
+from gitsess.overlay import retention, usage
 from gitsess.overlay.delta import DeltaStore
 
 
@@ -68,11 +68,11 @@ def test_trim_keeps_the_processes_a_live_daemon_refers_to(tmp_path: Path) -> Non
 def test_a_big_log_is_given_back_to_the_disk(tmp_path: Path) -> None:
     store = _store(tmp_path)
     _log(store, [(t, "write", 10, 1) for t in range(200_000)])
-    before = retention.bytes_by_kind(store.conn, store.data_dir, 0)
+    before = usage.bytes_by_kind(store.conn, store.data_dir, 0)
     assert before.log_bytes > 5_000_000
     retention.trim_log(store.conn, 1000, 0)
     assert store.shrink()
-    after = retention.bytes_by_kind(store.conn, store.data_dir, 0)
+    after = usage.bytes_by_kind(store.conn, store.data_dir, 0)
     assert after.log_bytes < before.log_bytes / 50
     assert os.path.getsize(store.path) < before.log_bytes / 4
     store.close()
