@@ -61,7 +61,9 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
             raise _damaged(delta, e) from e
         try:
             live = live_bytes(conn) + files
-            by_kind = bytes_by_kind(conn, schema.data_dir(str(delta)), files)
+            by_kind = info.bytes_by_kind  # (counted already for `show --json`)
+            if by_kind is None:
+                by_kind = bytes_by_kind(conn, schema.data_dir(str(delta)), files)
             last_ns = last_event_ns(conn)
         except apsw.Error as e:
             raise _damaged(delta, e) from e
