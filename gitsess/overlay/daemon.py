@@ -665,6 +665,7 @@ def _status(state: DaemonState, msg: dict[str, Any]) -> Reply:
         "read_only": state.read_only,
         # Whether the lower watch is in place (until then, answers are cached 1 s).
         "watched": state.tree.watched,
+        "listing": not state.ahead.idle,
         "participants": list(state.participants.values()),
     }, None
 

@@ -58,7 +58,9 @@ class Joiner:
 
 
 class DaemonStatus:
-    __slots__ = ("daemon_pid", "mountpoint", "participants", "persistent", "read_only", "watched")
+    __slots__ = (
+        "daemon_pid", "listing", "mountpoint", "participants", "persistent", "read_only", "watched",
+    )  # fmt: skip
 
     def __init__(self, reply: dict[str, Any]) -> None:
         self.daemon_pid: int = reply["daemon_pid"]
@@ -67,6 +69,8 @@ class DaemonStatus:
         self.read_only: bool = reply["read_only"]
         # Whether the lower watch is in place (until then, answers are cached 1 s).
         self.watched: bool = reply["watched"]
+        # Whether a listing ahead (listahead.py) is queued or in flight.
+        self.listing: bool = reply["listing"]
         self.participants: list[dict[str, Any]] = reply["participants"]
 
 

@@ -93,6 +93,16 @@ class Mounted:
 
         assert eventually(watched)
 
+    def wait_listed(self) -> None:
+        """Wait until no listing ahead is queued or in flight: the kernel then holds what
+        they listed, however long a loaded machine took."""
+
+        def listed() -> bool:
+            status = protocol.status(str(self.spec.session_dir))
+            return status is not None and not status.listing
+
+        assert eventually(listed)
+
 
 def _teardown(m: Mounted) -> None:
     st = mount.status(m.spec.session_dir)
