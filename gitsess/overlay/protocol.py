@@ -69,8 +69,9 @@ class DaemonStatus:
         self.read_only: bool = reply["read_only"]
         # Whether the lower watch is in place (until then, answers are cached 1 s).
         self.watched: bool = reply["watched"]
-        # Whether a listing ahead (listahead.py) is queued or in flight.
-        self.listing: bool = reply["listing"]
+        # Whether a listing ahead (listahead.py) is queued or in flight. (`.get`: a daemon
+        # of an older install, still serving after an upgrade, does not say.)
+        self.listing: bool = reply.get("listing", False)
         self.participants: list[dict[str, Any]] = reply["participants"]
 
 

@@ -35,9 +35,17 @@ READ_CHUNK = 1 << 20
 
 class OverlayView:
     def __init__(
-        self, delta: Path, lower: Path, hidden: tuple[str, ...] = (), at: int | None = None
+        self,
+        delta: Path,
+        lower: Path,
+        hidden: tuple[str, ...] = (),
+        at: int | None = None,
+        *,
+        linked: bool | None = None,
     ) -> None:
-        """`at`: the view as it was at that checkpoint."""
+        """`at`: the view as it was at that checkpoint. `linked`: whether the session's
+        worktree is a linked one, where `lower` cannot say (a stand-in for a worktree gone)."""
+        self._linked = linked
         try:
             self.store = DeltaStore(str(delta)) if at is None else DeltaAt(str(delta), at)
         except apsw.Error as e:
@@ -198,7 +206,9 @@ class OverlayView:
 
     @cached_property
     def _objects(self) -> bytes:
-        linked = self.read_git("commondir") is not None
+        linked = self._linked
+        if linked is None:
+            linked = self.read_git("commondir") is not None
         return GIT + (b"/common/objects" if linked else b"/objects")
 
     def _own_entries(self, rel: bytes) -> dict[bytes, Node]:

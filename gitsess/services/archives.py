@@ -51,7 +51,14 @@ from gitsess.git.archive_commits import (
 )
 from gitsess.git.blob_parts import blob_parts
 from gitsess.git.changes import GIT_EXEC, GIT_LINK, compute_changes
-from gitsess.git.repo import RepoContext, Repository, head_of, open_worktree, worktree_paths
+from gitsess.git.repo import (
+    RepoContext,
+    Repository,
+    common_dir,
+    head_of,
+    open_worktree,
+    worktree_paths,
+)
 from gitsess.git.scratch import BIG_FILE, scratch_repo
 from gitsess.git.trees import commit_tree_id, object_size
 from gitsess.overlay.kvtable import kv_items
@@ -167,30 +174,34 @@ def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
 def _archive_over_stand_in(ctx: RepoContext, session: Session, delta: Path) -> str | None:
     """The archive ref of a session whose worktree is gone (None: nothing to keep), its view
     laid over a stand-in holding what the worktree held: its branch's tip (git refuses to
-    remove a worktree with uncommitted changes), else the session's base. The session's own
-    commits are not kept (they need the worktree's git state to be told apart)."""
+    remove a worktree with uncommitted changes), else the session's base. Its own commits and
+    key-value store are kept as `archive` keeps them: they lived only in its delta."""
     repo = ctx.open()
     branch_tip = tracking.tip_id(repo, session.branch) if session.branch else None
     lower = branch_tip if branch_tip is not None else session.base_commit
-    with tracking.stand_in(repo, lower, ctx.state_dir) as top, OverlayView(delta, top) as view:
+    with (
+        tracking.stand_in(repo, lower, ctx.state_dir) as top,
+        OverlayView(delta, top, linked=True) as view,
+    ):
         changes = compute_changes(view, open_worktree(top))
-        if not changes.git_changes():
+        refs = session_git.refs_without_worktree(view, session, common_dir(repo))
+        git = session_git.state(view, repo, session, top, refs) if refs is not None else None
+        if git is not None and not git.commits:
+            git = None
+        if not changes.git_changes() and git is None:
             return None
+        if git is not None:
+            with scratch_repo(repo, view) as scratch:
+                session_git.promote(scratch, repo, git)
         return create_archive(
-            repo,
-            view,
-            changes,
-            base=session.base_commit,
-            name=session.name,
+            repo, view, changes, base=session.base_commit, name=session.name,
             fields={
-                "session_id": session.id,
-                "name": session.name,
-                "title": session.title,
-                "worktree": str(session.worktree),
-                "branch": session.branch,
+                "session_id": session.id, "name": session.name, "title": session.title,
+                "worktree": str(session.worktree), "branch": session.branch,
                 "created_at": session.created_at.isoformat(),
             },
-        )
+            head=git.commits[-1] if git is not None else None, kv=kv_json(view),
+        )  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------

@@ -106,13 +106,26 @@ def refs_of(view: OverlayView, session: Session, root: Path) -> GitRefs | None:
         return None
     # A linked worktree's view keeps the common dir at `.git/common` (overlay/tree.py): HEAD
     # is the worktree's own, branches and packed-refs are shared.
-    common = "common/" if view.read_git("commondir") is not None else ""
+    linked = view.read_git("commondir") is not None
+    return _refs(view, session, real_common(root, session.worktree), linked)
+
+
+def refs_without_worktree(view: OverlayView, session: Session, common: Path) -> GitRefs | None:
+    """`refs_of` for a session whose worktree is gone, its view laid over a stand-in
+    (`git/tracking.stand_in`) that has none of its git state: `common` is the real common
+    dir. Such a worktree was a linked one (a main worktree takes its repository with it), so
+    the view's shared git state is below `.git/common`."""
+    return _refs(view, session, common, linked=True) if view.touched_git() else None
+
+
+def _refs(view: OverlayView, session: Session, real: Path, linked: bool) -> GitRefs:
+    common = "common/" if linked else ""
 
     def read(rel: str) -> bytes | None:
         return view.read_git(rel if rel == "HEAD" else common + rel)
 
     head = read_head(read)
-    refs = real_refs(real_common(root, session.worktree))
+    refs = real_refs(real)
     branch = None if session.branch is None else "refs/heads/" + session.branch
     tip = refs.get(branch) if branch is not None else None
     hide = (*refs.values(), *([session.base_commit] if session.base_commit else []))

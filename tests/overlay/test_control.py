@@ -40,3 +40,16 @@ def test_no_published_name_means_no_daemon(tmp_path: Path) -> None:
     assert control.address(str(tmp_path)) == b"\0gitsess-x-1234"
     assert (tmp_path / control.NAME_FILE).stat().st_mode & 0o777 == 0o600
     assert control.connect(str(tmp_path)) is None  # nobody listens on it
+
+
+def test_the_status_of_a_daemon_of_an_older_install_is_read() -> None:
+    """After an upgrade, daemons started before it still serve (and `gc`, `ps` ask every one
+    of the user's): a status without the fields added since reads with their defaults."""
+    from gitsess.overlay.protocol import DaemonStatus
+
+    older = {
+        "daemon_pid": 7, "mountpoint": "/m", "persistent": False, "read_only": False,
+        "watched": True, "participants": [],
+    }  # fmt: skip
+    status = DaemonStatus(older)
+    assert (status.daemon_pid, status.watched, status.listing) == (7, True, False)

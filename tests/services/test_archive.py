@@ -126,6 +126,29 @@ def test_rm_of_a_session_whose_worktree_is_gone_archives_its_work(
     )
 
 
+def test_rm_of_a_session_whose_worktree_is_gone_keeps_its_commits(
+    ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    """The session's own commits are kept too (issue 36 item 15), and `restore` brings them
+    back: they live only in its delta once the worktree, and its git state, are gone."""
+    made = sessions.create(ctx, "gone", worktree=WorktreeSpec())
+    with mounted(ctx, made) as m:
+        m.write("made.txt", "committed inside\n")
+        git(m.mnt, "add", "made.txt")
+        git(m.mnt, "commit", "-q", "-m", "made inside")
+        m.write("notes/idea.txt", "not committed\n")
+    git(repo, "worktree", "remove", str(made.worktree))
+    _, err = cli("rm", "gone")
+    assert "archived as refs/gitsess/archive/gone" in err
+    assert "made inside" in git(repo, "log", "--format=%s", "refs/gitsess/archive/gone^@")
+    cli("restore", "gone")
+    back = sessions.resolve(ctx, "gone")
+    with mounted(ctx, back) as m:
+        assert git(m.mnt, "log", "-1", "--format=%s") == "made inside"
+        assert (m.mnt / "made.txt").read_text() == "committed inside\n"
+        assert (m.mnt / "notes" / "idea.txt").read_text() == "not committed\n"
+
+
 def test_rm_without_unapplied_changes_archives_nothing(
     live_exp: Mounted, ctx: RepoContext, repo: Path, cli: Cli
 ) -> None:
