@@ -137,6 +137,7 @@ def test_rm_of_a_session_whose_worktree_is_gone_keeps_its_commits(
         git(m.mnt, "add", "made.txt")
         git(m.mnt, "commit", "-q", "-m", "made inside")
         m.write("notes/idea.txt", "not committed\n")
+        cli("kv", "gone", "set", "step", "3")
     git(repo, "worktree", "remove", str(made.worktree))
     _, err = cli("rm", "gone")
     assert "archived as refs/gitsess/archive/gone" in err
@@ -147,6 +148,7 @@ def test_rm_of_a_session_whose_worktree_is_gone_keeps_its_commits(
         assert git(m.mnt, "log", "-1", "--format=%s") == "made inside"
         assert (m.mnt / "made.txt").read_text() == "committed inside\n"
         assert (m.mnt / "notes" / "idea.txt").read_text() == "not committed\n"
+    assert cli("kv", "gone", "get", "step")[0].strip() == "3"
 
 
 def test_rm_without_unapplied_changes_archives_nothing(
