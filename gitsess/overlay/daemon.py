@@ -49,6 +49,7 @@ from gitsess.git.view import Stamp
 from gitsess.overlay import (
     control,
     daemon_fsmonitor,
+    gitdir,
     guard,
     history,
     layout,
@@ -179,6 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     store = DeltaStore(args.delta)
     tree = Tree(store, args.lower, {os.fsencode(h) for h in args.hide})
     tree.readonly = args.read_only
+    pointer = tree.lower.redirects.get(gitdir.GIT_COMMONDIR)
+    if pointer is not None:
+        gitdir.name_common_at(pointer, args.mountpoint)
     options = {"fsname=gitsess", "subtype=gitsess", "default_permissions"}
     if args.allow_other:
         options.add("allow_other")

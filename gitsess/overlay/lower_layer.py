@@ -21,7 +21,7 @@ from collections.abc import Iterable
 
 from gitsess.overlay import longpath
 from gitsess.overlay.fdcache import FdCache, same_file
-from gitsess.overlay.gitdir import GIT, GIT_COMMON, in_git, linked_git
+from gitsess.overlay.gitdir import GIT, GIT_COMMON, GIT_COMMONDIR, in_git, linked_git
 from gitsess.overlay.nodes import Node, err, join
 
 NAME_MAX = 255
@@ -62,7 +62,7 @@ class LowerLayer:
     def path(self, rel: bytes) -> bytes:
         """Where the lower object of view path `rel` is on disk."""
         if self.redirects and in_git(rel):
-            for top in (GIT_COMMON, b".git/commondir", GIT):
+            for top in (GIT_COMMON, GIT_COMMONDIR, GIT):
                 if rel == top or rel.startswith(top + b"/"):
                     return self.redirects[top] + rel[len(top) :]
         return self.root + b"/" + rel if rel else self.root

@@ -6,7 +6,10 @@ own (copy-on-write), so git inside changes only the session. The real gitsess st
 bound read-only at its real path (over the view's stand-in for it when it lies in the worktree:
 found by name, never listed): gitsess commands inside read their registry and delta there, and
 write only through the session's daemon (`kv`), so a run can neither destroy a session's delta
-nor plant an apply journal. The command gets a PID namespace of its own with a fresh /proc: no
+nor plant an apply journal. For a linked worktree the view's common dir is bound over the
+real common dir too (outside the worktree, it would stay writable) and the view's
+`.git/commondir` leads git to that path (`_point_at_common`), where git names the main
+worktree as it does outside. The command gets a PID namespace of its own with a fresh /proc: no
 outside process is visible, so no `/proc/<pid>/root` (or `cwd`, `fd`) leads out of the view.
 Last, a user namespace of its own locks every mount it inherits: it can neither unmount the
 view nor remount the state dir writable (mounts copied into a less privileged namespace are
@@ -138,6 +141,8 @@ class Placement:
     state_dir: Path | None = None
     # Directories in the state dir that stay writable: the agent's own isolation root.
     writable: tuple[Path, ...] = ()
+    # A linked worktree's real common dir, by its real path (see `_bind_common`).
+    common: Path | None = None
 
 
 def _die_with(parent: int, sig: int = signal.SIGTERM) -> None:
@@ -162,18 +167,19 @@ def _enter_view(p: Placement, cwd: Path, parent: int, reason_fd: int) -> None:
         view_fd = os.open(p.mountpoint, os.O_PATH | os.O_CLOEXEC)
         # Opened before the seal too: a bind of a path in the sealed tree would be read-only.
         own = [(w, os.open(w, os.O_PATH | os.O_CLOEXEC)) for w in p.writable]
-        if state is not None and state_first:
-            _seal(state, os.open(state, os.O_PATH | os.O_CLOEXEC))
+        # And before the common dir is bound: the state dir may lie below the real one.
         state_fd = os.open(state, os.O_PATH | os.O_CLOEXEC) if state is not None else None
+        common = _bind_common(p, view_fd)
+        if state is not None and state_fd is not None and state_first:
+            _seal(state, state_fd)
         _mount(f"/proc/self/fd/{view_fd}", str(p.worktree), MS_BIND)
         os.close(view_fd)
         if p.read_only:
             _remount_read_only(str(p.worktree))
-        if state is not None and state_fd is not None:
-            if state_first:
-                os.close(state_fd)
-            else:
-                _seal(state, state_fd)
+        if state is not None and state_fd is not None and not state_first:
+            _seal(state, state_fd)
+        if common is not None:
+            _point_at_common(p.mountpoint, common)
         for path, fd in own:
             _mount(f"/proc/self/fd/{fd}", str(path), MS_BIND)
             os.close(fd)
@@ -183,6 +189,37 @@ def _enter_view(p: Placement, cwd: Path, parent: int, reason_fd: int) -> None:
         raise
     _fork_init(reason_fd)
     os.chdir(cwd)
+
+
+def _bind_common(p: Placement, view_fd: int) -> Path | None:
+    """For a linked worktree: bind the view's `.git/common` over the real common dir (read-only
+    in a read-only run), so that the real one is out of reach and git can find the view's at
+    the path it has outside, where it names the main worktree after it. Returns that path, or
+    None when nothing was bound: a main worktree, or a view whose `.git` holds no common dir
+    (the session removed it; git there finds none either)."""
+    if p.common is None:
+        return None
+    try:
+        fd = os.open(".git/common", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=view_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    _mount(f"/proc/self/fd/{fd}", str(p.common), MS_BIND)
+    os.close(fd)
+    if p.read_only:
+        _remount_read_only(str(p.common))
+    return p.common
+
+
+def _point_at_common(mountpoint: Path, common: Path) -> None:
+    """The view's `.git/commondir` names the common dir by its path at the mount point
+    (`gitdir.name_common_at`); here a read-only tmpfs there makes that path a symlink to
+    `common`, so git resolves it to the real common dir's path, where the view's is bound. (Not
+    a bind over the view's `.git/commondir`: the daemon's invalidation of that name would
+    detach it, and `rm -rf .git` would meet a mount point.)"""
+    _mount("none", str(mountpoint), MS_NOSUID | MS_NODEV | MS_NOEXEC, "tmpfs")
+    os.mkdir(mountpoint / ".git", 0o755)
+    os.symlink(common, mountpoint / ".git" / "common")
+    _remount_read_only(str(mountpoint))
 
 
 def _seal(state: Path, state_fd: int) -> None:

@@ -165,12 +165,14 @@ def run(
     hidden = hidden_paths(ctx, session)
     # Where the command finds the state dir: its real path, in the worktree or not.
     state = session.worktree / hidden[0] if hidden else ctx.state_dir
+    common = _linked_common(session)
     placement = inplace.Placement(
         session.worktree,
         Path(live.mountpoint),
         read_only,
         state,
         writable=() if own_state is None else (own_state,),
+        common=common,
     )
     child_env = {**env, **session_env(ctx, session, live.mountpoint, env)}
     with conn:
@@ -194,6 +196,15 @@ def run(
             for s, handler in previous.items():
                 signal.signal(s, handler)
     return RunResult(128 - code if code < 0 else code)
+
+
+def _linked_common(session: Session) -> Path | None:
+    """A linked worktree's real common dir by its real path (the one git names the main
+    worktree after), None for a main worktree."""
+    from gitsess.overlay import gitdir
+
+    dirs = gitdir.linked_dirs(os.fsencode(session.worktree))
+    return None if dirs is None else Path(os.path.realpath(os.fsdecode(dirs[1])))
 
 
 def keep_mounted(

@@ -242,6 +242,34 @@ def test_a_linked_worktree_session_isolates_git_too(worked: Path) -> None:
     assert git(tree, "status", "--porcelain") == ""
 
 
+@pytest.mark.parametrize("extra", [(), ("--read-only",)], ids=["writable", "read-only"])
+def test_a_linked_worktree_run_reaches_the_real_common_dir_only_copy_on_write(
+    worked: Path, extra: tuple[str, ...]
+) -> None:
+    """At the real common dir's path a run of a linked worktree finds the view's, where git
+    there finds its common dir too: what the run writes there is the session's (or refused,
+    read-only), and it cannot unmount it."""
+    made = gitsess(worked, "new", "lw", "--worktree", "--json")
+    assert made.returncode == 0, made.stderr
+    tree = Path(json.loads(made.stdout)["worktree"])
+    before = linked_state(worked)
+    dot = worked.resolve() / ".git"
+    script = (
+        f"git rev-parse --git-common-dir; umount -l {dot} 2>/dev/null && echo unmounted;"
+        f" echo x > {dot}/planted; rm -f {dot}/HEAD {dot}/config;"
+        f" rm -rf {dot}/refs {dot}/objects; true"
+    )
+    done = gitsess(tree, "run", "-s", "lw", *extra, "--", "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{dot}\n"
+    assert linked_state(worked) == before and fsck_clean(worked)
+    assert not (dot / "planted").exists() and (dot / "HEAD").is_file()
+    after = gitsess(
+        tree, "run", "-s", "lw", "--", "sh", "-c", f"ls {dot}/planted && ! ls {dot}/HEAD"
+    )
+    assert (after.returncode == 0) == (extra == ()), after.stderr
+
+
 def test_rm_archives_the_sessions_commits_too(worked: Path) -> None:
     three_commits_and_an_edit(worked, "exp")
     head = run(worked, "exp", "git rev-parse HEAD").stdout.strip()
