@@ -37,6 +37,7 @@ from bench.radar import GATE, RADAR, run_gate, run_radar
 from bench.report import Report, _gitsess_revision, machine, render
 from bench.results import Result
 from bench.sessions import Creation, cli_has, run_creation
+from bench.wide import COLD_STATUS_WIDE, FIRST_STATUS_WIDE, WIDE, run_wide
 from bench.workloads import Workload, workloads
 
 # ---------------------------------------------------------------------------------- main
@@ -62,7 +63,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         default=[],
         metavar="KEY",
         help="only this workload (repeatable; also `session-start`, `apply`, `git-session`,"
-        " `cli-start`, `fleet`, `first-status`, `commits`, `checkpoints`, `radar`, `gate`)",
+        " `cli-start`, `fleet`, `first-status`, `commits`, `checkpoints`, `radar`, `gate`,"
+        " `wide`)",
     )
     p.add_argument(
         "--profile", type=Path, metavar="DIR", help="cProfile the gitsess daemon (extra runs)"
@@ -153,11 +155,13 @@ def run_all(b: Bench, only: Sequence[str]) -> Report:
             results += first_status(b, corpus)
         if COMMITS_KEY in only:
             results.append(commits(b, corpus))
+    if WIDE in only or not (only or b.cfg.quick):
+        results += run_wide(b, cold_ok)
     cli_start = None
     if not only or "cli-start" in only:
         cli_start = run_cli_start(b, corpus.repo if chosen else build_corpus_small(b))
     order = [w.key for w in workloads()] + ["diff", "apply-commit"] + [g.key for g in git_ops()]
-    order += [FIRST_STATUS, FIRST_STATUS_MOUNT, COMMITS_KEY]
+    order += [FIRST_STATUS, FIRST_STATUS_MOUNT, COMMITS_KEY, FIRST_STATUS_WIDE, COLD_STATUS_WIDE]
     results.sort(key=lambda r: order.index(r.key))
     report = Report(machine(load_at_start, revision), b.cfg, results, creation, b.memory, b.notes)
     report.cli_start = cli_start
