@@ -83,11 +83,13 @@ class Archived:
     notes: tuple[str, ...] = ()
 
 
-def archive(ctx: RepoContext, session: Session) -> Archived:
+def archive(ctx: RepoContext, session: Session, *, force: bool = False) -> Archived:
     """Keep the session's unapplied work as a commit under `refs/gitsess/archive/<name>`.
 
     Only what git can hold is kept: tracked and untracked-not-ignored files and symlinks (not
-    ignored files, permission bits other than the executable bit, empty directories).
+    ignored files, permission bits other than the executable bit, empty directories). A
+    session whose own git state cannot be read (its HEAD names an object it does not hold)
+    is refused, unless `force`: then its files are kept without its commits.
     """
     delta = SessionHandle(ctx, session).delta
     if not delta.exists():
@@ -98,7 +100,16 @@ def archive(ctx: RepoContext, session: Session) -> Archived:
     with prepare(ctx, session) as p, p.handle.view(p.root) as view:
         changes = compute_changes(view, p.repo)
         s = p.session
-        git = session_git.own_commits(view, p.repo, s, p.root)
+        try:
+            git = session_git.own_commits(view, p.repo, s, p.root)
+        except GitsessError as e:
+            if not force:
+                raise GitsessError(
+                    f"session {s.name}: its git state cannot be read ({e}), so its commits "
+                    "cannot be archived (gitsess rm --force removes it, its files archived)"
+                ) from e
+            git = None
+            p.notes.append(f"its git state could not be read ({e}): its commits are not kept")
         if not changes.git_changes() and git is None:
             return Archived(None, tuple(p.notes))
         if git is not None:

@@ -643,7 +643,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
         _unmount_for_removal(ctx, session)
         # Nothing is lost: unapplied changes are kept as a commit under an archive ref first.
         try:
-            archived = archives.archive(ctx, session)
+            archived = archives.archive(ctx, session, force=force)
         except DamagedDelta:
             if not force:
                 raise

@@ -398,6 +398,21 @@ def test_a_forks_applied_commits_are_not_a_conflict(worked: Path) -> None:
     assert (worked / "README.md").read_text() == "b\n"
 
 
+def test_rm_of_a_session_whose_git_state_is_broken_keeps_its_files(worked: Path) -> None:
+    """Its branch names a commit it does not hold (a hostile or broken git inside): `rm` says
+    so in one line and removes nothing; `rm --force` archives its files without commits."""
+    missing = "1" * 40
+    ok(run(worked, "exp", f"echo kept > kept.txt && echo {missing} > .git/refs/heads/main"))
+    refused = gitsess(worked, "rm", "exp")
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert "git state cannot be read" in refused.stderr and "--force" in refused.stderr
+    assert "exp" in ok(gitsess(worked, "ls")).stdout
+    done = ok(gitsess(worked, "rm", "exp", "--force"))
+    assert "its commits are not kept" in done.stderr
+    assert git(worked, "show", "refs/gitsess/archive/exp:kept.txt") == "kept"
+    assert "exp" not in ok(gitsess(worked, "ls")).stdout
+
+
 # ---------------------------------------------------------------------------------------------
 # 16: messages say what was made
 
