@@ -195,13 +195,19 @@ def _bind_common(p: Placement, view_fd: int) -> Path | None:
     """For a linked worktree: bind the view's `.git/common` over the real common dir (read-only
     in a read-only run), so that the real one is out of reach and git can find the view's at
     the path it has outside, where it names the main worktree after it. Returns that path, or
-    None when nothing was bound: a main worktree, or a view whose `.git` holds no common dir
-    (the session removed it; git there finds none either)."""
+    None when the view's was not bound: a main worktree, or a view whose `.git` holds no
+    common dir (then the real one is sealed read-only)."""
     if p.common is None:
         return None
     try:
-        fd = os.open(".git/common", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=view_fd)
-    except (FileNotFoundError, NotADirectoryError):
+        # Not followed: a symlink the session put there could lead to the real one itself.
+        flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(".git/common", flags, dir_fd=view_fd)
+    except OSError:
+        # The session moved or replaced its common dir: the real one is sealed read-only, as
+        # the state dir is, never left writable (git inside finds no common dir, as in the
+        # view).
+        _seal(p.common, os.open(p.common, os.O_PATH | os.O_CLOEXEC))
         return None
     _mount(f"/proc/self/fd/{fd}", str(p.common), MS_BIND)
     os.close(fd)

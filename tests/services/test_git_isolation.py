@@ -270,6 +270,28 @@ def test_a_linked_worktree_run_reaches_the_real_common_dir_only_copy_on_write(
     assert (after.returncode == 0) == (extra == ()), after.stderr
 
 
+@pytest.mark.parametrize(
+    "away", ["mv .git .git-old", "mv .git/common .git/c && ln -s {dot} .git/common"]
+)
+def test_a_linked_worktree_run_without_its_common_dir_cannot_write_the_real_one(
+    worked: Path, away: str
+) -> None:
+    """Once the session moved its common dir away (or put a symlink to the real one in its
+    place), the view has none to bind over the real one: the real one is sealed read-only."""
+    made = gitsess(worked, "new", "lw", "--worktree", "--json")
+    assert made.returncode == 0, made.stderr
+    tree = Path(json.loads(made.stdout)["worktree"])
+    dot = worked.resolve() / ".git"
+    gone = gitsess(tree, "run", "-s", "lw", "--", "sh", "-c", away.format(dot=dot))
+    assert gone.returncode == 0, gone.stderr
+    before = linked_state(worked)
+    script = f"echo x > {dot}/planted; rm -rf {dot}/refs {dot}/objects; umount -l {dot}; true"
+    done = gitsess(tree, "run", "-s", "lw", "--", "sh", "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert linked_state(worked) == before and fsck_clean(worked)
+    assert not (dot / "planted").exists()
+
+
 def test_rm_archives_the_sessions_commits_too(worked: Path) -> None:
     three_commits_and_an_edit(worked, "exp")
     head = run(worked, "exp", "git rev-parse HEAD").stdout.strip()
