@@ -72,13 +72,12 @@ class LowerChanges:
         view is already served, and nothing watches an unmounted session): records drift for
         every file the session copied whose worktree original changed since, drops the
         worktree `lstat`s kept on lower nodes, and returns, as `stale_caches` does, the kernel
-        inodes of every node outside `.git`, and the entries of those that are not directories.
-        A fresh lookup makes the kernel take everything about a name anew. A directory's name
-        stays: an invalidated name is unhashed, and a process whose working directory it is
-        could no longer `getcwd`; and invalidating a name detaches whatever is mounted on it
-        (`gitsess run` binds the real `.git` there; `.git` is left out altogether, its caches
-        last a second anyway). What the kernel learnt before, it caches for a second only
-        (`LowerLayer.watched`)."""
+        inodes of every node, and the entries of those that are not directories. A fresh
+        lookup makes the kernel take everything about a name anew. A directory's name stays:
+        an invalidated name is unhashed, and a process whose working directory it is could no
+        longer `getcwd`; and invalidating a name detaches whatever is mounted on it (so a run
+        binds nothing on a file of the view: `runtime/inplace.py`). What the kernel learnt
+        before, it caches for a second only (`LowerLayer.watched`)."""
         self.lower.watched = True
         self.lower.close_all()
         now = time.time_ns()
