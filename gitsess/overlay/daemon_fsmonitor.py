@@ -100,6 +100,16 @@ def _mark(state: DaemonState) -> Mark | None:
     return connection, state.tree.journal.token()
 
 
+def _synced_mark(state: DaemonState) -> Mark | None:
+    """`_mark` once the journal holds what the watch saw before now (from a thread): what
+    changed just before the sweep, the sweep sees, and need not be in its answer too (a
+    worktree busy just before, a checkout, would otherwise have git `lstat` all it changed)."""
+    watcher = state.watcher
+    if watcher is None or not watcher.sync(LOWER_SYNC_TIMEOUT):
+        return None
+    return _mark(state)
+
+
 def _since_mark(state: DaemonState, mark: Mark) -> list[bytes] | None:
     """What the journal holds after `mark`, None when changes may have gone unreported since
     (the watch connected anew)."""
@@ -112,13 +122,11 @@ def _since_mark(state: DaemonState, mark: Mark) -> list[bytes] | None:
 async def sweep_ahead(state: DaemonState) -> None:
     """The real index (or the session's own, the view mounted with one) parsed at once, and
     swept (see `IndexView.sweep_ahead`) the moment the lower watch is in place, before git
-    asks: a session's first command is usually a status, which comes right after the mount.
-    The mark a sweep starts from is where the journal stands, unsynced: what the watch
-    reports after it, made before the sweep or not, is in the answer too."""
+    asks: a session's first command is usually a status, which comes right after the mount."""
     view, watcher = state.tree.index_view, state.watcher
     if view is None:
         return
-    view.mark = lambda: _mark(state)
+    view.mark = lambda: _synced_mark(state)
     first = True
     while watcher is not None and watcher.trying():
         watched = _mark(state) is not None

@@ -26,10 +26,9 @@ The worktree part of that answer (`_worktree_dirty`: an `lstat` of every entry, 
 bench's corpus, in C threads that hold no GIL: in Python it took 20-40 ms of the GIL the thread
 serving git's requests needs) is swept ahead, in a thread, as soon as the lower watch is in place
 (`daemon_fsmonitor.sweep_ahead`) or git first reads the index: the sweep first marks where the
-watch's journal stands (`mark`), so what changes during or after it is in the journal after the
-mark, and the query answers the sweep plus the journal since the mark. (No sync with the watch
-first: a change made just before the sweep but reported after the mark is in both, which costs
-git one `lstat`; the sync cost the sweep a round trip with the watch, 0.3-5 ms.)
+watch's journal stands (`mark`, after a sync with the watch), so what changes during or after it
+is in the journal after the mark, and the query answers the sweep plus the journal since the
+mark.
 A mark from another connection of the watch (changes may have gone unreported between two),
 a journal that dropped the mark, or a sweep not done in time: the query sweeps again.
 
@@ -127,8 +126,8 @@ class IndexView:
         self._sweeps: dict[str, _Swept] = {}
         self._lock = threading.Lock()
         self._parsing = threading.Lock()
-        # Where the lower watch's journal stands, None while the watch is not in place (set
-        # by the daemon; called from a thread of its own).
+        # Where the lower watch stands once it reported every change made before the call,
+        # None while it is not in place (set by the daemon; called from a thread of its own).
         self.mark: Callable[[], Mark | None] = lambda: None
 
     def shown(self, opener: int | None = None) -> bytes | None:

@@ -78,7 +78,9 @@ class LowerChanges:
         could no longer `getcwd`; and invalidating a name detaches whatever is mounted on it
         (`gitsess run` binds the real `.git` there; `.git` is left out altogether, its caches
         last a second anyway). What the kernel learnt before, it caches for a second only
-        (`LowerLayer.watched`)."""
+        (`LowerLayer.watched`). No fsmonitor token given before holds either (`restart`): a
+        change the watch missed meanwhile is in no journal."""
+        self.journal.restart()
         self.lower.watched = True
         self.lower.close_all()
         now = time.time_ns()
