@@ -1,5 +1,6 @@
 /* git's index entries (`.git/index`, versions 2 to 4) read, and checked against a worktree's
- * `lstat` as git checks them, in C (see gitsess/git/indexfile.py, gitsess/overlay/index_view.py).
+ * `lstat` as git checks them, in C (see gitsess/git/indexfile.py, gitsess/overlay/index_view.py):
+ * gitsess reads entries nowhere else.
  *
  * The view's daemon sweeps the real index before a session's first `git status`: 5,000 entries
  * read and `lstat`-ed in Python took 10 ms and 20-40 ms of the daemon's GIL, on git's path while
@@ -264,6 +265,41 @@ static PyObject *entries_end(PyObject *self, PyObject *arg) {
 }
 
 /* `list`: a tuple (see `sweep`), whose items' paths stay alive while the GIL is released. */
+static PyObject *paths(PyObject *self, PyObject *arg) {
+    (void)self;
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "expected bytes");
+        return NULL;
+    }
+    struct entries entries = {0};
+    Py_ssize_t end;
+    Py_BEGIN_ALLOW_THREADS
+    end = walk((const unsigned char *)PyBytes_AS_STRING(arg), PyBytes_GET_SIZE(arg), &entries);
+    Py_END_ALLOW_THREADS
+    PyObject *list = NULL;
+    if (end < 0)
+        PyErr_NoMemory();
+    else if (end == 0)
+        list = Py_NewRef(Py_None);
+    else if ((list = PyList_New(0))) {
+        for (size_t i = 0; i < entries.n; i++) {
+            struct entry *e = &entries.e[i];
+            if ((e->mode & 0170000) == GITLINK)
+                continue;
+            PyObject *p = PyBytes_FromStringAndSize(entries.paths + e->path, e->len);
+            if (!p || PyList_Append(list, p)) {
+                Py_XDECREF(p);
+                Py_CLEAR(list);
+                break;
+            }
+            Py_DECREF(p);
+        }
+    }
+    free(entries.e);
+    free(entries.paths);
+    return list;
+}
+
 static int read_dirs(PyObject *list, struct dir **out, size_t *n) {
     *n = PyTuple_GET_SIZE(list);
     *out = calloc(*n ? *n : 1, sizeof **out);
@@ -399,6 +435,9 @@ static PyMethodDef methods[] = {
     {"entries_end", entries_end, METH_O,
      "Where the entries of index `data` end (its extensions start); None when they cannot be"
      " read (not an index of version 2 to 4, cut short). The checksum is not checked."},
+    {"paths", paths, METH_O,
+     "The paths of the entries of index `data`, in its order, gitlinks left out; None when"
+     " they cannot be read."},
     {"sweep", (PyCFunction)(void (*)(void))sweep, METH_FASTCALL,
      "The entries of index `data` whose file in `worktree` git would not find clean from its"
      " stat data (no file, other stat data, racily clean from `racy_from` seconds, a merge"

@@ -362,10 +362,11 @@ class IndexView:
         session's own layer changes on top of it."""
         named, replaced = session_changes(tree)
         dirty = worktree | named | {d + b"/" for d in replaced}
-        # (the entries read in Python, 10 ms of 5,000, only for a replaced directory)
-        for entry in shown.index.entries if replaced else ():
-            path = entry[0]
-            if path not in named and _below(path, replaced) and not indexfile.is_gitlink(entry):
+        paths = _indexsweep.paths(shown.index.data) if replaced else []  # (2 ms of 5,000)
+        if paths is None:  # (`parse` read the entries, by the same walk)
+            raise ValueError("the index's entries cannot be read")
+        for path in paths:
+            if path not in named and _below(path, replaced):
                 dirty.add(path)
         for path, seen in shown.untracked.dirs if shown.untracked is not None else ():
             rel = path[:-1]

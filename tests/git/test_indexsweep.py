@@ -1,6 +1,7 @@
 """The sweep of an index against its worktree in C (`git/_indexsweep.c`) answers exactly as the
 Python it replaced (`python_dirty`, `python_walk` below: `index_view`'s sweep and `indexfile`'s
-walk as they were), on real indexes of every version and worktrees changed every way git notices."""
+walk of the entries as they were), on real indexes of every version and worktrees changed every
+way git notices; its walk (where the entries end, their paths) reads as the Python one did."""
 
 from __future__ import annotations
 
@@ -18,19 +19,27 @@ from tests.util import git, make_repo
 
 PAST = time.time() - 1000
 FILES = {f"d{i % 4}/sub{i % 2}/f{i}.txt": f"{i}\n" for i in range(40)} | {"top.txt": "t\n"}
-_ENTRY = struct.Struct(">10I20xH")
+_ENTRY = struct.Struct(">10I20xH")  # the fixed fields, the object id skipped, the flags
 _STAGE = 0x3000
+MODE, FLAGS = 6, 10
+# An entry: its path, and its fixed fields as `_ENTRY` reads them: ctime s/ns, mtime s/ns,
+# dev, ino, mode, uid, gid, size, flags.
+Entry = tuple[bytes, tuple[int, ...]]
 
 
-def python_walk(data: bytes) -> tuple[list[indexfile.Entry], int] | None:
+def is_gitlink(entry: Entry) -> bool:
+    return entry[1][MODE] & 0o170000 == 0o160000
+
+
+def python_walk(data: bytes) -> tuple[list[Entry], int] | None:
     """The entries of an index, and where they end: `indexfile.parse`'s walk before C did it."""
     version, count = struct.unpack_from(">II", data, 4)
-    entries: list[indexfile.Entry] = []
+    entries: list[Entry] = []
     off, last = 12, b""
     try:
         for _ in range(count):
             fields = _ENTRY.unpack_from(data, off)
-            flags = fields[indexfile.FLAGS]
+            flags = fields[FLAGS]
             at = off + _ENTRY.size + (2 if flags & 0x4000 else 0)
             if version == 4:
                 strip, at = indexfile._varint(data, at)
@@ -57,7 +66,7 @@ def _git_mode(mode: int) -> int:
     return -1
 
 
-def _clean(worktree: bytes, entry: indexfile.Entry, racy_from: int) -> bool:
+def _clean(worktree: bytes, entry: Entry, racy_from: int) -> bool:
     try:
         st = os.lstat(worktree + b"/" + entry[0])
     except OSError:
@@ -100,7 +109,7 @@ def python_dirty(data: bytes, worktree: bytes, racy_from: int) -> tuple[set[byte
     assert index is not None
     walked = python_walk(data)
     assert walked is not None
-    entries = {e[0] for e in walked[0] if not indexfile.is_gitlink(e)}
+    entries = {e[0] for e in walked[0] if not is_gitlink(e)}
     entries -= {e[0] for e in walked[0] if _clean(worktree, e, racy_from)}
     cache = indexfile.untracked(data, index)
     dirs = {
@@ -205,8 +214,7 @@ def test_the_entries_end_where_the_python_walk_ends(repo: Path, version: str) ->
     walked = python_walk(data)
     assert walked is not None
     assert _indexsweep.entries_end(data) == walked[1]
-    index = indexfile.parse(data)
-    assert index is not None and index.entries == walked[0]
+    assert _indexsweep.paths(data) == [e[0] for e in walked[0] if not is_gitlink(e)]
     # Damaged: never read past the data; where C reads the entries, Python reads the same.
     rng = random.Random(41)
     for _ in range(400):
@@ -218,4 +226,7 @@ def test_the_entries_end_where_the_python_walk_ends(repo: Path, version: str) ->
         if end is not None:
             again = python_walk(bytes(bad))
             assert again is not None and again[1] == end
+            assert _indexsweep.paths(bytes(bad)) == [e[0] for e in again[0] if not is_gitlink(e)]
+        else:
+            assert _indexsweep.paths(bytes(bad)) is None
         _indexsweep.sweep(bytes(bad), os.fsencode(repo), 0, [], 2)  # (no crash)
