@@ -66,12 +66,14 @@ fi
 # process as well: `gitsess mount` 227-244 ms with it, 213-232 ms without (docs/PERFORMANCE.md).
 stamp=.venv/.gitsess-installed
 install_mode=compat
-# The install also builds gitsess's C extension (gitsess/overlay/_lister.c) and its compiled
-# fsmonitor hook (gitsess/overlay/fsmonitor_hook.c, by setup.py) in place.
+# The install also builds gitsess's C extensions (gitsess/overlay/_lister.c,
+# gitsess/git/_indexsweep.c) and its compiled fsmonitor hook (gitsess/overlay/fsmonitor_hook.c,
+# by setup.py) in place.
 if [[ ! -f $stamp || pyproject.toml -nt $stamp || setup.py -nt $stamp ||
-    gitsess/overlay/_lister.c -nt $stamp || gitsess/overlay/fsmonitor_hook.c -nt $stamp ||
+    gitsess/overlay/_lister.c -nt $stamp || gitsess/git/_indexsweep.c -nt $stamp ||
+    gitsess/overlay/fsmonitor_hook.c -nt $stamp ||
     $(<"$stamp") != "$install_mode" ]] ||
-    ! .venv/bin/python -c 'import gitsess.cli, gitsess.overlay._lister, pyfuse3, pytest, xdist, mypy' \
+    ! .venv/bin/python -c 'import gitsess.cli, gitsess.overlay._lister, gitsess.git._indexsweep, pyfuse3, pytest, xdist, mypy' \
         2>/dev/null; then
     echo "setup: installing gitsess with its test and dev extras into .venv"
     .venv/bin/python -m pip install -q -e '.[test,dev]' --config-settings "editable_mode=$install_mode"

@@ -44,8 +44,10 @@ async def _lower_synced(state: DaemonState, *, wait: bool = False) -> bool:
     `wait`, a watch still being set up (a view just mounted) is waited for a moment."""
     watcher = state.watcher
     if wait:
+        # (the watch in place for the watcher too: the view counts it watched a moment
+        # before, while the kernel forgets what it learnt meanwhile, and a sync then fails)
         with trio.move_on_after(WATCH_WAIT):
-            while watcher is not None and not state.tree.watched and watcher.trying():
+            while watcher is not None and _mark(state) is None and watcher.trying():
                 await trio.sleep(0.002)
     if watcher is None or not state.tree.watched:
         return False
@@ -100,7 +102,8 @@ def _mark(state: DaemonState) -> Mark | None:
 
 def _synced_mark(state: DaemonState) -> Mark | None:
     """`_mark` once the journal holds what the watch saw before now (from a thread): what
-    changed just before the sweep, the sweep sees, and need not be in its answer too."""
+    changed just before the sweep, the sweep sees, and need not be in its answer too (a
+    worktree busy just before, a checkout, would otherwise have git `lstat` all it changed)."""
     watcher = state.watcher
     if watcher is None or not watcher.sync(LOWER_SYNC_TIMEOUT):
         return None
@@ -117,18 +120,23 @@ def _since_mark(state: DaemonState, mark: Mark) -> list[bytes] | None:
 
 
 async def sweep_ahead(state: DaemonState) -> None:
-    """Once the lower watch is in place, the real index (or the session's own, the view
-    mounted with one) is parsed and swept (see `IndexView.sweep_ahead`) before git asks: a
-    session's first command is usually a status."""
+    """The real index (or the session's own, the view mounted with one) parsed at once, and
+    swept (see `IndexView.sweep_ahead`) the moment the lower watch is in place, before git
+    asks: a session's first command is usually a status, which comes right after the mount."""
     view, watcher = state.tree.index_view, state.watcher
     if view is None:
         return
     view.mark = lambda: _synced_mark(state)
+    first = True
     while watcher is not None and watcher.trying():
-        if _mark(state) is not None:
+        watched = _mark(state) is not None
+        if watched or first:
             index = state.tree.resolve(INDEX)
             if index is None or (index.upper and not view.remounting):
                 return  # the session's own index, made since the mount: nothing to sweep
+            # (without the watch: parsed, and its sweep tried, which waits for the watch)
             await trio.to_thread.run_sync(view.sweep_ahead, abandon_on_cancel=True)
-            return
-        await trio.sleep(0.01)
+            if watched:
+                return
+            first = False
+        await trio.sleep(0.002)

@@ -1,8 +1,9 @@
 """The change journal behind git's fsmonitor: which view paths changed since a token.
 
 Fed by every change through the mount and every change the worktree watch sees. A token names
-the daemon instance and a position; a token from another instance, or older than what the
-journal still holds, gets the answer "everything may have changed", so git stays correct.
+the journal's instance and a position; a token from another instance (another daemon's, or one
+given before the watch came in place: `restart`), or older than what the journal still holds,
+gets the answer "everything may have changed", so git stays correct.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ class FsmonitorJournal:
             # A directory's whole subtree may have changed (rmdir, rename): git reads a
             # trailing slash as "everything below".
             self._entries.append((self.seq, path + b"/"))
+
+    def restart(self) -> None:
+        """Every token given so far gets "everything" from now on: the worktree may have
+        changed unseen before (its watch was not in place yet, or was lost)."""
+        self.instance = uuid.uuid4().hex[:12]
 
     def token(self) -> str:
         return f"gitsess:{self.instance}:{self.seq}"

@@ -23,7 +23,8 @@ still mapping one variant never gets pages of the other (a checksum failure). An
 the other location meanwhile gets the held variant, and git drops the cache: slower, not wrong.
 
 The worktree part of that answer (`_worktree_dirty`: an `lstat` of every entry, 5,001 on the
-bench's corpus) is swept ahead, in a thread, as soon as the lower watch is in place
+bench's corpus, in C threads that hold no GIL: in Python it took 20-40 ms of the GIL the thread
+serving git's requests needs) is swept ahead, in a thread, as soon as the lower watch is in place
 (`daemon_fsmonitor.sweep_ahead`) or git first reads the index: the sweep first marks where the
 watch's journal stands (`mark`, after a sync with the watch), so what changes during or after it
 is in the journal after the mark, and the query answers the sweep plus the journal since the
@@ -44,14 +45,13 @@ old journal gets "everything" again.
 from __future__ import annotations
 
 import os
-import stat
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gitsess.git import indexfile
+from gitsess.git import _indexsweep, indexfile
 from gitsess.overlay import longpath
 from gitsess.overlay.gitdir import GIT
 from gitsess.overlay.nodes import ROOT_INODE, join
@@ -60,7 +60,6 @@ if TYPE_CHECKING:
     from gitsess.overlay.tree import Tree
 
 INDEX = GIT + b"/index"
-_STAGE = 0x3000  # an entry's merge stage, in its flags
 TOKEN_PREFIX = "gitsess-index:"
 # A name no directory holds (git's own checks take it as a path), so naming it below a
 # directory only makes git list that directory again.
@@ -68,6 +67,8 @@ UNLISTED = b".gitsess-unlisted"
 # How long a variant of the index stays shown after a LOOKUP of it (see the module docstring):
 # git reads the whole index right after opening it.
 HOLD = 1.0
+# Threads the sweep `lstat`s the worktree on (git's own preload runs up to 20).
+SWEEP_THREADS = 4
 
 
 # What the lower watch had reported when a sweep started (see `IndexView.mark`).
@@ -240,10 +241,12 @@ class IndexView:
 
     def _sweep(self, which: str, shown: _Shown, swept: _Swept) -> None:
         try:
-            # Taken first: whatever changes while the sweep runs is after the mark.
-            swept.mark = self.mark()
-            if swept.mark is not None:
+            # Taken first: whatever changes while the sweep runs is after the mark. (Set on
+            # `swept` once the sweep is done: a sweep that failed is never trusted.)
+            mark = self.mark()
+            if mark is not None:
                 swept.dirty = self._worktree_dirty(shown)
+                swept.mark = mark
             else:
                 with self._lock:  # the watch not in place: the next start tries again
                     if self._sweeps.get(which) is swept:
@@ -359,9 +362,11 @@ class IndexView:
         session's own layer changes on top of it."""
         named, replaced = session_changes(tree)
         dirty = worktree | named | {d + b"/" for d in replaced}
-        for entry in shown.index.entries if replaced else ():  # (2 ms of 5,000 entries)
-            path = entry[0]
-            if path not in named and _below(path, replaced) and not indexfile.is_gitlink(entry):
+        paths = _indexsweep.paths(shown.index.data) if replaced else []  # (2 ms of 5,000)
+        if paths is None:  # (`parse` read the entries, by the same walk)
+            raise ValueError("the index's entries cannot be read")
+        for path in paths:
+            if path not in named and _below(path, replaced):
                 dirty.add(path)
         for path, seen in shown.untracked.dirs if shown.untracked is not None else ():
             rel = path[:-1]
@@ -373,59 +378,27 @@ class IndexView:
     def _worktree_dirty(self, shown: _Shown) -> set[bytes]:
         """What the worktree itself says, the session aside: the entries whose file does not
         match (or is racily clean), and a name in each directory of the untracked cache that
-        is not as the cache saw it (the root always: the session's `.git` is its own)."""
+        is not as the cache saw it (the root always: the session's `.git` is its own). Swept
+        in C, without the GIL (`git/_indexsweep.c`), on `SWEEP_THREADS` threads."""
         # Racily clean as git built without nanoseconds sees it, the coarser of its two checks.
         racy_from = shown.identity[2] // 1_000_000_000
         dirty: set[bytes] = set()
-        clean = self._clean
-        for entry in shown.index.entries:
-            if not indexfile.is_gitlink(entry) and not clean(entry, racy_from):
-                dirty.add(entry[0])
+        dirs: list[tuple[bytes, tuple[int, ...]]] = []  # ("a/b", its stat data) to check
         for path, seen in shown.untracked.dirs if shown.untracked is not None else ():
-            rel = path[:-1]
             if seen is None:
                 continue  # git lists it again anyway
-            if not rel or not self._same_dir(rel, seen, racy_from):
-                dirty.add(path + UNLISTED)
+            if path:
+                dirs.append((path[:-1], seen))
+            else:
+                dirty.add(UNLISTED)
+        data, threads = shown.index.data, SWEEP_THREADS
+        swept = _indexsweep.sweep(data, self.worktree, racy_from, dirs, threads)
+        if swept is None:  # (`parse` read the entries, by the same walk)
+            raise ValueError("the index's entries cannot be read")
+        paths, stale = swept
+        dirty.update(paths)
+        dirty.update(dirs[i][0] + b"/" + UNLISTED for i in stale)
         return dirty
-
-    def _clean(self, entry: indexfile.Entry, racy_from: int) -> bool:
-        """Whether git, checking the entry against the worktree itself, would find it clean
-        without reading the file: its stat data match, and it is not racily clean."""
-        try:
-            st = os.lstat(self.worktree + b"/" + entry[0])
-        except OSError:
-            return False
-        c_s, c_ns, m_s, m_ns, _dev, ino, mode, uid, gid, size, flags = entry[1]
-        if flags & _STAGE or m_s >= racy_from:
-            return False
-        return (
-            st.st_mtime_ns == m_s * 1_000_000_000 + m_ns
-            and st.st_ctime_ns == c_s * 1_000_000_000 + c_ns
-            and st.st_ino & 0xFFFFFFFF == ino
-            and st.st_uid == uid
-            and st.st_gid == gid
-            and st.st_size & 0xFFFFFFFF == size
-            and _git_mode(st.st_mode) == mode
-        )
-
-    def _same_dir(self, rel: bytes, seen: tuple[int, ...], racy_from: int) -> bool:
-        """Whether a worktree directory is as the untracked cache last saw it (git's own check
-        of it, `match_stat_data_racy`)."""
-        try:
-            st = os.lstat(self.worktree + b"/" + rel)
-        except OSError:
-            return False
-        c_s, c_ns, m_s, m_ns, _dev, ino, uid, gid, size = seen
-        return (
-            m_s < racy_from
-            and st.st_mtime_ns == m_s * 1_000_000_000 + m_ns
-            and st.st_ctime_ns == c_s * 1_000_000_000 + c_ns
-            and st.st_ino & 0xFFFFFFFF == ino
-            and st.st_uid == uid
-            and st.st_gid == gid
-            and st.st_size & 0xFFFFFFFF == size
-        )
 
 
 def session_changes(tree: Tree) -> tuple[set[bytes], set[bytes]]:
@@ -451,14 +424,6 @@ def session_changes(tree: Tree) -> tuple[set[bytes], set[bytes]]:
                     replaced.add(rel)
                 todo.append((child, rel))
     return named, replaced
-
-
-def _git_mode(mode: int) -> int:
-    if stat.S_ISLNK(mode):
-        return 0o120000
-    if stat.S_ISREG(mode):
-        return 0o100755 if mode & 0o100 else 0o100644
-    return -1
 
 
 def _below(path: bytes, dirs: set[bytes]) -> bool:

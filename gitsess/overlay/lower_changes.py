@@ -77,7 +77,9 @@ class LowerChanges:
         an invalidated name is unhashed, and a process whose working directory it is could no
         longer `getcwd`; and invalidating a name detaches whatever is mounted on it (so a run
         binds nothing on a file of the view: `runtime/inplace.py`). What the kernel learnt
-        before, it caches for a second only (`LowerLayer.watched`)."""
+        before, it caches for a second only (`LowerLayer.watched`). No fsmonitor token given
+        before holds either (`restart`): a change the watch missed meanwhile is in no journal."""
+        self.journal.restart()
         self.lower.watched = True
         self.lower.close_all()
         now = time.time_ns()

@@ -186,6 +186,29 @@ def test_a_sweep_ahead_is_not_trusted_across_a_lost_watch(mounted: Mounted) -> N
     assert "1 .M N... 100644 100644 100644" in out
 
 
+def test_a_journal_token_is_not_trusted_across_a_lost_watch(mounted: Mounted) -> None:
+    """As for the sweep: a token the journal gave before the watch was lost names a position
+    in a journal that missed what changed meanwhile, so it gets "everything"."""
+    settled(mounted.lower)
+    mounted.wait_watched()
+    for _ in range(2):  # the second asks with the journal's token the first wrote
+        status(mounted, monitored=True)
+    daemon = mounted.daemon_pid()
+    (watch,) = watch_processes(daemon)
+    os.kill(daemon, signal.SIGSTOP)
+    try:
+        os.kill(watch, signal.SIGKILL)
+        assert eventually(lambda: dead(watch))
+        (mounted.lower / "README").write_text("Readme\n")  # same size: only its times tell
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    assert eventually(lambda: watch_processes(daemon) - {watch} != set())
+    mounted.wait_watched()
+    out = status(mounted, monitored=True)
+    assert out == status(mounted, monitored=False)
+    assert "1 .M N... 100644 100644 100644" in out
+
+
 def test_a_real_index_changed_after_it_was_shown_is_not_trusted(mounted: Mounted) -> None:
     settled(mounted.lower)
     assert (mounted.mnt / ".git" / "index").read_bytes()[:4] == b"DIRC"  # shown once
