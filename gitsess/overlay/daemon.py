@@ -58,6 +58,7 @@ from gitsess.overlay import (
     retention,
 )
 from gitsess.overlay.audit import Attribution
+from gitsess.overlay.checkpointer import Checkpointer
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
@@ -123,6 +124,7 @@ class DaemonState:
     read_only: bool
     ahead: ListAhead
     presence: Presence
+    checkpoints: Checkpointer
     participants: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_id: int = 1
     ever_joined: bool = False
@@ -207,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         args.read_only,
         ahead,
         Presence(args.mountpoint, args.delta),
+        Checkpointer(store.conn, args.delta),
     )
     watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
     try:
@@ -222,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
             _commit_until_saved(tree)
         pyfuse3.close(unmount=not state.detached)
         tree.close()
+        state.checkpoints.close()
         store.close()
         log.info("unmounted %s", args.mountpoint)
     return 0
@@ -269,6 +273,7 @@ async def _serve(
     watcher.start()
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_commit_loop, state)
+        nursery.start_soon(state.checkpoints.run)
         nursery.start_soon(_stop_when_asked, state)
         nursery.start_soon(_signals, state)
         nursery.start_soon(_watch_presence, state)
@@ -376,6 +381,8 @@ async def _commit_loop(state: DaemonState) -> None:
                     tree.store.checkpoint()
                 continue
             _saved(state)
+        # (also after the commits of fsync(2) and of the ops, which save on their own)
+        state.checkpoints.committed()
         if state.stop_wanted is not None and not state.stopping:
             _stop(state, state.stop_wanted)
         if time.monotonic() - last_shrink >= SHRINK_INTERVAL:
