@@ -213,9 +213,14 @@ class Filesystem(pyfuse3.Operations):
         # (nothing tells it of what git makes below `.git` from outside the view). In the
         # object store not at all: the session's HEAD may follow a real branch whose new
         # commit (its ref read afresh) is in a fan-out dir a git inside just found missing.
+        # Its `pack` and `info` hold no loose objects: what every git command probes there
+        # (commit-graph, multi-pack-index, alternates, each pack's .keep, .promisor, .mtimes:
+        # 8 LOOKUPs a command) is missing for a second, as elsewhere below `.git`; git finds a
+        # new pack by listing `pack`, listed afresh each time (see `_entry`).
         e = EntryAttributes()
         e.st_ino = InodeT(0)
-        if pt.in_object_store(parent.worktree_rel):
+        rel = parent.worktree_rel
+        if pt.in_object_store(rel) and not pt.listed_by_git(rel):
             e.entry_timeout = 0.0
         elif self.tree.watched and not pt.follows_git(parent):
             e.entry_timeout = TIMEOUT
