@@ -163,7 +163,9 @@ class Filesystem(pyfuse3.Operations):
         if follows and pt.listed_by_git(n.worktree_rel):
             # A real `git gc` replaces the packs git finds by listing this directory: with its
             # attributes cached, the kernel kept the old listing, and a git inside right after
-            # missed the new pack (objects missing, or a SIGBUS reading the old one).
+            # missed the new pack (objects missing, or a SIGBUS reading the old one). Not so
+            # `objects/info`, which git only looks names up in: with its attributes not cached
+            # either, each path through it (5 a git command) was a GETATTR.
             e.attr_timeout = 0.0
         elif follows and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
@@ -220,7 +222,7 @@ class Filesystem(pyfuse3.Operations):
         e = EntryAttributes()
         e.st_ino = InodeT(0)
         rel = parent.worktree_rel
-        if pt.in_object_store(rel) and not pt.listed_by_git(rel):
+        if pt.in_object_store(rel) and not pt.without_loose_objects(rel):
             e.entry_timeout = 0.0
         elif self.tree.watched and not pt.follows_git(parent):
             e.entry_timeout = TIMEOUT
