@@ -212,6 +212,8 @@ class LowerWatcher:
 
     def _share(self, fds: list[int]) -> None:
         """The watch process's inotify descriptor and count of reads, for `quiet`."""
+        for fd in fds:
+            os.set_inheritable(fd, False)  # (received inheritable; no program run gets them)
         with self._lock:
             self._unshare()
             if len(fds) != 2:
