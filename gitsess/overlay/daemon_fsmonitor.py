@@ -1,6 +1,7 @@
 """The daemon's side of git's fsmonitor hook: a query is answered from the session's journal
 once the worktree watch has reported every change made before it (else "everything may have
-changed"), and the first status's sweep of the index is started ahead of git's query.
+changed"; asked of the watch process unless `LowerWatcher.quiet` knows), and the first
+status's sweep of the index is started ahead of git's query.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ async def _lower_synced(state: DaemonState, *, wait: bool = False) -> bool:
                 await trio.sleep(0.002)
     if watcher is None or not state.tree.watched:
         return False
+    if watcher.quiet():
+        return True  # (nothing changed since the watch last reported: most queries)
     return await trio.to_thread.run_sync(watcher.sync, LOWER_SYNC_TIMEOUT, abandon_on_cancel=True)
 
 

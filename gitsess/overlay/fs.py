@@ -163,7 +163,9 @@ class Filesystem(pyfuse3.Operations):
         if follows and pt.listed_by_git(n.worktree_rel):
             # A real `git gc` replaces the packs git finds by listing this directory: with its
             # attributes cached, the kernel kept the old listing, and a git inside right after
-            # missed the new pack (objects missing, or a SIGBUS reading the old one).
+            # missed the new pack (objects missing, or a SIGBUS reading the old one). Not so
+            # `objects/info`, which git only looks names up in: with its attributes not cached
+            # either, each path through it (5 a git command) was a GETATTR.
             e.attr_timeout = 0.0
         elif follows and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
@@ -213,9 +215,14 @@ class Filesystem(pyfuse3.Operations):
         # (nothing tells it of what git makes below `.git` from outside the view). In the
         # object store not at all: the session's HEAD may follow a real branch whose new
         # commit (its ref read afresh) is in a fan-out dir a git inside just found missing.
+        # Its `pack` and `info` hold no loose objects: what every git command probes there
+        # (commit-graph, multi-pack-index, alternates, each pack's .keep, .promisor, .mtimes:
+        # 8 LOOKUPs a command) is missing for a second, as elsewhere below `.git`; git finds a
+        # new pack by listing `pack`, listed afresh each time (see `_entry`).
         e = EntryAttributes()
         e.st_ino = InodeT(0)
-        if pt.in_object_store(parent.worktree_rel):
+        rel = parent.worktree_rel
+        if pt.in_object_store(rel) and not pt.without_loose_objects(rel):
             e.entry_timeout = 0.0
         elif self.tree.watched and not pt.follows_git(parent):
             e.entry_timeout = TIMEOUT

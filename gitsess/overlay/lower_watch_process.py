@@ -15,6 +15,13 @@ before the request was sent: git's fsmonitor answers wait for this, as Watchman'
 cookie file (a file of ours written in the worktree would show in its `git status`). With no
 daemon left for `LINGER_S`, the process exits.
 
+A sync is a round trip through this process, some 0.5 ms of a commit inside on a loaded
+machine; most find nothing changed. So a daemon can tell that without asking (`Reads`): the
+"in place" byte brings it the inotify descriptor and a shared counter of this process's reads
+of it, bumped before each read; after each batch and before each `SYNCED` comes `TAG` and the
+count so far (every read before it is reported). Its inotify queue empty, then the counter at
+the last tag the daemon handled: every change made before was reported and handled.
+
 One per worktree, not per session: fifty sessions of one worktree had fifty watches of it, of
 5 MiB each, every one woken by every change. A process, not a thread of a daemon: setting up a
 recursive watch walks the whole tree (about 0.1 s on 50,000 files), which would hold the
@@ -34,6 +41,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import mmap
 import os
 import select
 import socket
@@ -86,6 +94,7 @@ BATCH_MAX_S = 0.1
 # cannot be set up (see the module's text): names no relative path can be.
 SYNCED = b"/"
 FAILED = b"//"
+TAG = b"/#"  # and the count of reads, in decimal
 # How long the process stays with no daemon connected (the first one connects right after
 # starting it; a daemon whose watch was lost connects again at once).
 LINGER_S = 2.0
@@ -104,6 +113,37 @@ def _is_git(parent: bytes, name: bytes) -> bool:
     return not parent and name == b".git"
 
 
+class Reads:
+    """A count of the watch's reads of its inotify queue, in memory shared with the daemons
+    (`fd`, a memfd they map): bumped before each read, so that once the queue is empty, a
+    change made before then was read by a read already counted."""
+
+    SIZE = 8
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._map = mmap.mmap(fd, self.SIZE)
+
+    @classmethod
+    def create(cls) -> Reads:
+        fd = os.memfd_create("gitsess-watch-reads", os.MFD_CLOEXEC)
+        os.ftruncate(fd, cls.SIZE)
+        return cls(fd)
+
+    def bump(self) -> None:
+        self._map[:] = (self.count() + 1).to_bytes(self.SIZE, sys.byteorder)
+
+    def count(self) -> int:
+        return int.from_bytes(self._map[:], sys.byteorder)
+
+    def tag(self) -> bytes:
+        return TAG + b"%d\0" % self.count()
+
+    def close(self) -> None:
+        self._map.close()
+        os.close(self.fd)
+
+
 class Watch:
     """One inotify watch per directory below `root`, except the top-level `.git`."""
 
@@ -111,6 +151,7 @@ class Watch:
         self.root = root
         self.on_change = on_change
         self.fd = check(LIBC.inotify_init1(IN_CLOEXEC))
+        self.reads = Reads.create()
         self._dirs: dict[int, bytes] = {}  # watch descriptor -> directory (relative to root)
         self._wds: dict[bytes, int] = {}
 
@@ -121,6 +162,7 @@ class Watch:
 
     def close(self) -> None:
         os.close(self.fd)
+        self.reads.close()
 
     def serve(self, daemons: Daemons) -> None:
         """Reports changes in batches, and answers syncs, until no daemon was connected for
@@ -149,7 +191,7 @@ class Watch:
                     self.on_change(pending)
                     pending = set()
                 for fd, count in asked.items():
-                    daemons.send(fd, (SYNCED + b"\0") * count)
+                    daemons.send(fd, self.reads.tag() + (SYNCED + b"\0") * count)
                 continue
             if self.fd in ready:
                 if not pending:
@@ -160,6 +202,7 @@ class Watch:
                 pending = set()
 
     def _read(self) -> set[bytes]:
+        self.reads.bump()
         data = os.read(self.fd, 256 * 1024)
         changed: set[bytes] = set()
         at = 0
@@ -250,6 +293,8 @@ class Daemons:
         self.listener = listener
         self.conns: dict[int, socket.socket] = {}
         self._out: dict[int, bytearray] = {}
+        # What each daemon gets with "in place", and the tag after each batch (`Reads`).
+        self.watch: Watch | None = None
 
     def readable(self) -> list[int]:
         return [self.listener.fileno(), *self.conns]
@@ -279,13 +324,22 @@ class Daemons:
         if not control.trusted(control.peer_uid(conn)):
             conn.close()  # another user's: nothing of this worktree is told to it
             return
+        watch = self.watch
+        try:
+            # An empty batch: the watch is in place; with it, what spares the daemon syncs.
+            fds = [] if watch is None else [watch.fd, watch.reads.fd]
+            socket.send_fds(conn, [b"\0"], fds)
+        except OSError:
+            conn.close()
+            return
         conn.setblocking(False)
         self.conns[conn.fileno()] = conn
         self._out[conn.fileno()] = bytearray()
-        self.send(conn.fileno(), b"\0")  # an empty batch: the watch is in place
 
     def report(self, rels: set[bytes]) -> None:
         batch = b"".join(rel + b"\0" for rel in rels) + b"\0"
+        if self.watch is not None:
+            batch += self.watch.reads.tag()
         for fd in list(self.conns):
             self.send(fd, batch)
 
@@ -352,6 +406,7 @@ def main() -> None:
     listener.listen(64)
     daemons = Daemons(listener)
     watch = Watch(root, daemons.report)
+    daemons.watch = watch
     try:
         try:
             watch.start()

@@ -4,20 +4,25 @@ starting it when no one serves it, and hands its batches of changed paths (relat
 worktree) to a callback, from a thread of its own; another callback hears when the watch is in
 place, a third when the watch ended without being asked to (killed, out of memory), before it
 is connected to again. `sync` returns once every change made before it was handed to the first
-callback (git's fsmonitor answers must hold every change made before the query)."""
+callback (git's fsmonitor answers must hold every change made before the query); `quiet`
+says so without asking, when nothing changed since the last batch or sync (see
+`lower_watch_process`, `Reads`)."""
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import socket
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Callable
 
 from gitsess.overlay import control
-from gitsess.overlay.lower_watch_process import FAILED, SYNCED, address
+from gitsess.overlay.lower_watch_process import FAILED, SYNCED, TAG, Reads, address
 
 OnChange = Callable[[set[bytes]], None]
 OnReady = Callable[[], None]
@@ -48,6 +53,11 @@ class LowerWatcher:
         self._answered = 0
         # Counts the connections: a change between two of them may have gone unreported.
         self._connection = 0
+        # Of the current connection, when the watch process shares them: its inotify
+        # descriptor and count of reads, and the count at the last tag handed on (None: none
+        # yet).
+        self._shared: tuple[int, Reads] | None = None
+        self._handled: int | None = None
 
     def start(self) -> None:
         """Connects, starting the watch process when needed, in a thread of its own: the
@@ -120,6 +130,22 @@ class LowerWatcher:
         with self._lock:
             return self._connection if self._in_place and self._sock is not None else None
 
+    def quiet(self) -> bool:
+        """Whether every change the watch saw before this call was handed to the callback
+        already, known without asking the watch process: its inotify queue is empty (a change
+        made before was read, and the read counted first), and every read it counted was
+        reported before a tag this connection handed on."""
+        with self._lock:
+            shared, handled = self._shared, self._handled
+            if shared is None or handled is None or not self._in_place or self._stopping:
+                return False
+            inotify, reads = shared
+            try:
+                queued = fcntl.ioctl(inotify, termios.FIONREAD, b"\0\0\0\0")
+            except OSError:
+                return False
+            return int.from_bytes(queued, sys.byteorder) == 0 and reads.count() == handled
+
     def sync(self, timeout: float) -> bool:
         """Wait until the watch has reported every change made before this call; False when
         there is no watch in place, or it did not answer within `timeout` seconds."""
@@ -148,14 +174,20 @@ class LowerWatcher:
         failed = False
         while True:
             try:
-                chunk = sock.recv(65536)
+                # (the first byte brings the shared descriptors, from a watch that shares them)
+                chunk, fds, _, _ = socket.recv_fds(sock, 65536, 2)
             except OSError:
-                chunk = b""
+                chunk, fds = b"", []
+            if fds:
+                self._share(fds)
             if not chunk:
                 break
             *names, pending = (pending + chunk).split(b"\0")
             for name in names:
-                if name == SYNCED:
+                if name.startswith(TAG):
+                    with self._lock:
+                        self._handled = int(name[len(TAG) :])
+                elif name == SYNCED:
                     with self._lock:
                         self._answered += 1
                         self._lock.notify_all()
@@ -174,5 +206,31 @@ class LowerWatcher:
             self._in_place = False
             self._sock = None
             self._lock.notify_all()
+            self._unshare()
         sock.close()
         return not (self._stopping or failed)
+
+    def _share(self, fds: list[int]) -> None:
+        """The watch process's inotify descriptor and count of reads, for `quiet`."""
+        for fd in fds:
+            os.set_inheritable(fd, False)  # (received inheritable; no program run gets them)
+        with self._lock:
+            self._unshare()
+            if len(fds) != 2:
+                for fd in fds:
+                    os.close(fd)
+                return
+            try:
+                self._shared = (fds[0], Reads(fds[1]))
+            except (OSError, ValueError):
+                for fd in fds:
+                    os.close(fd)
+
+    def _unshare(self) -> None:
+        """(with the lock held) Forget the connection's shared descriptors."""
+        if self._shared is not None:
+            inotify, reads = self._shared
+            os.close(inotify)
+            reads.close()
+        self._shared = None
+        self._handled = None

@@ -81,9 +81,21 @@ def in_object_store(rel: bytes | None) -> bool:
 
 def listed_by_git(rel: bytes | None) -> bool:
     """Whether a directory below `.git` is one git lists to find what it holds (`objects/pack`
-    for the packs, `objects/info`), rather than looks names up in."""
+    for the packs), rather than looks names up in."""
+    return _store_dir(rel) == b"pack"
+
+
+def without_loose_objects(rel: bytes | None) -> bool:
+    """Whether a directory is an object store's `pack` or `info`: of the object store, but no
+    fan-out dir (git looks names up there, commit-graph, alternates, a pack's .keep, and
+    finds packs by listing `pack`)."""
+    return _store_dir(rel) in (b"pack", b"info")
+
+
+def _store_dir(rel: bytes | None) -> bytes | None:
+    """The part of `rel` below its object store, None if it is not below one."""
     top = object_store(rel)
-    return rel is not None and top is not None and rel[len(top) + 1 :] in (b"pack", b"info")
+    return None if rel is None or top is None else rel[len(top) + 1 :]
 
 
 def lasting(rel: bytes | None) -> bool:
