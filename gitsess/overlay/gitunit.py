@@ -5,10 +5,11 @@ is not enough: a session whose index is its own while its HEAD still follows the
 commits the session's index on top of a real commit it never saw, and so reverts that commit.
 So they follow the real repository together, or are the session's own together: the first
 change the session makes to any of them (or to their lock files, or to `packed-refs`, which
-may hold the branch) first makes all three its own, as the real repository has them at one
-instant (`_real_state`: read twice alike, with none of git's lock files on them held, as git
-itself leaves them between two commands). A HEAD renamed in while they are the session's own
-(`git checkout other`) takes the branch it names along (`_own_branch`).
+may hold the branch) first makes all three its own, with the reflogs of HEAD and the branch,
+as the real repository has them at one instant (`_real_state`: read twice alike, with none of
+git's lock files on them held, as git itself leaves them between two commands). A HEAD
+renamed in while they are the session's own (`git checkout other`) takes the branch it names
+along (`_own_branch`).
 
 Whether they are the session's own is the view's `.git/HEAD` being an upper file (or gone); an
 apply that hands them back to the real repository drops all three together
@@ -38,13 +39,15 @@ if TYPE_CHECKING:
 
 _HEAD = GIT + b"/HEAD"
 _INDEX = GIT + b"/index"
+_HEAD_LOG = GIT + b"/logs/HEAD"
 _LOCK = b".lock"
 # How long a snapshot waits for git's lock files on the unit to go (a real `git commit` moves
 # the ref, then renames its index in): past it, the state is taken as it is.
 _SETTLE_S = 2.0
 _SETTLE_STEP_S = 0.005
 
-GitState = tuple[bytes, bytes | None, str | None, str | None]  # HEAD, index, branch, its tip
+# HEAD, index, branch, its tip, and the reflogs of HEAD and of the branch
+GitState = tuple[bytes, bytes | None, str | None, str | None, bytes | None, bytes | None]
 
 
 # ---------------------------------------------------------------- the hooks (called by Tree)
@@ -111,7 +114,7 @@ def own(tree: Tree) -> None:
     repository has them at one instant (nothing when they are already)."""
     if is_own(tree):
         return
-    head, index, branch, tip = _real_state(tree)
+    head, index, branch, tip, head_log, branch_log = _real_state(tree)
     if index is not None and tree.index_view is not None:
         # as the view showed it: git checks that the index it read is the one it replaces
         index = tree.index_view.as_shown(index)
@@ -122,6 +125,12 @@ def own(tree: Tree) -> None:
             _put(tree, _INDEX, index)
         if branch is not None:
             _put_ref(tree, branch, tip)
+        # Their reflogs too, as they were then: a commit made outside later is no more in
+        # them than in the session's history (`git prune` inside keeps what they name).
+        if head_log is not None:
+            _put(tree, _HEAD_LOG, head_log)
+        if branch is not None and branch_log is not None:
+            _put(tree, _common(tree) + b"logs/" + branch.encode(), branch_log)
 
     _busy(tree, put)
 
@@ -218,11 +227,14 @@ def _read_real_state(tree: Tree) -> GitState:
         return head if rel == "HEAD" else _real(tree, common + rel.encode())
 
     index = _real(tree, _INDEX)
+    head_log = _real(tree, _HEAD_LOG)
     try:
         parsed = read_head(read)
     except GitsessError:
-        return head, index, None, None
-    return head, index, parsed.branch, parsed.commit
+        return head, index, None, None, head_log, None
+    branch = parsed.branch
+    branch_log = None if branch is None else _real(tree, common + b"logs/" + branch.encode())
+    return head, index, branch, parsed.commit, head_log, branch_log
 
 
 def _real_locks(tree: Tree, branch: str | None) -> bool:

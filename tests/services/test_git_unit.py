@@ -99,6 +99,20 @@ def test_a_checkout_after_a_gc_inside_keeps_the_sessions_branch(worked: Path) ->
     assert git(worked, "log", "-1", "--format=%s") == "outside"
 
 
+def test_the_reflogs_are_the_sessions_own_with_the_unit(worked: Path) -> None:
+    """Once HEAD, the index and the branch are the session's own, a commit made outside is not
+    in the session's reflogs either (as in a clone): listed there, `git prune` inside kept its
+    objects or not depending on when it read them, and `git fsck` then found them missing."""
+    ok(run(worked, "exp", "git update-ref refs/heads/main HEAD"))
+    outside = commit(worked, "out.txt", "outside\n", "outside")
+    logs = ok(run(worked, "exp", "git reflog show --format=%H main; git reflog --format=%H"))
+    assert outside not in logs.stdout
+    ok(run(worked, "exp", "echo s > s.txt && git add s.txt && git commit -qm inside && git prune"))
+    fsck = run(worked, "exp", "git fsck --no-dangling --no-progress")
+    assert fsck.returncode == 0, fsck.stdout + fsck.stderr
+    assert "inside" in ok(run(worked, "exp", "git reflog -1 --format=%s main")).stdout
+
+
 # ---------------------------------------------------------------------------------------------
 # 6: the session's own commits, and a session on another branch
 
