@@ -5,10 +5,12 @@ A `Filesystem` over a `Tree` of a generated worktree (as the daemon builds them)
 handlers are called directly, as the kernel would call them after its caches were dropped:
 
 - lookup-first: a LOOKUP of every directory and file (git's lstat of each tracked path), then
-  a READDIRPLUS of every directory (all its names held: sent by name alone), then a FORGET of
+  the READDIRPLUS of every directory (all its names held: sent by name alone), then a FORGET of
   everything (the next cold run);
-- readdir-first: a READDIRPLUS of every directory, top down (every entry built), then the
+- readdir-first: the READDIRPLUS of every directory, top down (every entry built), then the
   FORGETs.
+
+A directory's READDIRPLUS are two: one with every entry, one that finds the end.
 
 A cold status in a view is a mix of the two (which comes first for a name is the race between
 git's lookups and the listings ahead). CPU is the main thread's (`time.thread_time`: the C
@@ -25,12 +27,14 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import functools
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -93,18 +97,27 @@ class Kernel:
     def readdir(self, rel: bytes) -> list[tuple[bytes, int, bool]]:
         listed: list[tuple[bytes, int, bool]] = []
 
-        def full(_t: object, name: bytes, e: EntryAttributes, _c: int) -> bool:
+        last = 0
+
+        def full(_t: object, name: bytes, e: EntryAttributes, cookie: int) -> bool:
+            nonlocal last
             self.held(e)
             listed.append((name, e.st_ino, e.st_mode & 0o170000 == 0o040000))
+            last = cookie
             return True
 
-        def by_name(_t: object, name: bytes, ino: int, mode: int, _c: int) -> bool:
+        def by_name(_t: object, name: bytes, ino: int, mode: int, cookie: int) -> bool:
+            nonlocal last
             listed.append((name, ino, mode & 0o170000 == 0o040000))
+            last = cookie
             return True
 
         pyfuse3.readdir_reply = full  # type: ignore[assignment]
         pyfuse3.readdir_reply_name = by_name  # type: ignore[assignment]
-        drive(self.fs.readdir(FileHandleT(self.dirs[rel]), 0, ReaddirToken()))
+        ino = FileHandleT(self.dirs[rel])
+        drive(self.fs.readdir(ino, 0, ReaddirToken()))
+        # the request that finds the listing's end (the kernel's next after a full reply)
+        drive(self.fs.readdir(ino, last, ReaddirToken()))
         self.replies += len(listed)
         return listed
 
@@ -142,6 +155,11 @@ def one_run(tree: Tree, rels: list[bytes], lookup_first: bool) -> tuple[float, f
     return served - start, end - served, kernel.replies
 
 
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dirs", type=int, default=400)
@@ -156,13 +174,11 @@ def main() -> None:
         tree = Tree(store, str(Path(tmp) / "wt"), set())
         tree.catch_up()
         names = len(rels) + args.dirs + args.dirs // 20
-        print(f"{len(rels):,} files, {names:,} names; load {os.getloadavg()[0]:.2f}")
+        say(f"{len(rels):,} files, {names:,} names; load {os.getloadavg()[0]:.2f}")
         profiler = cProfile.Profile() if args.profile else None
         for lookup_first in (True, False):
             label = "lookup-first " if lookup_first else "readdir-first"
-            run: Callable[[], tuple[float, float, int]] = lambda: one_run(  # noqa: E731
-                tree, rels, lookup_first
-            )
+            run = functools.partial(one_run, tree, rels, lookup_first)
             run()
             if profiler is not None:
                 profiler.enable()
@@ -171,7 +187,7 @@ def main() -> None:
                 profiler.disable()
             served = [t[0] / names * 1e6 for t in times]
             forgot = [t[1] / names * 1e6 for t in times]
-            print(
+            say(
                 f"{label}: {statistics.median(served):5.2f} us/name served "
                 f"(min {min(served):.2f}, max {max(served):.2f}), "
                 f"{statistics.median(forgot):4.2f} us/name forgotten; "

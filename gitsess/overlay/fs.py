@@ -139,6 +139,10 @@ class Filesystem(pyfuse3.Operations):
         super().__init__()
         self.tree = tree
         self.ahead = ahead
+        # (the parts the per-name path asks, past the facade: a call less each, on every name)
+        self.lower = tree.lower
+        self.table = tree.table
+        self._lower_stat = tree.attrs.lower_stat
         self.listings: dict[int, tuple[list[int], list[bytes]]] = {}
         self.git_reads = pt.ReadFds()
 
@@ -146,26 +150,28 @@ class Filesystem(pyfuse3.Operations):
 
     def _entry(self, n: Node, opener: int | None = None) -> EntryAttributes:
         follows = pt.follows_git(n)
-        timeout = GIT_TIMEOUT if follows or not self.tree.watched else TIMEOUT
+        timeout = GIT_TIMEOUT if follows or not self.lower.watched else TIMEOUT
         e = self._attributes(n, timeout)
+        if not follows:
+            return e  # (all of the rest is for what follows git: the index is below `.git`)
         shown = self._shown_index(n, opener)
         if shown is not None:
             assert self.tree.index_view is not None
             e.st_size = len(shown)
             e.st_mtime_ns = self.tree.index_view.mtime_ns(e.st_mtime_ns)
-        if follows and n.upper:
+        if n.upper:
             # A directory the session made or owns below `.git` (`objects/9c`, made by git
             # inside): its name is the session's own, whatever git does outside, and the
             # daemon invalidates it when the session drops or rewinds it; only its attributes
             # and listing merge with the real directory. Looked up again every second, it was
             # a LOOKUP every few loose objects git wrote (3,200 of `git add` of 5,000 files).
             e.entry_timeout = TIMEOUT
-        if follows and pt.listed_by_git(n.worktree_rel):
+        if pt.listed_by_git(n.worktree_rel):
             # A real `git gc` replaces the packs git finds by listing this directory: with its
             # attributes cached, the kernel kept the old listing, and a git inside right after
             # missed the new pack (objects missing, or a SIGBUS reading the old one).
             e.attr_timeout = 0.0
-        elif follows and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
+        elif stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
             # their pages until their attributes change: each open(2) or stat(2) of one by
             # name is a LOOKUP, whose changed mtime or size drops them (FUSE_AUTO_INVAL_DATA).
@@ -175,7 +181,7 @@ class Filesystem(pyfuse3.Operations):
     def _attributes(self, n: Node, timeout: float) -> EntryAttributes:
         # the kernel learns them now: from here on it reads the content a rewind gave n
         self.tree.replaced.told(n.ino)
-        lower = self.tree.lower_stat(n)
+        lower = self._lower_stat(n)
         if lower is not None:
             # Filled in C (patch 0005): field by field from Python that was some 2 us of every
             # entry of a cold listing.
@@ -232,18 +238,19 @@ class Filesystem(pyfuse3.Operations):
     async def lookup(
         self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
-        n = self.tree.find(parent_inode, name)
+        n = self.table.find(parent_inode, name)
+        ahead = self.ahead
         if (
-            self.ahead is not None
-            and (n is not None or not self._made_here(parent_inode))
+            ahead is not None
             and name != GIT  # (git's first lookup: with the session's fsmonitor, its only one)
-            and self.ahead.due(parent_inode)
+            and (n is not None or not self._made_here(parent_inode))
+            and ahead.due(parent_inode)
         ):
-            self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
+            self._list_ahead(ahead, self.tree.node(parent_inode), for_lookup=True)
         if n is None:
             return self._negative(self.tree.node(parent_inode))
         entry = self._entry(n, ctx.pid)
-        self.tree.count_lookup(n)
+        n.lookups += 1  # (`NodeTable.count_lookup`, inline: once per name of a cold status)
         return entry
 
     def _made_here(self, ino: int) -> bool:
@@ -269,9 +276,9 @@ class Filesystem(pyfuse3.Operations):
         # thread of C now, so that the daemon's own listing and lstats of it find them cached
         # instead of waiting for the disk one directory at a time.
         st = n.st
-        if n.upper or pt.follows_git(n) or n.lower is None or st is None:
+        if st is None or not stat.S_ISDIR(st.st_mode) or st.st_size > LIST_AHEAD_MAX_BYTES:
             return
-        if stat.S_ISDIR(st.st_mode) and st.st_size <= LIST_AHEAD_MAX_BYTES:
+        if not n.upper and n.lower is not None and not pt.follows_git(n):
             ahead.stat_below(self._real(n))
 
     async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:
@@ -491,20 +498,26 @@ class Filesystem(pyfuse3.Operations):
         cookies, names = listing
         ahead = self.ahead
         subdirs = SUBDIRS if ahead is not None and ahead.subdirs_due(d.ino) else 0
+        # (looked up once per listing, not per name)
+        known, find_in, entry = self.table.known, self.table.find_in, self._entry
+        name_max = self.lower.name_max
+        reply, reply_name = pyfuse3.readdir_reply, pyfuse3.readdir_reply_name
         for index in range(bisect.bisect_right(cookies, start_id), len(names)):
             name = names[index]
-            held = self.tree.known(d, name)
+            held = known(d, name)
             if held is not None and held.lookups:
                 # By name, inode and type alone (patch 0004): the kernel holds this inode
                 # already (a `git status` looks up every file before it lists the directories),
                 # so no attributes to fetch or send, and no lookup count to take back later.
-                if not pyfuse3.readdir_reply_name(
+                if not reply_name(
                     token, FileNameT(name), InodeT(held.ino), ModeT(held.mode), cookies[index]
                 ):
                     return
                 continue
+            if len(name) > name_max:
+                continue  # (as `find` refuses it: ENAMETOOLONG)
             try:
-                n = self.tree.find(d.ino, name)
+                n = find_in(d, name)
             except OSError:
                 continue
             if n is None:
@@ -514,9 +527,9 @@ class Filesystem(pyfuse3.Operations):
                 if subdirs and n.is_dir and ahead.due(n.ino):
                     subdirs -= 1
                     self._list_ahead(ahead, n)
-            if not pyfuse3.readdir_reply(token, FileNameT(name), self._entry(n), cookies[index]):
+            if not reply(token, FileNameT(name), entry(n), cookies[index]):
                 return
-            self.tree.count_lookup(n)
+            n.lookups += 1  # (`NodeTable.count_lookup`, inline)
         self.listings.pop(fh, None)
 
     def _listing(self, d: Node) -> tuple[list[int], list[bytes]]:
