@@ -91,10 +91,10 @@ LIST_AHEAD_MAX_BYTES = 32 * 1024
 LIST_AHEAD_MAX = 512
 
 
-def _cookie(name: bytes) -> int:
-    """A readdir offset that stays valid whatever else the directory gains or loses: entries
-    are served in cookie order and a reader resumes after the last cookie it got."""
-    return (hash(name) & 0x3FFF_FFFF_FFFF_FFFF) or 1
+# A name's readdir offset is its hash under this mask (1 for 0): it stays valid whatever else
+# the directory gains or loses, as entries are served in cookie order and a reader resumes
+# after the last cookie it got.
+COOKIE_MASK = 0x3FFF_FFFF_FFFF_FFFF
 
 
 def _guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
@@ -282,11 +282,12 @@ class Filesystem(pyfuse3.Operations):
             ahead.stat_below(self._real(n))
 
     async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:
+        forget, nodes, told = self.table.forget, self.table.nodes, self.tree.replaced.told
         for ino, count in inode_list:
-            self.tree.forget(ino, count)
-            if ino not in self.tree.nodes:
+            forget(ino, count)
+            if ino not in nodes:
                 self.git_reads.forget(ino)
-                self.tree.replaced.told(ino)
+                told(ino)
 
     async def getattr(self, inode: InodeT, ctx: RequestContext) -> EntryAttributes:
         return self._entry(self.tree.node(inode))
@@ -533,7 +534,11 @@ class Filesystem(pyfuse3.Operations):
         self.listings.pop(fh, None)
 
     def _listing(self, d: Node) -> tuple[list[int], list[bytes]]:
-        ordered = sorted((_cookie(name), name) for name in self.tree.listing(d))
+        # (no call per name: this runs twice per name of a cold `git status`, whose every
+        # directory's listing is built again for the request that finds its end)
+        ordered = sorted(
+            ((hash(name) & COOKIE_MASK) or 1, name) for name, _ in self.table.children(d)
+        )
         return [c for c, _ in ordered], [name for _, name in ordered]
 
     async def releasedir(self, fh: FileHandleT) -> None:
