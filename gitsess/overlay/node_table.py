@@ -305,8 +305,10 @@ class NodeTable:
         """The node `name` in directory `parent` names, without counting a lookup (a real
         git's lock file on the git unit is never found: `gitunit.hides_real_lock`)."""
         self.lower.check_name(name)
-        p = self.node(parent)
-        if not p.is_dir:
+        p = self.nodes.get(parent)  # (`node` and `is_dir` inline: once per LOOKUP)
+        if p is None:
+            raise err(errno.ESTALE)
+        if not stat.S_ISDIR(p.mode):
             raise err(errno.ENOTDIR)
         return self.find_in(p, name)
 
