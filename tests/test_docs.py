@@ -167,5 +167,5 @@ def _ours(dotted: str, index: Index) -> bool:
 def test_the_check_sees_a_missing_name() -> None:
     index = Index()
     assert index.has("delta.DeltaAt") and index.has("gitsess.overlay.tree")
-    assert index.has("Tree.known") and index.has("DeltaAt.live_bytes")  # from a base class
+    assert index.has("Tree.find") and index.has("DeltaAt.live_bytes")  # from a base class
     assert not index.has("gitsess.cli.COMMANDS") and not index.has("history.no_such_thing")

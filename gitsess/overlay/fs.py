@@ -50,6 +50,7 @@ from gitsess.overlay import passthrough as pt
 from gitsess.overlay.gitdir import GIT, in_git
 from gitsess.overlay.index_view import INDEX
 from gitsess.overlay.listahead import SUBDIRS, ListAhead
+from gitsess.overlay.lower_layer import LISTINGS_KEPT
 from gitsess.overlay.nodes import Node
 from gitsess.overlay.tree import Tree
 
@@ -91,10 +92,10 @@ LIST_AHEAD_MAX_BYTES = 32 * 1024
 LIST_AHEAD_MAX = 512
 
 
-def _cookie(name: bytes) -> int:
-    """A readdir offset that stays valid whatever else the directory gains or loses: entries
-    are served in cookie order and a reader resumes after the last cookie it got."""
-    return (hash(name) & 0x3FFF_FFFF_FFFF_FFFF) or 1
+# A name's readdir offset is its hash under this mask (1 for 0): it stays valid whatever else
+# the directory gains or loses, as entries are served in cookie order and a reader resumes
+# after the last cookie it got.
+COOKIE_MASK = 0x3FFF_FFFF_FFFF_FFFF
 
 
 def _guarded(fn: Callable[..., Awaitable[T]]) -> Callable[..., Awaitable[T]]:
@@ -139,35 +140,46 @@ class Filesystem(pyfuse3.Operations):
         super().__init__()
         self.tree = tree
         self.ahead = ahead
+        # (the parts the per-name path asks, past the facade: a call less each, on every name)
+        self.lower = tree.lower
+        self.table = tree.table
+        self._lower_stat = tree.attrs.lower_stat
         self.listings: dict[int, tuple[list[int], list[bytes]]] = {}
+        # Worktree directories' listings in cookie order, with the worktree listing each was
+        # made of (see `_listing`).
+        self.cookie_orders: dict[
+            int, tuple[list[tuple[bytes, bool]], tuple[list[int], list[bytes]]]
+        ] = {}
         self.git_reads = pt.ReadFds()
 
     # ---------------------------------------------------------------- helpers
 
     def _entry(self, n: Node, opener: int | None = None) -> EntryAttributes:
         follows = pt.follows_git(n)
-        timeout = GIT_TIMEOUT if follows or not self.tree.watched else TIMEOUT
+        timeout = GIT_TIMEOUT if follows or not self.lower.watched else TIMEOUT
         e = self._attributes(n, timeout)
+        if not follows:
+            return e  # (all of the rest is for what follows git: the index is below `.git`)
         shown = self._shown_index(n, opener)
         if shown is not None:
             assert self.tree.index_view is not None
             e.st_size = len(shown)
             e.st_mtime_ns = self.tree.index_view.mtime_ns(e.st_mtime_ns)
-        if follows and n.upper:
+        if n.upper:
             # A directory the session made or owns below `.git` (`objects/9c`, made by git
             # inside): its name is the session's own, whatever git does outside, and the
             # daemon invalidates it when the session drops or rewinds it; only its attributes
             # and listing merge with the real directory. Looked up again every second, it was
             # a LOOKUP every few loose objects git wrote (3,200 of `git add` of 5,000 files).
             e.entry_timeout = TIMEOUT
-        if follows and pt.listed_by_git(n.worktree_rel):
+        if pt.listed_by_git(n.worktree_rel):
             # A real `git gc` replaces the packs git finds by listing this directory: with its
             # attributes cached, the kernel kept the old listing, and a git inside right after
             # missed the new pack (objects missing, or a SIGBUS reading the old one). Not so
             # `objects/info`, which git only looks names up in: with its attributes not cached
             # either, each path through it (5 a git command) was a GETATTR.
             e.attr_timeout = 0.0
-        elif follows and stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
+        elif stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
             # their pages until their attributes change: each open(2) or stat(2) of one by
             # name is a LOOKUP, whose changed mtime or size drops them (FUSE_AUTO_INVAL_DATA).
@@ -177,7 +189,7 @@ class Filesystem(pyfuse3.Operations):
     def _attributes(self, n: Node, timeout: float) -> EntryAttributes:
         # the kernel learns them now: from here on it reads the content a rewind gave n
         self.tree.replaced.told(n.ino)
-        lower = self.tree.lower_stat(n)
+        lower = self._lower_stat(n)
         if lower is not None:
             # Filled in C (patch 0005): field by field from Python that was some 2 us of every
             # entry of a cold listing.
@@ -239,18 +251,19 @@ class Filesystem(pyfuse3.Operations):
     async def lookup(
         self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
-        n = self.tree.find(parent_inode, name)
+        n = self.table.find(parent_inode, name)
+        ahead = self.ahead
         if (
-            self.ahead is not None
-            and (n is not None or not self._made_here(parent_inode))
+            ahead is not None
             and name != GIT  # (git's first lookup: with the session's fsmonitor, its only one)
-            and self.ahead.due(parent_inode)
+            and (n is not None or not self._made_here(parent_inode))
+            and ahead.due(parent_inode)
         ):
-            self._list_ahead(self.ahead, self.tree.node(parent_inode), for_lookup=True)
+            self._list_ahead(ahead, self.tree.node(parent_inode), for_lookup=True)
         if n is None:
             return self._negative(self.tree.node(parent_inode))
         entry = self._entry(n, ctx.pid)
-        self.tree.count_lookup(n)
+        n.lookups += 1  # (`NodeTable.count_lookup`, inline: once per name of a cold status)
         return entry
 
     def _made_here(self, ino: int) -> bool:
@@ -276,17 +289,18 @@ class Filesystem(pyfuse3.Operations):
         # thread of C now, so that the daemon's own listing and lstats of it find them cached
         # instead of waiting for the disk one directory at a time.
         st = n.st
-        if n.upper or pt.follows_git(n) or n.lower is None or st is None:
+        if st is None or not stat.S_ISDIR(st.st_mode) or st.st_size > LIST_AHEAD_MAX_BYTES:
             return
-        if stat.S_ISDIR(st.st_mode) and st.st_size <= LIST_AHEAD_MAX_BYTES:
+        if not n.upper and n.lower is not None and not pt.follows_git(n):
             ahead.stat_below(self._real(n))
 
     async def forget(self, inode_list: Sequence[tuple[InodeT, int]]) -> None:
+        forget, nodes, told = self.table.forget, self.table.nodes, self.tree.replaced.told
         for ino, count in inode_list:
-            self.tree.forget(ino, count)
-            if ino not in self.tree.nodes:
+            forget(ino, count)
+            if ino not in nodes:
                 self.git_reads.forget(ino)
-                self.tree.replaced.told(ino)
+                told(ino)
 
     async def getattr(self, inode: InodeT, ctx: RequestContext) -> EntryAttributes:
         return self._entry(self.tree.node(inode))
@@ -498,20 +512,26 @@ class Filesystem(pyfuse3.Operations):
         cookies, names = listing
         ahead = self.ahead
         subdirs = SUBDIRS if ahead is not None and ahead.subdirs_due(d.ino) else 0
+        # (looked up once per listing, not per name)
+        known, find_in, entry = self.table.known, self.table.find_in, self._entry
+        name_max = self.lower.name_max
+        reply, reply_name = pyfuse3.readdir_reply, pyfuse3.readdir_reply_name
         for index in range(bisect.bisect_right(cookies, start_id), len(names)):
             name = names[index]
-            held = self.tree.known(d, name)
+            held = known(d, name)
             if held is not None and held.lookups:
                 # By name, inode and type alone (patch 0004): the kernel holds this inode
                 # already (a `git status` looks up every file before it lists the directories),
                 # so no attributes to fetch or send, and no lookup count to take back later.
-                if not pyfuse3.readdir_reply_name(
+                if not reply_name(
                     token, FileNameT(name), InodeT(held.ino), ModeT(held.mode), cookies[index]
                 ):
                     return
                 continue
+            if len(name) > name_max:
+                continue  # (as `find` refuses it: ENAMETOOLONG)
             try:
-                n = self.tree.find(d.ino, name)
+                n = find_in(d, name)
             except OSError:
                 continue
             if n is None:
@@ -521,14 +541,33 @@ class Filesystem(pyfuse3.Operations):
                 if subdirs and n.is_dir and ahead.due(n.ino):
                     subdirs -= 1
                     self._list_ahead(ahead, n)
-            if not pyfuse3.readdir_reply(token, FileNameT(name), self._entry(n), cookies[index]):
+            if not reply(token, FileNameT(name), entry(n), cookies[index]):
                 return
-            self.tree.count_lookup(n)
+            n.lookups += 1  # (`NodeTable.count_lookup`, inline)
         self.listings.pop(fh, None)
 
     def _listing(self, d: Node) -> tuple[list[int], list[bytes]]:
-        ordered = sorted((_cookie(name), name) for name in self.tree.listing(d))
-        return [c for c, _ in ordered], [name for _, name in ordered]
+        # A worktree directory the session never touched lists the worktree's names, whose
+        # listing `LowerLayer` keeps while the directory is unchanged: their cookie order is
+        # kept with it. Built anew, it was some 0.6 us a name, twice per name of a cold
+        # `git status` (each directory's listing is built again for the request that finds
+        # its end).
+        worktree = None
+        if not d.upper and not d.sealed and d.lower is not None and d.is_dir:
+            worktree = self.lower.listing(d.lower)
+            kept = self.cookie_orders.get(d.ino)
+            if kept is not None and kept[0] is worktree:
+                return kept[1]
+            names = (name for name, _ in worktree)
+        else:
+            names = (name for name, _ in self.table.children(d))
+        ordered = sorted(((hash(name) & COOKIE_MASK) or 1, name) for name in names)
+        listing = [c for c, _ in ordered], [name for _, name in ordered]
+        if worktree is not None:
+            if len(self.cookie_orders) >= LISTINGS_KEPT:
+                self.cookie_orders.clear()
+            self.cookie_orders[d.ino] = (worktree, listing)
+        return listing
 
     async def releasedir(self, fh: FileHandleT) -> None:
         self.listings.pop(fh, None)

@@ -30,6 +30,7 @@ GIT_OBJECTS = b".git/objects"
 GIT_COMMON = b".git/common"
 GIT_COMMONDIR = b".git/commondir"
 OBJECT_STORES = (GIT_OBJECTS, GIT_COMMON + b"/objects")
+_BELOW_GIT = GIT + b"/"
 
 
 def linked_dirs(root: bytes) -> tuple[bytes, bytes] | None:
@@ -90,7 +91,7 @@ def name_common_at(pointer: bytes, mountpoint: str) -> None:
 def in_git(rel: bytes | None) -> bool:
     """Whether a worktree path is the worktree's `.git` or below it: git changes those from
     outside the session with no lower watch to say so."""
-    return rel is not None and (rel == GIT or rel.startswith(GIT + b"/"))
+    return rel is not None and (rel == GIT or rel.startswith(_BELOW_GIT))
 
 
 def object_store(rel: bytes | None) -> bytes | None:

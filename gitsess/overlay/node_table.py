@@ -40,7 +40,7 @@ from gitsess.overlay.data_files import DataFiles
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
 from gitsess.overlay.gitdir import object_store
 from gitsess.overlay.lower_layer import LowerLayer
-from gitsess.overlay.nodes import ROOT_INODE, Node, Pending, err, join, stamp
+from gitsess.overlay.nodes import ROOT_INODE, Node, Pending, err, stamp
 
 # A whiteout for a lower name is written only once its directory has been quiet this long, so
 # `rm -rf` of a lower tree ends as one whiteout for the top directory, not one row per file.
@@ -296,19 +296,27 @@ class NodeTable:
 
     def child_lower_rel(self, p: Node, name: bytes) -> bytes | None:
         """The lower path a name in `p` falls through to, or None when `p` hides the lower."""
-        if p.upper:
-            return None if p.origin is None else join(p.origin, name)
-        return join(p.lower or b"", name)
+        base = p.origin if p.upper else p.lower
+        if base is None:
+            return None if p.upper else name
+        return base + b"/" + name if base else name  # (`join`, inline: once per name listed)
 
     def find(self, parent: int, name: bytes) -> Node | None:
         """The node `name` in directory `parent` names, without counting a lookup (a real
         git's lock file on the git unit is never found: `gitunit.hides_real_lock`)."""
         self.lower.check_name(name)
-        p = self.node(parent)
-        if not p.is_dir:
+        p = self.nodes.get(parent)  # (`node` and `is_dir` inline: once per LOOKUP)
+        if p is None:
+            raise err(errno.ESTALE)
+        if not stat.S_ISDIR(p.mode):
             raise err(errno.ENOTDIR)
-        if p.entries is not None and name in p.entries:
-            ino = p.entries[name]
+        return self.find_in(p, name)
+
+    def find_in(self, p: Node, name: bytes) -> Node | None:
+        """`find` in directory `p`, `name` checked already (a listing's, whose names were)."""
+        entries = p.entries
+        if entries is not None and name in entries:
+            ino = entries[name]
             return self.nodes[ino] if ino else None
         rel = self.child_lower_rel(p, name)
         if rel is None or p.sealed:
@@ -324,12 +332,15 @@ class NodeTable:
     def known(self, p: Node, name: bytes) -> Node | None:
         """The node held for `name` in directory `p`, found without touching the disk; None
         when none is held (then `find` asks the worktree)."""
-        if p.entries is not None and name in p.entries:
-            ino = p.entries[name]
+        entries = p.entries
+        if entries is not None and name in entries:
+            ino = entries[name]
             return self.nodes[ino] if ino else None
         rel = self.child_lower_rel(p, name)
-        n = self.nodes.get(self.lower_index.get(rel, 0)) if rel is not None else None
-        if n is None or n.upper or n.lower != rel or (n.parent, n.name) != (p.ino, name):
+        if rel is None:
+            return None
+        n = self.nodes.get(self.lower_index.get(rel, 0))
+        if n is None or n.upper or n.lower != rel or n.parent != p.ino or n.name != name:
             return None
         return n
 

@@ -71,7 +71,9 @@ def _replaced(path: bytes, fd: int) -> bool:
 def follows_git(n: Node) -> bool:
     """Whether `n` shows a real object below `.git` (the session's own files excepted): git
     changes those from outside the session, where no lower watch sees it."""
-    return in_git(n.worktree_rel) and not (n.upper and n.entries is None)
+    if n.upper:
+        return n.entries is not None and in_git(n.origin)
+    return in_git(n.lower)
 
 
 def in_object_store(rel: bytes | None) -> bool:

@@ -146,9 +146,6 @@ class Tree:
     def find(self, parent: int, name: bytes) -> Node | None:
         return self.table.find(parent, name)
 
-    def known(self, p: Node, name: bytes) -> Node | None:
-        return self.table.known(p, name)
-
     def lookup(self, parent: int, name: bytes) -> Node | None:
         return self.table.lookup(parent, name)
 
@@ -169,9 +166,6 @@ class Tree:
 
     def getattr(self, n: Node) -> Attr:
         return self.attrs.getattr(n)
-
-    def lower_stat(self, n: Node) -> tuple[os.stat_result, int] | None:
-        return self.attrs.lower_stat(n)
 
     def lower_size(self, n: Node) -> int | None:
         return self.attrs.lower_size(n)
