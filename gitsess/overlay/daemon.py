@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     listener.listen(64)
     control.publish(session_dir, name)
+    # Forked before any thread starts, and before the daemon's own memory: see overlay/guard.py.
+    guarded = guard.start()
     store = DeltaStore(args.delta)
     tree = Tree(store, args.lower, {os.fsencode(h) for h in args.hide})
     tree.readonly = args.read_only
@@ -198,9 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         _ready(args.ready_fd, f"mount failed: {e}")
         return 1
-    # Forked before any thread starts: see overlay/guard.py.
-    guarded = guard.start(args.mountpoint)
-    if guarded is None:
+    if not guard.arm(guarded, args.mountpoint):
         log.warning("no guard: %s is not in the mount table", args.mountpoint)
     state = DaemonState(
         tree,
@@ -215,8 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         HostLoop().run(lambda ended: _serve(state, listener, watcher, args.ready_fd, ended))
     finally:
-        if guarded is not None:
-            guard.stand_down(guarded)
+        guard.stand_down(guarded)
         watcher.stop()
         if state.abandoned:
             with contextlib.suppress(OSError, apsw.Error):

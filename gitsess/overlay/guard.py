@@ -11,18 +11,18 @@ socket, and everything that touches the view waits with it for good (the next `g
 check of the stale mount too). It happened in the test suite: a `kill -9` of a daemon during
 writes in the root of the view, whose lookups list it ahead.
 
-So the daemon forks a guard as soon as the view is mounted. It closes every descriptor it
-inherited (it must not keep /dev/fuse open either) but a pipe from the daemon, takes the
-parent's death signal (PR_SET_PDEATHSIG, sent when the thread that forked it, the daemon's main
-thread, exits) and waits for it. A daemon that ends on its own says so through the pipe before
-it unmounts (`stand_down`), and the guard does nothing. A killed one that finishes exiting
-within EXIT_S closed /dev/fuse, and the kernel ended the connection itself: nothing to do
-either, and nothing may be done by its number, which the next view may have by then. One that
-does not is stuck, and holds its connection, so the number is still its own: the guard aborts
-it (through the fusectl file system, or as root by a forced unmount, which aborts a FUSE
-connection first), the kernel ends every request in flight, the waiting thread returns, and the
-daemon finishes exiting. What is left of the view answers ENOTCONN, and the next command
-unmounts it (`mount.clean_stale`), as after any daemon killed.
+So the daemon forks a guard first thing, and names the view to it once mounted. It closes every
+descriptor it inherited (it must not keep /dev/fuse open either) but a pipe from the daemon,
+takes the parent's death signal (PR_SET_PDEATHSIG, sent when the thread that forked it, the
+daemon's main thread, exits) and waits for it. A daemon that ends on its own says so through the
+pipe before it unmounts (`stand_down`), and the guard does nothing. A killed one that finishes
+exiting within EXIT_S closed /dev/fuse, and the kernel ended the connection itself: nothing to
+do either, and nothing may be done by its number, which the next view may have by then. One that
+does not is stuck, and holds its connection, so the number is still its own: the guard aborts it
+(through the fusectl file system, or as root by a forced unmount, which aborts a FUSE connection
+first), the kernel ends every request in flight, the waiting thread returns, and the daemon
+finishes exiting. What is left of the view answers ENOTCONN, and the next command unmounts it
+(`mount.clean_stale`), as after any daemon killed.
 """
 
 from __future__ import annotations
@@ -49,19 +49,29 @@ DEATH = signal.SIGUSR1
 EXIT_S = 2.0
 
 
-def start(mountpoint: str) -> int | None:
-    """Fork the guard of the view mounted at `mountpoint` by this process; what to hand
-    `stand_down` once the daemon ends on its own, or None when the mount is not found."""
-    device = mounttable.device_at(mountpoint)
-    if device is None:
-        return None
+def start() -> int:
+    """Fork the guard of the view this process is about to mount (`arm` names the view once
+    mounted); what to hand `arm` and `stand_down`. Forked first thing, before the daemon
+    builds its tree: the guard's pages stay those of the spare it was forked from, shared,
+    where a guard forked after the daemon's start held its own copy of each page the daemon
+    wrote since (4 MiB of every mounted session)."""
     parent = os.getpid()
     since = _start_time(parent)
     told, tell = os.pipe2(os.O_CLOEXEC)
     if os.fork() == 0:
-        _guard(parent, since, told, device, mountpoint)
+        _guard(parent, since, told)
     os.close(told)
     return tell
+
+
+def arm(tell: int, mountpoint: str) -> bool:
+    """Name the view mounted at `mountpoint` by this process to its guard; False when the
+    mount is not found (then the guard has nothing to abort)."""
+    device = mounttable.device_at(mountpoint)
+    if device is None:
+        return False
+    os.write(tell, b"%s\0%s\n" % (device.encode(), os.fsencode(mountpoint)))
+    return True
 
 
 def stand_down(tell: int) -> None:
@@ -71,7 +81,7 @@ def stand_down(tell: int) -> None:
         os.write(tell, b".")
 
 
-def _guard(parent: int, since: int, told: int, device: str, mountpoint: str) -> NoReturn:
+def _guard(parent: int, since: int, told: int) -> NoReturn:
     code = 1
     try:
         signal.pthread_sigmask(signal.SIG_BLOCK, {DEATH})
@@ -86,19 +96,25 @@ def _guard(parent: int, since: int, told: int, device: str, mountpoint: str) -> 
         LIBC.prctl(PR_SET_PDEATHSIG, DEATH, 0, 0, 0)
         if os.getppid() == parent:
             signal.sigwait({DEATH})
-        if not _stood_down(told) and not _exits(parent, since):
-            abort(device, mountpoint)
+        told_us = _told(told)
+        armed = told_us.partition(b"\n")[0]
+        if b"\0" in armed and not told_us.endswith(b".") and not _exits(parent, since):
+            device, _, mountpoint = armed.partition(b"\0")
+            abort(device.decode(), os.fsdecode(mountpoint))
         code = 0
     finally:
         os._exit(code)
 
 
-def _stood_down(told: int) -> bool:
+def _told(told: int) -> bytes:
+    """What the daemon wrote to its guard: the view once mounted (`arm`), then "." when it
+    stood the guard down."""
     os.set_blocking(told, False)
-    try:
-        return os.read(told, 1) == b"."
-    except BlockingIOError:
-        return False
+    got = b""
+    with contextlib.suppress(BlockingIOError):
+        while chunk := os.read(told, 4096):
+            got += chunk
+    return got
 
 
 def _exits(pid: int, since: int) -> bool:
