@@ -169,17 +169,7 @@ def test_a_sweep_ahead_is_not_trusted_across_a_lost_watch(mounted: Mounted) -> N
     mounted.wait_watched()
     assert (mounted.mnt / ".git" / "index").read_bytes()[:4] == b"DIRC"  # shown: swept
     time.sleep(0.5)  # (no timing asserted: only that the sweep is likely over)
-    daemon = mounted.daemon_pid()
-    (watch,) = watch_processes(daemon)
-    os.kill(daemon, signal.SIGSTOP)  # so it starts no new watch before the edit
-    try:
-        os.kill(watch, signal.SIGKILL)
-        assert eventually(lambda: dead(watch))
-        (mounted.lower / "README").write_text("Readme\n")  # same size: only its times tell
-    finally:
-        os.kill(daemon, signal.SIGCONT)
-    assert eventually(lambda: watch_processes(daemon) - {watch} != set())
-    mounted.wait_watched()
+    _edit_while_the_watch_is_down(mounted)
     out, trace = first_status(mounted)
     assert "query/trivial-response" not in trace
     assert out == status(mounted, monitored=False)
@@ -193,17 +183,7 @@ def test_a_journal_token_is_not_trusted_across_a_lost_watch(mounted: Mounted) ->
     mounted.wait_watched()
     for _ in range(2):  # the second asks with the journal's token the first wrote
         status(mounted, monitored=True)
-    daemon = mounted.daemon_pid()
-    (watch,) = watch_processes(daemon)
-    os.kill(daemon, signal.SIGSTOP)
-    try:
-        os.kill(watch, signal.SIGKILL)
-        assert eventually(lambda: dead(watch))
-        (mounted.lower / "README").write_text("Readme\n")  # same size: only its times tell
-    finally:
-        os.kill(daemon, signal.SIGCONT)
-    assert eventually(lambda: watch_processes(daemon) - {watch} != set())
-    mounted.wait_watched()
+    _edit_while_the_watch_is_down(mounted)
     out = status(mounted, monitored=True)
     assert out == status(mounted, monitored=False)
     assert "1 .M N... 100644 100644 100644" in out
@@ -394,3 +374,19 @@ def test_the_hook_loads_no_python_module_of_json_or_sockets(tmp_path: Path) -> N
     loaded = {line.rpartition(b"|")[2].strip() for line in done.stderr.splitlines()}
     assert not loaded & {b"json", b"socket", b"re", b"enum", b"gitsess"}
     assert done.stdout == fsmonitor_hook.UNKNOWN.encode() + b"\0/\0"
+
+
+def _edit_while_the_watch_is_down(mounted: Mounted) -> None:
+    """Kill the worktree's watch process, edit README (same size: only its times tell) before
+    the daemon can start another, and wait until a new watch is in place."""
+    daemon = mounted.daemon_pid()
+    (watch,) = watch_processes(daemon)
+    os.kill(daemon, signal.SIGSTOP)  # so it starts no new watch before the edit
+    try:
+        os.kill(watch, signal.SIGKILL)
+        assert eventually(lambda: dead(watch))
+        (mounted.lower / "README").write_text("Readme\n")
+    finally:
+        os.kill(daemon, signal.SIGCONT)
+    assert eventually(lambda: watch_processes(daemon) - {watch} != set())
+    mounted.wait_watched()
