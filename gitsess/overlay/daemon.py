@@ -164,6 +164,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # Forked before any thread starts, and before the daemon's own memory: see overlay/guard.py.
+    guarded = guard.start()
     args = parse(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     session_dir = os.path.dirname(args.delta)
@@ -179,8 +181,6 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     listener.listen(64)
     control.publish(session_dir, name)
-    # Forked before any thread starts, and before the daemon's own memory: see overlay/guard.py.
-    guarded = guard.start()
     store = DeltaStore(args.delta)
     tree = Tree(store, args.lower, {os.fsencode(h) for h in args.hide})
     tree.readonly = args.read_only
