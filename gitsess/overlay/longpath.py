@@ -43,6 +43,15 @@ def call(
         os.close(fd)
 
 
+def lstat(path: bytes) -> os.stat_result:
+    """`os.lstat(path)`, as `call` would make it: the length test inline, since the daemon
+    makes one for every name it serves, and the generic call cost a third more than the
+    `lstat` itself."""
+    if len(path) < PATH_MAX:
+        return os.lstat(path)
+    return call(os.lstat, path)
+
+
 def entries(path: bytes) -> list[tuple[bytes, bool]]:
     """(name, is it a directory) for every entry of the directory at `path`: read in full
     within the call, since an entry of unknown type is lstat'd by its path."""

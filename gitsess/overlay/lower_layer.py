@@ -69,13 +69,8 @@ class LowerLayer:
 
     def stat(self, rel: bytes) -> os.stat_result | None:
         """The worktree object's `lstat`, None when there is none."""
-        path = self.path(rel)
         try:
-            # (`longpath.call`'s test inline: this is once per name the view serves, and the
-            # generic call cost a third more than the `lstat` itself)
-            if len(path) < longpath.PATH_MAX:
-                return os.lstat(path)
-            return longpath.call(os.lstat, path)
+            return longpath.lstat(self.path(rel))
         except FileNotFoundError:
             return None
         except NotADirectoryError:
@@ -91,7 +86,7 @@ class LowerLayer:
         clock tick)."""
         path = self.path(rel)
         try:
-            mtime = longpath.call(os.lstat, path).st_mtime_ns
+            mtime = longpath.lstat(path).st_mtime_ns
             cached = self._listings.get(rel)
             if cached is not None and cached[0] == mtime:
                 return cached[1]
