@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gitsess.git import _indexsweep, indexfile
-from tests.util import git, make_repo
+from tests.util import git, into_the_past, make_repo
 
 PAST = time.time() - 1000
 FILES = {f"d{i % 4}/sub{i % 2}/f{i}.txt": f"{i}\n" for i in range(40)} | {"top.txt": "t\n"}
@@ -150,13 +150,7 @@ def repo(tmp_path: Path) -> Path:
     info = f"160000 {commit} 0\tsub\n100644 {blob} 0\t{long}\n"
     info += "".join(f"100644 {blob} {stage}\tconflicted.txt\n" for stage in (1, 2, 3))
     git(repo, "update-index", "--add", "--index-info", input=info.encode())
-    for top, dirs, files in os.walk(repo):
-        if ".git" in Path(top).parts:
-            continue
-        for name in files + dirs:
-            if name != ".git":
-                os.utime(os.path.join(top, name), (PAST, PAST), follow_symlinks=False)
-    os.utime(repo, (PAST, PAST))
+    into_the_past(repo, PAST)
     git(repo, "update-index", "-q", "--refresh", check=False)
     for _ in range(2):  # the first status makes the untracked cache, the second fills it
         git(repo, "-c", "core.untrackedCache=true", "status", "--porcelain", check=False)

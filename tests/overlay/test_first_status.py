@@ -20,6 +20,7 @@ from gitsess.services.live import FSMONITOR_CONFIG, git_config_env
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
 from tests.overlay.test_fsmonitor import status as status_all
+from tests.util import into_the_past
 
 pytestmark = pytest.mark.fuse
 
@@ -44,13 +45,7 @@ def settled(lower: Path, *, untracked_cache: bool = True) -> None:
         (keep / f"k{i}.txt").write_text(f"{i}\n")
     subprocess.run(["git", "add", "keep"], cwd=lower, check=True)
     subprocess.run(["git", "commit", "-qm", "keep"], cwd=lower, check=True)
-    for top, dirs, files in os.walk(lower, topdown=False):
-        if ".git" in Path(top).parts:
-            continue
-        for name in files + dirs:
-            if name != ".git":
-                os.utime(os.path.join(top, name), (PAST, PAST), follow_symlinks=False)
-    os.utime(lower, (PAST, PAST))
+    into_the_past(lower, PAST)
     flag = "true" if untracked_cache else "false"
     for _ in range(2):  # the first makes the untracked cache, the second fills it
         subprocess.run(
