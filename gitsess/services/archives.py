@@ -25,7 +25,7 @@ import contextlib
 import json
 import os
 import stat
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +50,7 @@ from gitsess.git.archive_commits import (
     snapshot_tree,
 )
 from gitsess.git.blob_parts import blob_parts
-from gitsess.git.changes import GIT_EXEC, GIT_LINK, compute_changes
+from gitsess.git.changes import GIT_EXEC, GIT_LINK, ChangeSet, compute_changes
 from gitsess.git.repo import (
     RepoContext,
     Repository,
@@ -95,36 +95,54 @@ def archive(ctx: RepoContext, session: Session, *, force: bool = False) -> Archi
     if not delta.exists():
         return Archived(None)  # never mounted: nothing was ever written
     if not session.worktree.is_dir():
-        return Archived(_archive_over_stand_in(ctx, session, delta))
+        return _archive_over_stand_in(ctx, session, delta, force=force)
 
     with prepare(ctx, session) as p, p.handle.view(p.root) as view:
-        changes = compute_changes(view, p.repo)
         s = p.session
-        try:
-            git = session_git.own_commits(view, p.repo, s, p.root)
-        except GitsessError as e:
-            if not force:
-                raise GitsessError(
-                    f"session {s.name}: its git state cannot be read ({e}), so its commits "
-                    "cannot be archived (gitsess rm --force removes it, its files archived)"
-                ) from e
-            git = None
-            p.notes.append(f"its git state could not be read ({e}): its commits are not kept")
-        if not changes.git_changes() and git is None:
-            return Archived(None, tuple(p.notes))
-        if git is not None:
-            with scratch_repo(p.repo, view) as scratch:
-                session_git.promote(scratch, p.repo, git)
-        ref = create_archive(
-            p.repo, view, changes, base=s.base_commit, name=s.name,
-            fields={
-                "session_id": s.id, "name": s.name, "title": s.title,
-                "worktree": str(s.worktree), "branch": s.branch,
-                "created_at": s.created_at.isoformat(),
-            },
-            head=git.commits[-1] if git is not None else None, kv=kv_json(view),
+        ref = _keep(
+            p.repo, view, compute_changes(view, p.repo), s,
+            lambda: session_git.own_commits(view, p.repo, s, p.root), force, p.notes,
         )  # fmt: skip
     return Archived(ref, tuple(p.notes))
+
+
+def _keep(
+    repo: Repository,
+    view: OverlayView,
+    changes: ChangeSet,
+    s: Session,
+    own_commits: Callable[[], session_git.SessionGit | None],
+    force: bool,
+    notes: list[str],
+) -> str | None:
+    """The archive ref of `changes` and of the session's own commits (`own_commits` reads
+    them: their objects promoted first) and kv store; None when there is nothing to keep."""
+    try:
+        git = own_commits()
+    except GitsessError as e:
+        if not force:
+            raise GitsessError(
+                f"session {s.name}: its git state cannot be read ({e}), so its commits "
+                "cannot be archived (gitsess rm --force removes it, its files archived)"
+            ) from e
+        git = None
+        notes.append(f"its git state could not be read ({e}): its commits are not kept")
+    if git is not None and not git.commits:
+        git = None
+    if not changes.git_changes() and git is None:
+        return None
+    if git is not None:
+        with scratch_repo(repo, view) as scratch:
+            session_git.promote(scratch, repo, git)
+    return create_archive(
+        repo, view, changes, base=s.base_commit, name=s.name,
+        fields={
+            "session_id": s.id, "name": s.name, "title": s.title,
+            "worktree": str(s.worktree), "branch": s.branch,
+            "created_at": s.created_at.isoformat(),
+        },
+        head=git.commits[-1] if git is not None else None, kv=kv_json(view),
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -171,48 +189,42 @@ def archive_without_worktree(ctx: RepoContext, session: Session) -> list[str]:
         pids = ", ".join(str(p.get("pid")) for p in status.participants)
         raise GitsessError(f"session {session.name} is in use (pid {pids})")
     live.unmount(ctx, session)
-    ref = _archive_over_stand_in(ctx, session, delta)
+    # (forced: a sweep must not stop at a git state it cannot read; the note says what went)
+    archived = _archive_over_stand_in(ctx, session, delta, force=True)
     for suffix in ("", "-wal", "-shm"):
         delta.with_name(delta.name + suffix).unlink(missing_ok=True)
+    ref = archived.ref
     if ref is None:
-        return []
+        return list(archived.notes)
     return [
+        *archived.notes,
         f"unapplied changes archived as {ref}; `gitsess restore "
-        f"{ref.removeprefix(ARCHIVE_PREFIX)}` brings the session back"
+        f"{ref.removeprefix(ARCHIVE_PREFIX)}` brings the session back",
     ]
 
 
-def _archive_over_stand_in(ctx: RepoContext, session: Session, delta: Path) -> str | None:
-    """The archive ref of a session whose worktree is gone (None: nothing to keep), its view
-    laid over a stand-in holding what the worktree held: its branch's tip (git refuses to
-    remove a worktree with uncommitted changes), else the session's base. Its own commits and
-    key-value store are kept as `archive` keeps them: they lived only in its delta."""
+def _archive_over_stand_in(
+    ctx: RepoContext, session: Session, delta: Path, *, force: bool
+) -> Archived:
+    """`archive` of a session whose worktree is gone: its view laid over a stand-in holding
+    what the worktree held, its branch's tip (git refuses to remove a worktree with
+    uncommitted changes), else the session's base."""
     repo = ctx.open()
     branch_tip = tracking.tip_id(repo, session.branch) if session.branch else None
     lower = branch_tip if branch_tip is not None else session.base_commit
+    notes: list[str] = []
     with (
         tracking.stand_in(repo, lower, ctx.state_dir) as top,
         OverlayView(delta, top, linked=True) as view,
     ):
+
+        def own_commits() -> session_git.SessionGit | None:
+            refs = session_git.refs_without_worktree(view, session, common_dir(repo))
+            return None if refs is None else session_git.state(view, repo, session, top, refs)
+
         changes = compute_changes(view, open_worktree(top))
-        refs = session_git.refs_without_worktree(view, session, common_dir(repo))
-        git = session_git.state(view, repo, session, top, refs) if refs is not None else None
-        if git is not None and not git.commits:
-            git = None
-        if not changes.git_changes() and git is None:
-            return None
-        if git is not None:
-            with scratch_repo(repo, view) as scratch:
-                session_git.promote(scratch, repo, git)
-        return create_archive(
-            repo, view, changes, base=session.base_commit, name=session.name,
-            fields={
-                "session_id": session.id, "name": session.name, "title": session.title,
-                "worktree": str(session.worktree), "branch": session.branch,
-                "created_at": session.created_at.isoformat(),
-            },
-            head=git.commits[-1] if git is not None else None, kv=kv_json(view),
-        )  # fmt: skip
+        ref = _keep(repo, view, changes, session, own_commits, force, notes)
+    return Archived(ref, tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------------
