@@ -212,30 +212,30 @@ def _session_dir_of(view: View) -> Path:
 
 
 def first_status(b: Bench, corpus: Corpus) -> list[Result]:
-    """The first `git status` of a new session: as an agent meets it (`_first_status_in_place`)
+    """The first `git status` of a new session: as an agent meets it (`first_status_in_place`)
     and in a mounted view's own dir (`_first_status`)."""
-    return [_first_status_in_place(b, corpus), _first_status(b, corpus)]
+    label = "first git status in a new session, in place (warm)"
+    in_place = Result(FIRST_STATUS, label, [Goal(NATIVE, 2.0)])
+    return [first_status_in_place(b, corpus.repo, in_place, b.cfg.runs), _first_status(b, corpus)]
 
 
-def _first_status_in_place(b: Bench, corpus: Corpus) -> Result:
+def first_status_in_place(b: Bench, repo: Path, res: Result, runs: int) -> Result:
     """`git status` once in a new session, the way a coding agent's first command goes: a
     session made, then `gitsess run` mounts it and runs a command in place, whose first git
     command is the status (timed inside the run by `bench.git_timer`, so neither the run's
-    start nor the mount is counted); natively, the same from a timer in the repository."""
+    start nor the mount is counted); natively, the same from a timer in the repository. Into
+    `res`, `runs` times."""
     from gitsess.services import live
 
-    res = Result(
-        FIRST_STATUS, "first git status in a new session, in place (warm)", [Goal(NATIVE, 2.0)]
-    )
     plain = live.git_config_env(b.env, live.UNTRACKED_CACHE_CONFIG)
     status = ["git", "status", "--porcelain"]
-    _run(status, cwd=corpus.repo)  # the page cache warm
-    for run in range(b.cfg.runs):
+    _run(status, cwd=repo)  # the page cache warm
+    for run in range(runs):
         for target in rotation(run):
             if target == OVERLAYFS:
                 continue  # (nothing runs in place over fuse-overlayfs)
-            name = f"first-status-{run}"
-            res.add(target, _timed_in_place(b, target, corpus.repo, name, status, plain))
+            name = f"{res.key}-{run}"
+            res.add(target, _timed_in_place(b, target, repo, name, status, plain))
     progress(res)
     return res
 

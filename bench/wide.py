@@ -9,7 +9,7 @@ from pathlib import Path
 
 from bench.config import NATIVE, OVERLAYFS, console
 from bench.corpus import build_wide_repo
-from bench.fleet import _timed_in_place
+from bench.fleet import first_status_in_place
 from bench.measure import Bench, drop_caches, progress, rotation, timed
 from bench.results import Result
 from bench.workloads import Goal, _run
@@ -24,30 +24,12 @@ def run_wide(b: Bench, cold_ok: bool) -> list[Result]:
     console.log(f"building the {b.cfg.wide_files:,}-file repository")
     repo = b.tmp / "wide-status"
     build_wide_repo(repo, b.cfg.wide_files, b.env)
-    results = [_first_status_in_place(b, repo)]
+    label = f"first git status in a new session, in place, {b.cfg.wide_files:,} files (warm)"
+    in_place = Result(FIRST_STATUS_WIDE, label, [Goal(NATIVE, 2.0)])
+    results = [first_status_in_place(b, repo, in_place, b.cfg.slow_runs)]
     if cold_ok:
         results.append(_cold_status(b, repo))
     return results
-
-
-def _first_status_in_place(b: Bench, repo: Path) -> Result:
-    """As `fleet._first_status_in_place`: the first command of a new session's run."""
-    from gitsess.services import live
-
-    res = Result(
-        FIRST_STATUS_WIDE,
-        f"first git status in a new session, in place, {b.cfg.wide_files:,} files (warm)",
-        [Goal(NATIVE, 2.0)],
-    )
-    plain = live.git_config_env(b.env, live.UNTRACKED_CACHE_CONFIG)
-    _run(STATUS, cwd=repo)  # the page cache warm
-    for run in range(b.cfg.slow_runs):
-        for target in rotation(run):
-            if target != OVERLAYFS:  # (nothing runs in place over fuse-overlayfs)
-                name = f"first-status-wide-{run}"
-                res.add(target, _timed_in_place(b, target, repo, name, STATUS, plain))
-    progress(res)
-    return res
 
 
 def _cold_status(b: Bench, repo: Path) -> Result:
