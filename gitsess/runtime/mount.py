@@ -82,8 +82,26 @@ def status(session_dir: Path) -> DaemonStatus | None:
             _wait_gone(session_dir)
         return None
     if reply is None:
-        return None
+        # No listener, yet a daemon may hold the session: one past its last answer that is
+        # still making its last commit, or one starting that listens in a moment.
+        return _status_once_listening_or_gone(session_dir)
     return reply
+
+
+def _status_once_listening_or_gone(session_dir: Path) -> DaemonStatus | None:
+    deadline = time.monotonic() + READY_TIMEOUT
+    while control.serving(str(session_dir)):
+        if time.monotonic() > deadline:
+            raise GitsessError(
+                f"the daemon of session {session_dir.name} holds it but has not answered for"
+                f" {READY_TIMEOUT:.0f} s"
+            )
+        time.sleep(0.01)
+        with contextlib.suppress(OSError, protocol.Refused):
+            reply = protocol.status(str(session_dir))
+            if reply is not None:
+                return reply
+    return None
 
 
 def _wait_gone(session_dir: Path) -> None:

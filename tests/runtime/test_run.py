@@ -189,6 +189,31 @@ def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: In
     assert not mounttable.is_mount_point(Path(first.mountpoint))
 
 
+def test_mounting_waits_for_a_daemon_that_no_longer_listens(repo: Path, ctx: RepoContext) -> None:
+    session = sessions.create(ctx, "late")
+    session_dir = ctx.session_dir(session.id)
+    # A daemon past its last answer, still making its last commit, holds the session's lock
+    # with no listener: a new one would be turned away as "busy" and the run would fail.
+    holder = subprocess.Popen(
+        [
+            sys.executable, "-c",
+            "import sys, time; from gitsess.overlay import control;"
+            " fd = control.hold(sys.argv[1]); print(fd is not None, flush=True); time.sleep(1)",
+            str(session_dir),
+        ],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "True\n"
+        live_status = mount.ensure_mounted(live.spec_for(ctx, session, persistent=True))
+        assert holder.poll() == 0
+        assert (Path(live_status.mountpoint) / "README.md").read_text() == "hello\n"
+    finally:
+        holder.kill()
+        holder.wait()
+    assert protocol.stop(str(session_dir))
+
+
 def test_joining_a_daemon_as_it_stops_starts_another(repo: Path, ctx: RepoContext) -> None:
     session = sessions.create(ctx, "quick")
     first = mount.ensure_mounted(live.spec_for(ctx, session, persistent=True))
