@@ -67,13 +67,13 @@ fi
 stamp=.venv/.gitsess-installed
 install_mode=compat
 # The install also builds gitsess's C extensions (gitsess/overlay/_lister.c,
-# gitsess/git/_indexsweep.c) and its compiled fsmonitor hook (gitsess/overlay/fsmonitor_hook.c,
-# by setup.py) in place.
+# gitsess/git/_indexsweep.c) and its two programs, the fsmonitor hook and the daemon's guard
+# (gitsess/overlay/fsmonitor_hook.c and guard.c, by setup.py), in place.
 if [[ ! -f $stamp || pyproject.toml -nt $stamp || setup.py -nt $stamp ||
     gitsess/overlay/_lister.c -nt $stamp || gitsess/git/_indexsweep.c -nt $stamp ||
-    gitsess/overlay/fsmonitor_hook.c -nt $stamp ||
+    gitsess/overlay/fsmonitor_hook.c -nt $stamp || gitsess/overlay/guard.c -nt $stamp ||
     $(<"$stamp") != "$install_mode" ]] ||
-    ! .venv/bin/python -c 'import gitsess.cli, gitsess.overlay._lister, gitsess.git._indexsweep, pyfuse3, pytest, xdist, mypy' \
+    ! .venv/bin/python -c 'import gitsess.cli, gitsess.overlay._lister, gitsess.git._indexsweep, pyfuse3, pytest, xdist, mypy, os, gitsess.overlay.guard as g; assert os.access(g.COMPILED, os.X_OK)' \
         2>/dev/null; then
     echo "setup: installing gitsess with its test and dev extras into .venv"
     .venv/bin/python -m pip install -q -e '.[test,dev]' --config-settings "editable_mode=$install_mode"

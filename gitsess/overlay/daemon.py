@@ -164,7 +164,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    # Forked before any thread starts, and before the daemon's own memory: see overlay/guard.py.
+    # Before any thread starts (it forks): see overlay/guard.py.
     guarded = guard.start()
     args = parse(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")

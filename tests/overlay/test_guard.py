@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -61,7 +64,7 @@ def _kill_while_listing(mounted: Mounted) -> None:
         assert eventually(lambda: control.connect(str(mounted.spec.session_dir), 1) is None)
     finally:
         if not _ended(daemon):
-            guard.abort(device, str(mounted.mnt))  # nothing else would end it
+            _abort(device)  # nothing else would end it
     # What is left (unless the guard's forced unmount took it) answers ENOTCONN: the next
     # mount clears it without waiting.
     mount.clean_stale(mounted.mnt)
@@ -77,6 +80,45 @@ def test_the_guard_ends_with_a_daemon_that_stops(mounted: Mounted) -> None:
     assert (mounted.mnt / "README").read_text() == "readme\n"
 
 
-def test_abort_does_nothing_without_the_connection(tmp_path: Path) -> None:
-    assert mounttable.device_at(str(tmp_path)) is None
-    assert not guard.abort("0:999999", str(tmp_path))
+def _abort(device: str) -> None:
+    with open(f"/sys/fs/fuse/connections/{device.partition(':')[2]}/abort", "w") as f:
+        f.write("1")
+
+
+# A daemon stand-in whose main thread stays after the thread that started the guard ended:
+# to the guard, a daemon that died and does not finish exiting (the stuck case).
+STUCK = """
+import sys, threading, time
+from gitsess.overlay import guard
+def start():
+    tell = guard.start()
+    assert guard.arm(tell, sys.argv[1])
+    print(flush=True)
+threading.Thread(target=start).start()
+time.sleep(60)
+"""
+
+
+def test_the_guard_aborts_the_view_of_a_daemon_that_died_stuck(mounted: Mounted) -> None:
+    assert os.access(guard.COMPILED, os.X_OK)
+    daemon = mounted.daemon_pid()
+    stuck = subprocess.Popen(
+        [sys.executable, "-c", STUCK, str(mounted.mnt)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert stuck.stdout is not None and stuck.stdout.readline() == "\n"
+        (guard_pid,) = _guards_of(stuck.pid)
+        assert eventually(lambda: _ended(guard_pid), timeout=10)
+        # The connection was aborted (through fusectl, or by the forced unmount where it is
+        # not mounted): the view's daemon saw its end and exited, and the view is gone.
+        assert eventually(lambda: _ended(daemon), timeout=10)
+        try:
+            os.stat(mounted.mnt / "README")
+            raise AssertionError("the view is still served")
+        except OSError as e:
+            assert e.errno in (errno.ENOTCONN, errno.ENOENT)
+    finally:
+        stuck.kill()
+        stuck.wait()
+    mount.clean_stale(mounted.mnt)
+    assert not mounttable.is_mount_point(mounted.mnt)
