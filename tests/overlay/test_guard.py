@@ -107,6 +107,8 @@ def test_the_guard_aborts_the_view_of_a_daemon_that_died_stuck(mounted: Mounted)
     )
     try:
         assert stuck.stdout is not None and stuck.stdout.readline() == "\n"
+        # (named so once its fork has exec'd the program)
+        assert eventually(lambda: len(_guards_of(stuck.pid)) == 1)
         (guard_pid,) = _guards_of(stuck.pid)
         assert eventually(lambda: _ended(guard_pid), timeout=10)
         # The connection was aborted (through fusectl, or by the forced unmount where it is
