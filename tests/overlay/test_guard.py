@@ -94,6 +94,7 @@ def start():
     tell = guard.start()
     assert guard.arm(tell, sys.argv[1])
     print(flush=True)
+    sys.stdin.readline()
 threading.Thread(target=start).start()
 time.sleep(60)
 """
@@ -103,13 +104,19 @@ def test_the_guard_aborts_the_view_of_a_daemon_that_died_stuck(mounted: Mounted)
     assert os.access(guard.COMPILED, os.X_OK)
     daemon = mounted.daemon_pid()
     stuck = subprocess.Popen(
-        [sys.executable, "-c", STUCK, str(mounted.mnt)], stdout=subprocess.PIPE, text=True
-    )
+        [sys.executable, "-c", STUCK, str(mounted.mnt)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
     try:
         assert stuck.stdout is not None and stuck.stdout.readline() == "\n"
-        # (named so once its fork has exec'd the program)
+        # Once its fork has exec'd the program and it waits for its parent's death: the thread
+        # that started it ends then.
         assert eventually(lambda: len(_guards_of(stuck.pid)) == 1)
         (guard_pid,) = _guards_of(stuck.pid)
+        assert eventually(lambda: "sigtimedwait" in Path(f"/proc/{guard_pid}/wchan").read_text())
+        assert stuck.stdin is not None
+        stuck.stdin.write("\n")
+        stuck.stdin.flush()
         assert eventually(lambda: _ended(guard_pid), timeout=10)
         # The connection was aborted (through fusectl, or by the forced unmount where it is
         # not mounted): the view's daemon saw its end and exited, and the view is gone.
