@@ -72,18 +72,31 @@ def open_read_only(path: Path | str) -> apsw.Connection:
     SQLite reads such a database through its `-shm` file, which it cannot create there: when
     no connection holds the database open there is none, and no `-wal` either, so everything
     is in the database file itself, which is then opened as immutable (no locks, no WAL). A
-    live writer's (a session's daemon) `-shm` is used as it is."""
-    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
-    try:
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-        return conn
-    except apsw.CantOpenError:
-        conn.close()
-        wal = Path(f"{path}-wal")
-        if wal.exists() and wal.stat().st_size > 0:
-            raise
+    live writer's (a session's daemon) `-shm` is used as it is. A `-wal` without a `-shm` is
+    a writer's last close in progress (SQLite deletes the `-shm`, then the `-wal`) or a
+    writer's open (it makes the `-wal`, then the `-shm`): either is over in a moment."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+            return conn
+        except apsw.CantOpenError:
+            conn.close()
+            if not _holds_commits(Path(f"{path}-wal")):
+                break
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.005)
     uri = f"file:{urllib.parse.quote(str(path))}?immutable=1"
     return apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+
+
+def _holds_commits(wal: Path) -> bool:
+    try:
+        return wal.stat().st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def enable_wal(conn: apsw.Connection) -> None:
