@@ -20,7 +20,7 @@ import select
 import socket
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,30 +89,34 @@ def status(session_dir: Path) -> DaemonStatus | None:
 
 
 def _status_once_listening_or_gone(session_dir: Path) -> DaemonStatus | None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    while control.serving(str(session_dir)):
-        if time.monotonic() > deadline:
-            raise GitsessError(
-                f"the daemon of session {session_dir.name} holds it but has not answered for"
-                f" {READY_TIMEOUT:.0f} s"
-            )
-        time.sleep(0.01)
+    def listening() -> DaemonStatus | None:
         with contextlib.suppress(OSError, protocol.Refused):
-            reply = protocol.status(str(session_dir))
-            if reply is not None:
-                return reply
-    return None
+            return protocol.status(str(session_dir))
+        return None
+
+    return _while_held(session_dir, listening, "holds it but has not answered for")
 
 
 def _wait_gone(session_dir: Path) -> None:
+    _while_held(session_dir, lambda: None, "is stopping but has not exited after")
+
+
+def _while_held(
+    session_dir: Path, ask: Callable[[], DaemonStatus | None], stuck: str
+) -> DaemonStatus | None:
+    """Wait while a daemon holds the session (`control.serving`), at most READY_TIMEOUT: None
+    once none does, or the first answer `ask` gives meanwhile."""
     deadline = time.monotonic() + READY_TIMEOUT
     while control.serving(str(session_dir)):
         if time.monotonic() > deadline:
             raise GitsessError(
-                f"the daemon of session {session_dir.name} is stopping but has not exited after "
-                f"{READY_TIMEOUT:.0f} s"
+                f"the daemon of session {session_dir.name} {stuck} {READY_TIMEOUT:.0f} s"
             )
         time.sleep(0.01)
+        answer = ask()
+        if answer is not None:
+            return answer
+    return None
 
 
 def sync(session_dir: Path) -> bool:
