@@ -227,6 +227,9 @@ class Filesystem(pyfuse3.Operations):
         # (nothing tells it of what git makes below `.git` from outside the view). In the
         # object store not at all: the session's HEAD may follow a real branch whose new
         # commit (its ref read afresh) is in a fan-out dir a git inside just found missing.
+        # Nor would it save git's writes a request: the second LOOKUP of each loose object
+        # is its rename's target, which the kernel (6.18) looks up anew even when it holds
+        # the name as missing (docs/PERFORMANCE.md, "Loose objects on kernel 6.18").
         # Its `pack` and `info` hold no loose objects: what every git command probes there
         # (commit-graph, multi-pack-index, alternates, each pack's .keep, .promisor, .mtimes:
         # 8 LOOKUPs a command) is missing for a second, as elsewhere below `.git`; git finds a
@@ -252,26 +255,29 @@ class Filesystem(pyfuse3.Operations):
         self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
         n = self.table.find(parent_inode, name)
+        d = self.tree.node(parent_inode)
         ahead = self.ahead
         if (
             ahead is not None
             and name != GIT  # (git's first lookup: with the session's fsmonitor, its only one)
-            and (n is not None or not self._made_here(parent_inode))
+            # Never listed ahead (`_list_ahead`), and most of git's requests: its objects.
+            and not pt.follows_git(d)
+            and (n is not None or not self._made_here(d))
             and ahead.due(parent_inode)
         ):
-            self._list_ahead(ahead, self.tree.node(parent_inode), for_lookup=True)
+            self._list_ahead(ahead, d, for_lookup=True)
         if n is None:
-            return self._negative(self.tree.node(parent_inode))
+            return self._negative(d)
         entry = self._entry(n, ctx.pid)
         n.lookups += 1  # (`NodeTable.count_lookup`, inline: once per name of a cold status)
         return entry
 
-    def _made_here(self, ino: int) -> bool:
-        """Whether directory `ino` is the session's own, with no worktree directory below it.
+    @staticmethod
+    def _made_here(d: Node) -> bool:
+        """Whether directory `d` is the session's own, with no worktree directory below it.
         A name missing there is one being made (`tar -x`, `cp -r`: the kernel looks each up
         before it creates it), and the kernel knows every name made there through the view:
         listing it ahead was 2 READDIRPLUS a file of an untar, and nothing the client used."""
-        d = self.tree.node(ino)
         return d.upper and d.origin is None
 
     def _list_ahead(self, ahead: ListAhead, d: Node, *, for_lookup: bool = False) -> None:

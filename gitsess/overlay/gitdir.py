@@ -31,6 +31,8 @@ GIT_COMMON = b".git/common"
 GIT_COMMONDIR = b".git/commondir"
 OBJECT_STORES = (GIT_OBJECTS, GIT_COMMON + b"/objects")
 _BELOW_GIT = GIT + b"/"
+_STORE_PREFIXES = tuple((t + b"/", t) for t in OBJECT_STORES)
+_BELOW_STORES = tuple(below for below, _ in _STORE_PREFIXES)
 
 
 def linked_dirs(root: bytes) -> tuple[bytes, bytes] | None:
@@ -96,6 +98,12 @@ def in_git(rel: bytes | None) -> bool:
 
 def object_store(rel: bytes | None) -> bytes | None:
     """The object store (`OBJECT_STORES`) a worktree path lies below, None if none."""
-    if rel is None:
+    # Asked several times for each request below `.git` (each loose object git writes), and
+    # of worktree paths too: one `startswith` of a tuple rules most paths out (a generator
+    # that joined the prefixes anew cost 2-3 us a call, as much as an lstat).
+    if rel is None or not rel.startswith(_BELOW_STORES):
         return None
-    return next((t for t in OBJECT_STORES if rel.startswith(t + b"/")), None)
+    for below, top in _STORE_PREFIXES:
+        if rel.startswith(below):
+            return top
+    return None

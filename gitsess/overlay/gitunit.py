@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
-from gitsess.overlay.gitdir import GIT, GIT_COMMON
+from gitsess.overlay.gitdir import GIT, GIT_COMMON, object_store
 from gitsess.overlay.nodes import Node, join
 
 if TYPE_CHECKING:
@@ -153,6 +153,8 @@ def _in_unit(tree: Tree, rel: bytes | None) -> bool:
     included, and a directory holding one renamed or removed)."""
     if rel is None or not (rel == GIT or rel.startswith(GIT + b"/")):
         return False
+    if object_store(rel) is not None:
+        return False  # (a quick no for most of what git writes: its objects)
     bare = rel.removesuffix(_LOCK)
     common = _common(tree)
     if bare in (_HEAD, _INDEX, common + b"packed-refs"):
