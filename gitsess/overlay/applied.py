@@ -116,9 +116,19 @@ class AppliedPaths:
                 self.names.unname(self.nodes[ino])
             dropped.append((parent.ino, name))
             self.recorder.touched(path, is_dir=True)
-            self.pending.undrift.add(os.fsdecode(path))
+            self._undrift(os.fsdecode(path))
             self._prune(parent, parent_path)
         return dropped
+
+    def _undrift(self, path: str) -> None:
+        """Forget the drift recorded at `path` and below. Also what is still pending: the
+        watch reports the apply's own writes to the worktree, mostly just before the drop, and
+        a commit deletes the drift it forgets before it writes the new (it stayed, so `ls`
+        showed drift where the session held nothing)."""
+        self.pending.undrift.add(path)
+        below = path + "/"
+        for pending in [p for p in self.pending.drift if p == path or p.startswith(below)]:
+            del self.pending.drift[pending]
 
     def _restamp(self, paths: Iterable[bytes]) -> None:
         for path in paths:

@@ -11,8 +11,11 @@ Participants join with their pid, role and command and keep the connection open;
 inherits the socket, so the kernel tells the daemon when the last holder is gone, even by kill
 -9. Every op has a client function in `protocol` and a handler in `HANDLERS` (`fsmonitor` apart:
 it first waits for the lower watch); a failed or malformed request gets an error answer and
-never ends the daemon. Live checkpoints, rewinds, drops and fork copies run on the event loop
-between two requests, so no process in the view sees a mix.
+never ends the daemon. A participant's `join` is answered once the lower watch has reported
+(and the kernel forgotten) every change of the worktree made before it: a run started right
+after an edit outside sees the edit, not what the kernel held of the path before. Live
+checkpoints, rewinds, drops and fork copies run on the event loop between two requests, so no
+process in the view sees a mix.
 
 Stopping: once it decides to stop it answers `join`, `status` and `persist` with `stopping` and
 keeps its lock until its last commit and unmount are done, so an offline writer or a new daemon
@@ -78,6 +81,9 @@ SHRINK_INTERVAL = 5.0
 FIRST_JOIN_TIMEOUT = 15.0
 # How long the daemon lingers after the last participant leaves (a quick re-run rejoins).
 LINGER = 0.3
+# How long a join waits for the lower watch to report what changed before it; past that (a
+# watch process stopped or starved), the participant starts anyway.
+JOIN_SYNC_TIMEOUT = 5.0
 # The kernel reads ahead 128 KiB on a FUSE mount, and INIT can only lower that: a sequential read
 # of a big file then costs one READ per 128 KiB. Two READs of the largest size (about 1 MiB)
 # keep two in flight: a cold read of 500 MiB took half the daemon's CPU (docs/PERFORMANCE.md).
@@ -509,6 +515,7 @@ async def _client(state: DaemonState, stream: trio.SocketStream) -> None:
                         reply, joined = {"ok": False, "error": f"bad request: {e!r}"}, None
                     if joined is not None:
                         participant = joined
+                        await _worktree_reported(state)
                     if state.stale_entries or state.stale_inodes:
                         # Answer only once the kernel forgot them, so the caller's next read
                         # sees the worktree; from a thread, as the kernel may need the loop.
@@ -526,6 +533,17 @@ async def _client(state: DaemonState, stream: trio.SocketStream) -> None:
                 state.tree.audit.forget_participants()
             if not state.participants and not state.persistent:
                 await _linger_then_stop(state)
+
+
+async def _worktree_reported(state: DaemonState) -> None:
+    """Until the lower watch has handed on every change of the worktree made before now (and
+    the kernel forgot what those changes made stale: the watcher thread invalidates a batch
+    before it reads the next), or JOIN_SYNC_TIMEOUT. Most joins find the watch quiet."""
+    watcher = state.watcher
+    if watcher is None or not state.tree.watched or watcher.quiet():
+        return
+    if not await trio.to_thread.run_sync(watcher.sync, JOIN_SYNC_TIMEOUT, abandon_on_cancel=True):
+        log.info("a participant joined before the lower watch reported the worktree")
 
 
 async def _linger_then_stop(state: DaemonState) -> None:

@@ -361,24 +361,29 @@ class Filesystem(pyfuse3.Operations):
         n = self.tree.mknod(
             parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, rdev, by=ctx.pid
         )
+        self._changed_dirs(parent_inode)
         return self._entry(n)
 
     async def mkdir(
         self, parent_inode: InodeT, name: FileNameT, mode: ModeT, ctx: RequestContext
     ) -> EntryAttributes:
         n = self.tree.mkdir(parent_inode, name, mode & ~ctx.umask, ctx.uid, ctx.gid, by=ctx.pid)
+        self._changed_dirs(parent_inode)
         return self._entry(n)
 
     async def symlink(
         self, parent_inode: InodeT, name: FileNameT, target: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
         n = self.tree.symlink(parent_inode, name, target, ctx.uid, ctx.gid, by=ctx.pid)
+        self._changed_dirs(parent_inode)
         return self._entry(n)
 
     async def link(
         self, inode: InodeT, new_parent_inode: InodeT, new_name: FileNameT, ctx: RequestContext
     ) -> EntryAttributes:
-        return self._entry(self.tree.link(inode, new_parent_inode, new_name, by=ctx.pid))
+        n = self.tree.link(inode, new_parent_inode, new_name, by=ctx.pid)
+        self._changed_dirs(new_parent_inode)
+        return self._entry(n)
 
     async def create(
         self,
@@ -401,6 +406,7 @@ class Filesystem(pyfuse3.Operations):
                 if existing is None:
                     raise
             else:
+                self._changed_dirs(parent_inode)
                 return self._open_handle(made), self._entry(made)
         # The kernel asked to create a name it believed absent (the worktree grew it
         # meanwhile): O_EXCL fails as on any filesystem, otherwise the file is opened.
@@ -413,9 +419,11 @@ class Filesystem(pyfuse3.Operations):
 
     async def unlink(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
         self.tree.unlink(parent_inode, name, by=ctx.pid)
+        self._changed_dirs(parent_inode)
 
     async def rmdir(self, parent_inode: InodeT, name: FileNameT, ctx: RequestContext) -> None:
         self.tree.rmdir(parent_inode, name, by=ctx.pid)
+        self._changed_dirs(parent_inode)
 
     async def rename(
         self,
@@ -436,6 +444,22 @@ class Filesystem(pyfuse3.Operations):
             ctx.gid,
             by=ctx.pid,
         )
+        self._changed_dirs(parent_inode_old, parent_inode_new)
+
+    def _changed_dirs(self, *inodes: int) -> None:
+        """Directories this request changed (link count, size, times), told to the kernel
+        before the reply while a listing ahead is queued or in flight. The kernel only marks
+        their attributes stale, and a GETATTR or READDIRPLUS of a listing thread answered
+        before the change but taken in after it put the old ones back, for TIMEOUT (a
+        RENAME_EXCHANGE of a directory into `bin` left `bin` at its old link count). Told,
+        the kernel counts their attributes anew, and drops any reply asked before. With no
+        listing pending, no such reply is in the kernel's hands."""
+        ahead = self.ahead
+        if ahead is None or ahead.idle:
+            return
+        for ino in dict.fromkeys(inodes):  # (once each, in order)
+            with contextlib.suppress(OSError):  # (not held by the kernel)
+                pyfuse3.invalidate_inode(InodeT(ino), attr_only=True)
 
     # ---------------------------------------------------------------- file data
 

@@ -45,6 +45,11 @@ A listing in flight holds its directory's lock in the kernel until the daemon an
 before the daemon stops serving, it stops the listings and lets those in flight finish
 (`stop`, `idle`): otherwise its lower watch, invalidating that directory, would wait for the
 lock, and the daemon, stopping the watch, for it.
+
+A listing's READDIRPLUS and its thread's `fstat` may be answered before a request changes a
+directory and taken in by the kernel after it, which only marks the directory's attributes
+stale: the old ones came back for 300 s. So while a listing is pending, the requests that
+change directories tell the kernel before they answer (fs.py, `_changed_dirs`).
 """
 
 from __future__ import annotations

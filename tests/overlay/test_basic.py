@@ -345,8 +345,9 @@ def test_kill_9_during_writes_keeps_delta_consistent(mounted: Mounted, tmp_path:
         ]
     )
     daemon = mounted.daemon_pid()
+    # (the daemon starts its watch from a thread of its own, maybe after it answered)
+    assert eventually(lambda: len(_watch_processes(daemon)) == 1)
     watch = _watch_processes(daemon)
-    assert len(watch) == 1
     try:
         time.sleep(1.0)
         os.kill(daemon, signal.SIGKILL)

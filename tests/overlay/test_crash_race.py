@@ -109,14 +109,23 @@ def _sha(path: Path) -> str | None:
         return None
 
 
+def _done_count(log: Path) -> int:
+    return log.read_text().count('"state": "done"') if log.exists() else 0
+
+
 def _kill_under_load(mounted: Mounted, log: Path, seed: int) -> None:
+    done_before = _done_count(log)
     load = subprocess.Popen(
         [sys.executable, "-c", LOAD, str(mounted.mnt), str(log), str(seed)],
         stderr=subprocess.DEVNULL,
     )
     daemon = mounted.daemon_pid()
     try:
-        time.sleep(random.Random(seed).uniform(0.3, 1.0))
+        # The kill lands a random while into the load, once it is under way: the load's
+        # interpreter may take longer to start on a loaded machine than the while lasts.
+        assert eventually(lambda: _done_count(log) > done_before or load.poll() is not None)
+        assert load.poll() is None, "the load ended by itself"
+        time.sleep(random.Random(seed).uniform(0.0, 0.7))
         os.kill(daemon, signal.SIGKILL)
     finally:
         load.kill()

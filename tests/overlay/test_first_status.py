@@ -293,7 +293,7 @@ def test_git_finding_its_repository_lists_nothing_ahead(mounted: Mounted) -> Non
     it was 100 READDIRPLUS in the way of the status's own requests (on the 5,000-file corpus)."""
     mounted.wait_watched()
     os.stat(mounted.mnt / ".git")
-    time.sleep(1)  # (what a listing ahead would take, with room to spare)
+    mounted.wait_listed()  # (a listing ahead the lookup asked for would be done by now)
     os.stat(mounted.mnt)  # the walk to the names checks the top's permissions
     code = "import os, sys\nos.lstat(sys.argv[1])"
     assert mounted.run_while_stopped(code, str(mounted.mnt / "README"), wait=1) is None
@@ -302,7 +302,7 @@ def test_git_finding_its_repository_lists_nothing_ahead(mounted: Mounted) -> Non
     mounted.remount()
     mounted.wait_watched()
     os.lstat(mounted.mnt / "src")
-    time.sleep(1)
+    mounted.wait_listed()
     os.stat(mounted.mnt)
     assert mounted.run_while_stopped(code, str(mounted.mnt / "link"), wait=10) is not None
 

@@ -61,10 +61,15 @@ def status(m: Mounted, *, monitored: bool, untracked: str = "all", hook: str | N
 
 
 def agree(m: Mounted, timeout: float = 5.0, hook: str | None = None) -> None:
-    """Changes in the worktree reach the journal through the watcher, a moment later."""
+    """A change in the worktree reaches the kernel's caches through the watcher, a moment
+    later: the monitored status first, whose query waits for the watcher to hand on every
+    change made before it, and the full scan then sees them too. (Scanned first, the scan could
+    miss a change the watcher had yet to hand on, and only a later round within the deadline
+    agreed; the loop is now for a query that gave up waiting.)"""
     deadline = time.monotonic() + timeout
     while True:
-        plain, monitored = status(m, monitored=False), status(m, monitored=True, hook=hook)
+        monitored = status(m, monitored=True, hook=hook)
+        plain = status(m, monitored=False)
         if plain == monitored or time.monotonic() > deadline:
             break
         time.sleep(0.1)

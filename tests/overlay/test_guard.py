@@ -32,12 +32,22 @@ def _ended(pid: int) -> bool:
 
 
 def _guards_of(pid: int) -> list[int]:
+    """The children of `pid` named as guards. A guard names itself once it runs, which on a
+    loaded machine may be after its daemon answers: wait for it (`eventually`)."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
-        for child in (task / "children").read_text().split():
-            if Path(f"/proc/{child}/comm").read_text().strip() == "gitsess-guard":
+        for child in _read(task / "children").split():
+            if _read(Path(f"/proc/{child}/comm")).strip() == "gitsess-guard":
                 found.append(int(child))
     return found
+
+
+def _read(path: Path) -> str:
+    """What a /proc file says; nothing once its thread or process is gone."""
+    try:
+        return path.read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return ""
 
 
 def test_a_daemon_killed_while_it_lists_its_own_view_ends(mounted: Mounted) -> None:
@@ -73,6 +83,7 @@ def _kill_while_listing(mounted: Mounted) -> None:
 
 def test_the_guard_ends_with_a_daemon_that_stops(mounted: Mounted) -> None:
     daemon = mounted.daemon_pid()
+    assert eventually(lambda: len(_guards_of(daemon)) == 1)
     (guard_pid,) = _guards_of(daemon)
     mounted.unmount()
     assert eventually(lambda: _ended(guard_pid))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -455,3 +456,53 @@ def test_new_and_mount_load_only_what_they_need(repo: Path) -> None:
     assert loaded("new", "lean", "--mount") == []
     assert "rich.console" in loaded("umount", "lean")  # what the check sees when it is there
     assert loaded("mount", "lean") == []
+
+
+def _watch_process(daemon: int) -> int:
+    """The worktree's watch process the daemon started (its child)."""
+    found = []
+    for task in Path(f"/proc/{daemon}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+            for child in (task / "children").read_text().split():
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    if b"watch_process" in Path(f"/proc/{child}/cmdline").read_bytes():
+                        found.append(int(child))
+    (pid,) = found
+    return pid
+
+
+def test_a_run_sees_what_the_worktree_changed_before_it_started(
+    repo: Path, ctx: RepoContext
+) -> None:
+    """A run that joins a live view starts once the lower watch has reported every change
+    made before it: the kernel keeps a directory's listing (300 s, until the watch's report
+    invalidates it), and a run started right after a file appeared outside, its report not
+    yet handed on, listed the directory without it (the interleaved model check saw it under
+    load). Here the watch process, stopped, reports nothing until continued."""
+    session = sessions.create(ctx, "fresh")
+    session_dir = ctx.session_dir(session.id)
+    live.keep_mounted(ctx, session, mountpoint=None, allow_other=False, read_only=False)
+    try:
+        assert eventually(lambda: getattr(protocol.status(str(session_dir)), "watched", False))
+        assert run(repo, "fresh", "ls").stdout.split() == ["README.md", "src"]
+        watch = _watch_process(mount.status(session_dir).daemon_pid)  # type: ignore[union-attr]
+        os.kill(watch, signal.SIGSTOP)
+        try:
+            (repo / "outside.txt").write_text("made outside\n")
+            proc = subprocess.Popen(
+                [*GITSESS, "run", "-s", "fresh", "--", "ls"],
+                cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+            try:
+                # Before the fix, the run ends here, without the file; with it, it waits for
+                # the watch, continued then (no time is asserted: only what the run lists).
+                out, err = proc.communicate(timeout=3)
+            except subprocess.TimeoutExpired:
+                os.kill(watch, signal.SIGCONT)
+                out, err = proc.communicate(timeout=60)
+        finally:
+            os.kill(watch, signal.SIGCONT)
+        assert proc.returncode == 0, err
+        assert out.split() == ["README.md", "outside.txt", "src"]
+    finally:
+        live.unmount(ctx, session)
