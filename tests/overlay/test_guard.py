@@ -32,8 +32,9 @@ def _ended(pid: int) -> bool:
 
 
 def _guards_of(pid: int) -> list[int]:
-    """The children of `pid` named as guards. A guard names itself once it runs, which on a
-    loaded machine may be after its daemon answers: wait for it (`eventually`)."""
+    """The children of `pid` named as guards. A guard has its name once its fork has exec'd the
+    program, which on a loaded machine may be after its daemon answers: wait for it
+    (`eventually`)."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         for child in _read(task / "children").split():
