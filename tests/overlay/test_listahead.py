@@ -3,10 +3,12 @@ other entries before they are asked for."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -202,13 +204,8 @@ def test_a_missing_name_in_a_directory_the_session_made_lists_nothing(tmp_path: 
     and so does one that finds its name in a directory the session made."""
     lower = tmp_path / "lower"
     (lower / "dir").mkdir(parents=True)
-    os.makedirs(tmp_path / "session")
-    store = DeltaStore(str(tmp_path / "session" / "delta.db"))
-    try:
-        tree = Tree(store, str(lower), set())
-        tree.catch_up()
-        ahead = ListAhead(str(tmp_path / "nowhere"))
-        filesystem = fs.Filesystem(tree, ahead)
+    ahead = ListAhead(str(tmp_path / "nowhere"))
+    with _in_process(tmp_path, ahead) as (tree, filesystem):
         uid, gid = os.getuid(), os.getgid()
         made = tree.mkdir(ROOT_INODE, b"made", 0o755, uid, gid)
         filled = tree.mkdir(ROOT_INODE, b"filled", 0o755, uid, gid)
@@ -217,10 +214,7 @@ def test_a_missing_name_in_a_directory_the_session_made_lists_nothing(tmp_path: 
         assert worktree_dir is not None
 
         def look(parent: int, name: bytes) -> None:
-            async def run() -> None:
-                await filesystem.lookup(InodeT(parent), FileNameT(name), RequestContext())
-
-            trio.run(run)
+            _call(filesystem, "lookup", InodeT(parent), FileNameT(name))
 
         look(made.ino, b"missing")
         assert ahead.due(made.ino), "listed ahead for a name being made"
@@ -228,9 +222,27 @@ def test_a_missing_name_in_a_directory_the_session_made_lists_nothing(tmp_path: 
         assert not ahead.due(worktree_dir.ino), "a worktree directory was not listed ahead"
         look(filled.ino, b"there")
         assert not ahead.due(filled.ino), "a lookup that found its name listed nothing"
+
+
+@contextlib.contextmanager
+def _in_process(tmp_path: Path, ahead: ListAhead) -> Iterator[tuple[Tree, fs.Filesystem]]:
+    """The view's tree over `tmp_path/lower` and its request handlers, with no mount."""
+    os.makedirs(tmp_path / "session")
+    store = DeltaStore(str(tmp_path / "session" / "delta.db"))
+    try:
+        tree = Tree(store, str(tmp_path / "lower"), set())
+        tree.catch_up()
+        yield tree, fs.Filesystem(tree, ahead)
         tree.close()
     finally:
         store.close()
+
+
+def _call(filesystem: fs.Filesystem, op: str, *args: object) -> None:
+    async def run() -> None:
+        await getattr(filesystem, op)(*args, RequestContext())
+
+    trio.run(run)
 
 
 class _Ahead(ListAhead):
@@ -261,22 +273,13 @@ def test_a_directory_changed_while_listings_are_pending_is_told_to_the_kernel(
     for d in ("a", "b"):
         (lower / d).mkdir(parents=True)
     (lower / "a" / "f").write_text("f\n")
-    os.makedirs(tmp_path / "session")
-    store = DeltaStore(str(tmp_path / "session" / "delta.db"))
-    try:
-        tree = Tree(store, str(lower), set())
-        tree.catch_up()
-        ahead = _Ahead(str(tmp_path / "nowhere"))
-        filesystem = fs.Filesystem(tree, ahead)
+    ahead = _Ahead(str(tmp_path / "nowhere"))
+    with _in_process(tmp_path, ahead) as (tree, filesystem):
         a, b = tree.resolve(b"a"), tree.resolve(b"b")
         assert a is not None and b is not None
-        ctx = RequestContext()
 
         def call(op: str, *args: object) -> None:
-            async def run() -> None:
-                await getattr(filesystem, op)(*args, ctx)
-
-            trio.run(run)
+            _call(filesystem, op, *args)
 
         call("mkdir", InodeT(a.ino), FileNameT(b"quiet"), 0o755)
         assert told == [], "told with no listing pending"
@@ -287,6 +290,3 @@ def test_a_directory_changed_while_listings_are_pending_is_told_to_the_kernel(
         call("unlink", InodeT(a.ino), FileNameT(b"f"))
         call("rmdir", InodeT(b.ino), FileNameT(b"moved"))
         assert told[1:] == [(a.ino, True), (b.ino, True), (a.ino, True), (b.ino, True)]
-        tree.close()
-    finally:
-        store.close()
