@@ -38,7 +38,7 @@ from gitsess.durable import nearly_full
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.data_files import DataFiles
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
-from gitsess.overlay.gitdir import object_store
+from gitsess.overlay.gitdir import GIT_COMMON, object_store
 from gitsess.overlay.lower_layer import LowerLayer
 from gitsess.overlay.nodes import ROOT_INODE, Node, Pending, err, stamp
 
@@ -494,9 +494,12 @@ class NodeTable:
             for name, is_dir in self.lower.listing(rel):
                 if name not in entries:
                     yield name, is_dir
+        # A linked worktree's common dir, the session's own, is still not listed (found by
+        # name, as the real one is: `LowerLayer`), as a worktree's git dir is not.
+        common = GIT_COMMON if n.ino == ROOT_INODE and self.lower.redirects else None
         for name in sorted(entries):
             ino = entries[name]
-            if ino and not self._unlisted(self.nodes[ino]):
+            if ino and name != common and not self._unlisted(self.nodes[ino]):
                 yield name, self.nodes[ino].is_dir
 
     def _unlisted(self, n: Node) -> bool:
