@@ -111,8 +111,8 @@ def discard_commits(ctx: RepoContext, session: Session) -> tuple[str, ...]:
         with p.handle.view(p.root) as view:
             try:
                 git = session_git.state(view, p.repo, p.session, p.root)
-            except GitsessError:
-                p.handle.drop_paths([".git"], root=p.root)
+            except GitsessError:  # (a linked worktree's common dir, `.GIT`, goes with it)
+                p.handle.drop_paths(sorted({".git", os.fsdecode(view.git.common)}), root=p.root)
                 return ()
         if git is None:
             return ()

@@ -275,14 +275,15 @@ def test_discard_of_git_brings_the_branch_back(worked: Path) -> None:
     assert inside.stdout.splitlines() == ["second", "?? x.txt"]
 
 
-def test_discard_of_git_brings_a_worktree_sessions_git_back(worked: Path) -> None:
+@pytest.mark.parametrize("how", [("-y", "--", ".git"), ("--commits",)], ids=["git", "commits"])
+def test_discard_brings_a_worktree_sessions_git_back(worked: Path, how: tuple[str, ...]) -> None:
     """In a `--worktree` session `.git` is a file and `.GIT` the common dir: `.git` named to
-    discard is the whole git state, both."""
+    discard, or a broken git state whose commits are discarded, is the whole git state."""
     made = ok(gitsess(worked, "new", "lw", "--worktree", "--json"))
     tree = Path(json.loads(made.stdout)["worktree"])
     script = "echo x > x.txt; rm -rf .git .GIT; git status 2>/dev/null || echo gone"
     assert ok(gitsess(tree, "run", "-s", "lw", "--", "sh", "-c", script)).stdout == "gone\n"
-    done = ok(gitsess(tree, "discard", "lw", "-y", "--", ".git"))
+    done = ok(gitsess(tree, "discard", "lw", *how))
     assert "Nothing to discard" not in done.stderr
     script = "git log -1 --format=%s; git status --porcelain"
     inside = ok(gitsess(tree, "run", "-s", "lw", "--", "sh", "-c", script))
