@@ -41,6 +41,7 @@ from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
 from gitsess.overlay.gitdir import GIT_COMMON, object_store
 from gitsess.overlay.lower_layer import LowerLayer
 from gitsess.overlay.nodes import ROOT_INODE, Node, Pending, err, stamp
+from gitsess.overlay.relayout import relayout
 
 # A whiteout for a lower name is written only once its directory has been quiet this long, so
 # `rm -rf` of a lower tree ends as one whiteout for the top directory, not one row per file.
@@ -133,6 +134,7 @@ class NodeTable:
             del self.nodes[ino]
         if self.writer:
             self.data.tidy(self.nodes)
+        relayout(self)
 
     def reload(self, inodes: Iterable[int]) -> list[int]:
         """After delta.db changed under this tree (a rewind): take the upper layer from it

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.services.viewwrite import _TreeOps, offline_writer
 from tests.util import GITSESS, commit, git, gitsess
 
 pytestmark = pytest.mark.fuse
@@ -271,6 +272,39 @@ def test_a_linked_worktree_session_mounted_elsewhere_is_its_git_too(
         assert gitsess(tree, "umount", "lw").returncode == 0
     inside = run(tree, "lw", "git log -1 --format=%s; cat .GIT/planted")
     assert inside.stdout == "in-view\nx\n", inside.stderr
+
+
+def _old_layout(session_dir: Path, tree: Path, branch_tip: str) -> None:
+    """The delta of a linked worktree's session from before git's layout: `.git` a directory
+    (the admin dir) holding the common dir as `common`, here with HEAD on a branch `side` of
+    the session's own."""
+    with offline_writer(session_dir, tree, ()) as writer:
+        ops = writer.ops
+        assert isinstance(ops, _TreeOps)
+        ops.unlink(".git")
+        for d in (".git", ".git/common", ".git/common/refs", ".git/common/refs/heads"):
+            ops.mkdir(d, 0o755)
+            n = ops.tree.resolve(d.encode())
+            assert n is not None
+            n.origin = d.encode()  # merged with the admin dir and the common dir, as made then
+            ops.tree.table.pending.nodes.add(n.ino)
+        ops.write_file(".git/HEAD", [b"ref: refs/heads/side\n"], 0o644)
+        ops.write_file(".git/common/refs/heads/side", [branch_tip.encode() + b"\n"], 0o644)
+
+
+def test_a_linked_worktree_session_of_the_layout_before_is_moved_to_gits(worked: Path) -> None:
+    made = gitsess(worked, "new", "lw", "--worktree", "--json")
+    assert made.returncode == 0, made.stderr
+    info = json.loads(made.stdout)
+    tree = Path(info["worktree"])
+    tip = git(worked, "rev-parse", "HEAD")
+    _old_layout(worked / ".git" / "gitsess" / "sessions" / info["id"], tree, tip)
+    script = "git rev-parse --abbrev-ref HEAD; git rev-parse side; git status --porcelain; cat .git"
+    done = run(tree, "lw", script)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["side", tip] and lines[2].endswith("/.GIT/worktrees/gitsess-lw")
+    assert git(worked, "rev-parse", "--verify", "-q", "refs/heads/side", check=False) == ""
 
 
 @pytest.mark.parametrize("extra", [(), ("--read-only",)], ids=["writable", "read-only"])
