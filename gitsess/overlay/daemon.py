@@ -65,7 +65,7 @@ from gitsess.overlay.checkpointer import Checkpointer
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.overlay.fs import Filesystem
 from gitsess.overlay.hostloop import HostLoop
-from gitsess.overlay.index_view import INDEX, IndexView
+from gitsess.overlay.index_view import IndexView
 from gitsess.overlay.kvtable import kv_get, kv_put, kv_remove
 from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.lower_watcher import LowerWatcher
@@ -190,16 +190,18 @@ def main(argv: list[str] | None = None) -> int:
     store = DeltaStore(args.delta)
     tree = Tree(store, args.lower, {os.fsencode(h) for h in args.hide})
     tree.readonly = args.read_only
-    pointer = tree.lower.redirects.get(gitdir.GIT_COMMONDIR)
+    pointer = tree.lower.redirects.get(gitdir.GIT)
     if pointer is not None:
-        gitdir.name_common_at(pointer, args.mountpoint)
+        gitdir.name_git_dir_at(pointer, tree.lower.git, args.mountpoint)
     options = {"fsname=gitsess", "subtype=gitsess", "default_permissions"}
     if args.allow_other:
         options.add("allow_other")
     if args.read_only:
         options.add("ro")
     ahead = ListAhead(args.mountpoint)
-    tree.index_view = IndexView(tree.lower_path(INDEX), tree.root, os.fsencode(args.mountpoint))
+    tree.index_view = IndexView(
+        tree.lower_path(tree.lower.git.index_file), tree.root, os.fsencode(args.mountpoint)
+    )
     tree.index_view.note_mounted(tree)
     try:
         pyfuse3.init(Filesystem(tree, ahead), args.mountpoint, options)

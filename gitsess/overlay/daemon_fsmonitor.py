@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from gitsess.overlay.index_view import INDEX, TOKEN_PREFIX, Mark
+from gitsess.overlay.index_view import TOKEN_PREFIX, Mark
 
 if TYPE_CHECKING:
     from gitsess.overlay.daemon import DaemonState, Reply
@@ -77,7 +77,7 @@ def _answer(state: DaemonState, msg: dict[str, Any], synced: bool) -> Reply:
     if not synced:
         pass
     elif since.startswith(TOKEN_PREFIX):
-        shown, view = state.tree.resolve(INDEX), state.tree.index_view
+        shown, view = state.tree.resolve(state.tree.lower.git.index_file), state.tree.index_view
         if view is not None and shown is not None and not shown.upper:
             paths = view.changed(since, state.tree, lambda mark: _since_mark(state, mark))
     else:
@@ -134,7 +134,7 @@ async def sweep_ahead(state: DaemonState) -> None:
     while watcher is not None and watcher.trying():
         watched = _mark(state) is not None
         if watched or first:
-            index = state.tree.resolve(INDEX)
+            index = state.tree.resolve(state.tree.lower.git.index_file)
             if index is None or (index.upper and not view.remounting):
                 return  # the session's own index, made since the mount: nothing to sweep
             # (without the watch: parsed, and its sweep tried, which waits for the watch)

@@ -48,7 +48,6 @@ from pyfuse3 import (
 from gitsess.overlay import acl, pyfuse3_build
 from gitsess.overlay import passthrough as pt
 from gitsess.overlay.gitdir import GIT, in_git
-from gitsess.overlay.index_view import INDEX
 from gitsess.overlay.listahead import SUBDIRS, ListAhead
 from gitsess.overlay.lower_layer import LISTINGS_KEPT
 from gitsess.overlay.nodes import Node
@@ -218,7 +217,7 @@ class Filesystem(pyfuse3.Operations):
         """What the view shows as the index while it follows the real one (`index_view.py`),
         to `opener` (the pid of a LOOKUP: its variant) or as shown now."""
         shown = self.tree.index_view
-        if shown is None or n.upper or n.lower != INDEX:
+        if shown is None or n.upper or n.lower != self.lower.git.index_file:
             return None
         return shown.shown(opener)
 

@@ -1,38 +1,76 @@
 """The view's `.git`: which paths are git's own, and where a linked worktree's git dirs are.
 
 A linked worktree's real `.git` is a file naming its admin dir, which git would reach outside
-the view. The view shows a directory there instead (`linked_git`, the tree's redirects): `.git`
-is the admin dir (HEAD, index, logs), `.git/common` the common dir (refs, config, objects; the
-state dir and this worktree's own entry of `worktrees/` sealed), and `.git/commondir` names
-`<mount point>/.git/common` (`name_common_at`; `common` until a daemon mounts the view), so
-every part of git's state is copy-on-write. Inside a run the view's common dir is bound over
-the real one and that path is a symlink to it (`runtime/inplace.py`): git finds the common dir
-at its real path and names the main worktree as outside. Known gap: `git worktree list` inside
-leaves the session's own worktree out. git takes a worktree for the current one only when its
-git dir is `<common>/worktrees/<id>`, which a `.git` directory never is, and takes the branch
-of any other for checked out there (`git switch` and `git rebase` to it refuse), so that entry
-stays sealed. Closing the gap needs the view itself to show `.git` as a `gitdir:` file with the
-admin dir at `<common>/worktrees/<id>` (a mount in the run cannot turn a directory into a file,
-and one FUSE tree serves the run and the mount point alike).
+the view. The view shows the layout git makes, with the common dir in the view: `.git` is a
+`gitdir:` file of the session's naming `.GIT/worktrees/<id>`, `.GIT` is the common dir (refs,
+config, objects; the state dir sealed, never listed), and its `worktrees/<id>` is this
+worktree's admin dir (HEAD, index, logs), whose `commondir` is a file of the session's saying
+`../..` (`linked_git`), so every part of git's state is copy-on-write (`GitLayout` names the
+two dirs). The `.git` file names the admin dir by its path at the mount point,
+`<mount point>/.GIT/worktrees/<id>` (`name_git_dir_at`; relative until a daemon mounts the
+view): there, git finds the view's dirs; inside a run, where `<mount point>/.GIT` is a symlink
+to the real common dir, over which the view's is bound (`runtime/inplace.py`), git resolves
+its git dir to `<real common dir>/worktrees/<id>`, the only git dir git takes for the current
+worktree's (else `git worktree list` names it elsewhere, and `git switch` and `git rebase`
+refuse its branch as checked out there), and names the main worktree as it does outside.
+`.GIT` is a name git refuses to track (`dotgit.is_dotgit`): no worktree content is ever there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import NamedTuple
 
 # The worktree's own `.git` is the session's own copy-on-write, like every other path, its
 # object store included: what git writes there is the session's until an apply promotes it.
 GIT = b".git"
 GIT_OBJECTS = b".git/objects"
-# A linked worktree's `.git` is a file naming its admin dir in the common dir. The view shows a
-# directory there instead: the admin dir, with the common dir below it as `common` (what the
-# view's `commondir` names), so that git's whole state is in the view and copy-on-write.
-GIT_COMMON = b".git/common"
-GIT_COMMONDIR = b".git/commondir"
+# A linked worktree's view keeps the common dir here, its admin dir at `worktrees/<id>` in it.
+GIT_COMMON = b".GIT"
+GIT_TOPS = (GIT, GIT_COMMON)
 OBJECT_STORES = (GIT_OBJECTS, GIT_COMMON + b"/objects")
-_BELOW_GIT = GIT + b"/"
+_BELOW = tuple(top + b"/" for top in GIT_TOPS)
+_BELOW_GIT = _BELOW[0]
 _STORE_PREFIXES = tuple((t + b"/", t) for t in OBJECT_STORES)
 _BELOW_STORES = tuple(below for below, _ in _STORE_PREFIXES)
+# The session's files the view shows as a linked worktree's `.git` and its admin dir's
+# `commondir` (in the session dir).
+DOTGIT_FILE = b"dotgit"
+COMMONDIR_FILE = b"commondir"
+_GITDIR = b"gitdir: "
+
+
+class GitLayout(NamedTuple):
+    """Where a view keeps its git state, as view paths: the git dir (HEAD, index, logs/HEAD)
+    and the common dir (refs, packed-refs, objects, config); one dir for a main worktree."""
+
+    dir: bytes
+    common: bytes
+
+    def path(self, rel: str) -> str:
+        """The view path of git state `rel` as services name it: below the git dir, or
+        `common/...` below the common dir (the same dir for a main worktree)."""
+        raw = os.fsencode(rel)
+        if raw == b"common" or raw.startswith(b"common/"):
+            return os.fsdecode(self.common + raw[len(b"common") :])
+        return os.fsdecode(self.dir + b"/" + raw)
+
+    def owns(self, rel: bytes) -> bool:
+        """Whether view path `rel` is git's in this view: `.git`, the common dir, or below
+        them (`in_git` without a layout takes `.GIT` for git's in any view)."""
+        return rel in (GIT, self.common) or rel.startswith((_BELOW_GIT, self.common + b"/"))
+
+    @property
+    def head_file(self) -> bytes:
+        return self.dir + b"/HEAD"
+
+    @property
+    def index_file(self) -> bytes:
+        return self.dir + b"/index"
+
+
+MAIN = GitLayout(GIT, GIT)
 
 
 def linked_dirs(root: bytes) -> tuple[bytes, bytes] | None:
@@ -43,9 +81,9 @@ def linked_dirs(root: bytes) -> tuple[bytes, bytes] | None:
             head = f.read(4096)
     except OSError:
         return None
-    if not head.startswith(b"gitdir: "):
+    if not head.startswith(_GITDIR):
         return None
-    admin = os.path.join(root, head[len(b"gitdir: ") :].strip())
+    admin = os.path.join(root, head[len(_GITDIR) :].strip())
     try:
         with open(os.path.join(admin, b"commondir"), "rb") as f:
             common = os.path.normpath(os.path.join(admin, f.read().strip()))
@@ -54,46 +92,72 @@ def linked_dirs(root: bytes) -> tuple[bytes, bytes] | None:
     return os.path.normpath(admin), common
 
 
-def linked_git(root: bytes, session_dir: str) -> dict[bytes, bytes]:
-    """For a linked worktree (`linked_dirs`): the view's `.git` is its admin dir, `.git/common`
-    the common dir, and `.git/commondir` a file of the session's saying so. Empty for a main
-    worktree, or when `.git` is anything else."""
+def _linked(admin: bytes) -> GitLayout:
+    return GitLayout(GIT_COMMON + b"/worktrees/" + os.path.basename(admin), GIT_COMMON)
+
+
+def linked_git(root: bytes, session_dir: str) -> tuple[GitLayout, dict[bytes, bytes]]:
+    """The view's git layout and the view paths served from elsewhere than below `root`: for
+    a linked worktree (`linked_dirs`) `.git` and `commondir` the session's files, `.GIT` the
+    common dir. For a main worktree, none. A worktree that is gone (a stand-in with no
+    `gitdir:` file) keeps the layout the session's `.git` file recorded."""
+    pointer = os.path.join(os.fsencode(session_dir), DOTGIT_FILE)
     dirs = linked_dirs(root)
     if dirs is None:
-        return {}
-    admin, common = dirs
-    pointer = os.path.join(os.fsencode(session_dir), b"commondir")
-    if not os.path.exists(pointer):
-        try:
-            with open(pointer, "wb") as f:
-                f.write(b"common\n")
-        except OSError:
-            return {}
-    return {GIT: admin, GIT_COMMON: common, GIT_COMMONDIR: pointer}
+        return _recorded(pointer), {}
+    layout = _linked(dirs[0])
+    commondir = os.path.join(os.fsencode(session_dir), COMMONDIR_FILE)
+    try:
+        if not os.path.exists(pointer):
+            _write(pointer, _GITDIR + layout.dir + b"\n")
+        _write(commondir, b"../..\n")
+    except OSError:
+        # (a reader in a run, whose state dir is read-only, finds them written by the daemon)
+        if not (os.path.exists(pointer) and os.path.exists(commondir)):
+            return MAIN, {}
+    return layout, {GIT: pointer, GIT_COMMON: dirs[1], layout.dir + b"/commondir": commondir}
 
 
-def name_common_at(pointer: bytes, mountpoint: str) -> None:
-    """Make the view's `.git/commondir` (the session's file `pointer`) name the common dir by
-    its path at the mount point, `<mountpoint>/.git/common`: there, git resolves it as it did
-    `common`; inside a run, where that path is a symlink to the real common dir (over which
-    the view's is bound, `runtime/inplace.py`), git finds the common dir at its real path."""
-    text = os.path.join(os.fsencode(os.path.abspath(mountpoint)), GIT_COMMON) + b"\n"
+def _recorded(pointer: bytes) -> GitLayout:
     try:
         with open(pointer, "rb") as f:
+            text = f.read(4096)
+    except OSError:
+        return MAIN
+    return _linked(text.removeprefix(_GITDIR).strip()) if text.startswith(_GITDIR) else MAIN
+
+
+def _write(path: bytes, text: bytes) -> None:
+    """`text` as the file `path` (replaced whole, only when it says something else)."""
+    try:
+        with open(path, "rb") as f:
             if f.read() == text:
                 return
-        aside = pointer + b".new"
-        with open(aside, "wb") as f:
-            f.write(text)
-        os.replace(aside, pointer)
-    except OSError:
-        pass  # `common` still leads git to the view's common dir; only the name differs
+    except FileNotFoundError:
+        pass
+    aside = path + b".new"
+    with open(aside, "wb") as f:
+        f.write(text)
+    os.replace(aside, path)
+
+
+def name_git_dir_at(pointer: bytes, layout: GitLayout, mountpoint: str) -> None:
+    """Make the view's `.git` (the session's file `pointer`) name the admin dir by its path at
+    the mount point, `<mountpoint>/.GIT/worktrees/<id>`: there, git resolves it as it did the
+    relative path; inside a run, where `<mountpoint>/.GIT` is a symlink to the real common dir
+    (over which the view's is bound, `runtime/inplace.py`), git finds its git dir at
+    `<real common dir>/worktrees/<id>`."""
+    at = os.path.join(os.fsencode(os.path.abspath(mountpoint)), layout.dir)
+    # (failing, the relative path still leads git to the view's git dir; only the name differs)
+    with contextlib.suppress(OSError):
+        _write(pointer, _GITDIR + at + b"\n")
 
 
 def in_git(rel: bytes | None) -> bool:
-    """Whether a worktree path is the worktree's `.git` or below it: git changes those from
-    outside the session with no lower watch to say so."""
-    return rel is not None and (rel == GIT or rel.startswith(_BELOW_GIT))
+    """Whether a view path is git's: the worktree's `.git`, a linked worktree's common dir
+    (`.GIT`), or below them: git changes those from outside the session with no lower watch to
+    say so, and they are never worktree content."""
+    return rel is not None and (rel in GIT_TOPS or rel.startswith(_BELOW))
 
 
 def object_store(rel: bytes | None) -> bytes | None:

@@ -11,7 +11,8 @@ git's lock files on them held, as git itself leaves them between two commands). 
 renamed in while they are the session's own (`git checkout other`) takes the branch it names
 along (`_own_branch`).
 
-Whether they are the session's own is the view's `.git/HEAD` being an upper file (or gone); an
+Whether they are the session's own is the view's HEAD (in its git dir, `gitdir.GitLayout`)
+being an upper file (or gone); an
 apply that hands them back to the real repository drops all three together
 (`services/session_git.py`). Once they are its own, a real branch that moves later is not the
 session's HEAD: `show` counts it "behind" by the new commits, and `apply --commit` replays onto
@@ -30,16 +31,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
-from gitsess.overlay.gitdir import GIT, GIT_COMMON, object_store
+from gitsess.overlay.gitdir import in_git, object_store
 from gitsess.overlay.nodes import Node, join
 
 if TYPE_CHECKING:
     from gitsess.git.head import SessionHead
     from gitsess.overlay.tree import Tree
 
-_HEAD = GIT + b"/HEAD"
-_INDEX = GIT + b"/index"
-_HEAD_LOG = GIT + b"/logs/HEAD"
 _LOCK = b".lock"
 # How long a snapshot waits for git's lock files on the unit to go (a real `git commit` moves
 # the ref, then renames its index in): past it, the state is taken as it is.
@@ -70,7 +68,7 @@ def before_name_change(tree: Tree, parent: Node, name: bytes) -> None:
 def after_rename(tree: Tree, parent: Node, name: bytes) -> None:
     """A file renamed in as `name` of `parent`: when that is HEAD, the branch it names becomes
     the session's own too (as the real repository has it, if it was not yet)."""
-    if parent.worktree_rel is None or join(parent.worktree_rel, name) != _HEAD:
+    if parent.worktree_rel is None or join(parent.worktree_rel, name) != tree.lower.git.head_file:
         return
     head = _view_head(tree)
     if head.branch is None:
@@ -95,7 +93,7 @@ def hides_real_lock(tree: Tree, n: Node) -> bool:
     if rel is None or not rel.endswith(_LOCK) or n.upper:
         return False
     bare = rel.removesuffix(_LOCK)
-    if bare in (_HEAD, _INDEX):
+    if bare in (tree.lower.git.head_file, tree.lower.git.index_file):
         return True
     branch = _view_head(tree).branch
     return branch is not None and bare == _common(tree) + branch.encode()
@@ -105,7 +103,7 @@ def hides_real_lock(tree: Tree, n: Node) -> bool:
 
 
 def is_own(tree: Tree) -> bool:
-    head = tree.resolve(_HEAD)
+    head = tree.resolve(tree.lower.git.head_file)
     return head is None or head.upper
 
 
@@ -120,15 +118,15 @@ def own(tree: Tree) -> None:
         index = tree.index_view.as_shown(index)
 
     def put() -> None:
-        _put(tree, _HEAD, head)
+        _put(tree, tree.lower.git.head_file, head)
         if index is not None:
-            _put(tree, _INDEX, index)
+            _put(tree, tree.lower.git.index_file, index)
         if branch is not None:
             _put_ref(tree, branch, tip)
         # Their reflogs too, as they were then: a commit made outside later is no more in
         # them than in the session's history (`git prune` inside keeps what they name).
         if head_log is not None:
-            _put(tree, _HEAD_LOG, head_log)
+            _put(tree, tree.lower.git.dir + b"/logs/HEAD", head_log)
         if branch is not None and branch_log is not None:
             _put(tree, _common(tree) + b"logs/" + branch.encode(), branch_log)
 
@@ -144,24 +142,26 @@ def _busy(tree: Tree, work: Callable[[], None]) -> None:
 
 
 def _common(tree: Tree) -> bytes:
-    """Where the view keeps refs and packed-refs: `.git/common/` for a linked worktree."""
-    return (GIT_COMMON if tree.redirects else GIT) + b"/"
+    """Where the view keeps refs and packed-refs: `.GIT/` for a linked worktree."""
+    return tree.lower.git.common + b"/"
 
 
 def _in_unit(tree: Tree, rel: bytes | None) -> bool:
     """Whether a change at view path `rel` changes the unit (a lock file of one of its files
     included, and a directory holding one renamed or removed)."""
-    if rel is None or not (rel == GIT or rel.startswith(GIT + b"/")):
+    if not in_git(rel):
         return False
+    assert rel is not None
     if object_store(rel) is not None:
         return False  # (a quick no for most of what git writes: its objects)
     bare = rel.removesuffix(_LOCK)
     common = _common(tree)
-    if bare in (_HEAD, _INDEX, common + b"packed-refs"):
+    head, index = tree.lower.git.head_file, tree.lower.git.index_file
+    if bare in (head, index, common + b"packed-refs"):
         return True
     heads = common + b"refs/heads"
-    if (heads + b"/").startswith(rel + b"/"):
-        return True  # `.git`, `.git/refs`, `.git/refs/heads` themselves
+    if any(held.startswith(rel + b"/") for held in (heads + b"/", head)):
+        return True  # `.git`, `.git/refs`, `.git/refs/heads` themselves (or the admin dir)
     if not bare.startswith(heads + b"/"):
         return False
     branch = _view_head(tree).branch
@@ -178,7 +178,7 @@ def _view_head(tree: Tree) -> SessionHead:
     common = _common(tree)
 
     def read(rel: str) -> bytes | None:
-        path = _HEAD if rel == "HEAD" else common + rel.encode()
+        path = tree.lower.git.head_file if rel == "HEAD" else common + rel.encode()
         n = tree.resolve(path)
         if n is None or not stat.S_ISREG(n.mode):
             return None
@@ -222,14 +222,14 @@ def _real_state(tree: Tree) -> GitState:
 def _read_real_state(tree: Tree) -> GitState:
     from gitsess.git.head import read_head
 
-    head = _real(tree, _HEAD) or b""
+    head = _real(tree, tree.lower.git.head_file) or b""
     common = _common(tree)
 
     def read(rel: str) -> bytes | None:
         return head if rel == "HEAD" else _real(tree, common + rel.encode())
 
-    index = _real(tree, _INDEX)
-    head_log = _real(tree, _HEAD_LOG)
+    index = _real(tree, tree.lower.git.index_file)
+    head_log = _real(tree, tree.lower.git.dir + b"/logs/HEAD")
     try:
         parsed = read_head(read)
     except GitsessError:
@@ -240,7 +240,9 @@ def _read_real_state(tree: Tree) -> GitState:
 
 
 def _real_locks(tree: Tree, branch: str | None) -> bool:
-    names = [_HEAD, _INDEX] + ([_common(tree) + branch.encode()] if branch else [])
+    names = [tree.lower.git.head_file, tree.lower.git.index_file] + (
+        [_common(tree) + branch.encode()] if branch else []
+    )
     return any(os.path.lexists(tree.lower_path(rel + _LOCK)) for rel in names)
 
 

@@ -53,13 +53,11 @@ from typing import TYPE_CHECKING
 
 from gitsess.git import _indexsweep, indexfile
 from gitsess.overlay import longpath
-from gitsess.overlay.gitdir import GIT
 from gitsess.overlay.nodes import ROOT_INODE, join
 
 if TYPE_CHECKING:
     from gitsess.overlay.tree import Tree
 
-INDEX = GIT + b"/index"
 TOKEN_PREFIX = "gitsess-index:"
 # A name no directory holds (git's own checks take it as a path), so naming it below a
 # directory only makes git list that directory again.
@@ -309,8 +307,8 @@ class IndexView:
         return self._with_session(shown, worktree, tree)
 
     def note_mounted(self, tree: Tree) -> None:
-        """Notes the session's own `.git/index` as the view mounts with it (see `remounted`)."""
-        n = tree.resolve(INDEX)
+        """Notes the session's own index as the view mounts with it (see `remounted`)."""
+        n = tree.resolve(tree.lower.git.index_file)
         if n is not None and n.upper:
             self._own_mounted = ((n.ino, n.size, n.mtime_ns), tree.read(n, 0, n.size))
 
@@ -345,7 +343,7 @@ class IndexView:
         session's own index is still the one the view mounted with and names that token (the
         index git read); None otherwise (git then checks everything). `since` as for
         `changed`: a sweep of that index done ahead counts."""
-        n = tree.resolve(INDEX)
+        n = tree.resolve(tree.lower.git.index_file)
         mounted = self._own_mounted
         if mounted is None or n is None or not n.upper or (n.ino, n.size, n.mtime_ns) != mounted[0]:
             return None
@@ -404,7 +402,7 @@ class IndexView:
 def session_changes(tree: Tree) -> tuple[set[bytes], set[bytes]]:
     """Every worktree path the session's own layer names (made, changed or removed), and of
     those the directories that replace the worktree's whole subtree there (removed, renamed
-    in, made anew); `.git` left out."""
+    in, made anew); git's own (`GitLayout.owns`) left out."""
     named: set[bytes] = set()
     replaced: set[bytes] = set()
     todo = [(ROOT_INODE, b"")]
@@ -413,7 +411,7 @@ def session_changes(tree: Tree) -> tuple[set[bytes], set[bytes]]:
         d = tree.nodes.get(ino)
         for name, child in (d.entries or {}).items() if d is not None else ():
             rel = join(path, name)
-            if rel == GIT:
+            if tree.lower.git.owns(rel):
                 continue
             named.add(rel)
             c = tree.nodes.get(child) if child else None

@@ -3,10 +3,11 @@ files, links and extended attributes. A part of `Tree` (`tree.py`); nothing here
 worktree.
 
 A view path is a path below the worktree's root, except in a linked worktree, whose view
-`.git` is served from the worktree's admin dir and the repository's common dir
-(`gitdir.linked_git`). Hidden paths (the state dir) are left out of listings. Names longer
-than the worktree's `f_namemax` are `ENAMETOOLONG` everywhere, since FUSE checks only its own
-limit: a name only the session holds must still fit there when it is applied.
+`.git` is a file of the session's and whose `.GIT` is the repository's common dir
+(`gitdir.linked_git`), found by name, never listed. Hidden paths (the state dir) are left out
+of listings. Names longer than the worktree's `f_namemax` are `ENAMETOOLONG` everywhere, since
+FUSE checks only its own limit: a name only the session holds must still fit there when it is
+applied.
 
 Until the lower watch is in place (`watched`), nothing closes the descriptor of a worktree file
 that was replaced or removed, so each read checks that its path still names it; below `.git`,
@@ -21,7 +22,7 @@ from collections.abc import Iterable
 
 from gitsess.overlay import longpath
 from gitsess.overlay.fdcache import FdCache, same_file
-from gitsess.overlay.gitdir import GIT, GIT_COMMON, GIT_COMMONDIR, in_git, linked_git
+from gitsess.overlay.gitdir import GIT_COMMON, in_git, linked_git
 from gitsess.overlay.nodes import Node, err, join
 
 NAME_MAX = 255
@@ -46,13 +47,12 @@ class LowerLayer:
     def __init__(self, lower_root: str, session_dir: str, hidden: set[bytes]) -> None:
         self.root = os.fsencode(lower_root).rstrip(b"/") or b"/"
         self.hidden = set(hidden)
-        # View paths served from elsewhere than below `root` (a linked worktree's git dirs).
-        self.redirects = linked_git(self.root, session_dir)
+        # Where the view keeps its git state, and the view paths served from elsewhere than
+        # below `root` (a linked worktree's `.git` file and git dirs), longest first.
+        self.git, redirects = linked_git(self.root, session_dir)
+        self.redirects = dict(sorted(redirects.items(), key=lambda kv: -len(kv[0])))
         if self.redirects:
             self.hidden.add(GIT_COMMON + b"/gitsess")
-            # The view's `.git` is this worktree's admin dir: seen again in the common dir's
-            # `worktrees/`, git would take its branch as checked out at another worktree.
-            self.hidden.add(GIT_COMMON + b"/worktrees/" + os.path.basename(self.redirects[GIT]))
         self.name_max = _name_max(self.root)
         # Whether the lower watch is in place (see `LowerChanges.catch_up`).
         self.watched = False
@@ -62,9 +62,9 @@ class LowerLayer:
     def path(self, rel: bytes) -> bytes:
         """Where the lower object of view path `rel` is on disk."""
         if self.redirects and in_git(rel):
-            for top in (GIT_COMMON, GIT_COMMONDIR, GIT):
+            for top, there in self.redirects.items():
                 if rel == top or rel.startswith(top + b"/"):
-                    return self.redirects[top] + rel[len(top) :]
+                    return there + rel[len(top) :]
         return self.root + b"/" + rel if rel else self.root
 
     def stat(self, rel: bytes) -> os.stat_result | None:
@@ -95,10 +95,6 @@ class LowerLayer:
                 for name, is_dir in longpath.entries(path)
                 if join(rel, name) not in self.hidden
             )
-            if self.redirects and rel in (b"", GIT):
-                # the view's `.git` is a directory, and has the common dir in it
-                extra = (b".git", True) if rel == b"" else (b"common", True)
-                listing = sorted({*(e for e in listing if e[0] != extra[0]), extra})
         except (FileNotFoundError, NotADirectoryError):
             return []
         if len(self._listings) >= LISTINGS_KEPT:

@@ -38,9 +38,10 @@ from gitsess.durable import nearly_full
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.data_files import DataFiles
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
-from gitsess.overlay.gitdir import object_store
+from gitsess.overlay.gitdir import GIT_COMMON, object_store
 from gitsess.overlay.lower_layer import LowerLayer
 from gitsess.overlay.nodes import ROOT_INODE, Node, Pending, err, stamp
+from gitsess.overlay.relayout import relayout
 
 # A whiteout for a lower name is written only once its directory has been quiet this long, so
 # `rm -rf` of a lower tree ends as one whiteout for the top directory, not one row per file.
@@ -133,6 +134,7 @@ class NodeTable:
             del self.nodes[ino]
         if self.writer:
             self.data.tidy(self.nodes)
+        relayout(self)
 
     def reload(self, inodes: Iterable[int]) -> list[int]:
         """After delta.db changed under this tree (a rewind): take the upper layer from it
@@ -494,9 +496,12 @@ class NodeTable:
             for name, is_dir in self.lower.listing(rel):
                 if name not in entries:
                     yield name, is_dir
+        # A linked worktree's common dir, the session's own, is still not listed (found by
+        # name, as the real one is: `LowerLayer`), as a worktree's git dir is not.
+        common = GIT_COMMON if n.ino == ROOT_INODE and self.lower.redirects else None
         for name in sorted(entries):
             ino = entries[name]
-            if ino and not self._unlisted(self.nodes[ino]):
+            if ino and name != common and not self._unlisted(self.nodes[ino]):
                 yield name, self.nodes[ino].is_dir
 
     def _unlisted(self, n: Node) -> bool:

@@ -23,7 +23,7 @@ import apsw
 
 from gitsess.git.view import Entry, kind_of
 from gitsess.overlay.delta import DamagedDelta, DeltaAt, DeltaStore
-from gitsess.overlay.gitdir import GIT
+from gitsess.overlay.gitdir import GitLayout
 from gitsess.overlay.nodes import ROOT_INODE, Node
 from gitsess.overlay.tree import Tree
 
@@ -40,12 +40,8 @@ class OverlayView:
         lower: Path,
         hidden: tuple[str, ...] = (),
         at: int | None = None,
-        *,
-        linked: bool | None = None,
     ) -> None:
-        """`at`: the view as it was at that checkpoint. `linked`: whether the session's
-        worktree is a linked one, where `lower` cannot say (a stand-in for a worktree gone)."""
-        self._linked = linked
+        """`at`: the view as it was at that checkpoint."""
         try:
             self.store = DeltaStore(str(delta)) if at is None else DeltaAt(str(delta), at)
         except apsw.Error as e:
@@ -78,7 +74,7 @@ class OverlayView:
 
     def _resolve(self, path: str) -> Node | None:
         raw = os.fsencode(path)
-        if _in_git(raw):
+        if self.git.owns(raw):
             return None
         if not raw:
             return self.tree.node(ROOT_INODE)
@@ -102,7 +98,7 @@ class OverlayView:
 
     def _touched(self, d: Node, at: bytes) -> Iterator[str]:
         for name, ino in sorted((d.entries or {}).items()):
-            if d.ino == ROOT_INODE and name == GIT:
+            if d.ino == ROOT_INODE and self.git.owns(name):
                 continue
             path = at + b"/" + name if at else name
             child = self.tree.nodes.get(ino) if ino else None
@@ -135,7 +131,7 @@ class OverlayView:
 
     def is_dir(self, path: str) -> bool:
         raw = os.fsencode(path)
-        return not _in_git(raw) and self._dir(raw) is not None
+        return not self.git.owns(raw) and self._dir(raw) is not None
 
     def read(self, path: str) -> bytes:
         n = self._need(path)
@@ -162,7 +158,7 @@ class OverlayView:
         n = self._need(path)
         names = [os.fsdecode(x) for x in self.tree.listing(n)]
         if n.ino == ROOT_INODE:
-            names = [x for x in names if x != ".git"]
+            names = [x for x in names if not self.git.owns(os.fsencode(x))]
         return sorted(names)
 
     def removed_at(self, path: str) -> int | None:
@@ -182,13 +178,19 @@ class OverlayView:
         return Entry(kind_of(mode), mode, size, mtime_ns)
 
     def touched_git(self) -> bool:
-        """Whether the session changed anything below its `.git` (else it is the real one)."""
+        """Whether the session changed anything of its git state (else it is the real one)."""
         root = self.tree.node(ROOT_INODE)
-        return root.entries is not None and GIT in root.entries
+        return root.entries is not None and any(map(self.git.owns, root.entries))
+
+    @property
+    def git(self) -> GitLayout:
+        """Where the view keeps its git state."""
+        return self.tree.lower.git
 
     def read_git(self, rel: str) -> bytes | None:
-        """The bytes of `.git/<rel>` as the session sees it; None when it is not a file."""
-        n = self.tree.resolve(GIT + b"/" + os.fsencode(rel))
+        """The bytes of git state `rel` (`GitLayout.path`) as the session sees it; None when
+        it is not a file."""
+        n = self.tree.resolve(os.fsencode(self.git.path(rel)))
         if n is None or n.is_dir:
             return None
         try:
@@ -204,12 +206,9 @@ class OverlayView:
     # The session's own object files (`git.session_objects.ObjectFiles`): what git inside
     # the session wrote into its object store; the rest of the store is the real one.
 
-    @cached_property
+    @property
     def _objects(self) -> bytes:
-        linked = self._linked
-        if linked is None:
-            linked = self.read_git("commondir") is not None
-        return GIT + (b"/common/objects" if linked else b"/objects")
+        return self.git.common + b"/objects"
 
     def _own_entries(self, rel: bytes) -> dict[bytes, Node]:
         """The files and directories of the session's own in a directory below its object
@@ -275,11 +274,6 @@ class OverlayView:
         if n is None:
             raise FileNotFoundError(path)
         return n
-
-
-def _in_git(path: bytes) -> bool:
-    """Whether `path` is the worktree's `.git` or below it, which the view never reports."""
-    return path == GIT or path.startswith(GIT + b"/")
 
 
 class _NodeReader(io.RawIOBase):

@@ -6,20 +6,20 @@ own (copy-on-write), so git inside changes only the session. The real gitsess st
 bound read-only at its real path (over the view's stand-in for it when it lies in the worktree:
 found by name, never listed): gitsess commands inside read their registry and delta there, and
 write only through the session's daemon (`kv`), so a run can neither destroy a session's delta
-nor plant an apply journal. For a linked worktree the view's common dir is bound over the
-real common dir too (outside the worktree, it would stay writable) and the view's
-`.git/commondir` leads git to that path (`_point_at_common`), where git names the main
-worktree as it does outside. The command gets a PID namespace of its own with a fresh /proc: no
-outside process is visible, so no `/proc/<pid>/root` (or `cwd`, `fd`) leads out of the view.
-Last, a user namespace of its own locks every mount it inherits: it can neither unmount the
-view nor remount the state dir writable (mounts copied into a less privileged namespace are
-locked, MNT_LOCKED and the locked flags). An agent's own isolation root (`homes/<uuid>`) is
-bound writable again over the sealed state dir. A read-only run's view is remounted read-only:
-the kernel answers EROFS even when it joins a writable live session, so the daemon needs no
-per-request look at who writes. Where any step fails, `spawn` refuses before the command
-starts, with the reason: it never falls back to running in the mount point, where absolute
-paths reach the real tree. `gitsess doctor` tries the same steps on temporary directories
-("runs in place"). What a run does not isolate: see the README.
+nor plant an apply journal. For a linked worktree the view's common dir is bound over the real
+common dir too (outside the worktree, it would stay writable) and the view's `.git` file leads
+git to its admin dir below that path (`_point_at_common`), where git names the main worktree,
+and takes this one for the current one, as it does outside. The command gets a PID namespace of
+its own with a fresh /proc: no outside process is visible, so no `/proc/<pid>/root` (or `cwd`,
+`fd`) leads out of the view. Last, a user namespace of its own locks every mount it inherits:
+it can neither unmount the view nor remount the state dir writable (mounts copied into a less
+privileged namespace are locked, MNT_LOCKED and the locked flags). An agent's own isolation
+root (`homes/<uuid>`) is bound writable again over the sealed state dir. A read-only run's view
+is remounted read-only: the kernel answers EROFS even when it joins a writable live session, so
+the daemon needs no per-request look at who writes. Where any step fails, `spawn` refuses
+before the command starts, with the reason: it never falls back to running in the mount point,
+where absolute paths reach the real tree. `gitsess doctor` tries the same steps on temporary
+directories ("runs in place"). What a run does not isolate: see the README.
 
 The processes, each forked from the one before (the first by `subprocess.Popen`):
 
@@ -45,6 +45,7 @@ from typing import NoReturn
 
 from gitsess.errors import GitsessError
 from gitsess.libc import LIBC, check
+from gitsess.overlay.gitdir import GIT_COMMON
 
 PR_SET_PDEATHSIG = 1
 CLONE_NEWNS = 0x00020000
@@ -192,17 +193,17 @@ def _enter_view(p: Placement, cwd: Path, parent: int, reason_fd: int) -> None:
 
 
 def _bind_common(p: Placement, view_fd: int) -> Path | None:
-    """For a linked worktree: bind the view's `.git/common` over the real common dir (read-only
+    """For a linked worktree: bind the view's `.GIT` over the real common dir (read-only
     in a read-only run), so that the real one is out of reach and git can find the view's at
     the path it has outside, where it names the main worktree after it. Returns that path, or
-    None when the view's was not bound: a main worktree, or a view whose `.git` holds no
-    common dir (then the real one is sealed read-only)."""
+    None when the view's was not bound: a main worktree, or a view that holds no common dir
+    (then the real one is sealed read-only)."""
     if p.common is None:
         return None
     try:
         # Not followed: a symlink the session put there could lead to the real one itself.
         flags = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(".git/common", flags, dir_fd=view_fd)
+        fd = os.open(GIT_COMMON, flags, dir_fd=view_fd)
     except OSError:
         # The session moved or replaced its common dir: the real one is sealed read-only, as
         # the state dir is, never left writable (git inside finds no common dir, as in the
@@ -217,14 +218,14 @@ def _bind_common(p: Placement, view_fd: int) -> Path | None:
 
 
 def _point_at_common(mountpoint: Path, common: Path) -> None:
-    """The view's `.git/commondir` names the common dir by its path at the mount point
-    (`gitdir.name_common_at`); here a read-only tmpfs there makes that path a symlink to
-    `common`, so git resolves it to the real common dir's path, where the view's is bound. (Not
-    a bind over the view's `.git/commondir`: the daemon's invalidation of that name would
-    detach it, and `rm -rf .git` would meet a mount point.)"""
+    """The view's `.git` file names its admin dir by its path at the mount point,
+    `<mountpoint>/.GIT/worktrees/<id>` (`gitdir.name_git_dir_at`); here a read-only tmpfs there
+    makes `<mountpoint>/.GIT` a symlink to `common`, so git resolves its git dir to
+    `<common>/worktrees/<id>`, below the real common dir's path, where the view's is bound. (Not
+    a bind over the view's `.git`: the daemon's invalidation of that name would detach it, and
+    `rm -rf .git` would meet a mount point.)"""
     _mount("none", str(mountpoint), MS_NOSUID | MS_NODEV | MS_NOEXEC, "tmpfs")
-    os.mkdir(mountpoint / ".git", 0o755)
-    os.symlink(common, mountpoint / ".git" / "common")
+    os.symlink(common, mountpoint / os.fsdecode(GIT_COMMON))
     _remount_read_only(str(mountpoint))
 
 

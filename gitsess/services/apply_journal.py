@@ -41,6 +41,7 @@ from gitsess.git.changes import Change, ChangeSet, compute_changes
 from gitsess.git.repo import RepoContext, Repository
 from gitsess.git.scratch import scratch_repo
 from gitsess.git.view import Entry, Stamp, kind_of
+from gitsess.overlay.gitdir import in_git
 from gitsess.services.handle import SessionHandle
 from gitsess.services.real_tree import open_real, real_root
 from gitsess.store.registry import Session
@@ -197,7 +198,7 @@ def settle(
     # checked again where the drop happens: a write may come in between the look above and it
     # (the session's git state handed back to the real repository is not compared: the view
     # never reports `.git`)
-    expected = {p: expect.get(p) for p in drop if p in expect and not p.startswith(".git/")}
+    expected = {p: expect.get(p) for p in drop if p in expect and not in_git(os.fsencode(p))}
     late = session.drop_paths(drop, sorted(set(restamp)), expected, root=root)
     drop = [p for p in drop if p not in set(late)]
     moved = [*moved, *(p for p in late if p in expect)]

@@ -215,7 +215,7 @@ def _archive_over_stand_in(
     notes: list[str] = []
     with (
         tracking.stand_in(repo, lower, ctx.state_dir) as top,
-        OverlayView(delta, top, linked=True) as view,
+        OverlayView(delta, top) as view,
     ):
 
         def own_commits() -> session_git.SessionGit | None:
@@ -366,7 +366,7 @@ def _parts(repo: Repository, oid: str, path: str) -> Iterator[bytes]:
 
 
 def lay_git_files(ctx: RepoContext, session: Session, files: Mapping[str, bytes]) -> None:
-    """Write these files (paths below `.git`) into the session's own `.git`."""
+    """Write these files (as `GitLayout.path` names them) into the session's own git state."""
     with view_writer(ctx, session, real_root(session)) as writer:
         for rel, data in files.items():
             # git makes its objects read-only

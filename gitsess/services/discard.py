@@ -9,6 +9,7 @@ session's branch's `.git` paths: the commits go, their changes stay as files.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from gitsess.git.diff import read_real
 from gitsess.git.pathspec import Pathspec
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Stamp
+from gitsess.overlay.gitdir import GIT, in_git
 from gitsess.services.apply_journal import droppable, new_stamp, prepare, reconcile, stamp
 from gitsess.services.handle import SessionHandle
 from gitsess.services.real_tree import open_real, real_root
@@ -72,9 +74,13 @@ def plan_discard(
                 revert.extend(selected)
             elif selected or spec.matches(top):
                 drop.append(top)
-        # the view never reports `.git`; named, the session's own git state goes whole
+        # the view never reports `.git`; named, the session's own git state goes whole (a
+        # linked worktree's common dir, `.GIT`, with its `.git` file)
         if view.touched_git():
-            drop += sorted({s.rstrip("/") for s in pathspecs if _names_git(s)})
+            named = {s.rstrip("/") for s in pathspecs if in_git(os.fsencode(s.rstrip("/")))}
+            if os.fsdecode(GIT) in named:
+                named.add(os.fsdecode(view.git.common))
+            drop += sorted(named)
         expect = {p: stamp(view.entry(p)) for p in drop}
         expect.update({c.path: new_stamp(c) for c in changes.changes})
     return DiscardPlan(changes.changes, tuple(drop), tuple(revert), expect), done.notes
@@ -105,8 +111,8 @@ def discard_commits(ctx: RepoContext, session: Session) -> tuple[str, ...]:
         with p.handle.view(p.root) as view:
             try:
                 git = session_git.state(view, p.repo, p.session, p.root)
-            except GitsessError:
-                p.handle.drop_paths([".git"], root=p.root)
+            except GitsessError:  # (a linked worktree's common dir, `.GIT`, goes with it)
+                p.handle.drop_paths(sorted({".git", os.fsdecode(view.git.common)}), root=p.root)
                 return ()
         if git is None:
             return ()
@@ -132,10 +138,6 @@ def _revert(session: SessionHandle, root: Path, changes: Sequence[Change]) -> No
                 writer.put_symlink(change.path, read_real(root, change.path, old))
             else:
                 writer.put_file(change.path, (read_real(root, change.path, old),), old.perm)
-
-
-def _names_git(spec: str) -> bool:
-    return spec.rstrip("/") == ".git" or spec.startswith(".git/")
 
 
 def _within(path: str, top: str) -> bool:

@@ -7,21 +7,21 @@ listed one by one they bury what the session's commands did to the worktree.
 from __future__ import annotations
 
 import fnmatch
+import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
+from gitsess.overlay.gitdir import in_git
 from gitsess.services.timeline import Drift, Event
 
 # What `log` and `watch` list: their changes, with git's own folded.
 T = TypeVar("T", Event, Drift, Event | Drift)
 
-GIT = ".git"
-
 
 def is_git(path: str) -> bool:
-    return path == GIT or path.startswith(GIT + "/")
+    return in_git(os.fsencode(path))
 
 
 def excluded(path: str, globs: Sequence[str]) -> bool:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from gitsess.git.repo import Repository
     from gitsess.git.scratch import ScratchRepository
     from gitsess.git.view import SessionView
+    from gitsess.overlay.gitdir import GitLayout
     from gitsess.overlay.view import OverlayView
 
 # What a replay makes stale in the session's `.git`: with the branch and the real index at
@@ -40,7 +41,7 @@ class SessionGit:
     # base), oldest first; `chain` is those on its HEAD's first-parent line, what a replay takes
     commits: tuple[str, ...]
     chain: tuple[str, ...]
-    common: str  # where the view's shared git state is, below `.git/` ("common/" when linked)
+    layout: GitLayout  # where the view keeps its git state
     branch: str | None  # the session's branch, as a full ref
     behind: int  # commits of the real branch the session's HEAD lacks
     below_base: int  # commits of the base the session's HEAD lacks when it is an ancestor
@@ -60,9 +61,9 @@ class SessionGit:
     def unit_paths(self, branch: str | None) -> list[str]:
         """HEAD, the index (and what goes with them) and `branch`'s ref and log, as view
         paths: dropped together, the session's git follows the real repository again."""
-        paths = [".git/" + r for r in _FOLLOWED_AFTER_APPLY]
+        paths = [self.layout.path(r) for r in _FOLLOWED_AFTER_APPLY]
         if branch is not None:
-            paths += [".git/" + self.common + r for r in (branch, "logs/" + branch)]
+            paths += [self.layout.path("common/" + r) for r in (branch, "logs/" + branch)]
         return paths
 
 
@@ -88,7 +89,7 @@ class GitRefs(NamedTuple):
     commits are the same for the same refs: objects never change."""
 
     head: SessionHead
-    common: str  # see `SessionGit.common`
+    layout: GitLayout  # see `SessionGit.layout`
     branch: str | None
     tip: str | None
     hide: tuple[str, ...]
@@ -104,32 +105,28 @@ def refs_of(view: OverlayView, session: Session, root: Path) -> GitRefs | None:
     `.git`."""
     if not view.touched_git():
         return None
-    # A linked worktree's view keeps the common dir at `.git/common` (overlay/tree.py): HEAD
-    # is the worktree's own, branches and packed-refs are shared.
-    linked = view.read_git("commondir") is not None
-    return _refs(view, session, real_common(root, session.worktree), linked)
+    return _refs(view, session, real_common(root, session.worktree))
 
 
 def refs_without_worktree(view: OverlayView, session: Session, common: Path) -> GitRefs | None:
     """`refs_of` for a session whose worktree is gone, its view laid over a stand-in
     (`git/tracking.stand_in`) that has none of its git state: `common` is the real common
-    dir. Such a worktree was a linked one (a main worktree takes its repository with it), so
-    the view's shared git state is below `.git/common`."""
-    return _refs(view, session, common, linked=True) if view.touched_git() else None
+    dir. (Such a worktree was a linked one, a main worktree takes its repository with it:
+    the view keeps the layout its `.git` file recorded, `gitdir.linked_git`.)"""
+    return _refs(view, session, common) if view.touched_git() else None
 
 
-def _refs(view: OverlayView, session: Session, real: Path, linked: bool) -> GitRefs:
-    common = "common/" if linked else ""
-
+def _refs(view: OverlayView, session: Session, real: Path) -> GitRefs:
+    # HEAD is the worktree's own, branches and packed-refs are shared (`GitLayout.path`)
     def read(rel: str) -> bytes | None:
-        return view.read_git(rel if rel == "HEAD" else common + rel)
+        return view.read_git(rel if rel == "HEAD" else "common/" + rel)
 
     head = read_head(read)
     refs = real_refs(real)
     branch = None if session.branch is None else "refs/heads/" + session.branch
     tip = refs.get(branch) if branch is not None else None
     hide = (*refs.values(), *([session.base_commit] if session.base_commit else []))
-    return GitRefs(head, common, branch, tip, hide)
+    return GitRefs(head, view.git, branch, tip, hide)
 
 
 def state(
@@ -151,7 +148,7 @@ def state(
     refs = refs or refs_of(view, session, root)
     if refs is None:
         return None
-    head, common, branch, tip, hide = refs
+    head, layout, branch, tip, hide = refs
     below = 0
     base = session.base_commit
     # the commits' objects are the session's own, read through its view
@@ -165,7 +162,7 @@ def state(
             head,
             tuple(commits),
             tuple(first_parent_chain(objects, commits)),
-            common,
+            layout,
             branch,
             count_between(objects, tip, head.commit),
             below,
@@ -182,12 +179,12 @@ def own_commits(
 
 
 def files_for_head(repo: Repository, session: Session, head: str) -> dict[str, bytes]:
-    """The files of a session's `.git` (paths below it) that make its branch end at `head`
-    (commits made inside it, brought by `pull`): the branch's loose ref, and an index of
-    `head`'s tree (with no stat data: git checks each file's content once, then records it)."""
+    """The files of a session's git state (as `GitLayout.path` names them) that make its
+    branch end at `head` (commits made inside it, brought by `pull`): the branch's loose ref,
+    and an index of `head`'s tree (with no stat data: git checks each file's content once,
+    then records it)."""
     assert session.branch is not None
-    linked = (session.worktree / ".git").is_file()
-    ref = ("common/" if linked else "") + "refs/heads/" + session.branch
+    ref = "common/refs/heads/" + session.branch
     from gitsess.git.trees import index_of
 
     return {ref: head.encode() + b"\n", "index": index_of(repo, head)}
@@ -205,7 +202,7 @@ def reached(repo: Repository, git: SessionGit, tip: str | None, base: str | None
 
 
 def restored_git(repo: Repository, session: Session, info: ArchiveInfo) -> dict[str, bytes]:
-    """The files of a restored session's `.git` that bring back the commits made inside the
+    """The files of a restored session's git state that bring back the commits made inside the
     archived one (`info.head`): its branch ending at them, and their objects as loose
     objects of the session's own (the archive that kept them reachable goes with the restore,
     and the real repository's gc must not take them from the session)."""
@@ -213,14 +210,13 @@ def restored_git(repo: Repository, session: Session, info: ArchiveInfo) -> dict[
     from gitsess.git.session_refs import commits_not_in
 
     assert info.head is not None
-    linked = (session.worktree / ".git").is_file()
     if session.branch is not None:
         files = files_for_head(repo, session, info.head)
     else:
         files = {"HEAD": info.head.encode() + b"\n"}
     commits = commits_not_in(repo, info.head, [info.base] if info.base else [])
     base_objects = tree_objects(repo, info.base)
-    store = ("common/" if linked else "") + "objects/"
+    store = "common/objects/"
     for _, kind, data in needed_objects(repo, commits, base_objects.__contains__):
         rel, raw = loose_file(kind, data)
         files[store + rel] = raw

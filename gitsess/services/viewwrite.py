@@ -23,8 +23,9 @@ from gitsess.errors import GitsessError
 from gitsess.git import dotgit
 from gitsess.git.repo import RepoContext
 from gitsess.git.view import Kind, kind_of
-from gitsess.overlay import layout
+from gitsess.overlay import gitdir, layout
 from gitsess.overlay.delta import DeltaStore
+from gitsess.overlay.gitdir import GitLayout
 from gitsess.overlay.nodes import Node
 from gitsess.overlay.tree import Tree
 from gitsess.runtime import mount
@@ -163,8 +164,9 @@ class _TreeOps:
 class ViewWriter:
     """Set paths of the view to a given state, whatever is there now."""
 
-    def __init__(self, ops: _Ops) -> None:
+    def __init__(self, ops: _Ops, git: GitLayout) -> None:
         self.ops = ops
+        self.git = git  # where the view keeps its git state
 
     def remove(self, path: str) -> None:
         """Remove `path` (a whole tree for a directory); nothing to do when it is absent."""
@@ -188,14 +190,14 @@ class ViewWriter:
         self.ops.write_file(path, parts, perm)
 
     def put_git_file(self, rel: str, data: bytes, perm: int = 0o644) -> None:
-        """Set a file of the session's own `.git` (`rel` below it, its directories made as
-        needed): the session's git state, which the paths above never reach (work content and
-        git state are kept apart)."""
+        """Set a file of the session's own git state (`rel` as `GitLayout.path` names it, its
+        directories made as needed), which the paths above never reach (work content and git
+        state are kept apart)."""
         if not rel or rel.startswith("/") or ".." in rel.split("/"):
             raise GitsessError(f"not a path inside the session's .git: {rel!r}")
-        path = ".git/" + rel
+        path = self.git.path(rel)
         parts = path.split("/")
-        for depth in range(2, len(parts)):
+        for depth in range(1, len(parts)):
             parent = "/".join(parts[:depth])
             found = self.ops.kind(parent)
             if found is None:
@@ -263,7 +265,8 @@ def view_writer(ctx: RepoContext, session: Session, lower: Path) -> Iterator[Vie
             if status.read_only:
                 raise GitsessError(f"session {session.name} is mounted read-only")
             try:
-                yield ViewWriter(_MountOps(Path(status.mountpoint)))
+                git = gitdir.linked_git(os.fsencode(lower), str(session_dir))[0]
+                yield ViewWriter(_MountOps(Path(status.mountpoint)), git)
             except OSError as e:
                 raise GitsessError(f"writing into session {session.name}: {e}") from e
             return
@@ -281,7 +284,7 @@ def offline_writer(session_dir: Path, lower: Path, hidden: Iterable[str]) -> Ite
     store = DeltaStore(str(layout.delta(session_dir)))
     try:
         tree = Tree(store, str(lower), {os.fsencode(h) for h in hidden})
-        yield ViewWriter(_TreeOps(tree))
+        yield ViewWriter(_TreeOps(tree), tree.lower.git)
         tree.save()
     finally:
         store.close()

@@ -15,12 +15,12 @@ from gitsess.overlay.gitdir import GIT_COMMON, GIT_OBJECTS, object_store
         (b".git/objects/9c/0123456789012345678901234567890123456789", GIT_OBJECTS),
         (b".git/objects/pack", GIT_OBJECTS),
         (b".git/objects/", GIT_OBJECTS),
-        (b".git/common/objects/9c/tmp_obj_AbCdEf", GIT_COMMON + b"/objects"),
+        (b".GIT/objects/9c/tmp_obj_AbCdEf", GIT_COMMON + b"/objects"),
         # the store itself is not below itself, nor is a name it only begins
         (b".git/objects", None),
         (b".git/objectsx/9c", None),
-        (b".git/common/objects", None),
-        (b".git/common/objectsx/9c", None),
+        (b".GIT/objects", None),
+        (b".GIT/objectsx/9c", None),
         (b".git/refs/heads/main", None),
         (b"src/.git/objects/9c", None),
         (b"", None),
@@ -36,7 +36,7 @@ def test_what_the_view_decides_from_it() -> None:
     assert pt.in_object_store(fanout) and pt.in_object_store(GIT_OBJECTS)
     assert not pt.without_loose_objects(fanout)
     assert pt.without_loose_objects(b".git/objects/pack")
-    assert pt.without_loose_objects(b".git/common/objects/info")
+    assert pt.without_loose_objects(b".GIT/objects/info")
     assert pt.listed_by_git(b".git/objects/pack") and not pt.listed_by_git(fanout)
     assert pt.lasting(fanout + b"/0123456789012345678901234567890123456789")
     assert pt.lasting(b".git/objects/pack/pack-1234.idx")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.services.viewwrite import _TreeOps, offline_writer
 from tests.util import GITSESS, commit, git, gitsess
 
 pytestmark = pytest.mark.fuse
@@ -222,7 +223,7 @@ def test_a_linked_worktree_session_isolates_git_too(worked: Path) -> None:
     tree = Path(json.loads(made.stdout)["worktree"])
     before = linked_state(worked)
     script = (
-        "test -d .git && test -f .git/commondir && "
+        "test -f .git && test -f .GIT/worktrees/gitsess-lw/commondir && "
         "echo n > n.txt && git add n.txt && git commit -q -m in-linked && "
         "git checkout -q -b side && git stash list && git config user.name Other"
     )
@@ -242,6 +243,70 @@ def test_a_linked_worktree_session_isolates_git_too(worked: Path) -> None:
     assert git(tree, "status", "--porcelain") == ""
 
 
+def test_a_linked_worktree_session_mounted_elsewhere_is_its_git_too(
+    worked: Path, tmp_path: Path
+) -> None:
+    """At a mount point of its own, a linked worktree's view leads git to its own git dirs
+    (`.git` a file naming `.GIT/worktrees/<id>` there), where git takes it for the current
+    worktree; what is written there, by git or by hand, is the session's."""
+    made = gitsess(worked, "new", "lw", "--worktree", "--json")
+    assert made.returncode == 0, made.stderr
+    tree = Path(json.loads(made.stdout)["worktree"])
+    view = tmp_path / "view"
+    view.mkdir()
+    assert gitsess(tree, "mount", "lw", str(view)).returncode == 0
+    before = linked_state(worked)
+    try:
+        assert git(view, "rev-parse", "--git-dir") == f"{view}/.GIT/worktrees/gitsess-lw"
+        git(view, "switch", "-q", "-c", "side")
+        git(view, "switch", "-q", "gitsess/lw")  # not "checked out at" another worktree
+        (view / "n.txt").write_text("n\n")
+        git(view, "add", "n.txt")
+        git(view, "commit", "-q", "-m", "in-view")
+        (view / ".GIT" / "worktrees" / "gitsess-lw" / "config.worktree").write_text("x\n")
+        (view / ".GIT" / "planted").write_text("x\n")
+        assert linked_state(worked) == before and fsck_clean(worked)
+        assert not (worked / ".git" / "planted").exists()
+        assert git(tree, "log", "-1", "--format=%s") == "second"
+    finally:
+        assert gitsess(tree, "umount", "lw").returncode == 0
+    inside = run(tree, "lw", "git log -1 --format=%s; cat .GIT/planted")
+    assert inside.stdout == "in-view\nx\n", inside.stderr
+
+
+def _old_layout(session_dir: Path, tree: Path, branch_tip: str) -> None:
+    """The delta of a linked worktree's session from before git's layout: `.git` a directory
+    (the admin dir) holding the common dir as `common`, here with HEAD on a branch `side` of
+    the session's own."""
+    with offline_writer(session_dir, tree, ()) as writer:
+        ops = writer.ops
+        assert isinstance(ops, _TreeOps)
+        ops.unlink(".git")
+        for d in (".git", ".git/common", ".git/common/refs", ".git/common/refs/heads"):
+            ops.mkdir(d, 0o755)
+            n = ops.tree.resolve(d.encode())
+            assert n is not None
+            n.origin = d.encode()  # merged with the admin dir and the common dir, as made then
+            ops.tree.table.pending.nodes.add(n.ino)
+        ops.write_file(".git/HEAD", [b"ref: refs/heads/side\n"], 0o644)
+        ops.write_file(".git/common/refs/heads/side", [branch_tip.encode() + b"\n"], 0o644)
+
+
+def test_a_linked_worktree_session_of_the_layout_before_is_moved_to_gits(worked: Path) -> None:
+    made = gitsess(worked, "new", "lw", "--worktree", "--json")
+    assert made.returncode == 0, made.stderr
+    info = json.loads(made.stdout)
+    tree = Path(info["worktree"])
+    tip = git(worked, "rev-parse", "HEAD")
+    _old_layout(worked / ".git" / "gitsess" / "sessions" / info["id"], tree, tip)
+    script = "git rev-parse --abbrev-ref HEAD; git rev-parse side; git status --porcelain; cat .git"
+    done = run(tree, "lw", script)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["side", tip] and lines[2].endswith("/.GIT/worktrees/gitsess-lw")
+    assert git(worked, "rev-parse", "--verify", "-q", "refs/heads/side", check=False) == ""
+
+
 @pytest.mark.parametrize("extra", [(), ("--read-only",)], ids=["writable", "read-only"])
 def test_a_linked_worktree_run_reaches_the_real_common_dir_only_copy_on_write(
     worked: Path, extra: tuple[str, ...]
@@ -257,6 +322,7 @@ def test_a_linked_worktree_run_reaches_the_real_common_dir_only_copy_on_write(
     script = (
         f"git rev-parse --git-common-dir; umount -l {dot} 2>/dev/null && echo unmounted;"
         f" echo x > {dot}/planted; rm -f {dot}/HEAD {dot}/config;"
+        f" echo junk > {dot}/worktrees/gitsess-lw/HEAD; rm -rf {dot}/worktrees;"
         f" rm -rf {dot}/refs {dot}/objects; true"
     )
     done = gitsess(tree, "run", "-s", "lw", *extra, "--", "sh", "-c", script)
@@ -270,9 +336,7 @@ def test_a_linked_worktree_run_reaches_the_real_common_dir_only_copy_on_write(
     assert (after.returncode == 0) == (extra == ()), after.stderr
 
 
-@pytest.mark.parametrize(
-    "away", ["mv .git .git-old", "mv .git/common .git/c && ln -s {dot} .git/common"]
-)
+@pytest.mark.parametrize("away", ["mv .GIT .GIT-old", "mv .GIT .GIT-old && ln -s {dot} .GIT"])
 def test_a_linked_worktree_run_without_its_common_dir_cannot_write_the_real_one(
     worked: Path, away: str
 ) -> None:
