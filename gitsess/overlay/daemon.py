@@ -22,7 +22,9 @@ keeps its lock until its last commit and unmount are done, so an offline writer 
 never overlaps them. It stops only after a commit of everything pending succeeded (`_stop`): on
 a full disk it stays mounted and serving, refuses `stop` with one line, and the commit loop
 stops it after its first commit that works. Listings in flight are served (up to 2 s) before it
-leaves its loop, since each holds its directory's lock in the kernel.
+leaves its loop, since each holds its directory's lock in the kernel. A request it has read
+(but a join) is answered even as it leaves its loop: clients take a connection closed with no
+answer for a request it never read, and make it again once it is gone.
 """
 
 from __future__ import annotations
@@ -518,13 +520,17 @@ async def _client(state: DaemonState, stream: trio.SocketStream) -> None:
                     if joined is not None:
                         participant = joined
                         await _worktree_reported(state)
-                    if state.stale_entries or state.stale_inodes:
-                        # Answer only once the kernel forgot them, so the caller's next read
-                        # sees the worktree; from a thread, as the kernel may need the loop.
-                        stale, state.stale_entries = state.stale_entries, []
-                        inodes, state.stale_inodes = state.stale_inodes, []
-                        await trio.to_thread.run_sync(_invalidate_all, stale, inodes)
-                    await stream.send_all(json.dumps(reply).encode() + b"\n")
+                    # Answered even when the daemon stops meanwhile (its loop is cancelled): a
+                    # client takes a connection closed unanswered for a request never read and
+                    # makes it again, offline once the daemon is gone. A rewind was so done a
+                    # second time, which kept the state it rewound to as the one to undo to.
+                    # Not a join: unanswered, it joins the next daemon, not a view going away.
+                    with trio.CancelScope(
+                        shield=joined is None, deadline=trio.current_time() + control.TIMEOUT
+                    ) as answering:
+                        await _answer(state, stream, reply)
+                    if answering.cancelled_caught:
+                        return  # (past the client's own timeout, which gave up: the stream is cut)
     except (trio.BrokenResourceError, trio.ClosedResourceError, ValueError):
         return
     finally:
@@ -535,6 +541,16 @@ async def _client(state: DaemonState, stream: trio.SocketStream) -> None:
                 state.tree.audit.forget_participants()
             if not state.participants and not state.persistent:
                 await _linger_then_stop(state)
+
+
+async def _answer(state: DaemonState, stream: trio.SocketStream, reply: dict[str, Any]) -> None:
+    if state.stale_entries or state.stale_inodes:
+        # Answer only once the kernel forgot them, so the caller's next read sees the
+        # worktree; from a thread, as the kernel may need the loop.
+        stale, state.stale_entries = state.stale_entries, []
+        inodes, state.stale_inodes = state.stale_inodes, []
+        await trio.to_thread.run_sync(_invalidate_all, stale, inodes)
+    await stream.send_all(json.dumps(reply).encode() + b"\n")
 
 
 async def _worktree_reported(state: DaemonState) -> None:
