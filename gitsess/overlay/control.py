@@ -80,16 +80,22 @@ _FLOCK = "hhqqi4x"
 def serving(session_dir: str) -> bool:
     """Whether a daemon serves the session (until it exited, after its last commit), asked
     without taking the lock: taking it, even for a moment, would turn a starting daemon away."""
+    return holder(session_dir) is not None
+
+
+def holder(session_dir: str) -> int | None:
+    """The pid of the daemon that holds the session's lock, as this process's PID namespace
+    numbers it (0 where it has no number here); None when no daemon holds it."""
     try:
         fd = os.open(os.path.join(session_dir, LOCK_FILE), os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return False
+        return None
     try:
         probe = struct.pack(_FLOCK, fcntl.F_WRLCK, os.SEEK_SET, 0, 0, 0)
-        lock_type = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, probe))[0]
+        lock_type, _, _, _, pid = struct.unpack(_FLOCK, fcntl.fcntl(fd, fcntl.F_GETLK, probe))
     finally:
         os.close(fd)
-    return bool(lock_type != fcntl.F_UNLCK)
+    return None if lock_type == fcntl.F_UNLCK else int(pid)
 
 
 def connect(session_dir: str, timeout: float = TIMEOUT) -> socket.socket | None:

@@ -337,8 +337,11 @@ def stop(session_dir: Path, mountpoint: Path, timeout: float = 10.0) -> bool:
         if not control.serving(str(session_dir)) and not mounttable.is_mount_point(mountpoint):
             return True
         time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(live.daemon_pid, 9)
+    # Only while it still holds the session: a daemon that exited may have left its number to
+    # another process by now.
+    if control.holder(str(session_dir)) == live.daemon_pid:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(live.daemon_pid, 9)
     clean_stale(mountpoint)
     return True
 

@@ -182,11 +182,13 @@ def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: In
     gs.ok("mount", "brief")
     first = mount.status(discover(repo).session_dir(made["id"]))
     assert first is not None
+    assert control.holder(str(discover(repo).session_dir(made["id"]))) == first.daemon_pid
     assert protocol.stop(str(discover(repo).session_dir(made["id"])))
     # Stopping, it still holds the session's name and may still commit: no one may write
     # delta.db or start another daemon until it is gone.
     assert mount.status(discover(repo).session_dir(made["id"])) is None
     assert control.connect(str(discover(repo).session_dir(made["id"]))) is None
+    assert control.holder(str(discover(repo).session_dir(made["id"]))) is None
     assert not mounttable.is_mount_point(Path(first.mountpoint))
 
 
