@@ -130,18 +130,28 @@ static int mounted_from(const char *point, const char *device) {
     return strcmp(found, device) == 0;
 }
 
+static int write_abort(const char *minor) {
+    char control[128];
+    snprintf(control, sizeof control, CONNECTIONS "/%s/abort", minor);
+    int fd = open(control, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = write(fd, "1", 1);
+    close(fd);
+    return n == 1;
+}
+
 static void abort_connection(const char *device, const char *point) {
     const char *minor = strchr(device, ':');
     if (minor != NULL) {
-        char control[128];
-        snprintf(control, sizeof control, CONNECTIONS "/%s/abort", minor + 1);
-        int fd = open(control, O_WRONLY | O_CLOEXEC);
-        if (fd >= 0) {
-            ssize_t n = write(fd, "1", 1);
-            close(fd);
-            if (n == 1)
-                return;
-        }
+        if (write_abort(minor + 1))
+            return;
+        /* Where nothing mounted the fusectl file system (no systemd), root mounts it at its
+           place: without it, a view detached by a lazy unmount before this moment could not
+           be aborted at all, and its daemon would stay stuck for good. */
+        if (geteuid() == 0 && mount("fusectl", CONNECTIONS, "fusectl", 0, NULL) == 0 &&
+            write_abort(minor + 1))
+            return;
     }
     /* Without fusectl: fuse's umount_begin aborts the connection; the unmount itself may then
        fail (busy). Only while the mount there is still the dead daemon's. */

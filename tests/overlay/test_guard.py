@@ -143,3 +143,41 @@ def test_the_guard_aborts_the_view_of_a_daemon_that_died_stuck(mounted: Mounted)
         stuck.wait()
     mount.clean_stale(mounted.mnt)
     assert not mounttable.is_mount_point(mounted.mnt)
+
+
+def test_the_guard_aborts_a_view_detached_before_it_acts(mounted: Mounted) -> None:
+    """A lazy unmount (`fusermount3 -uz`) right after the daemon died leaves no mount to force
+    off; the guard aborts the connection through fusectl all the same (mounting it where
+    nothing did), and a request waiting for the dead daemon ends."""
+    daemon = mounted.daemon_pid()
+    stuck = subprocess.Popen(
+        [sys.executable, "-c", STUCK, str(mounted.mnt)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    waiting = None
+    try:
+        assert stuck.stdout is not None and stuck.stdout.readline() == "\n"
+        assert eventually(lambda: len(_guards_of(stuck.pid)) == 1)
+        (guard_pid,) = _guards_of(stuck.pid)
+        assert eventually(lambda: "sigtimedwait" in Path(f"/proc/{guard_pid}/wchan").read_text())
+        os.kill(daemon, signal.SIGSTOP)  # it serves nothing now, as a dead one
+        waiting = subprocess.Popen(
+            [sys.executable, "-c", "import os, sys; os.stat(sys.argv[1])",
+             str(mounted.mnt / "never-looked-up")],
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert eventually(
+            lambda: "request_wait_answer" in Path(f"/proc/{waiting.pid}/wchan").read_text()
+        )
+        subprocess.run(["fusermount3", "-uz", str(mounted.mnt)], check=True)
+        assert stuck.stdin is not None
+        stuck.stdin.write("\n")
+        stuck.stdin.flush()
+        assert eventually(lambda: waiting.poll() is not None, timeout=10)
+        assert waiting.returncode != 0
+    finally:
+        stuck.kill()
+        stuck.wait()
+        os.kill(daemon, signal.SIGCONT)  # (it answers the request if the guard did not)
+        if waiting is not None:
+            waiting.wait(timeout=30)
