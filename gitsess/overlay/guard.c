@@ -147,11 +147,15 @@ static void abort_connection(const char *device, const char *point) {
         if (write_abort(minor + 1))
             return;
         /* Where nothing mounted the fusectl file system (no systemd), root mounts it at its
-           place: without it, a view detached by a lazy unmount before this moment could not
-           be aborted at all, and its daemon would stay stuck for good. */
-        if (geteuid() == 0 && mount("fusectl", CONNECTIONS, "fusectl", 0, NULL) == 0 &&
-            write_abort(minor + 1))
-            return;
+           place for the abort, and takes it away again: without it, a view detached by a lazy
+           unmount before this moment could not be aborted at all, and its daemon would stay
+           stuck for good. */
+        if (geteuid() == 0 && mount("fusectl", CONNECTIONS, "fusectl", 0, NULL) == 0) {
+            int aborted = write_abort(minor + 1);
+            umount2(CONNECTIONS, 0);
+            if (aborted)
+                return;
+        }
     }
     /* Without fusectl: fuse's umount_begin aborts the connection; the unmount itself may then
        fail (busy). Only while the mount there is still the dead daemon's. */

@@ -22,7 +22,7 @@ waits for it. A daemon that ends on its own says so through the pipe before it u
 closed /dev/fuse, and the kernel ended the connection itself: nothing to do either, and nothing
 may be done by its number, which the next view may have by then. One that does not is stuck,
 and holds its connection, so the number is still its own: the guard aborts it (through the
-fusectl file system, which a root guard mounts at its place where nothing did, as a view
+fusectl file system, which a root guard mounts for it where nothing did, as a view
 detached by a lazy unmount has no mount left to force off; else as root by a forced unmount,
 which aborts a FUSE connection first), the kernel ends every request in flight, the waiting
 thread returns, and the daemon finishes exiting. What is left of the view answers ENOTCONN,
