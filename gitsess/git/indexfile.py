@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
+from functools import cached_property
 
 from gitsess.git import _indexsweep
 
@@ -32,6 +33,14 @@ class Index:
     data: bytes  # the whole file
     end_of_entries: int
     extensions: list[tuple[bytes, int, int]]  # signature, start (at the signature), end
+
+    @cached_property
+    def paths(self) -> list[bytes]:
+        """Its entries' paths, read once (2 ms of 5,000 entries, with the GIL)."""
+        found = _indexsweep.paths(self.data)
+        if found is None:  # (`parse` read the entries, by the same walk)
+            raise ValueError("the index's entries cannot be read")
+        return found
 
 
 def parse(data: bytes) -> Index | None:
@@ -81,8 +90,9 @@ class Untracked:
     dirs: list[tuple[bytes, tuple[int, ...] | None]]  # path ("" or "a/b/"), stat data
 
 
-def untracked(data: bytes, index: Index) -> Untracked | None:
+def untracked(index: Index) -> Untracked | None:
     """The index's untracked cache, None if it has none (or one this module cannot read)."""
+    data = index.data
     ext = next(((s, e) for sig, s, e in index.extensions if sig == _UNTR), None)
     if ext is None:
         return None
@@ -149,13 +159,13 @@ def _ewah_bits(data: bytes, at: int) -> tuple[list[int], int]:
     return bits, at
 
 
-def with_fsmonitor(
-    data: bytes, index: Index, token: str, moved: tuple[Untracked, bytes] | None = None
-) -> bytes:
-    """`data` with an fsmonitor extension (version 2) naming `token` and no entry dirty, so
-    that git asks the hook what changed since `token` and trusts the rest; the offset tables
-    dropped (see `_DROPPED`). The untracked cache names where it was made: `moved` (the cache,
-    its new ident) keeps it, as made elsewhere, else it is dropped (git would drop it there)."""
+def with_fsmonitor(index: Index, token: str, moved: tuple[Untracked, bytes] | None = None) -> bytes:
+    """The index's file with an fsmonitor extension (version 2) naming `token` and no entry
+    dirty, so that git asks the hook what changed since `token` and trusts the rest; the offset
+    tables dropped (see `_DROPPED`). The untracked cache names where it was made: `moved` (the
+    cache, its new ident) keeps it, as made elsewhere, else it is dropped (git would drop it
+    there)."""
+    data = index.data
     out = bytearray(data[: index.end_of_entries])
     for sig, start, end in index.extensions:
         if sig == _UNTR:
@@ -185,8 +195,9 @@ def _encode_varint(value: int) -> bytes:
     return bytes(reversed(out))
 
 
-def fsmonitor_token(data: bytes, index: Index) -> str | None:
+def fsmonitor_token(index: Index) -> str | None:
     """The token of the index's fsmonitor extension (version 2), None if it has none."""
+    data = index.data
     ext = next(((s, e) for sig, s, e in index.extensions if sig == b"FSMN"), None)
     if ext is None:
         return None

@@ -55,9 +55,11 @@ class Checkpointer:
 
     def committed(self) -> None:
         """After each commit of the daemon's: start a checkpoint if the WAL grew enough."""
-        if self.pages >= WAL_MAX_PAGES:
+        # Taken: an idle daemon's commit loop asks again only after a commit.
+        pages, self.pages = self.pages, 0
+        if pages >= WAL_MAX_PAGES:
             self._checkpoint(self._conn)
-        elif self.pages >= WAL_PAGES:
+        elif pages >= WAL_PAGES:
             self._wanted.set()
 
     async def run(self) -> None:

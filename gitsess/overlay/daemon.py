@@ -549,7 +549,9 @@ async def _answer(state: DaemonState, stream: trio.SocketStream, reply: dict[str
         # worktree; from a thread, as the kernel may need the loop.
         stale, state.stale_entries = state.stale_entries, []
         inodes, state.stale_inodes = state.stale_inodes, []
-        await trio.to_thread.run_sync(_invalidate_all, stale, inodes)
+        # (abandoned at the answer's deadline: a stopping view may no longer serve what the
+        # kernel waits for)
+        await trio.to_thread.run_sync(_invalidate_all, stale, inodes, abandon_on_cancel=True)
     await stream.send_all(json.dumps(reply).encode() + b"\n")
 
 
@@ -557,10 +559,9 @@ async def _worktree_reported(state: DaemonState) -> None:
     """Until the lower watch has handed on every change of the worktree made before now (and
     the kernel forgot what those changes made stale: the watcher thread invalidates a batch
     before it reads the next), or JOIN_SYNC_TIMEOUT. Most joins find the watch quiet."""
-    watcher = state.watcher
-    if watcher is None or not state.tree.watched or watcher.quiet():
+    if state.watcher is None or not state.tree.watched:
         return
-    if not await trio.to_thread.run_sync(watcher.sync, JOIN_SYNC_TIMEOUT, abandon_on_cancel=True):
+    if not await daemon_fsmonitor.lower_synced(state, timeout=JOIN_SYNC_TIMEOUT):
         log.info("a participant joined before the lower watch reported the worktree")
 
 

@@ -33,16 +33,19 @@ async def answer(state: DaemonState, msg: dict[str, Any]) -> Reply:
     # also waits for the watch being set up)
     first = asked.startswith(TOKEN_PREFIX)
     unknown = first or state.tree.journal.since(asked) is None
-    synced = await _lower_synced(state, wait=unknown)
+    synced = await lower_synced(state, wait=unknown)
     if synced and unknown:
         await _swept_ahead(state, own=not first)
     return _answer(state, msg, synced)
 
 
-async def _lower_synced(state: DaemonState, *, wait: bool = False) -> bool:
+async def lower_synced(
+    state: DaemonState, *, wait: bool = False, timeout: float = LOWER_SYNC_TIMEOUT
+) -> bool:
     """Whether every change the worktree saw before now is in the journal (see
-    `LowerWatcher.sync`); from a thread, as the watch's reports need the event loop. With
-    `wait`, a watch still being set up (a view just mounted) is waited for a moment."""
+    `LowerWatcher.sync`, given `timeout`); from a thread, as the watch's reports need the event
+    loop. With `wait`, a watch still being set up (a view just mounted) is waited for a
+    moment."""
     watcher = state.watcher
     if wait:
         # (the watch in place for the watcher too: the view counts it watched a moment
@@ -54,7 +57,7 @@ async def _lower_synced(state: DaemonState, *, wait: bool = False) -> bool:
         return False
     if watcher.quiet():
         return True  # (nothing changed since the watch last reported: most queries)
-    return await trio.to_thread.run_sync(watcher.sync, LOWER_SYNC_TIMEOUT, abandon_on_cancel=True)
+    return await trio.to_thread.run_sync(watcher.sync, timeout, abandon_on_cancel=True)
 
 
 async def _swept_ahead(state: DaemonState, *, own: bool) -> None:

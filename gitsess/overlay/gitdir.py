@@ -43,10 +43,13 @@ _GITDIR = b"gitdir: "
 
 class GitLayout(NamedTuple):
     """Where a view keeps its git state, as view paths: the git dir (HEAD, index, logs/HEAD)
-    and the common dir (refs, packed-refs, objects, config); one dir for a main worktree."""
+    and the common dir (refs, packed-refs, objects, config); one dir for a main worktree.
+    Made by `git_layout` (its files' paths are asked for at each write below them)."""
 
     dir: bytes
     common: bytes
+    head_file: bytes
+    index_file: bytes
 
     def path(self, rel: str) -> str:
         """The view path of git state `rel` as services name it: below the git dir, or
@@ -61,16 +64,14 @@ class GitLayout(NamedTuple):
         them (`in_git` without a layout takes `.GIT` for git's in any view)."""
         return rel in (GIT, self.common) or rel.startswith((_BELOW_GIT, self.common + b"/"))
 
-    @property
-    def head_file(self) -> bytes:
-        return self.dir + b"/HEAD"
 
-    @property
-    def index_file(self) -> bytes:
-        return self.dir + b"/index"
+def git_layout(git_dir: bytes, common: bytes) -> GitLayout:
+    return GitLayout(git_dir, common, git_dir + b"/HEAD", git_dir + b"/index")
 
 
-MAIN = GitLayout(GIT, GIT)
+MAIN = git_layout(GIT, GIT)
+# A linked worktree's view before it had git's layout: the common dir below the admin dir.
+_OLD_LINKED = git_layout(GIT, GIT + b"/common")
 
 
 def linked_dirs(root: bytes) -> tuple[bytes, bytes] | None:
@@ -93,7 +94,7 @@ def linked_dirs(root: bytes) -> tuple[bytes, bytes] | None:
 
 
 def _linked(admin: bytes) -> GitLayout:
-    return GitLayout(GIT_COMMON + b"/worktrees/" + os.path.basename(admin), GIT_COMMON)
+    return git_layout(GIT_COMMON + b"/worktrees/" + os.path.basename(admin), GIT_COMMON)
 
 
 def linked_git(root: bytes, session_dir: str) -> tuple[GitLayout, dict[bytes, bytes]]:
@@ -103,28 +104,38 @@ def linked_git(root: bytes, session_dir: str) -> tuple[GitLayout, dict[bytes, by
     `gitdir:` file) keeps the layout the session's `.git` file recorded."""
     pointer = os.path.join(os.fsencode(session_dir), DOTGIT_FILE)
     dirs = linked_dirs(root)
-    if dirs is None:
-        return _recorded(pointer), {}
-    layout = _linked(dirs[0])
     commondir = os.path.join(os.fsencode(session_dir), COMMONDIR_FILE)
+    if dirs is None:
+        return _recorded(pointer, commondir), {}
+    linked = _linked(dirs[0])
     try:
         if not os.path.exists(pointer):
-            _write(pointer, _GITDIR + layout.dir + b"\n")
+            _write(pointer, _GITDIR + linked.dir + b"\n")
         _write(commondir, b"../..\n")
     except OSError:
         # (a reader in a run, whose state dir is read-only, finds them written by the daemon)
         if not (os.path.exists(pointer) and os.path.exists(commondir)):
             return MAIN, {}
-    return layout, {GIT: pointer, GIT_COMMON: dirs[1], layout.dir + b"/commondir": commondir}
+    return linked, {GIT: pointer, GIT_COMMON: dirs[1], linked.dir + b"/commondir": commondir}
 
 
-def _recorded(pointer: bytes) -> GitLayout:
+def _recorded(pointer: bytes, commondir: bytes) -> GitLayout:
+    """The layout of a linked worktree's session over a stand-in, from the session's files:
+    its `.git` file; before git's layout, its `commondir` naming `common` below the admin dir
+    (`.git/common` once a daemon had mounted it; see `relayout`, which needs the worktree)."""
+    text = _head(pointer)
+    if text.startswith(_GITDIR):
+        return _linked(text.removeprefix(_GITDIR).strip())
+    old = _head(commondir).strip()
+    return _OLD_LINKED if old == b"common" or old.endswith(b"/.git/common") else MAIN
+
+
+def _head(path: bytes) -> bytes:
     try:
-        with open(pointer, "rb") as f:
-            text = f.read(4096)
+        with open(path, "rb") as f:
+            return f.read(4096)
     except OSError:
-        return MAIN
-    return _linked(text.removeprefix(_GITDIR).strip()) if text.startswith(_GITDIR) else MAIN
+        return b""
 
 
 def _write(path: bytes, text: bytes) -> None:

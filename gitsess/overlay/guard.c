@@ -21,6 +21,7 @@ aborts the view's FUSE connection. */
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -28,6 +29,7 @@ aborts the view's FUSE connection. */
 #define POLL_MS 20
 #define CONNECTIONS "/sys/fs/fuse/connections"
 #define TOLD_MAX 8192
+#define FUSECTL_SUPER_MAGIC 0x65735543
 
 static ssize_t read_file(const char *path, char *buf, size_t size) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -150,7 +152,10 @@ static void abort_connection(const char *device, const char *point) {
            place for the abort, and takes it away again: without it, a view detached by a lazy
            unmount before this moment could not be aborted at all, and its daemon would stay
            stuck for good. */
-        if (geteuid() == 0 && mount("fusectl", CONNECTIONS, "fusectl", 0, NULL) == 0) {
+        struct statfs there;
+        int mounted = statfs(CONNECTIONS, &there) == 0 && there.f_type == FUSECTL_SUPER_MAGIC;
+        if (!mounted && geteuid() == 0 &&
+            mount("fusectl", CONNECTIONS, "fusectl", 0, NULL) == 0) {
             int aborted = write_abort(minor + 1);
             umount2(CONNECTIONS, 0);
             if (aborted)
@@ -178,6 +183,17 @@ static size_t told(int fd, char *buf, size_t size) {
     return got;
 }
 
+/* Every descriptor from 3 up but `keep` (close_range(2) where the kernel has it). */
+static void close_all_but(int keep) {
+    if ((keep <= 3 || close_range(3, (unsigned)keep - 1, 0) == 0) &&
+        close_range((unsigned)keep + 1, ~0U, 0) == 0)
+        return;
+    long max = sysconf(_SC_OPEN_MAX);
+    for (int i = 3; i < (max > 0 ? max : 1024); i++)
+        if (i != keep)
+            close(i);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4)
         return 2;
@@ -192,13 +208,11 @@ int main(int argc, char **argv) {
     signal(SIGINT, SIG_IGN);
     signal(SIGTERM, SIG_IGN);
     signal(SIGHUP, SIG_IGN);
-    /* Nothing of the daemon's stays open here, /dev/fuse least of all (its log stays). */
+    /* Nothing of the daemon's stays open here (its log stays): its ready pipe, its lock. */
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (null > 0)
         dup2(null, 0);
-    if (fd > 3)
-        close_range(3, (unsigned)fd - 1, 0);
-    close_range((unsigned)fd + 1, ~0U, 0);
+    close_all_but(fd);
     prctl(PR_SET_PDEATHSIG, SIGUSR1, 0, 0, 0);
     if (getppid() == parent) {
         int sig;

@@ -187,7 +187,7 @@ class IndexView:
             return None
         identity = _identity(st)
         token = token_for(identity)
-        cache = indexfile.untracked(data, index)
+        cache = indexfile.untracked(index)
         # (git reads the ident up to its first NUL)
         made_in = cache.ident.split(b"\0")[0] if cache is not None else b""
         if cache is not None and made_in.startswith(self._made_in):
@@ -195,12 +195,12 @@ class IndexView:
             idents = [b"Location " + at + b", system " + system for at in self._locations]
             width = max(map(len, idents))
             variants = tuple(
-                indexfile.with_fsmonitor(data, index, token, (cache, ident.ljust(width, b"\0")))
+                indexfile.with_fsmonitor(index, token, (cache, ident.ljust(width, b"\0")))
                 for ident in idents
             )
         else:
             cache = None
-            variants = (indexfile.with_fsmonitor(data, index, token),)
+            variants = (indexfile.with_fsmonitor(index, token),)
         shown = _Shown(identity, index, cache, data[-indexfile.HASH :], variants)
         self._shown = shown
         self._start_sweep(_REAL)
@@ -326,8 +326,8 @@ class IndexView:
                 return None
             # (its mtime is git's racy-clean line, as for the real index)
             identity = (*mounted[0], mounted[0][2])
-            cache = indexfile.untracked(data, index)
-            token = indexfile.fsmonitor_token(data, index)
+            cache = indexfile.untracked(index)
+            token = indexfile.fsmonitor_token(index)
             self._own = _Shown(identity, index, cache, data[-indexfile.HASH :], (), token)
             return self._own
 
@@ -360,10 +360,7 @@ class IndexView:
         session's own layer changes on top of it."""
         named, replaced = session_changes(tree)
         dirty = worktree | named | {d + b"/" for d in replaced}
-        paths = _indexsweep.paths(shown.index.data) if replaced else []  # (2 ms of 5,000)
-        if paths is None:  # (`parse` read the entries, by the same walk)
-            raise ValueError("the index's entries cannot be read")
-        for path in paths:
+        for path in shown.index.paths if replaced else ():
             if path not in named and _below(path, replaced):
                 dirty.add(path)
         for path, seen in shown.untracked.dirs if shown.untracked is not None else ():

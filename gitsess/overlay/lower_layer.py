@@ -51,6 +51,9 @@ class LowerLayer:
         # below `root` (a linked worktree's `.git` file and git dirs), longest first.
         self.git, redirects = linked_git(self.root, session_dir)
         self.redirects = dict(sorted(redirects.items(), key=lambda kv: -len(kv[0])))
+        # (top, top + "/", where it is): asked for every request below `.GIT`, each loose
+        # object git writes among them
+        self._redirected = [(top, top + b"/", there) for top, there in self.redirects.items()]
         if self.redirects:
             self.hidden.add(GIT_COMMON + b"/gitsess")
         self.name_max = _name_max(self.root)
@@ -61,9 +64,9 @@ class LowerLayer:
 
     def path(self, rel: bytes) -> bytes:
         """Where the lower object of view path `rel` is on disk."""
-        if self.redirects and in_git(rel):
-            for top, there in self.redirects.items():
-                if rel == top or rel.startswith(top + b"/"):
+        if self._redirected and in_git(rel):
+            for top, below, there in self._redirected:
+                if rel == top or rel.startswith(below):
                     return there + rel[len(top) :]
         return self.root + b"/" + rel if rel else self.root
 

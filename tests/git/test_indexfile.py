@@ -38,7 +38,7 @@ def test_the_untracked_cache_holds_every_directory(repo: Path) -> None:
     data = (repo / ".git" / "index").read_bytes()
     index = indexfile.parse(data)
     assert index is not None
-    cache = indexfile.untracked(data, index)
+    cache = indexfile.untracked(index)
     assert cache is not None
     assert cache.ident.startswith(b"Location " + os.fsencode(repo))
     dirs = dict(cache.dirs)
@@ -53,22 +53,22 @@ def test_git_reads_the_fsmonitor_extension_and_the_moved_untracked_cache(
     data = (repo / ".git" / "index").read_bytes()
     index = indexfile.parse(data)
     assert index is not None
-    cache = indexfile.untracked(data, index)
+    cache = indexfile.untracked(index)
     assert cache is not None
     moved = (cache, cache.ident.replace(b"Location ", b"Location /elsewhere"))
     shown = tmp_path / "shown"
-    shown.write_bytes(indexfile.with_fsmonitor(data, index, "a-token", moved))
+    shown.write_bytes(indexfile.with_fsmonitor(index, "a-token", moved))
     env = {**os.environ, "GIT_INDEX_FILE": str(shown)}
     out = git(repo, "-c", "core.fsmonitor=true", "ls-files", "--stage", env=env)
     assert out == git(repo, "ls-files", "--stage")  # git checked the new checksum
     again = indexfile.parse(shown.read_bytes())
     assert again is not None
     assert [sig for sig, _, _ in again.extensions] == [b"TREE", b"UNTR", b"FSMN"]
-    cache_again = indexfile.untracked(shown.read_bytes(), again)
+    cache_again = indexfile.untracked(again)
     assert cache_again is not None and cache_again.ident == moved[1]
     assert cache_again.dirs == cache.dirs
-    assert indexfile.fsmonitor_token(shown.read_bytes(), again) == "a-token"
-    assert indexfile.fsmonitor_token(data, index) is None  # git wrote none
+    assert indexfile.fsmonitor_token(again) == "a-token"
+    assert indexfile.fsmonitor_token(index) is None  # git wrote none
 
 
 def test_what_it_cannot_read_is_none() -> None:

@@ -111,7 +111,7 @@ def python_dirty(data: bytes, worktree: bytes, racy_from: int) -> tuple[set[byte
     assert walked is not None
     entries = {e[0] for e in walked[0] if not is_gitlink(e)}
     entries -= {e[0] for e in walked[0] if _clean(worktree, e, racy_from)}
-    cache = indexfile.untracked(data, index)
+    cache = indexfile.untracked(index)
     dirs = {
         p[:-1]
         for p, seen in (cache.dirs if cache is not None else [])
@@ -125,7 +125,7 @@ def c_dirty(
 ) -> tuple[set[bytes], set[bytes]]:
     index = indexfile.parse(data)
     assert index is not None
-    cache = indexfile.untracked(data, index)
+    cache = indexfile.untracked(index)
     dirs = [(p[:-1], s) for p, s in (cache.dirs if cache else []) if p and s is not None]
     swept = _indexsweep.sweep(data, worktree, racy_from, dirs, threads)
     assert swept is not None

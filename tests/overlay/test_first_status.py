@@ -311,7 +311,7 @@ def fsmonitor_token(index: Path) -> str | None:
     data = index.read_bytes()
     parsed = indexfile.parse(data)
     assert parsed is not None
-    return indexfile.fsmonitor_token(data, parsed)
+    return indexfile.fsmonitor_token(parsed)
 
 
 def test_a_remounted_sessions_own_index_is_answered_by_a_sweep(mounted: Mounted) -> None:
