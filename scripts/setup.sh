@@ -70,8 +70,7 @@ install_mode=compat
 # gitsess/git/_indexsweep.c) and its two programs, the fsmonitor hook and the daemon's guard
 # (gitsess/overlay/fsmonitor_hook.c and guard.c, by setup.py), in place.
 if [[ ! -f $stamp || pyproject.toml -nt $stamp || setup.py -nt $stamp ||
-    gitsess/overlay/_lister.c -nt $stamp || gitsess/git/_indexsweep.c -nt $stamp ||
-    gitsess/overlay/fsmonitor_hook.c -nt $stamp || gitsess/overlay/guard.c -nt $stamp ||
+    -n $(find gitsess -name '*.c' -newer "$stamp") ||
     $(<"$stamp") != "$install_mode" ]] ||
     ! .venv/bin/python -c 'import gitsess.cli, gitsess.overlay._lister, gitsess.git._indexsweep, pyfuse3, pytest, xdist, mypy, os, gitsess.overlay.guard as g; assert os.access(g.COMPILED, os.X_OK)' \
         2>/dev/null; then

@@ -33,7 +33,7 @@ from gitsess.git import tracking
 from gitsess.git.archive_commits import delete_archive, list_archives
 from gitsess.git.changes import compute_changes
 from gitsess.git.repo import GitError, RepoContext, Repository, config_value
-from gitsess.overlay import layout, mounttable
+from gitsess.overlay import control, layout, mounttable
 from gitsess.runtime import mount, strays
 from gitsess.services import (
     apply_journal,
@@ -165,7 +165,10 @@ def sweep_stale_mounts(ctx: RepoContext, *, dry_run: bool = False) -> list[Actio
     actions = []
     for s in _sessions(ctx):
         mountpoint = ctx.session_dir(s.id) / layout.MOUNTPOINT
-        if mount.status(ctx.session_dir(s.id)) is None and mounttable.is_mount_point(mountpoint):
+        # (no daemon holds the session: asked of its lock, as a stuck one answers nothing)
+        if not control.serving(str(ctx.session_dir(s.id))) and mounttable.is_mount_point(
+            mountpoint
+        ):
             action = Action(
                 "stale-mount", "mount", str(mountpoint), "unmount", "its daemon is gone"
             )
