@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.overlay import control
 from tests.live_util import eventually
 from tests.util import commit, gitsess
 
@@ -53,8 +54,10 @@ def test_a_deleted_session_dir_is_one_clear_line(repo: Path) -> None:
     assert gitsess(repo, "run", "-s", "exp", "--", "true").returncode == 0
     session_id = json.loads(gitsess(repo, "show", "exp", "--json").stdout)["id"]
     session_dir = repo / ".git" / "gitsess" / "sessions" / session_id
-    # the daemon lingers a moment after the run: never delete through its live view
+    # the daemon lingers a moment after the run: never delete through its live view, nor
+    # while it still closes delta.db (which deletes its -wal) after the unmount
     assert eventually(lambda: not os.path.ismount(session_dir / "mnt"))
+    assert eventually(lambda: not control.serving(str(session_dir)))
     shutil.rmtree(session_dir)
     done = gitsess(repo, "run", "-s", "exp", "--", "true")
     assert done.returncode == 1
