@@ -16,11 +16,12 @@ which is never watched, always.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 from collections.abc import Iterable
 
-from gitsess.overlay import longpath
+from gitsess.overlay import longpath, objectdir
 from gitsess.overlay.fdcache import FdCache, same_file
 from gitsess.overlay.gitdir import GIT_COMMON, in_git, linked_git
 from gitsess.overlay.nodes import Node, err, join
@@ -56,6 +57,17 @@ class LowerLayer:
         self._redirected = [(top, top + b"/", there) for top, there in self.redirects.items()]
         if self.redirects:
             self.hidden.add(GIT_COMMON + b"/gitsess")
+        # The view's object store is a symlink to the session's own (`objectdir.py`), which
+        # borrows the real one, found where the view's was.
+        self.objects_at = objectdir.view_path(self.git)
+        self.real_objects = self.path(self.objects_at)
+        session = os.fsencode(session_dir)
+        self.objects_store = objectdir.store_of(session)
+        link = os.path.join(session, objectdir.LINK)
+        # (a reader in a run, whose state dir is read-only, finds them made by the daemon)
+        with contextlib.suppress(OSError):
+            link = objectdir.prepare(session, self.real_objects)
+        self._redirected.insert(0, (self.objects_at, self.objects_at + b"/", link))
         self.name_max = _name_max(self.root)
         # Whether the lower watch is in place (see `LowerChanges.catch_up`).
         self.watched = False
@@ -100,6 +112,10 @@ class LowerLayer:
             )
         except (FileNotFoundError, NotADirectoryError):
             return []
+        if rel == self.objects_at.rpartition(b"/")[0]:
+            # the object store the worktree lists is the session's symlink in the view
+            store = self.objects_at.rpartition(b"/")[2]
+            listing = [(name, is_dir and name != store) for name, is_dir in listing]
         if len(self._listings) >= LISTINGS_KEPT:
             self._listings.clear()
         self._listings[rel] = (mtime, listing)

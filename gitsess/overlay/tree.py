@@ -27,7 +27,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 
 from gitsess.git.view import Stamp
-from gitsess.overlay import gitunit
+from gitsess.overlay import gitunit, objectdir
 from gitsess.overlay.applied import AppliedPaths, DropResult
 from gitsess.overlay.attributes import Attributes
 from gitsess.overlay.audit import Audit
@@ -72,6 +72,8 @@ class Tree:
         self.table.hides_lock = lambda n: gitunit.hides_real_lock(self, n)
         self.names.before_name_change = lambda p, name: gitunit.before_name_change(self, p, name)
         self.names.after_rename = lambda p, name: gitunit.after_rename(self, p, name)
+        if writer:
+            objectdir.move_rows_out(self)
 
     # ---------------------------------------------------------------- what the parts share
 

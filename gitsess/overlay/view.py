@@ -21,7 +21,9 @@ from typing import Any, BinaryIO
 
 import apsw
 
+from gitsess.git.session_objects import ObjectFiles
 from gitsess.git.view import Entry, kind_of
+from gitsess.overlay import objectdir
 from gitsess.overlay.delta import DamagedDelta, DeltaAt, DeltaStore
 from gitsess.overlay.gitdir import GitLayout
 from gitsess.overlay.nodes import ROOT_INODE, Node
@@ -203,17 +205,51 @@ class OverlayView:
         finally:
             self.tree.released(n)
 
-    # The session's own object files (`git.session_objects.ObjectFiles`): what git inside
-    # the session wrote into its object store; the rest of the store is the real one.
+    def own_objects(self) -> ObjectFiles:
+        """The session's own object files: its store (`objectdir.py`), or, for a session
+        from before not yet loaded by a writer, the rows it kept below an object store of
+        its own in the view."""
+        at = objectdir.view_path(self.git)
+        n = self.tree.resolve(at)
+        if n is not None and n.upper and n.entries is not None:
+            return _RowObjects(self.tree, at)
+        return objectdir.ObjectDir(self.tree.lower.objects_store)
 
-    @property
-    def _objects(self) -> bytes:
-        return self.git.common + b"/objects"
+    def _need(self, path: str) -> Node:
+        n = self._resolve(path)
+        if n is None:
+            raise FileNotFoundError(path)
+        return n
+
+
+class _NodeReader(io.RawIOBase):
+    """A file of the view read through the tree, from the start: the session's bytes where
+    it wrote, the worktree's elsewhere."""
+
+    def __init__(self, tree: Tree, node: Node) -> None:
+        self.tree = tree
+        self.node = node
+        self.offset = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.tree.read(self.node, self.offset, len(buffer))
+        buffer[: len(data)] = data
+        self.offset += len(data)
+        return len(data)
+
+
+class _RowObjects:
+    """A session's own object files kept as rows below `at` (before `objectdir.py`)."""
+
+    def __init__(self, tree: Tree, at: bytes) -> None:
+        self.tree = tree
+        self.at = at
 
     def _own_entries(self, rel: bytes) -> dict[bytes, Node]:
-        """The files and directories of the session's own in a directory below its object
-        store (none when the session never changed the directory)."""
-        d = self.tree.resolve(self._objects + (b"/" + rel if rel else b""))
+        d = self.tree.resolve(self.at + (b"/" + rel if rel else b""))
         if d is None or not d.upper or d.entries is None:
             return {}
         out = {}
@@ -243,7 +279,7 @@ class OverlayView:
         )
 
     def _own_file(self, rel: str) -> Node | None:
-        n = self.tree.resolve(self._objects + b"/" + os.fsencode(rel))
+        n = self.tree.resolve(self.at + b"/" + os.fsencode(rel))
         return n if n is not None and n.upper and stat.S_ISREG(n.mode) else None
 
     def read_object_file(self, rel: str) -> bytes | None:
@@ -268,28 +304,3 @@ class OverlayView:
                     out.write(chunk)
         finally:
             self.tree.released(n)
-
-    def _need(self, path: str) -> Node:
-        n = self._resolve(path)
-        if n is None:
-            raise FileNotFoundError(path)
-        return n
-
-
-class _NodeReader(io.RawIOBase):
-    """A file of the view read through the tree, from the start: the session's bytes where
-    it wrote, the worktree's elsewhere."""
-
-    def __init__(self, tree: Tree, node: Node) -> None:
-        self.tree = tree
-        self.node = node
-        self.offset = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.tree.read(self.node, self.offset, len(buffer))
-        buffer[: len(data)] = data
-        self.offset += len(data)
-        return len(data)

@@ -45,6 +45,7 @@ from typing import NoReturn
 
 from gitsess.errors import GitsessError
 from gitsess.libc import LIBC, check
+from gitsess.overlay import objectdir
 from gitsess.overlay.gitdir import GIT_COMMON
 
 PR_SET_PDEATHSIG = 1
@@ -144,6 +145,8 @@ class Placement:
     writable: tuple[Path, ...] = ()
     # A linked worktree's real common dir, by its real path (see `_bind_common`).
     common: Path | None = None
+    # The session's dir, whose object store is bound writable (`_bind_objects`).
+    session_dir: Path | None = None
 
 
 def _die_with(parent: int, sig: int = signal.SIGTERM) -> None:
@@ -170,6 +173,8 @@ def _enter_view(p: Placement, cwd: Path, parent: int, reason_fd: int) -> None:
         own = [(w, os.open(w, os.O_PATH | os.O_CLOEXEC)) for w in p.writable]
         # And before the common dir is bound: the state dir may lie below the real one.
         state_fd = os.open(state, os.O_PATH | os.O_CLOEXEC) if state is not None else None
+        # And before the view hides the real object store's path.
+        stores = _open_stores(p.session_dir)
         common = _bind_common(p, view_fd)
         if state is not None and state_fd is not None and state_first:
             _seal(state, state_fd)
@@ -184,6 +189,8 @@ def _enter_view(p: Placement, cwd: Path, parent: int, reason_fd: int) -> None:
         for path, fd in own:
             _mount(f"/proc/self/fd/{fd}", str(path), MS_BIND)
             os.close(fd)
+        if p.session_dir is not None and stores is not None:
+            _bind_objects(p.session_dir, stores, p.read_only)
         check(LIBC.unshare(CLONE_NEWPID), "unshare")
     except OSError as e:
         os.write(reason_fd, str(e).encode())
@@ -215,6 +222,43 @@ def _bind_common(p: Placement, view_fd: int) -> Path | None:
     if p.read_only:
         _remount_read_only(str(p.common))
     return p.common
+
+
+def _open_stores(session_dir: Path | None) -> tuple[int, int] | None:
+    """The session's object store and the real one it borrows (`overlay/objectdir.py`),
+    opened; None for a session whose daemon made none."""
+    if session_dir is None:
+        return None
+    flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+    store = os.open(session_dir / os.fsdecode(objectdir.STORE), flags | os.O_NOFOLLOW)
+    try:
+        # (followed: outside a run, the session's symlink to the real store)
+        real = os.open(session_dir / os.fsdecode(objectdir.REAL), flags)
+    except OSError:
+        os.close(store)
+        raise
+    return store, real
+
+
+def _bind_objects(session_dir: Path, stores: tuple[int, int], read_only: bool) -> None:
+    """The session's object store bound writable over its path in the sealed state dir (where
+    the view's symlink leads git), read-only in a read-only run; and the real store bound
+    read-only where the session's `info/alternates` names it, on a read-only tmpfs over the
+    session's `lower` dir (outside, a symlink there leads to it)."""
+    store, real = stores
+    at = str(session_dir / os.fsdecode(objectdir.STORE))
+    _mount(f"/proc/self/fd/{store}", at, MS_BIND)
+    os.close(store)
+    if read_only:
+        _remount_read_only(at)
+    lower = session_dir / os.fsdecode(objectdir.LOWER)
+    _mount("none", str(lower), MS_NOSUID | MS_NODEV | MS_NOEXEC, "tmpfs")
+    borrowed = session_dir / os.fsdecode(objectdir.REAL)
+    os.mkdir(borrowed)
+    _mount(f"/proc/self/fd/{real}", str(borrowed), MS_BIND)
+    os.close(real)
+    _remount_read_only(str(borrowed))
+    _remount_read_only(str(lower))
 
 
 def _point_at_common(mountpoint: Path, common: Path) -> None:

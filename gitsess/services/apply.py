@@ -279,7 +279,7 @@ def _apply_to_commit(
         )
     with (
         p.handle.view(p.root) as view,
-        scratch_repo(p.repo, view) as scratch,
+        scratch_repo(p.repo, view.own_objects()) as scratch,
     ):
         changes = compute_changes(
             view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch
@@ -390,7 +390,7 @@ def apply_to_patch(
     with (
         prepare(ctx, session) as p,
         p.handle.view(p.root) as view,
-        scratch_repo(p.repo, view) as scratch,
+        scratch_repo(p.repo, view.own_objects()) as scratch,
     ):
         changes = compute_changes(
             view, p.repo, pathspecs=pathspecs, include_ignored=include_ignored, store=scratch

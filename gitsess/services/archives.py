@@ -132,7 +132,7 @@ def _keep(
     if not changes.git_changes() and git is None:
         return None
     if git is not None:
-        with scratch_repo(repo, view) as scratch:
+        with scratch_repo(repo, view.own_objects()) as scratch:
             session_git.promote(scratch, repo, git)
     return create_archive(
         repo, view, changes, base=s.base_commit, name=s.name,
@@ -165,7 +165,7 @@ def snapshot(ctx: RepoContext, session: Session, *, keep: bool) -> Snapshot:
             return Snapshot(p.session, commit_tree(p.repo, base), 0, tuple(p.notes))
         with (
             p.handle.view(p.root) as view,
-            scratch_repo(p.repo, view) as scratch,
+            scratch_repo(p.repo, view.own_objects()) as scratch,
         ):
             changes = compute_changes(view, p.repo)
             tree = snapshot_tree(scratch, view, changes, base)

@@ -165,7 +165,7 @@ def _walk(ctx: RepoContext, handle: SessionHandle, view: OverlayView, refs: GitR
         git = session_git.state(view, repo, handle.row, handle.row.worktree, refs)
         assert git is not None  # (refs were read: it touched its `.git`)
         # The commits' objects are the session's own, read through its view.
-        with scratch_repo(repo, view) as objects:
+        with scratch_repo(repo, view.own_objects()) as objects:
             return Own([(c, subject(objects, c)) for c in git.commits], git.below_base)
     except GitError:
         return None

@@ -183,6 +183,7 @@ def run(
         state,
         writable=() if own_state is None else (own_state,),
         common=common,
+        session_dir=spec.session_dir,
     )
     child_env = {**env, **session_env(ctx, session, live.mountpoint, env)}
     with conn:

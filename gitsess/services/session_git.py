@@ -152,7 +152,7 @@ def state(
     below = 0
     base = session.base_commit
     # the commits' objects are the session's own, read through its view
-    with scratch_repo(repo, view) as objects:
+    with scratch_repo(repo, view.own_objects()) as objects:
         commits = commits_not_in(objects, head.commit, hide)
         if head.commit not in (None, base) and base is not None and not commits:
             assert head.commit is not None

@@ -1,0 +1,188 @@
+"""A session's object store: a directory of its own on disk, beside delta.db, not delta rows.
+
+Every loose object through FUSE cost about ten kernel requests (docs/PERFORMANCE.md), so a
+commit of 5,000 files inside a session took four times as long as in a clone. The view's
+object store (`.git/objects`, a linked worktree's `.GIT/objects`) is instead a symlink,
+served from the session dir (`LINK`), to the session's store (`STORE`), where git writes
+natively: loose objects, packs, commit-graph, whatever git keeps there. The store borrows the
+real one as git's own quarantine does, by `info/alternates`, which names `lower/objects`:
+
+- outside a run (the daemon, gitsess, the mount dir) a symlink to the real store;
+- inside a run, the real store bound read-only there (`runtime/inplace.py`), the session's
+  store bound writable over its own path in the sealed state dir, and the real store's own
+  path covered by the view: nothing in a run can write a real object.
+
+So the real store is read-only below the session and what git writes is the session's own
+until an apply promotes it (`git.session_objects`); a real `git gc` cannot take a session
+commit, whose objects are in its store. gitsess reads the store with the real repository's
+objects beside it, never through the store's `info/alternates` (a run may rewrite that).
+
+A session from before kept its objects as rows below an object store of its own in the view:
+a writer that loads it moves them here (`move_rows_out`) and drops the rows, so the symlink
+shows; a reader reads them where they are (`overlay/view.py`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from gitsess.overlay.gitdir import GitLayout, write_file
+from gitsess.overlay.nodes import Node
+
+if TYPE_CHECKING:
+    from gitsess.overlay.tree import Tree
+
+STORE = b"objects"
+LINK = b"objects-link"
+LOWER = b"lower"
+REAL = LOWER + b"/objects"
+
+
+def store_of(session_dir: bytes) -> bytes:
+    return os.path.join(session_dir, STORE)
+
+
+def view_path(layout: GitLayout) -> bytes:
+    """The view path of the object store: the symlink."""
+    return layout.common + b"/objects"
+
+
+def prepare(session_dir: bytes, real: bytes) -> bytes:
+    """Make the session's store, its symlinks and its `info/alternates` (each only where it is
+    missing or says something else). Returns the path of the view's symlink."""
+    store = store_of(session_dir)
+    for d in (store, store + b"/info", store + b"/pack", os.path.join(session_dir, LOWER)):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(d)
+    link = os.path.join(session_dir, LINK)
+    _symlink(link, store)
+    lower = os.path.join(session_dir, REAL)
+    _symlink(lower, real)
+    write_file(store + b"/info/alternates", lower + b"\n")
+    return link
+
+
+def _symlink(path: bytes, target: bytes) -> None:
+    try:
+        if os.readlink(path) == target:
+            return
+    except FileNotFoundError:
+        pass
+    aside = path + b".new"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(aside)
+    os.symlink(target, aside)
+    os.replace(aside, path)
+
+
+class ObjectDir:
+    """The session's own object files, read from its store (`git.session_objects.ObjectFiles`).
+    Nothing is followed: a symlink a run put there is no object."""
+
+    def __init__(self, store: bytes) -> None:
+        self.store = store
+
+    def own_loose_objects(self) -> list[str]:
+        ids: list[str] = []
+        for fan in _names(self.store):
+            if len(fan) == 2 and all(c in b"0123456789abcdef" for c in fan):
+                ids.extend(
+                    (fan + name).decode("ascii")
+                    for name in _names(os.path.join(self.store, fan))
+                    if len(name) == 38 and all(c in b"0123456789abcdef" for c in name)
+                )
+        return ids
+
+    def own_packs(self) -> list[str]:
+        names = set(_names(os.path.join(self.store, b"pack")))
+        return sorted(
+            "pack/" + os.fsdecode(name.removesuffix(b".idx"))
+            for name in names
+            if name.startswith(b"pack-")
+            and name.endswith(b".idx")
+            and name.removesuffix(b".idx") + b".pack" in names
+        )
+
+    def _open(self, rel: str) -> int | None:
+        path = os.path.join(self.store, os.fsencode(rel))
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            return None
+        return fd
+
+    def read_object_file(self, rel: str) -> bytes | None:
+        fd = self._open(rel)
+        if fd is None:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
+
+    def copy_object_file(self, rel: str, dest: str) -> None:
+        fd = self._open(rel)
+        if fd is None:
+            raise FileNotFoundError(rel)
+        with os.fdopen(fd, "rb") as src, open(dest, "wb") as out:
+            while chunk := src.read(1 << 20):
+                out.write(chunk)
+
+
+def _names(path: bytes) -> Iterator[bytes]:
+    try:
+        with os.scandir(path) as it:
+            yield from (e.name for e in it)
+    except OSError:
+        return
+
+
+def move_rows_out(tree: Tree) -> None:
+    """A session from before: copy the files it kept as rows below an object store of its own
+    in the view into its store, and drop that directory from the view, so that the symlink
+    shows (a writer only; a crash between the two copies them again)."""
+    at = view_path(tree.lower.git)
+    parent_path, _, name = at.rpartition(b"/")
+    parent = tree.table.resolve(parent_path)
+    if parent is None or not parent.upper or parent.entries is None:
+        return
+    ino = parent.entries.get(name)
+    top = tree.table.nodes.get(ino) if ino else None
+    if top is None or top.entries is None:
+        return  # the symlink, or a whiteout: the session removed its store
+    store = tree.lower.objects_store
+    for rel, n in _upper_files(tree, top, b""):
+        dest = os.path.join(store, rel)
+        if os.path.lexists(dest):
+            continue
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        size = tree.getattr(n).size
+        tree.opened(n)
+        try:
+            data = tree.read(n, 0, size) if size else b""
+        finally:
+            tree.released(n)
+        aside = dest + b".moving"
+        with open(aside, "wb") as f:
+            f.write(data)
+        os.chmod(aside, 0o444)
+        os.replace(aside, dest)
+    del parent.entries[name]
+    tree.table.pending.dentries[(parent.ino, name)] = None
+
+
+def _upper_files(tree: Tree, d: Node, at: bytes) -> Iterator[tuple[bytes, Node]]:
+    for name, ino in sorted((d.entries or {}).items()):
+        n = tree.table.nodes.get(ino) if ino else None
+        if n is None or not n.upper:
+            continue
+        rel = os.path.join(at, name) if at else name
+        if n.entries is not None:
+            yield from _upper_files(tree, n, rel)
+        elif stat.S_ISREG(n.mode):
+            yield rel, n
