@@ -17,17 +17,19 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import apsw
 
-from gitsess.git.session_objects import ObjectFiles
 from gitsess.git.view import Entry, kind_of
 from gitsess.overlay import objectdir
 from gitsess.overlay.delta import DamagedDelta, DeltaAt, DeltaStore
 from gitsess.overlay.gitdir import GitLayout
 from gitsess.overlay.nodes import ROOT_INODE, Node
 from gitsess.overlay.tree import Tree
+
+if TYPE_CHECKING:
+    from gitsess.git.session_objects import ObjectFiles
 
 __all__ = ["DamagedDelta", "OverlayView"]
 
