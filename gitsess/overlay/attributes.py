@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 import time
 
 from gitsess.overlay import acl
 from gitsess.overlay.content_store import ContentStore
 from gitsess.overlay.data_files import DataFiles
-from gitsess.overlay.gitdir import object_store
 from gitsess.overlay.lower_layer import LowerLayer
 from gitsess.overlay.node_table import NodeTable
 from gitsess.overlay.nodes import Attr, Node, err
@@ -160,13 +158,8 @@ class Attributes:
         self.pending.nodes.add(n.ino)
 
     def _own_metadata(self, n: Node) -> None:
-        """Copy up a node whose metadata the session changes. A file of the real object store
-        is copied with its bytes: git in the real repository removes such files (a loose object
-        packed, an old pack repacked), and the session's copy must not lose its content then."""
-        if not n.upper and stat.S_ISREG(n.mode) and object_store(n.lower) is not None:
-            self.content.ensure_data(n)
-        else:
-            self.table.make_upper(n)
+        """Copy up a node whose metadata the session changes."""
+        self.table.make_upper(n)
 
     # ---------------------------------------------------------------- extended attributes
 

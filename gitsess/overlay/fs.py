@@ -165,20 +165,13 @@ class Filesystem(pyfuse3.Operations):
             e.st_size = len(shown)
             e.st_mtime_ns = self.tree.index_view.mtime_ns(e.st_mtime_ns)
         if n.upper:
-            # A directory the session made or owns below `.git` (`objects/9c`, made by git
-            # inside): its name is the session's own, whatever git does outside, and the
+            # A directory the session made or owns below `.git` (`refs/heads/topic`, made by
+            # git inside): its name is the session's own, whatever git does outside, and the
             # daemon invalidates it when the session drops or rewinds it; only its attributes
             # and listing merge with the real directory. Looked up again every second, it was
             # a LOOKUP every few loose objects git wrote (3,200 of `git add` of 5,000 files).
             e.entry_timeout = TIMEOUT
-        if pt.listed_by_git(n.worktree_rel):
-            # A real `git gc` replaces the packs git finds by listing this directory: with its
-            # attributes cached, the kernel kept the old listing, and a git inside right after
-            # missed the new pack (objects missing, or a SIGBUS reading the old one). Not so
-            # `objects/info`, which git only looks names up in: with its attributes not cached
-            # either, each path through it (5 a git command) was a GETATTR.
-            e.attr_timeout = 0.0
-        elif stat.S_ISREG(n.mode) and not pt.lasting(n.lower):
+        if stat.S_ISREG(n.mode):
             # git changes these from both sides of the view, and with no OPEN the kernel keeps
             # their pages until their attributes change: each open(2) or stat(2) of one by
             # name is a LOOKUP, whose changed mtime or size drops them (FUSE_AUTO_INVAL_DATA).
@@ -223,22 +216,11 @@ class Filesystem(pyfuse3.Operations):
 
     def _negative(self, parent: Node) -> EntryAttributes:
         # A zero inode is a cacheable "does not exist": the kernel stops asking until told
-        # (nothing tells it of what git makes below `.git` from outside the view). In the
-        # object store not at all: the session's HEAD may follow a real branch whose new
-        # commit (its ref read afresh) is in a fan-out dir a git inside just found missing.
-        # Nor would it save git's writes a request: the second LOOKUP of each loose object
-        # is its rename's target, which the kernel (6.18) looks up anew even when it holds
-        # the name as missing (docs/PERFORMANCE.md, "Loose objects on kernel 6.18").
-        # Its `pack` and `info` hold no loose objects: what every git command probes there
-        # (commit-graph, multi-pack-index, alternates, each pack's .keep, .promisor, .mtimes:
-        # 8 LOOKUPs a command) is missing for a second, as elsewhere below `.git`; git finds a
-        # new pack by listing `pack`, listed afresh each time (see `_entry`).
+        # (nothing tells it of what git makes below `.git` from outside the view, so there
+        # only for a second).
         e = EntryAttributes()
         e.st_ino = InodeT(0)
-        rel = parent.worktree_rel
-        if pt.in_object_store(rel) and not pt.without_loose_objects(rel):
-            e.entry_timeout = 0.0
-        elif self.tree.watched and not pt.follows_git(parent):
+        if self.tree.watched and not pt.follows_git(parent):
             e.entry_timeout = TIMEOUT
         else:
             e.entry_timeout = GIT_TIMEOUT
@@ -319,10 +301,6 @@ class Filesystem(pyfuse3.Operations):
         ctx: RequestContext,
     ) -> EntryAttributes:
         n = self.tree.node(inode)
-        if pt.freshens_real_pack(n, fields):
-            # git freshens a packed object it was about to write by touching the pack: refused,
-            # git writes the object loose, into the session (a copy of the pack is not worth it).
-            raise FUSEError(errno.EPERM)
         self.tree.setattr(
             n,
             mode=attr.st_mode if fields.update_mode else None,

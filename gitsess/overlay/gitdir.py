@@ -22,18 +22,14 @@ import contextlib
 import os
 from typing import NamedTuple
 
-# The worktree's own `.git` is the session's own copy-on-write, like every other path, its
-# object store included: what git writes there is the session's until an apply promotes it.
+# The worktree's own `.git` is the session's own copy-on-write, like every other path; its
+# object store is a symlink to the session's own store on disk (`objectdir.py`).
 GIT = b".git"
-GIT_OBJECTS = b".git/objects"
 # A linked worktree's view keeps the common dir here, its admin dir at `worktrees/<id>` in it.
 GIT_COMMON = b".GIT"
 GIT_TOPS = (GIT, GIT_COMMON)
-OBJECT_STORES = (GIT_OBJECTS, GIT_COMMON + b"/objects")
 _BELOW = tuple(top + b"/" for top in GIT_TOPS)
 _BELOW_GIT = _BELOW[0]
-_STORE_PREFIXES = tuple((t + b"/", t) for t in OBJECT_STORES)
-_BELOW_STORES = tuple(below for below, _ in _STORE_PREFIXES)
 # The session's files the view shows as a linked worktree's `.git` and its admin dir's
 # `commondir` (in the session dir).
 DOTGIT_FILE = b"dotgit"
@@ -169,16 +165,3 @@ def in_git(rel: bytes | None) -> bool:
     (`.GIT`), or below them: git changes those from outside the session with no lower watch to
     say so, and they are never worktree content."""
     return rel is not None and (rel in GIT_TOPS or rel.startswith(_BELOW))
-
-
-def object_store(rel: bytes | None) -> bytes | None:
-    """The object store (`OBJECT_STORES`) a worktree path lies below, None if none."""
-    # Asked several times for each request below `.git` (each loose object git writes), and
-    # of worktree paths too: one `startswith` of a tuple rules most paths out (a generator
-    # that joined the prefixes anew cost 2-3 us a call, as much as an lstat).
-    if rel is None or not rel.startswith(_BELOW_STORES):
-        return None
-    for below, top in _STORE_PREFIXES:
-        if rel.startswith(below):
-            return top
-    return None

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
-from gitsess.overlay.gitdir import in_git, object_store
+from gitsess.overlay.gitdir import in_git
 from gitsess.overlay.nodes import Node, join
 
 if TYPE_CHECKING:
@@ -152,8 +152,6 @@ def _in_unit(tree: Tree, rel: bytes | None) -> bool:
     if not in_git(rel):
         return False
     assert rel is not None
-    if object_store(rel) is not None:
-        return False  # (a quick no for most of what git writes: its objects)
     bare = rel.removesuffix(_LOCK)
     common = _common(tree)
     head, index = tree.lower.git.head_file, tree.lower.git.index_file

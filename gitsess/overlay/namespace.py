@@ -25,7 +25,6 @@ from collections.abc import Callable
 from gitsess.overlay.attributes import Attributes
 from gitsess.overlay.content_store import ContentStore
 from gitsess.overlay.delta import INLINE
-from gitsess.overlay.gitdir import object_store
 from gitsess.overlay.lower_layer import LowerLayer
 from gitsess.overlay.node_table import NodeTable
 from gitsess.overlay.nodes import Node, err, join
@@ -205,13 +204,9 @@ class Namespace:
             raise err(errno.ENOTEMPTY)
         self.before_name_change(p, name)
         p.subdirs = None
-        below = self.table.child_lower_rel(p, name)
-        if below is not None and object_store(below) is not None and self.lower.stat(below):
-            self._rmdir_in_object_store(p, name, n, below)
-        else:
-            self._remove_entry(p, name)
-            self._touch_dir(p)
-            self.unname(n)
+        self._remove_entry(p, name)
+        self._touch_dir(p)
+        self.unname(n)
         self._record_gone("rmdir", p, name, by, is_dir=True)
 
     def _empty(self, n: Node) -> bool:
@@ -220,19 +215,6 @@ class Namespace:
             return False
         rel = n.worktree_rel
         return rel is None or not any(h.rpartition(b"/")[0] == rel for h in self.lower.hidden)
-
-    def _rmdir_in_object_store(self, p: Node, name: bytes, n: Node, below: bytes) -> None:
-        """A real directory of the object store (`objects/9c`, emptied by a `git prune` or
-        `repack -d` inside) is not hidden whole: that would hide the objects the real
-        repository writes there later, which the session's HEAD, following the real branch,
-        may need. A new directory takes the name instead (the kernel marks the removed one
-        dead: nothing can be made in it), hiding only what the real one holds now; an empty
-        one is not listed (`NodeTable.children`), so the removal shows as one."""
-        a = self.attrs.getattr(n)
-        self.unname(n)
-        shell = self._new_node(p, name, a.mode, a.uid, a.gid)
-        for real, _ in self.lower.listing(below):
-            self.table.set_entry(shell, real, 0)
 
     def _remove_entry(self, parent: Node, name: bytes) -> None:
         """Drop a name: a whiteout when the lower layer has it, else nothing at all."""
@@ -382,12 +364,6 @@ class Namespace:
         n.atime_ns = n.mtime_ns = n.ctime_ns = now
         if stat.S_ISDIR(mode):
             n.entries = {}
-            # A fan-out dir git makes in the object store (`objects/9c`) also shows the real
-            # one: objects the real repository writes there later must stay readable, as
-            # the session's HEAD may follow them (the one git state, `gitunit.py`).
-            below = self.table.child_lower_rel(parent, name)
-            if below is not None and object_store(below) is not None:
-                n.origin = below
         self.nodes[n.ino] = n
         self.table.set_entry(parent, name, n.ino)
         self._touch_dir(parent)

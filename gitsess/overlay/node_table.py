@@ -38,7 +38,7 @@ from gitsess.durable import nearly_full
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.data_files import DataFiles
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
-from gitsess.overlay.gitdir import GIT_COMMON, object_store
+from gitsess.overlay.gitdir import GIT_COMMON
 from gitsess.overlay.lower_layer import LowerLayer
 from gitsess.overlay.nodes import ROOT_INODE, Node, Pending, err, stamp
 from gitsess.overlay.relayout import relayout
@@ -501,21 +501,8 @@ class NodeTable:
         common = GIT_COMMON if n.ino == ROOT_INODE and self.lower.redirects else None
         for name in sorted(entries):
             ino = entries[name]
-            if ino and name != common and not self._unlisted(self.nodes[ino]):
+            if ino and name != common:
                 yield name, self.nodes[ino].is_dir
-
-    def _unlisted(self, n: Node) -> bool:
-        """Whether `n` is an empty directory of the session's in an object store that shows
-        the real one (one it removed: `Namespace.rmdir`). Found by name, as the real one is
-        there, but not listed, so that its removal shows (and `rm -rf` of the store can remove
-        the store)."""
-        return (
-            n.entries is not None
-            and n.origin is not None
-            and not any(n.entries.values())
-            and object_store(n.origin) is not None
-            and next(self.children(n), None) is None
-        )
 
     def subdirs(self, n: Node) -> int:
         """How many directories upper directory `n` shows (counted once, then kept)."""

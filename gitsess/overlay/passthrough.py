@@ -4,9 +4,9 @@ not changed them): git changes them from outside the session too, so they are re
 They are read through a descriptor per inode (`ReadFds`, 64 at most), which a read from offset
 0 reopens if the path names another file now (git renames new files over old ones): a read
 sequence keeps the file it began with. Their entry timeout is 0 and attributes 1 s, so each
-open or stat by name is a LOOKUP whose changed mtime or size has the kernel drop its pages;
-not so for loose objects and packs, which never change under their name (`lasting`). Nothing
-here writes: what git writes below `.git` is the session's own, copied up like any file.
+open or stat by name is a LOOKUP whose changed mtime or size has the kernel drop its pages.
+Nothing here writes: what git writes below `.git` is the session's own, copied up like any
+file (its objects are not there at all: `objectdir.py`).
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
-from pyfuse3 import FUSEError, SetattrFields
+from pyfuse3 import FUSEError
 
 from gitsess.overlay.fdcache import FdCache, same_file
-from gitsess.overlay.gitdir import OBJECT_STORES, in_git, object_store
+from gitsess.overlay.gitdir import in_git
 from gitsess.overlay.nodes import Node
 
 T = TypeVar("T")
@@ -74,48 +74,3 @@ def follows_git(n: Node) -> bool:
     if n.upper:
         return n.entries is not None and in_git(n.origin)
     return in_git(n.lower)
-
-
-def in_object_store(rel: bytes | None) -> bool:
-    """Whether a worktree path is an object store or below one."""
-    return rel in OBJECT_STORES or object_store(rel) is not None
-
-
-def listed_by_git(rel: bytes | None) -> bool:
-    """Whether a directory below `.git` is one git lists to find what it holds (`objects/pack`
-    for the packs), rather than looks names up in."""
-    return _store_dir(rel) == b"pack"
-
-
-def without_loose_objects(rel: bytes | None) -> bool:
-    """Whether a directory is an object store's `pack` or `info`: of the object store, but no
-    fan-out dir (git looks names up there, commit-graph, alternates, a pack's .keep, and
-    finds packs by listing `pack`)."""
-    return _store_dir(rel) in (b"pack", b"info")
-
-
-def _store_dir(rel: bytes | None) -> bytes | None:
-    """The part of `rel` below its object store, None if it is not below one."""
-    top = object_store(rel)
-    return None if rel is None or top is None else rel[len(top) + 1 :]
-
-
-def lasting(rel: bytes | None) -> bool:
-    """Whether a file below `.git` never changes while it has that name: a loose object or a
-    pack's file, named for their content (git writes them aside and renames them in)."""
-    top = object_store(rel)
-    if rel is None or top is None:
-        return False
-    below = rel[len(top) + 1 :]
-    return below.startswith(b"pack/pack-") or (below[2:3] == b"/" and below[:2].isalnum())
-
-
-def freshens_real_pack(n: Node, fields: SetattrFields) -> bool:
-    """Whether a SETATTR changes only the times of a real pack file (git's freshening of the
-    objects in it)."""
-    rel = n.lower
-    top = None if n.upper else object_store(rel)
-    if rel is None or top is None or not rel[len(top) + 1 :].startswith(b"pack/"):
-        return False
-    others = (fields.update_mode, fields.update_uid, fields.update_gid, fields.update_size)
-    return (fields.update_atime or fields.update_mtime) and not any(others)

@@ -1,5 +1,4 @@
-"""Which object store a view path lies below (`gitdir.object_store`), asked several times for
-each request below `.git`, and what the view decides from it (`passthrough`)."""
+"""Where a view keeps its git state (`gitdir.linked_git`)."""
 
 from __future__ import annotations
 
@@ -8,42 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from gitsess.overlay import passthrough as pt
-from gitsess.overlay.gitdir import GIT_COMMON, GIT_OBJECTS, linked_git, object_store
-
-
-@pytest.mark.parametrize(
-    ("rel", "store"),
-    [
-        (b".git/objects/9c/0123456789012345678901234567890123456789", GIT_OBJECTS),
-        (b".git/objects/pack", GIT_OBJECTS),
-        (b".git/objects/", GIT_OBJECTS),
-        (b".GIT/objects/9c/tmp_obj_AbCdEf", GIT_COMMON + b"/objects"),
-        # the store itself is not below itself, nor is a name it only begins
-        (b".git/objects", None),
-        (b".git/objectsx/9c", None),
-        (b".GIT/objects", None),
-        (b".GIT/objectsx/9c", None),
-        (b".git/refs/heads/main", None),
-        (b"src/.git/objects/9c", None),
-        (b"", None),
-        (None, None),
-    ],
-)
-def test_the_object_store_a_path_lies_below(rel: bytes | None, store: bytes | None) -> None:
-    assert object_store(rel) == store
-
-
-def test_what_the_view_decides_from_it() -> None:
-    fanout = b".git/objects/9c"
-    assert pt.in_object_store(fanout) and pt.in_object_store(GIT_OBJECTS)
-    assert not pt.without_loose_objects(fanout)
-    assert pt.without_loose_objects(b".git/objects/pack")
-    assert pt.without_loose_objects(b".GIT/objects/info")
-    assert pt.listed_by_git(b".git/objects/pack") and not pt.listed_by_git(fanout)
-    assert pt.lasting(fanout + b"/0123456789012345678901234567890123456789")
-    assert pt.lasting(b".git/objects/pack/pack-1234.idx")
-    assert not pt.lasting(b".git/index") and not pt.lasting(b"src/objects/9c/0123")
+from gitsess.overlay.gitdir import linked_git
 
 
 @pytest.mark.parametrize(

@@ -52,30 +52,29 @@ def test_entries_are_cached_briefly_until_the_watch_is_in_place(tmp_path: Path) 
 
 
 def test_a_directory_of_the_sessions_own_below_git_keeps_its_name(tmp_path: Path) -> None:
-    """git inside makes the object store's fan-out dirs (`objects/9c`): their names are the
-    session's own, so the kernel keeps them as long as any (asking again every second was a
-    LOOKUP every few loose objects); their attributes, which merge with the real directory,
-    and the real names below `.git` still follow git outside within a second."""
+    """git inside makes directories below `.git` (`refs/heads/topic`): their names are the
+    session's own, so the kernel keeps them as long as any; the real names below `.git` still
+    follow git outside within a second."""
     lower = tmp_path / "lower"
-    (lower / ".git" / "objects" / "ab").mkdir(parents=True)
+    (lower / ".git" / "refs" / "ab").mkdir(parents=True)
     os.makedirs(tmp_path / "session")
     store = DeltaStore(str(tmp_path / "session" / "delta.db"))
     try:
         tree = Tree(store, str(lower), set())
         tree.catch_up()
         filesystem = fs.Filesystem(tree)
-        objects = tree.resolve(b".git/objects")
-        assert objects is not None
-        made = tree.mkdir(objects.ino, b"9c", 0o755, os.getuid(), os.getgid())
+        refs = tree.resolve(b".git/refs")
+        assert refs is not None
+        made = tree.mkdir(refs.ino, b"9c", 0o755, os.getuid(), os.getgid())
 
         async def look(name: bytes) -> pyfuse3.EntryAttributes:
             ctx = pyfuse3.RequestContext()
-            parent = pyfuse3.InodeT(objects.ino)
+            parent = pyfuse3.InodeT(refs.ino)
             return await filesystem.lookup(parent, pyfuse3.FileNameT(name), ctx)
 
         own = trio.run(look, b"9c")
         assert own.st_ino == made.ino
-        assert (own.entry_timeout, own.attr_timeout) == (fs.TIMEOUT, fs.GIT_TIMEOUT)
+        assert own.entry_timeout == fs.TIMEOUT
         real = trio.run(look, b"ab")
         assert (real.entry_timeout, real.attr_timeout) == (fs.GIT_TIMEOUT, fs.GIT_TIMEOUT)
         tree.close()
