@@ -148,9 +148,14 @@ class ContentStore:
             return n.target
         assert n.lower is not None
         try:
-            return self.lower.readlink(n.lower)
+            target = self.lower.readlink(n.lower)
         except OSError as e:
             raise err(e.errno or errno.EIO) from None
+        # What the kernel now keeps for this inode (`cache_symlinks`, fs.py): a lookup that
+        # finds the worktree's symlink saying something else gives the name a new node
+        # (`NodeTable._lower_node`).
+        n.target = target
+        return target
 
     def opened(self, n: Node) -> None:
         n.opens += 1

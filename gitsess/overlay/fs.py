@@ -134,6 +134,12 @@ class Filesystem(pyfuse3.Operations):
     atomic_o_trunc = False
     # The writer of each WRITE (patch 0008): nothing else names it without OPEN requests.
     write_context = True
+    # Symlink targets stay in the kernel's page cache (patch 0011): every path through the
+    # `.git/objects` symlink (some four per object git writes) was a READLINK. Where an inode
+    # gets other content (a rewind, a worktree change the watch reports) the daemon
+    # invalidates it whole, pages with it; below `.git`, which no watch covers, a symlink found
+    # retargeted is a new node (`NodeTable._retargeted`).
+    cache_symlinks = True
 
     def __init__(self, tree: Tree, ahead: ListAhead | None = None) -> None:
         super().__init__()

@@ -351,7 +351,13 @@ class NodeTable:
         if ino is not None:
             n = self.nodes.get(ino)
             same_type = n is not None and stat.S_IFMT(n.mode) == stat.S_IFMT(st.st_mode)
-            if n is not None and not n.upper and n.lower == rel and same_type:
+            if (
+                n is not None
+                and not n.upper
+                and n.lower == rel
+                and same_type
+                and (n.target is None or not self._retargeted(n, rel))
+            ):
                 n.parent, n.name = p.ino, name
                 n.st = st
                 return n
@@ -371,6 +377,17 @@ class NodeTable:
         self.nodes[ino] = n
         self.lower_index[rel] = ino
         return n
+
+    def _retargeted(self, n: Node, rel: bytes) -> bool:
+        """Whether the worktree's symlink at `rel` says something else than lower node `n`
+        told the kernel, which keeps a symlink's target until its inode is invalidated
+        (`cache_symlinks`, fs.py). Below `.git`, which no watch covers, nothing invalidates it:
+        the name then gets a new node, which the kernel reads anew (an invalidation from
+        within a request could wait on a READLINK of that very inode)."""
+        try:
+            return self.lower.readlink(rel) != n.target
+        except OSError:
+            return True
 
     def allocate(self) -> int:
         while True:

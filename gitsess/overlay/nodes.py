@@ -69,6 +69,7 @@ class Node:
         self.nlink = 1
         self.origin: bytes | None = None
         self.data = 1
+        # A symlink's target: an upper one's own; of a lower one, the last read (the kernel's).
         self.target: bytes | None = None
         self.origin_stamp: tuple[int, int, int] | None = None  # mode, size, mtime_ns
         self.entries: dict[bytes, int] | None = None

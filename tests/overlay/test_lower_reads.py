@@ -1,5 +1,5 @@
 """Reads of worktree files through their descriptors, before and after the lower watch is
-in place."""
+in place; worktree symlinks whose target the kernel keeps."""
 
 from __future__ import annotations
 
@@ -68,3 +68,28 @@ def test_watched_the_descriptor_is_kept_until_the_watch_reports_the_path(tree: T
     assert tree.read(n, 0, 100) == b"first"  # no report yet: the file the read began with
     tree.stale_caches({b"f"})
     assert tree.read(n, 0, 100) == b"second"
+
+
+def test_a_symlink_retargeted_where_no_watch_looks_gets_a_new_node(tree: Tree) -> None:
+    """The kernel keeps a symlink's target until its inode is invalidated (fs.py's
+    `cache_symlinks`), and nothing invalidates below `.git`: a symlink there that says
+    something else when the kernel looks its name up again is a new node, read anew."""
+    git = Path(os.fsdecode(tree.root)) / ".git"
+    git.mkdir()
+    (git / "link").symlink_to("first")
+    tree.catch_up()
+    parent = tree.lookup(ROOT_INODE, b".git")
+    assert parent is not None
+    n = tree.lookup(parent.ino, b"link")
+    assert n is not None and tree.readlink(n) == b"first"
+    same = tree.lookup(parent.ino, b"link")
+    assert same is n  # unchanged: the kernel's inode stays
+    (git / "link.new").symlink_to("second")
+    os.rename(git / "link.new", git / "link")
+    again = tree.lookup(parent.ino, b"link")
+    assert again is not None and again.ino != n.ino
+    assert tree.readlink(again) == b"second"
+    # replaced by one saying the same: nothing the kernel keeps is wrong, the inode stays
+    (git / "link.new").symlink_to("second")
+    os.rename(git / "link.new", git / "link")
+    assert tree.lookup(parent.ino, b"link") is again
