@@ -15,8 +15,9 @@ place (`DeltaStore.keep_data`, from the tree's writes and truncates) by a reflin
 filesystem has them, else a copy that keeps holes; a data file that goes is renamed into the
 checkpoint's directory (`retire_data`), so deleting a big file after a checkpoint copies
 nothing. `.git` is rows like any path but its object store, a directory of its own whose files
-are immutable: a checkpoint hard-links those it lacks into `kept/` first (`objectdir.keep`), so
-the objects of every checkpoint's refs stay, whatever a `git gc` in the session removes.
+are immutable: a checkpoint hard-links those it lacks into `kept/` first (`objectdir.keep`), and
+a rewind links back what the store lost since, so the objects of every checkpoint's refs stay,
+whatever a `git gc` in the session removes.
 
 A rewind to C first makes a checkpoint (the state before it, N), then writes every key saved
 at an epoch >= C back to its state at C through the same saving, so everything it replaced is
@@ -140,6 +141,8 @@ class History:
         self.conn = conn
         self.data_dir = data_dir
         self.root = cp_root(data_dir)
+        # (whose object store a checkpoint keeps: `objectdir.keep`)
+        self._session_dir = os.fsencode(os.path.dirname(data_dir))
         self.epoch = epoch_of(conn)
         # Keys saved in `epoch` already; filled from the database when the epoch is first seen,
         # since another process (an earlier daemon) may have saved some.
@@ -268,7 +271,7 @@ class History:
         if prev and not always and not changed_since(c, self.root, prev):
             return None
         # (before the row: no checkpoint without its objects)
-        objectdir.keep(os.fsencode(os.path.dirname(self.data_dir)))
+        objectdir.keep(self._session_dir)
         added, removed, changed = _counts(c, prev)
         now = time.time_ns()
         c.execute(
@@ -293,6 +296,8 @@ class History:
             raise KeyError(target)
         datas = _saved_data(self.root, target)
         prepared: dict[int, str | None] = {}
+        # the objects before the refs that may name them
+        objectdir.bring_back(self._session_dir)
         try:
             c.execute("BEGIN IMMEDIATE")
             try:

@@ -20,10 +20,12 @@ objects beside it, never through the store's `info/alternates` (a run may rewrit
 A checkpoint names the whole session's state, objects included, and a rewind may bring back a
 HEAD whose objects a `git gc` in the session has since removed from the store. Objects are
 immutable files named by their content, so a checkpoint hard-links every file of the store's
-fan-out dirs and `pack/` not kept yet into `kept/` (`keep`), the store's second alternate and
-a second directory gitsess reads; nothing removes them but the session's removal (a
-retention that drops checkpoints leaves them: git may have pruned from the store what it
-found in `kept/`, and its HEAD may still need it).
+fan-out dirs and `pack/` not kept yet into `kept/` (`keep`), and a rewind links back into the
+store each one it lacks (`bring_back`), before the refs that may name them come back. gitsess
+reads `kept/` after the store. It is not one of the store's alternates: git's gc packs only
+objects no alternate has (`repack -l`), so every object a checkpoint kept would stay loose in
+the store for good. Nothing removes `kept/` but the session's removal (a retention that drops
+checkpoints leaves it).
 
 A session from before kept its objects as rows below an object store of its own in the view:
 a writer that loads it moves them here (`move_rows_out`) and drops the rows, so the symlink
@@ -70,38 +72,44 @@ def prepare(session_dir: bytes, real: bytes) -> bytes:
     """Make the session's store, its symlinks and its `info/alternates` (each only where it is
     missing or says something else). Returns the path of the view's symlink."""
     store = store_of(session_dir)
-    kept = os.path.join(session_dir, KEPT)
-    for d in (store, store + b"/info", store + b"/pack", os.path.join(session_dir, LOWER), kept):
+    for d in (store, store + b"/info", store + b"/pack", os.path.join(session_dir, LOWER)):
         with contextlib.suppress(FileExistsError):
             os.mkdir(d)
     link = os.path.join(session_dir, LINK)
     _symlink(link, store)
     lower = os.path.join(session_dir, REAL)
     _symlink(lower, real)
-    # (git complains of an alternate that is missing: `kept` is made above)
-    write_file(store + b"/info/alternates", lower + b"\n" + kept + b"\n")
+    write_file(store + b"/info/alternates", lower + b"\n")
     return link
 
 
 def keep(session_dir: bytes) -> None:
-    """Hard-link each object file of the store not kept yet into `kept/` (a checkpoint's).
-    The fan-out dirs first: a `git gc` meanwhile packs a loose object before it removes it,
-    so one gone from a fan-out dir is found in `pack/` after."""
-    store = store_of(session_dir)
-    kept = os.path.join(session_dir, KEPT)
-    fans = sorted(d for d in _names(store) if _is_fan(d))
+    """Hard-link each object file of the store not kept yet into `kept/` (a checkpoint's)."""
+    _link_missing(store_of(session_dir), os.path.join(session_dir, KEPT))
+
+
+def bring_back(session_dir: bytes) -> None:
+    """Hard-link back into the store each kept object file it lacks (a rewind's)."""
+    _link_missing(os.path.join(session_dir, KEPT), store_of(session_dir))
+
+
+def _link_missing(src: bytes, dest: bytes) -> None:
+    """Hard-link the object files of `src` that `dest` lacks into it. The fan-out dirs first:
+    a `git gc` meanwhile packs a loose object before it removes it, so one gone from a fan-out
+    dir is found in `pack/` after."""
+    fans = sorted(d for d in _names(src) if _is_fan(d))
     for d in (*fans, b"pack"):
-        names = [n for n in _files(os.path.join(store, d)) if _is_object_file(d, n)]
+        names = [n for n in _files(os.path.join(src, d)) if _is_object_file(d, n)]
         if not names:
             continue
-        there = os.path.join(kept, d)
+        there = os.path.join(dest, d)
         os.makedirs(there, exist_ok=True)
         have = set(_names(there))
         for name in names:
             if name not in have:
                 # (gone since listed: a gc packed it, or pruned what nothing reaches)
                 with contextlib.suppress(FileExistsError, FileNotFoundError):
-                    os.link(os.path.join(store, d, name), os.path.join(there, name))
+                    os.link(os.path.join(src, d, name), os.path.join(there, name))
 
 
 def _is_fan(name: bytes) -> bool:
@@ -109,9 +117,11 @@ def _is_fan(name: bytes) -> bool:
 
 
 def _is_object_file(d: bytes, name: bytes) -> bool:
-    """A loose object, or a pack's file git wrote whole (its temporary files are `tmp_*`)."""
+    """A loose object, or a pack's file git wrote whole (its temporary files are `tmp_*`); not
+    a `.keep`, which git removes once a fetch's pack is referenced (linked back, it would keep
+    the pack from every later repack)."""
     if d == b"pack":
-        return name.startswith(b"pack-")
+        return name.startswith(b"pack-") and not name.endswith(b".keep")
     return len(name) == 38 and _HEX.issuperset(name)
 
 

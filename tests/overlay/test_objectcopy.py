@@ -1,5 +1,6 @@
-"""A session's object store on disk: what a checkpoint keeps of it (`objectdir.keep`) and a
-fork's copy of it (`objectcopy.copy_store`), without a mount."""
+"""A session's object store on disk: what a checkpoint keeps of it (`objectdir.keep`), what a
+rewind brings back (`objectdir.bring_back`), and a fork's copy of it (`objectcopy.copy_store`),
+without a mount."""
 
 from __future__ import annotations
 
@@ -43,14 +44,20 @@ def test_keep_links_the_object_files_and_only_those(tmp_path: Path) -> None:
         "c" * 38,
         "pack-" + "1" * 40 + ".pack",
     ]
-    # what a gc then removes from the store stays kept, and is read with the store
+    # what a gc then removes from the store stays kept, is read with the store, and a rewind
+    # links it back
     (store / LOOSE).unlink()
+    (store / (PACK + ".pack")).unlink()
     objectdir.keep(bytes(s))
     assert (kept / LOOSE).read_bytes() == b"loose"
     assert objectdir.own_files(bytes(s)).read_object_file(LOOSE) == b"loose"
     assert objectdir.own_files(bytes(s)).own_loose_objects() == ["ab" + "c" * 38]
-    alternates = (store / "info" / "alternates").read_bytes().split(b"\n")
-    assert alternates == [bytes(s / "lower" / "objects"), bytes(kept), b""]
+    objectdir.bring_back(bytes(s))
+    assert os.path.samefile(store / LOOSE, kept / LOOSE)
+    assert os.path.samefile(store / (PACK + ".pack"), kept / (PACK + ".pack"))
+    # not an alternate of the store: git's gc would never pack what a checkpoint kept
+    alternates = (store / "info" / "alternates").read_bytes()
+    assert alternates == bytes(s / "lower" / "objects") + b"\n"
 
 
 def test_a_forks_copy_is_its_own(tmp_path: Path) -> None:
@@ -78,7 +85,6 @@ def test_a_forks_copy_is_its_own(tmp_path: Path) -> None:
     assert (dest / "kept" / gone).read_bytes() == b"gone"
     assert not os.path.samefile(dest / "kept" / gone, src / "kept" / gone)
     # its alternates and symlinks name its own session dir
-    alternates = (copy / "info" / "alternates").read_bytes()
-    assert alternates == bytes(dest / "lower" / "objects") + b"\n" + bytes(dest / "kept") + b"\n"
+    assert (copy / "info" / "alternates").read_bytes() == bytes(dest / "lower" / "objects") + b"\n"
     assert os.readlink(dest / "lower" / "objects") == str(tmp_path / "real")
     assert os.readlink(dest / "objects-link") == str(copy)

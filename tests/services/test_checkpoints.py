@@ -405,8 +405,8 @@ def test_rewind_of_some_paths(repo: Path, gs: InProcess) -> None:
 def test_a_rewind_brings_back_commits_a_gc_in_the_session_pruned(
     repo: Path, ctx: RepoContext, gs: InProcess
 ) -> None:
-    """A checkpoint keeps the store's object files (hard links in `kept/`), so a rewind to it
-    finds its commits whatever a `git gc` in the session removed since."""
+    """A checkpoint keeps the store's object files (hard links in `kept/`), which a rewind to it
+    links back: its commits are there whatever a `git gc` in the session removed since."""
     run(repo, "s", "echo c > c.txt && git add c.txt && git commit -qm kept-commit")
     head = run(repo, "s", "git rev-parse HEAD").stdout.strip()
     gs.ok("checkpoint", "s", "-m", "with the commit")
