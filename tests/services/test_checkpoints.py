@@ -402,11 +402,15 @@ def test_rewind_of_some_paths(repo: Path, gs: InProcess) -> None:
     assert run(repo, "p", "cat d/a b; ls").stdout == "two\ntwo\nREADME.md\nb\nd\nl\nsrc\n"
 
 
+@pytest.mark.parametrize("mounted", [False, True], ids=["offline", "live"])
 def test_a_rewind_brings_back_commits_a_gc_in_the_session_pruned(
-    repo: Path, ctx: RepoContext, gs: InProcess
+    repo: Path, ctx: RepoContext, gs: InProcess, mounted: bool
 ) -> None:
     """A checkpoint keeps the store's object files (hard links in `kept/`), which a rewind to it
     links back: its commits are there whatever a `git gc` in the session removed since."""
+    if mounted:
+        gs.ok("new", "s")
+        gs.ok("mount", "s")  # (the daemon checkpoints and rewinds)
     run(repo, "s", "echo c > c.txt && git add c.txt && git commit -qm kept-commit")
     head = run(repo, "s", "git rev-parse HEAD").stdout.strip()
     gs.ok("checkpoint", "s", "-m", "with the commit")
