@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from contextlib import suppress
+from pathlib import Path
 from typing import Literal
 
 import pygit2
@@ -174,9 +175,11 @@ def promote(src: ScratchRepository, dest: pygit2.Repository, commits: Sequence[s
     return len(made)
 
 
-def write_objects(dest: pygit2.Repository, made: Sequence[packwrite.Entry]) -> None:
-    """Write objects into `dest`'s object store: as one pack when there are many
-    (`packwrite`), else as loose objects.
+def write_objects(
+    dest: pygit2.Repository, made: Sequence[packwrite.Entry], into: Path | None = None
+) -> None:
+    """Write objects into `dest`'s object store (or the object directory `into`, with `dest`'s
+    settings): as one pack when there are many (`packwrite`), else as loose objects.
 
     Loose ones are written to `dest`'s loose store alone: through the repository's object
     database, every write first asks each backend whether it has the object, and each miss
@@ -185,7 +188,8 @@ def write_objects(dest: pygit2.Repository, made: Sequence[packwrite.Entry]) -> N
         return
     config = dest.config
     fsync = "core.fsyncObjectFiles" in config and config.get_bool("core.fsyncObjectFiles")
-    objects = common_dir(dest) / "objects"
+    objects = common_dir(dest) / "objects" if into is None else into
+    objects.mkdir(exist_ok=True)
     if packwrite.fits(made):
         packwrite.write_pack(objects, made, fsync)
         return

@@ -10,7 +10,6 @@ first object that no loose one and no real store holds.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import tempfile
@@ -23,7 +22,6 @@ from pygit2.enums import ObjectType
 
 _KINDS = {b"commit": ObjectType.COMMIT, b"tree": ObjectType.TREE, b"blob": ObjectType.BLOB}
 _KINDS[b"tag"] = ObjectType.TAG
-_NAMES = {kind: name for name, kind in _KINDS.items()}
 
 Entry = tuple[pygit2.Oid, int, bytes]  # id, object type, content (as `packwrite.Entry`)
 
@@ -141,14 +139,6 @@ def parse_loose(raw: bytes) -> tuple[int, bytes]:
     if name not in _KINDS or not size.isdigit() or int(size) != len(data):
         raise KeyError("damaged loose object")
     return _KINDS[name], data
-
-
-def loose_file(kind: int, data: bytes) -> tuple[str, bytes]:
-    """A loose object file for (type, content): its path in an object store, and its bytes
-    (deflated at zlib's fastest level, as git's default core.looseCompression)."""
-    body = _NAMES[ObjectType(kind)] + b" %d\0" % len(data) + data
-    hex_id = hashlib.sha1(body).hexdigest()
-    return f"{hex_id[:2]}/{hex_id[2:]}", zlib.compress(body, 1)
 
 
 def needed_objects(

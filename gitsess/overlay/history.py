@@ -14,8 +14,10 @@ and the change it precedes commit together. A data file is saved before its firs
 place (`DeltaStore.keep_data`, from the tree's writes and truncates) by a reflink where the
 filesystem has them, else a copy that keeps holes; a data file that goes is renamed into the
 checkpoint's directory (`retire_data`), so deleting a big file after a checkpoint copies
-nothing. `.git` is rows like any path, `objects/` included: the session's commits and objects
-are covered too.
+nothing. `.git` is rows like any path but its object store, a directory of its own whose files
+are immutable: a checkpoint hard-links those it lacks into `kept/` first (`objectdir.keep`), and
+a rewind links back what the store lost since, so the objects of every checkpoint's refs stay,
+whatever a `git gc` in the session removes.
 
 A rewind to C first makes a checkpoint (the state before it, N), then writes every key saved
 at an epoch >= C back to its state at C through the same saving, so everything it replaced is
@@ -42,7 +44,7 @@ import apsw
 
 from gitsess.durable import fsync_dir
 from gitsess.errors import GitsessError
-from gitsess.overlay import layout
+from gitsess.overlay import layout, objectdir
 from gitsess.overlay.usage import cp_root, epochs_on_disk
 from gitsess.store.sqlvalue import blob, integer, scalar
 
@@ -97,8 +99,9 @@ class Rewound:
 
 def copy_file(src: str, dest: str) -> None:
     """`src` to a new file `dest`: a reflink where the filesystem has them, else a copy that
-    keeps holes."""
-    fd_in = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    keeps holes. `src` is never followed (a symlink a run put in an object store), nor waited
+    on (a fifo)."""
+    fd_in = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
         flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
         fd_out = os.open(dest, flags, 0o600)
@@ -138,6 +141,8 @@ class History:
         self.conn = conn
         self.data_dir = data_dir
         self.root = cp_root(data_dir)
+        # (whose object store a checkpoint keeps: `objectdir.keep`)
+        self._session_dir = os.fsencode(os.path.dirname(data_dir))
         self.epoch = epoch_of(conn)
         # Keys saved in `epoch` already; filled from the database when the epoch is first seen,
         # since another process (an earlier daemon) may have saved some.
@@ -265,6 +270,8 @@ class History:
         prev = epoch_of(c)
         if prev and not always and not changed_since(c, self.root, prev):
             return None
+        # (before the row: no checkpoint without its objects)
+        objectdir.keep(self._session_dir)
         added, removed, changed = _counts(c, prev)
         now = time.time_ns()
         c.execute(
@@ -289,6 +296,8 @@ class History:
             raise KeyError(target)
         datas = _saved_data(self.root, target)
         prepared: dict[int, str | None] = {}
+        # the objects before the refs that may name them
+        objectdir.bring_back(self._session_dir)
         try:
             c.execute("BEGIN IMMEDIATE")
             try:

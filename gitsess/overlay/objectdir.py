@@ -17,6 +17,16 @@ until an apply promotes it (`git.session_objects`); a real `git gc` cannot take 
 commit, whose objects are in its store. gitsess reads the store with the real repository's
 objects beside it, never through the store's `info/alternates` (a run may rewrite that).
 
+A checkpoint names the whole session's state, objects included, and a rewind may bring back a
+HEAD whose objects a `git gc` in the session has since removed from the store. Objects are
+immutable files named by their content, so a checkpoint hard-links every file of the store's
+fan-out dirs and `pack/` not kept yet into `kept/` (`keep`), and a rewind links back into the
+store each one it lacks (`bring_back`), before the refs that may name them come back. gitsess
+reads `kept/` after the store. It is not one of the store's alternates: git's gc packs only
+objects no alternate has (`repack -l`), so every object a checkpoint kept would stay loose in
+the store for good. Nothing removes `kept/` but the session's removal (a retention that drops
+checkpoints leaves it).
+
 A session from before kept its objects as rows below an object store of its own in the view:
 a writer that loads it moves them here (`move_rows_out`) and drops the rows, so the symlink
 shows; a reader reads them where they are (`overlay/view.py`).
@@ -31,19 +41,26 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from gitsess.overlay.gitdir import GitLayout, write_file
-from gitsess.overlay.nodes import Node
 
 if TYPE_CHECKING:
+    from gitsess.overlay.nodes import Node
     from gitsess.overlay.tree import Tree
 
 STORE = b"objects"
 LINK = b"objects-link"
 LOWER = b"lower"
 REAL = LOWER + b"/objects"
+KEPT = b"kept"
+_HEX = frozenset(b"0123456789abcdef")
 
 
 def store_of(session_dir: bytes) -> bytes:
     return os.path.join(session_dir, STORE)
+
+
+def own_files(session_dir: bytes) -> ObjectDir:
+    """What gitsess reads of the session's own objects: its store, then what checkpoints kept."""
+    return ObjectDir(store_of(session_dir), os.path.join(session_dir, KEPT))
 
 
 def view_path(layout: GitLayout) -> bytes:
@@ -66,6 +83,57 @@ def prepare(session_dir: bytes, real: bytes) -> bytes:
     return link
 
 
+def keep(session_dir: bytes) -> None:
+    """Hard-link each object file of the store not kept yet into `kept/` (a checkpoint's)."""
+    _link_missing(store_of(session_dir), os.path.join(session_dir, KEPT))
+
+
+def bring_back(session_dir: bytes) -> None:
+    """Hard-link back into the store each kept object file it lacks (a rewind's)."""
+    _link_missing(os.path.join(session_dir, KEPT), store_of(session_dir))
+
+
+def _link_missing(src: bytes, dest: bytes) -> None:
+    """Hard-link the object files of `src` that `dest` lacks into it. The fan-out dirs first:
+    a `git gc` meanwhile packs a loose object before it removes it, so one gone from a fan-out
+    dir is found in `pack/` after."""
+    fans = sorted(d for d in _names(src) if _is_fan(d))
+    for d in (*fans, b"pack"):
+        names = [n for n in _files(os.path.join(src, d)) if _is_object_file(d, n)]
+        if not names:
+            continue
+        there = os.path.join(dest, d)
+        os.makedirs(there, exist_ok=True)
+        have = set(_names(there))
+        for name in names:
+            if name not in have:
+                # (gone since listed: a gc packed it, or pruned what nothing reaches)
+                with contextlib.suppress(FileExistsError, FileNotFoundError):
+                    os.link(os.path.join(src, d, name), os.path.join(there, name))
+
+
+def _is_fan(name: bytes) -> bool:
+    return len(name) == 2 and _HEX.issuperset(name)
+
+
+def _is_object_file(d: bytes, name: bytes) -> bool:
+    """A loose object, or a pack's file git wrote whole (its temporary files are `tmp_*`); not
+    a `.keep`, which git removes once a fetch's pack is referenced (linked back, it would keep
+    the pack from every later repack)."""
+    if d == b"pack":
+        return name.startswith(b"pack-") and not name.endswith(b".keep")
+    return len(name) == 38 and _HEX.issuperset(name)
+
+
+def _files(path: bytes) -> list[bytes]:
+    """The regular files of a directory (not a symlink a run put there)."""
+    try:
+        with os.scandir(path) as it:
+            return [e.name for e in it if e.is_file(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
 def _symlink(path: bytes, target: bytes) -> None:
     try:
         if os.readlink(path) == target:
@@ -80,43 +148,49 @@ def _symlink(path: bytes, target: bytes) -> None:
 
 
 class ObjectDir:
-    """The session's own object files, read from its store (`git.session_objects.ObjectFiles`).
-    Nothing is followed: a symlink a run put there is no object."""
+    """The session's own object files (`git.session_objects.ObjectFiles`), read from object
+    directories in turn (its store, then `kept/`). Nothing is followed: a symlink a run put
+    there is no object."""
 
-    def __init__(self, store: bytes) -> None:
-        self.store = store
+    def __init__(self, *dirs: bytes) -> None:
+        self.dirs = dirs
 
     def own_loose_objects(self) -> list[str]:
-        ids: list[str] = []
-        for fan in _names(self.store):
-            if len(fan) == 2 and all(c in b"0123456789abcdef" for c in fan):
-                ids.extend(
+        ids: set[str] = set()
+        for top in self.dirs:
+            for fan in filter(_is_fan, _names(top)):
+                ids.update(
                     (fan + name).decode("ascii")
-                    for name in _names(os.path.join(self.store, fan))
-                    if len(name) == 38 and all(c in b"0123456789abcdef" for c in name)
+                    for name in _names(os.path.join(top, fan))
+                    if _is_object_file(fan, name)
                 )
-        return ids
+        return sorted(ids)
 
     def own_packs(self) -> list[str]:
-        names = set(_names(os.path.join(self.store, b"pack")))
-        return sorted(
-            "pack/" + os.fsdecode(name.removesuffix(b".idx"))
-            for name in names
-            if name.startswith(b"pack-")
-            and name.endswith(b".idx")
-            and name.removesuffix(b".idx") + b".pack" in names
-        )
+        packs: set[str] = set()
+        for top in self.dirs:
+            names = set(_names(os.path.join(top, b"pack")))
+            packs.update(
+                "pack/" + os.fsdecode(name.removesuffix(b".idx"))
+                for name in names
+                if name.startswith(b"pack-")
+                and name.endswith(b".idx")
+                and name.removesuffix(b".idx") + b".pack" in names
+            )
+        return sorted(packs)
 
     def _open(self, rel: str) -> int | None:
-        path = os.path.join(self.store, os.fsencode(rel))
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            return None
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        for top in self.dirs:
+            try:
+                fd = os.open(
+                    os.path.join(top, os.fsencode(rel)), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+                )
+            except OSError:
+                continue
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                return fd
             os.close(fd)
-            return None
-        return fd
+        return None
 
     def read_object_file(self, rel: str) -> bytes | None:
         fd = self._open(rel)

@@ -208,14 +208,14 @@ class OverlayView:
             self.tree.released(n)
 
     def own_objects(self) -> ObjectFiles:
-        """The session's own object files: its store (`objectdir.py`), or, for a session
-        from before not yet loaded by a writer, the rows it kept below an object store of
-        its own in the view."""
+        """The session's own object files: its store and what its checkpoints kept
+        (`objectdir.py`), or, for a session from before not yet loaded by a writer, the rows
+        it kept below an object store of its own in the view."""
         at = objectdir.view_path(self.git)
         n = self.tree.resolve(at)
         if n is not None and n.upper and n.entries is not None:
             return _RowObjects(self.tree, at)
-        return objectdir.ObjectDir(self.tree.lower.objects_store)
+        return objectdir.own_files(os.path.dirname(self.tree.lower.objects_store))
 
     def _need(self, path: str) -> Node:
         n = self._resolve(path)

@@ -10,8 +10,9 @@ trailers, with the session's name, id, title, worktree and branch. Not kept: ign
 permission bits git does not keep, empty directories. `restore` makes a new session on the
 archived worktree if it is still one (else the current one), lays the tree's changes into it
 offline (`lay_paths`, through `viewwrite`), brings back its id (unless taken), its kv store and
-its commits, and deletes the ref only once the session is made. An archive is checked path by
-path first (`check_paths`), as a pulled commit is.
+its commits (their objects into its object store, `overlay/objectdir.py`), and deletes the ref
+only once the session is made. An archive is checked path by path first (`check_paths`), as a
+pulled commit is.
 
 `archive` compares the view with the real worktree; when that is gone, it lays the view over a
 stand-in of what the worktree held (`_archive_over_stand_in`, which `gc`'s sweep uses too
@@ -61,6 +62,7 @@ from gitsess.git.repo import (
 )
 from gitsess.git.scratch import BIG_FILE, scratch_repo
 from gitsess.git.trees import commit_tree_id, object_size
+from gitsess.overlay import objectdir
 from gitsess.overlay.kvtable import kv_items
 from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
@@ -294,7 +296,9 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
     try:
         lay_paths(ctx, session, repo, paths)
         if info.head is not None:
-            lay_git_files(ctx, session, session_git.restored_git(repo, session, info))
+            store = objectdir.store_of(bytes(ctx.session_dir(session.id)))
+            files = session_git.restored_git(repo, session, info, Path(os.fsdecode(store)))
+            lay_git_files(ctx, session, files)
         kv = archived_kv(repo, info)
         if kv is not None:
             kv_service.put_json(ctx, session, kv)
@@ -369,8 +373,7 @@ def lay_git_files(ctx: RepoContext, session: Session, files: Mapping[str, bytes]
     """Write these files (as `GitLayout.path` names them) into the session's own git state."""
     with view_writer(ctx, session, real_root(session)) as writer:
         for rel, data in files.items():
-            # git makes its objects read-only
-            writer.put_git_file(rel, data, 0o444 if "objects/" in rel else 0o644)
+            writer.put_git_file(rel, data)
 
 
 def _perm(real: Path, executable: bool) -> int:

@@ -2,10 +2,11 @@
 session made from other work (`insert`, `undo`), which `restore` and `remote` use too.
 
 The fork gets S's worktree, branch and base (`parent` = S; it owns neither worktree nor
-branch) and a copy of S's delta: changes, `.git` and objects, checkpoints, audit log, kv. A
-mounted S's daemon makes the copy itself on its event loop after a commit, so the fork holds S
-as of one moment between two requests; an unmounted S is copied under its mount lock. `fork
---at CP` then rewinds the copy to CP, so its history keeps S's later checkpoints.
+branch) and a copy of S's delta: changes, `.git`, checkpoints, audit log, kv. A mounted S's
+daemon makes the copy itself on its event loop after a commit, so the fork holds S as of one
+moment between two requests; an unmounted S is copied under its mount lock. S's object store
+and what its checkpoints kept are copied after (`overlay/objectcopy.py`). `fork --at CP` then
+rewinds the copy to CP, so its history keeps S's later checkpoints.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
-from gitsess.overlay import history, layout
+from gitsess.overlay import history, layout, objectcopy
 from gitsess.overlay.delta import DeltaStore, copy_delta
 from gitsess.runtime import mount
 from gitsess.services.apply_journal import reconcile
@@ -103,6 +104,8 @@ def fork(ctx: RepoContext, source: Session, name: str, *, at: int | None = None)
             src = layout.delta(src_dir)
             if src.exists() and not mount.copy_delta(src_dir, target):
                 copy_delta(str(src), str(layout.delta(target)))
+            # after the delta: every object its refs name is in the store by then
+            objectcopy.copy_store(bytes(src_dir), bytes(target))
         if at is not None:
             _rewind_copy(layout.delta(target), at)
         return insert(

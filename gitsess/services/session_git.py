@@ -201,26 +201,24 @@ def reached(repo: Repository, git: SessionGit, tip: str | None, base: str | None
     return ahead and (head == tip or descends(repo, tip, head))
 
 
-def restored_git(repo: Repository, session: Session, info: ArchiveInfo) -> dict[str, bytes]:
+def restored_git(
+    repo: Repository, session: Session, info: ArchiveInfo, store: Path
+) -> dict[str, bytes]:
     """The files of a restored session's git state that bring back the commits made inside the
-    archived one (`info.head`): its branch ending at them, and their objects as loose
-    objects of the session's own (the archive that kept them reachable goes with the restore,
-    and the real repository's gc must not take them from the session)."""
-    from gitsess.git.session_objects import loose_file, needed_objects, tree_objects
+    archived one (`info.head`): its branch ending at them. Their objects are written into the
+    session's object store `store` first (the archive that kept them reachable goes with the
+    restore, and the real repository's gc must not take them from the session)."""
+    from gitsess.git.objects import write_objects
+    from gitsess.git.session_objects import needed_objects, tree_objects
     from gitsess.git.session_refs import commits_not_in
 
     assert info.head is not None
-    if session.branch is not None:
-        files = files_for_head(repo, session, info.head)
-    else:
-        files = {"HEAD": info.head.encode() + b"\n"}
     commits = commits_not_in(repo, info.head, [info.base] if info.base else [])
     base_objects = tree_objects(repo, info.base)
-    store = "common/objects/"
-    for _, kind, data in needed_objects(repo, commits, base_objects.__contains__):
-        rel, raw = loose_file(kind, data)
-        files[store + rel] = raw
-    return files
+    write_objects(repo, needed_objects(repo, commits, base_objects.__contains__), store)
+    if session.branch is not None:
+        return files_for_head(repo, session, info.head)
+    return {"HEAD": info.head.encode() + b"\n"}
 
 
 def replay(repo: Repository, git: SessionGit, onto: str | None, objects: Repository) -> Replayed:

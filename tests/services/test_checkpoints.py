@@ -400,3 +400,42 @@ def test_rewind_of_some_paths(repo: Path, gs: InProcess) -> None:
     assert run(repo, "p", "cat d/a b c; ls").stdout == "one\ntwo\none\nREADME.md\nb\nc\nd\nl\nsrc\n"
     gs.ok("undo", "p")
     assert run(repo, "p", "cat d/a b; ls").stdout == "two\ntwo\nREADME.md\nb\nd\nl\nsrc\n"
+
+
+@pytest.mark.parametrize("mounted", [False, True], ids=["offline", "live"])
+def test_a_rewind_brings_back_commits_a_gc_in_the_session_pruned(
+    repo: Path, ctx: RepoContext, gs: InProcess, mounted: bool
+) -> None:
+    """A checkpoint keeps the store's object files (hard links in `kept/`), which a rewind to it
+    links back: its commits are there whatever a `git gc` in the session removed since."""
+    if mounted:
+        gs.ok("new", "s")
+        gs.ok("mount", "s")  # (the daemon checkpoints and rewinds)
+    run(repo, "s", "echo c > c.txt && git add c.txt && git commit -qm kept-commit")
+    head = run(repo, "s", "git rev-parse HEAD").stdout.strip()
+    gs.ok("checkpoint", "s", "-m", "with the commit")
+    cp = gs.json("checkpoints", "s")["checkpoints"][-1]["checkpoint"]
+    run(
+        repo,
+        "s",
+        "git reset -q --hard HEAD~1 && git reflog expire --expire=now --all"
+        " && git gc -q --prune=now",
+    )
+    # the gc removed the commit from the session's store
+    session_dir = ctx.session_dir(gs.json("show", "s")["id"])
+    store = session_dir / "objects"
+    assert not (store / head[:2] / head[2:]).exists()
+    for idx in (store / "pack").glob("*.idx"):
+        listed = subprocess.run(
+            ["git", "show-index"], stdin=idx.open("rb"), capture_output=True, check=True
+        )
+        assert head.encode() not in listed.stdout
+    gs.ok("rewind", "s", str(cp))
+    inside = run(repo, "s", "git log -1 --format=%s && git fsck --no-dangling --no-progress")
+    assert inside.stdout == "kept-commit\n"
+    gs.ok("apply", "s", "--commit", "-m", "rewound")
+    assert _log_tail(repo).splitlines()[0] == "kept-commit"
+    # rm takes the store and what was kept with the session dir, and nothing its symlinks name
+    gs.ok("rm", "s")
+    assert not session_dir.exists()
+    subprocess.run(["git", "fsck", "--no-progress"], cwd=repo, check=True, capture_output=True)

@@ -1,0 +1,99 @@
+"""A fork's copy of a session's object store (`objectdir.py`) and of what its checkpoints kept.
+
+The copy is of the files, reflinked where the filesystem can, else copied: hard links would let
+a run of one session change the other's files in place. `kept/` files that are links of store
+files in the source are links of their copies in the fork (one copy each, as in the source).
+
+The source may be live, and git in a run writes its store directly (not through the daemon
+that froze to copy the delta), so the store is copied after the delta: git writes an object
+before a ref names it, so every object the copied refs name is there to copy. A `git gc` that
+packs and removes loose objects meanwhile makes a listed file vanish; the fan-out dirs are
+copied before `pack/` (a gc writes the pack before it removes the loose objects), and a pass
+in which a file vanished is followed by another, which copies what is still missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from gitsess.overlay import history, objectdir
+
+# Passes over a store that changed under the copy (three `git gc`s in a row meanwhile).
+PASSES = 3
+# What is the source's alone: its alternates name its own session dir (`objectdir.prepare`
+# writes the fork's).
+_OWN = {objectdir.STORE: {b"info/alternates"}, objectdir.KEPT: set()}
+
+
+def copy_store(src: bytes, dest: bytes) -> None:
+    """Copy the object store and `kept/` of the session dir `src` into the session dir `dest`,
+    then make the fork's symlinks and alternates, borrowing what the source borrows."""
+    for top in (objectdir.STORE, objectdir.KEPT):
+        copier = _Copier(src, dest, top)
+        for _ in range(PASSES):
+            copier.vanished = False
+            copier.copy(b"")
+            if not copier.vanished:
+                break
+    # (a source never loaded has no store; the fork's first view makes its own)
+    with contextlib.suppress(OSError):
+        objectdir.prepare(dest, os.readlink(os.path.join(src, objectdir.REAL)))
+
+
+class _Copier:
+    def __init__(self, src: bytes, dest: bytes, top: bytes) -> None:
+        self.src = os.path.join(src, top)
+        self.dest = os.path.join(dest, top)
+        self.skip = _OWN[top]
+        # `kept/` files that are the store's own, linked to their copies in the fork
+        self.stores = (
+            (objectdir.store_of(src), objectdir.store_of(dest)) if top == objectdir.KEPT else None
+        )
+        self.vanished = False
+
+    def copy(self, rel: bytes) -> None:
+        try:
+            with os.scandir(os.path.join(self.src, rel)) as it:
+                entries = sorted(it, key=lambda e: (_order(rel, e.name), e.name))
+        except FileNotFoundError:
+            self.vanished = bool(rel)
+            return
+        dest_dir = os.path.join(self.dest, rel)
+        os.makedirs(dest_dir, mode=0o700, exist_ok=True)
+        have = set(os.listdir(dest_dir))
+        for e in entries:
+            sub = os.path.join(rel, e.name) if rel else e.name
+            if e.is_dir(follow_symlinks=False):
+                self.copy(sub)
+            elif (
+                e.is_file(follow_symlinks=False)
+                and e.name not in have
+                and sub not in self.skip
+                and not e.name.startswith(b"tmp_")  # git's, still being written
+            ):
+                try:
+                    self._file(e, sub)
+                except FileNotFoundError:
+                    self.vanished = True
+
+    def _file(self, e: os.DirEntry[bytes], rel: bytes) -> None:
+        dest = os.path.join(self.dest, rel)
+        st = e.stat(follow_symlinks=False)
+        if self.stores is not None:
+            src_store, dest_store = self.stores
+            with contextlib.suppress(OSError):
+                if os.path.samestat(st, os.lstat(os.path.join(src_store, rel))):
+                    os.link(os.path.join(dest_store, rel), dest)
+                    return
+        history.copy_file(os.fsdecode(e.path), os.fsdecode(dest))
+        os.chmod(dest, stat.S_IMODE(st.st_mode))
+
+
+def _order(rel: bytes, name: bytes) -> int:
+    """The store's top level in the order a gc makes safe: fan-out dirs, `pack/`, the rest
+    (commit-graph, multi-pack-index, info/, which name packs)."""
+    if rel:
+        return 0
+    return 0 if len(name) == 2 else 1 if name == b"pack" else 2
