@@ -64,7 +64,9 @@ def test_a_store_kept_as_rows_is_moved_into_the_store(tmp_path: Path) -> None:
         tree.unlink(git.ino, b"objects")
         own = tree.mkdir(git.ino, b"objects", stat.S_IFDIR | 0o755, os.getuid(), os.getgid())
         fan = tree.mkdir(own.ino, b"ab", stat.S_IFDIR | 0o755, os.getuid(), os.getgid())
-        made = tree.create(fan.ino, LOOSE[2:].encode(), stat.S_IFREG | 0o444, os.getuid(), os.getgid())
+        made = tree.create(
+            fan.ino, LOOSE[2:].encode(), stat.S_IFREG | 0o444, os.getuid(), os.getgid()
+        )
         tree.write(made, 0, b"zlib bytes")
         tree.save()
         tree.close()
