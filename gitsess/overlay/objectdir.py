@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import stat
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -132,6 +133,26 @@ def _files(path: bytes) -> list[bytes]:
             return [e.name for e in it if e.is_file(follow_symlinks=False)]
     except OSError:
         return []
+
+
+def remove_session_dir(path: str | os.PathLike[str]) -> None:
+    """`shutil.rmtree` of a session dir, whose store a run may have made unwritable for its
+    owner (`chmod 0 .git/objects/ab`): a directory that refuses is given its owner's rights
+    back, with its parent, and removed again. Symlinks are not followed."""
+
+    def again(fn: object, failed: str, info: tuple[type, BaseException, object]) -> None:
+        if not isinstance(info[1], PermissionError):
+            raise info[1]
+        for d in (os.path.dirname(failed), failed):
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(os.lstat(d).st_mode):
+                    os.chmod(d, 0o700)
+        if stat.S_ISDIR(os.lstat(failed).st_mode):
+            shutil.rmtree(failed)
+        else:
+            os.unlink(failed)
+
+    shutil.rmtree(path, onerror=again)
 
 
 def _symlink(path: bytes, target: bytes) -> None:

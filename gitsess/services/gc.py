@@ -19,7 +19,6 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import shutil
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
@@ -33,7 +32,7 @@ from gitsess.git import tracking
 from gitsess.git.archive_commits import delete_archive, list_archives
 from gitsess.git.changes import compute_changes
 from gitsess.git.repo import GitError, RepoContext, Repository, config_value
-from gitsess.overlay import control, layout, mounttable
+from gitsess.overlay import control, layout, mounttable, objectdir
 from gitsess.runtime import mount, strays
 from gitsess.services import (
     apply_journal,
@@ -427,13 +426,13 @@ def _delete_orphan(ctx: RepoContext, directory: Path) -> None:
         raise GitsessError(f"{directory / 'mnt'} is still mounted")
     with _registry(ctx) as registry:
         if registry is None:
-            shutil.rmtree(directory)
+            objectdir.remove_session_dir(directory)
             return
         # Under the registry's write lock: a session being created makes its row and its
         # directory in one transaction, so a directory without a row here is not a new one.
         with registry.write():
             if registry.by_id(directory.name) is None:
-                shutil.rmtree(directory)
+                objectdir.remove_session_dir(directory)
 
 
 def archive_max_age(repo: Repository) -> timedelta | None:

@@ -629,11 +629,10 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     nowhere else (uncommitted changes, commits on no other branch); `force` removes them anyway.
     Unapplied changes are archived first (`Removal.archive`; `gitsess restore` takes them back).
     """
-    import shutil
-
     from gitsess.git.archive_commits import PREFIX as ARCHIVE_PREFIX
     from gitsess.git.binding import Binding
     from gitsess.git.worktree import keep_detached, keep_reasons, remove_created
+    from gitsess.overlay import objectdir
     from gitsess.overlay.view import DamagedDelta
     from gitsess.services import agents, archives
 
@@ -661,7 +660,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
             registry.delete(session.id)
             # Inside the transaction, so a directory that cannot be removed keeps the row too.
             try:
-                shutil.rmtree(session_dir)
+                objectdir.remove_session_dir(session_dir)
             except FileNotFoundError:
                 pass
             except OSError as e:

@@ -95,6 +95,21 @@ def test_a_run_is_sealed_for_a_user_too(user: User, repo: Path) -> None:
     assert list((repo / ".git" / "gitsess" / "sessions").glob("*/delta.db"))
 
 
+def test_a_run_cannot_make_its_session_unremovable(user: User, repo: Path) -> None:
+    """A run owns its session's object store; taking its own write and search rights from a
+    directory there must not keep `rm` from removing the session."""
+    ok(user.gitsess(repo, "new", "exp"))
+    script = (
+        "echo x > x.txt && git add x.txt && git commit -qm inside && "
+        "chmod 0 .git/objects/info && chmod 500 .git/objects/pack && "
+        "chmod 0 .git/objects/$(git rev-parse HEAD | cut -c1-2)"
+    )
+    ok(user.gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", script))
+    ok(user.gitsess(repo, "rm", "exp", "--force"))
+    assert not list((repo / ".git" / "gitsess" / "sessions").iterdir())
+    assert "exp" not in ok(user.gitsess(repo, "ls"))
+
+
 def test_doctor_and_allow_other_say_what_a_user_needs(user: User, repo: Path) -> None:
     """Issue 37 items 9 and 10: doctor tries what a run does; --allow-other without
     user_allow_other names the fix instead of "fuse_session_mount failed"."""
