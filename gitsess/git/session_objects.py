@@ -85,13 +85,18 @@ class SessionObjects(pygit2.OdbBackend):
 
     def read_cb(self, oid: pygit2.Oid) -> tuple[int, bytes]:
         found = self._read_loose(oid)
-        if found is not None:
-            return found
-        packs = self._pack_store()
-        if packs is None:
-            raise KeyError(oid)
-        kind, data = packs.read(oid)
-        return int(kind), data
+        if found is None:
+            packs = self._pack_store()
+            if packs is None:
+                raise KeyError(oid)
+            kind, data = packs.read(oid)
+            found = int(kind), data
+        # The files are a run's to write: an object under another's name (which libgit2 does
+        # not check for a backend of its own) would be promoted as the one it is not, and the
+        # real repository left without the object its new commits name.
+        if object_id(*found) != str(oid):  # (an Oid, or a hex id from the prefix reads)
+            raise KeyError(f"{oid}: the session's file holds another object")
+        return found
 
     def read_prefix_cb(self, oid: pygit2.Oid) -> tuple[int, bytes, pygit2.Oid]:
         full = self.exists_prefix_cb(oid)
@@ -141,6 +146,11 @@ def parse_loose(raw: bytes) -> tuple[int, bytes]:
     if name not in _KINDS or not size.isdigit() or int(size) != len(data):
         raise KeyError("damaged loose object")
     return _KINDS[name], data
+
+
+def object_id(kind: int, data: bytes) -> str:
+    """The (hex) id of the object (type, content)."""
+    return hashlib.sha1(_NAMES[ObjectType(kind)] + b" %d\0" % len(data) + data).hexdigest()
 
 
 def loose_file(kind: int, data: bytes) -> tuple[str, bytes]:

@@ -15,7 +15,10 @@ real one as git's own quarantine does, by `info/alternates`, which names `lower/
 So the real store is read-only below the session and what git writes is the session's own
 until an apply promotes it (`git.session_objects`); a real `git gc` cannot take a session
 commit, whose objects are in its store. gitsess reads the store with the real repository's
-objects beside it, never through the store's `info/alternates` (a run may rewrite that).
+objects beside it, never through the store's `info/alternates` (a run may rewrite that), and
+reads or writes below the store by descriptors that follow no symlink: a run may plant one (a
+fan-out dir, `pack`, `info`, a file written aside) to lead gitsess to another store or into
+the real `.git`.
 
 A session from before kept its objects as rows below an object store of its own in the view:
 a writer that loads it moves them here (`move_rows_out`) and drops the rows, so the symlink
@@ -25,12 +28,13 @@ shows; a reader reads them where they are (`overlay/view.py`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from gitsess.overlay.gitdir import GitLayout, write_file
+from gitsess.overlay.gitdir import GitLayout
 from gitsess.overlay.nodes import Node
 
 if TYPE_CHECKING:
@@ -40,6 +44,10 @@ STORE = b"objects"
 LINK = b"objects-link"
 LOWER = b"lower"
 REAL = LOWER + b"/objects"
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# (O_NONBLOCK: a FIFO a run planted under an object's name must not hold the open)
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def store_of(session_dir: bytes) -> bytes:
@@ -55,15 +63,57 @@ def prepare(session_dir: bytes, real: bytes) -> bytes:
     """Make the session's store, its symlinks and its `info/alternates` (each only where it is
     missing or says something else). Returns the path of the view's symlink."""
     store = store_of(session_dir)
-    for d in (store, store + b"/info", store + b"/pack", os.path.join(session_dir, LOWER)):
+    for d in (store, store + b"/pack", os.path.join(session_dir, LOWER)):
         with contextlib.suppress(FileExistsError):
             os.mkdir(d)
     link = os.path.join(session_dir, LINK)
     _symlink(link, store)
     lower = os.path.join(session_dir, REAL)
     _symlink(lower, real)
-    write_file(store + b"/info/alternates", lower + b"\n")
+    _write_alternates(store, lower + b"\n")
     return link
+
+
+def _write_alternates(store: bytes, text: bytes) -> None:
+    """The store's `info/alternates` says `text` (replaced whole, only when it says something
+    else); nothing on the way is followed."""
+    top = os.open(store, _DIR)
+    try:
+        info = _own_dir(top, b"info")
+    finally:
+        os.close(top)
+    try:
+        with (
+            contextlib.suppress(OSError),
+            os.fdopen(os.open(b"alternates", _FILE, dir_fd=info), "rb") as f,
+        ):
+            if f.read() == text:
+                return
+        aside = b"alternates.new"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(aside, dir_fd=info)
+        # (O_EXCL: a symlink planted there meanwhile is not followed either)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        with os.fdopen(os.open(aside, flags, 0o644, dir_fd=info), "wb") as f:
+            f.write(text)
+        os.replace(aside, b"alternates", src_dir_fd=info, dst_dir_fd=info)
+    finally:
+        os.close(info)
+
+
+def _own_dir(parent: int, name: bytes) -> int:
+    """The directory `name` in `parent`, opened: made where it is missing, made anew where a
+    symlink or a file has its name."""
+    try:
+        return os.open(name, _DIR, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        os.unlink(name, dir_fd=parent)
+    os.mkdir(name, dir_fd=parent)
+    return os.open(name, _DIR, dir_fd=parent)
 
 
 def _symlink(path: bytes, target: bytes) -> None:
@@ -88,17 +138,17 @@ class ObjectDir:
 
     def own_loose_objects(self) -> list[str]:
         ids: list[str] = []
-        for fan in _names(self.store):
+        for fan in _names(self.store, b"", dirs=True):
             if len(fan) == 2 and all(c in b"0123456789abcdef" for c in fan):
                 ids.extend(
                     (fan + name).decode("ascii")
-                    for name in _names(os.path.join(self.store, fan))
+                    for name in _names(self.store, fan, dirs=False)
                     if len(name) == 38 and all(c in b"0123456789abcdef" for c in name)
                 )
         return ids
 
     def own_packs(self) -> list[str]:
-        names = set(_names(os.path.join(self.store, b"pack")))
+        names = set(_names(self.store, b"pack", dirs=False))
         return sorted(
             "pack/" + os.fsdecode(name.removesuffix(b".idx"))
             for name in names
@@ -108,9 +158,8 @@ class ObjectDir:
         )
 
     def _open(self, rel: str) -> int | None:
-        path = os.path.join(self.store, os.fsencode(rel))
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = _open_below(self.store, os.fsencode(rel), _FILE)
         except OSError:
             return None
         if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -134,12 +183,39 @@ class ObjectDir:
                 out.write(chunk)
 
 
-def _names(path: bytes) -> Iterator[bytes]:
+def _open_below(store: bytes, rel: bytes, flags: int) -> int:
+    """`rel` below `store` opened with `flags` (which follow no symlink at its end), through
+    no symlink on the way."""
+    *dirs, last = rel.split(b"/")
+    fd = os.open(store, _DIR)
     try:
-        with os.scandir(path) as it:
-            yield from (e.name for e in it)
+        for name in dirs:
+            below = os.open(name, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        return os.open(last, flags, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _names(store: bytes, rel: bytes, *, dirs: bool) -> list[bytes]:
+    """The names of the directories (else the regular files) in `rel` below `store`, none
+    where that is no directory of the store's own."""
+    try:
+        fd = _open_below(store, rel, _DIR) if rel else os.open(store, _DIR)
     except OSError:
-        return
+        return []
+    try:
+        with os.scandir(fd) as it:
+            return [
+                os.fsencode(e.name)
+                for e in it
+                if (e.is_dir if dirs else e.is_file)(follow_symlinks=False)
+            ]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
 
 
 def move_rows_out(tree: Tree) -> None:
