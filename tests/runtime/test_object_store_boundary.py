@@ -13,6 +13,7 @@ import pytest
 
 from gitsess.git.repo import discover
 from gitsess.overlay import objectdir
+from tests.live_util import unmount_all
 from tests.services.test_session_objects import dot_git, fsck_clean
 from tests.util import commit, git, gitsess
 
@@ -139,6 +140,7 @@ def test_what_a_run_plants_in_its_store_is_not_promoted(
     before = dot_git(worked)
     applied = gitsess(worked, "apply", "exp", "--commit", "-m", "own")
     assert applied.returncode != 0
+    assert applied.stderr.startswith("gitsess: ") and "Traceback" not in applied.stderr
     assert dot_git(worked) == before
     assert fsck_clean(worked)
 
@@ -153,11 +155,13 @@ def test_what_a_run_plants_in_its_store_is_not_promoted(
 def test_a_symlink_in_the_store_leads_no_write_of_gitsess_out_of_it(
     worked: Path, plant: str
 ) -> None:
-    """gitsess writes the store's `info/alternates` when it loads the session: a symlink a run
-    planted on the way (here to the real store's `info`) is replaced, not followed."""
+    """gitsess writes the store's `info/alternates` when it loads the session (a daemon as it
+    starts, a command reading it offline): a symlink a run planted on the way (here to the real
+    store's `info`) is replaced, not followed."""
     real_info = shlex.quote(str(worked / ".git" / "objects" / "info"))
     before = dot_git(worked)
     run(worked, "exp", f"real_info={real_info} && {plant}")
+    unmount_all(worked)
     assert gitsess(worked, "show", "exp").returncode == 0
     assert run(worked, "exp", "git log -1 --format=%s") == "second\n"
     assert dot_git(worked) == before
