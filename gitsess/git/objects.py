@@ -170,7 +170,14 @@ def promote(src: ScratchRepository, dest: pygit2.Repository, commits: Sequence[s
     """Copy into `dest` (the real repository under `src`) exactly the objects that the
     session's `commits` need and it lacks, as git's quarantine moves a push's objects in;
     returns how many."""
-    made = needed_objects(src, commits, src.in_real)
+    try:
+        made = needed_objects(src, commits, src.in_real)
+    except (KeyError, pygit2.GitError) as e:
+        # (a session's store a run damaged, or planted another object in: session_objects.py)
+        raise GitsessError(
+            f"an object the session's commits need is missing or damaged in its store ({e});"
+            " nothing was copied"
+        ) from None
     write_objects(dest, made)
     return len(made)
 

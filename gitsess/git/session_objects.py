@@ -2,14 +2,16 @@
 store (loose objects, packs), read back for the commands that look at its commits, and the
 objects a set of its commits needs that a repository lacks (what a promotion copies in).
 
-The session's object store is the real one below, its own files above; only its own files are
-read here (the real ones the real repository reads itself). Loose objects are read one by one
-as libgit2 asks for them; the session's packs, when it has any, are copied out once, on the
-first object that no loose one and no real store holds.
+The session's object store is a directory of its own that borrows the real one
+(`overlay/objectdir.py`); only its own files are read here (the real ones the real repository
+reads itself). Loose objects are read one by one as libgit2 asks for them, each checked against
+its id (a run may have put other bytes under its name); the session's packs, when it has any,
+are copied out once, on the first object that no loose one and no real store holds.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -22,6 +24,7 @@ from pygit2.enums import ObjectType
 
 _KINDS = {b"commit": ObjectType.COMMIT, b"tree": ObjectType.TREE, b"blob": ObjectType.BLOB}
 _KINDS[b"tag"] = ObjectType.TAG
+_NAMES = {kind: name for name, kind in _KINDS.items()}
 
 Entry = tuple[pygit2.Oid, int, bytes]  # id, object type, content (as `packwrite.Entry`)
 
@@ -83,13 +86,18 @@ class SessionObjects(pygit2.OdbBackend):
 
     def read_cb(self, oid: pygit2.Oid) -> tuple[int, bytes]:
         found = self._read_loose(oid)
-        if found is not None:
-            return found
-        packs = self._pack_store()
-        if packs is None:
-            raise KeyError(oid)
-        kind, data = packs.read(oid)
-        return int(kind), data
+        if found is None:
+            packs = self._pack_store()
+            if packs is None:
+                raise KeyError(oid)
+            kind, data = packs.read(oid)
+            found = int(kind), data
+        # The files are a run's to write: an object under another's name (which libgit2 does
+        # not check for a backend of its own) would be promoted as the one it is not, and the
+        # real repository left without the object its new commits name.
+        if object_id(*found) != str(oid):  # (an Oid, or a hex id from the prefix reads)
+            raise KeyError(f"{oid}: the session's file holds another object")
+        return found
 
     def read_prefix_cb(self, oid: pygit2.Oid) -> tuple[int, bytes, pygit2.Oid]:
         full = self.exists_prefix_cb(oid)
@@ -139,6 +147,11 @@ def parse_loose(raw: bytes) -> tuple[int, bytes]:
     if name not in _KINDS or not size.isdigit() or int(size) != len(data):
         raise KeyError("damaged loose object")
     return _KINDS[name], data
+
+
+def object_id(kind: int, data: bytes) -> str:
+    """The (hex) id of the object (type, content)."""
+    return hashlib.sha1(_NAMES[ObjectType(kind)] + b" %d\0" % len(data) + data).hexdigest()
 
 
 def needed_objects(

@@ -15,7 +15,10 @@ real one as git's own quarantine does, by `info/alternates`, which names `lower/
 So the real store is read-only below the session and what git writes is the session's own
 until an apply promotes it (`git.session_objects`); a real `git gc` cannot take a session
 commit, whose objects are in its store. gitsess reads the store with the real repository's
-objects beside it, never through the store's `info/alternates` (a run may rewrite that).
+objects beside it, never through the store's `info/alternates` (a run may rewrite that), and
+reads or writes below the store by descriptors that follow no symlink: a run may plant one (a
+fan-out dir, `pack`, `info`, a file written aside) to lead gitsess to another store or into
+the real `.git`.
 
 A checkpoint names the whole session's state, objects included, and a rewind may bring back a
 HEAD whose objects a `git gc` in the session has since removed from the store. Objects are
@@ -35,13 +38,14 @@ shows; a reader reads them where they are (`overlay/view.py`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from gitsess.overlay.gitdir import GitLayout, write_file
+from gitsess.overlay.gitdir import GitLayout
 
 if TYPE_CHECKING:
     from gitsess.overlay.nodes import Node
@@ -53,6 +57,10 @@ LOWER = b"lower"
 REAL = LOWER + b"/objects"
 KEPT = b"kept"
 _HEX = frozenset(b"0123456789abcdef")
+
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# (O_NONBLOCK: a FIFO a run planted under an object's name must not hold the open)
+_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def store_of(session_dir: bytes) -> bytes:
@@ -73,15 +81,57 @@ def prepare(session_dir: bytes, real: bytes) -> bytes:
     """Make the session's store, its symlinks and its `info/alternates` (each only where it is
     missing or says something else). Returns the path of the view's symlink."""
     store = store_of(session_dir)
-    for d in (store, store + b"/info", store + b"/pack", os.path.join(session_dir, LOWER)):
+    for d in (store, store + b"/pack", os.path.join(session_dir, LOWER)):
         with contextlib.suppress(FileExistsError):
             os.mkdir(d)
     link = os.path.join(session_dir, LINK)
     _symlink(link, store)
     lower = os.path.join(session_dir, REAL)
     _symlink(lower, real)
-    write_file(store + b"/info/alternates", lower + b"\n")
+    _write_alternates(store, lower + b"\n")
     return link
+
+
+def _write_alternates(store: bytes, text: bytes) -> None:
+    """The store's `info/alternates` says `text` (replaced whole, only when it says something
+    else); nothing on the way is followed."""
+    top = os.open(store, _DIR)
+    try:
+        info = _own_dir(top, b"info")
+    finally:
+        os.close(top)
+    try:
+        with (
+            contextlib.suppress(OSError),
+            os.fdopen(os.open(b"alternates", _FILE, dir_fd=info), "rb") as f,
+        ):
+            if f.read() == text:
+                return
+        aside = b"alternates.new"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(aside, dir_fd=info)
+        # (O_EXCL: a symlink planted there meanwhile is not followed either)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        with os.fdopen(os.open(aside, flags, 0o644, dir_fd=info), "wb") as f:
+            f.write(text)
+        os.replace(aside, b"alternates", src_dir_fd=info, dst_dir_fd=info)
+    finally:
+        os.close(info)
+
+
+def _own_dir(parent: int, name: bytes) -> int:
+    """The directory `name` in `parent`, opened: made where it is missing, made anew where a
+    symlink or a file has its name."""
+    try:
+        return os.open(name, _DIR, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        os.unlink(name, dir_fd=parent)
+    os.mkdir(name, dir_fd=parent)
+    return os.open(name, _DIR, dir_fd=parent)
 
 
 def keep(session_dir: bytes) -> None:
@@ -95,22 +145,41 @@ def bring_back(session_dir: bytes) -> None:
 
 
 def _link_missing(src: bytes, dest: bytes) -> None:
-    """Hard-link the object files of `src` that `dest` lacks into it. The fan-out dirs first:
-    a `git gc` meanwhile packs a loose object before it removes it, so one gone from a fan-out
-    dir is found in `pack/` after."""
-    fans = sorted(d for d in _names(src) if _is_fan(d))
+    """Hard-link the object files of `src` that `dest` lacks into it, by descriptors (a run may
+    have made a fan-out dir of the store a symlink). The fan-out dirs first: a `git gc`
+    meanwhile packs a loose object before it removes it, so one gone from a fan-out dir is
+    found in `pack/` after."""
+    fans = sorted(d for d in _names(src, b"", dirs=True) if _is_fan(d))
     for d in (*fans, b"pack"):
-        names = [n for n in _files(os.path.join(src, d)) if _is_object_file(d, n)]
+        names = [n for n in _names(src, d, dirs=False) if _is_object_file(d, n)]
         if not names:
             continue
-        there = os.path.join(dest, d)
-        os.makedirs(there, exist_ok=True)
-        have = set(_names(there))
-        for name in names:
-            if name not in have:
-                # (gone since listed: a gc packed it, or pruned what nothing reaches)
-                with contextlib.suppress(FileExistsError, FileNotFoundError):
-                    os.link(os.path.join(src, d, name), os.path.join(there, name))
+        try:
+            from_fd = _open_below(src, d, _DIR)
+        except OSError:
+            continue  # (gone since listed: a gc removed the emptied dir)
+        try:
+            os.makedirs(dest, exist_ok=True)
+            top = os.open(dest, _DIR)
+            try:
+                to_fd = _own_dir(top, d)
+            finally:
+                os.close(top)
+            try:
+                with os.scandir(to_fd) as it:
+                    have = {os.fsencode(e.name) for e in it}
+                for name in names:
+                    if name not in have:
+                        # (gone since listed: a gc packed it, or pruned what nothing reaches)
+                        with contextlib.suppress(FileExistsError, FileNotFoundError):
+                            os.link(
+                                name, name, src_dir_fd=from_fd, dst_dir_fd=to_fd,
+                                follow_symlinks=False,
+                            )  # fmt: skip
+            finally:
+                os.close(to_fd)
+        finally:
+            os.close(from_fd)
 
 
 def _is_fan(name: bytes) -> bool:
@@ -124,15 +193,6 @@ def _is_object_file(d: bytes, name: bytes) -> bool:
     if d == b"pack":
         return name.startswith(b"pack-") and not name.endswith(b".keep")
     return len(name) == 38 and _HEX.issuperset(name)
-
-
-def _files(path: bytes) -> list[bytes]:
-    """The regular files of a directory (not a symlink a run put there)."""
-    try:
-        with os.scandir(path) as it:
-            return [e.name for e in it if e.is_file(follow_symlinks=False)]
-    except OSError:
-        return []
 
 
 def remove_session_dir(path: str | os.PathLike[str]) -> None:
@@ -179,10 +239,10 @@ class ObjectDir:
     def own_loose_objects(self) -> list[str]:
         ids: set[str] = set()
         for top in self.dirs:
-            for fan in filter(_is_fan, _names(top)):
+            for fan in filter(_is_fan, _names(top, b"", dirs=True)):
                 ids.update(
                     (fan + name).decode("ascii")
-                    for name in _names(os.path.join(top, fan))
+                    for name in _names(top, fan, dirs=False)
                     if _is_object_file(fan, name)
                 )
         return sorted(ids)
@@ -190,7 +250,7 @@ class ObjectDir:
     def own_packs(self) -> list[str]:
         packs: set[str] = set()
         for top in self.dirs:
-            names = set(_names(os.path.join(top, b"pack")))
+            names = set(_names(top, b"pack", dirs=False))
             packs.update(
                 "pack/" + os.fsdecode(name.removesuffix(b".idx"))
                 for name in names
@@ -203,9 +263,7 @@ class ObjectDir:
     def _open(self, rel: str) -> int | None:
         for top in self.dirs:
             try:
-                fd = os.open(
-                    os.path.join(top, os.fsencode(rel)), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-                )
+                fd = _open_below(top, os.fsencode(rel), _FILE)
             except OSError:
                 continue
             if stat.S_ISREG(os.fstat(fd).st_mode):
@@ -229,12 +287,39 @@ class ObjectDir:
                 out.write(chunk)
 
 
-def _names(path: bytes) -> Iterator[bytes]:
+def _open_below(store: bytes, rel: bytes, flags: int) -> int:
+    """`rel` below `store` opened with `flags` (which follow no symlink at its end), through
+    no symlink on the way."""
+    *dirs, last = rel.split(b"/")
+    fd = os.open(store, _DIR)
     try:
-        with os.scandir(path) as it:
-            yield from (e.name for e in it)
+        for name in dirs:
+            below = os.open(name, _DIR, dir_fd=fd)
+            os.close(fd)
+            fd = below
+        return os.open(last, flags, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def _names(store: bytes, rel: bytes, *, dirs: bool) -> list[bytes]:
+    """The names of the directories (else the regular files) in `rel` below `store`, none
+    where that is no directory of the store's own."""
+    try:
+        fd = _open_below(store, rel, _DIR) if rel else os.open(store, _DIR)
     except OSError:
-        return
+        return []
+    try:
+        with os.scandir(fd) as it:
+            return [
+                os.fsencode(e.name)
+                for e in it
+                if (e.is_dir if dirs else e.is_file)(follow_symlinks=False)
+            ]
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
 
 
 def move_rows_out(tree: Tree) -> None:

@@ -81,11 +81,10 @@ def session_env(
 # request or two less of some eleven per object: `git add -A && git commit` of 5,000 files
 # inside sent 71,000 requests instead of 83,000. What it gives up, git's refusal to replace an
 # object file that exists, is moot there: git looks for an object before it writes one.
-# No automatic maintenance: after a commit git starts `git maintenance run --auto`, which lists
-# an object dir through FUSE to count loose objects (2 ms of a 23 ms commit inside), and once
-# past `gc.auto` repacks every object, the real repository's too, into the session's delta.
-# A session's objects are temporary; apply promotes the few a commit needs. An explicit
-# `git gc` or `git maintenance run` inside still works.
+# No automatic maintenance: after a commit git starts `git maintenance run --auto`, which
+# counts loose objects, and once past `gc.auto` or `gc.autoPackLimit` repacks the session's
+# store on its own. A session's objects are temporary; apply promotes the few a commit needs.
+# An explicit `git gc` or `git maintenance run` inside still works.
 FSMONITOR_MIN_FILES = 1_000
 UNTRACKED_CACHE_CONFIG = {
     "core.untrackedCache": "true",

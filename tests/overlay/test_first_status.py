@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from gitsess.git import indexfile
-from gitsess.overlay import index_view
+from gitsess.overlay import index_view, objectdir
 from gitsess.services.live import FSMONITOR_CONFIG, git_config_env
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
@@ -227,12 +227,19 @@ def sights(m: Mounted) -> dict[str, list[str]]:
         "GITSESS_SESSION_ID": m.spec.session_id, "GITSESS_DIR": str(state),
     }  # fmt: skip
     git = "git --no-optional-locks status --porcelain=v2 --untracked-files=normal"
-    in_place = f'mount --bind "$1" "$2" && cd "$2" && {git}'
+    # The view over the worktree covers the real object store, which the session's store
+    # borrows by a symlink at `$3`: as a run does (`inplace._bind_objects`), the real store is
+    # bound there first, read-only.
+    borrow = (
+        'mount -t tmpfs none "$3" && mkdir "$3/objects" && mount -o ro --bind "$4" "$3/objects"'
+    )
+    in_place = f'{borrow} && mount --bind "$1" "$2" && cd "$2" && {git}'
     sh = ["unshare", "--mount", "--propagation", "private", "sh", "-c", in_place, "-"]
     os.environ.update(env)
+    lower = m.spec.session_dir / os.fsdecode(objectdir.LOWER)
     return {
         "mount point": ["sh", "-c", f"cd {m.mnt} && {git}"],
-        "in place": [*sh, str(m.mnt), str(m.lower)],
+        "in place": [*sh, str(m.mnt), str(m.lower), str(lower), str(m.lower / ".git" / "objects")],
     }
 
 

@@ -87,10 +87,18 @@ def test_a_run_is_sealed_for_a_user_too(user: User, repo: Path) -> None:
         "mount -o remount,rw,bind .git/gitsess 2>/dev/null && echo remounted; "
         "rm -f .git/gitsess/sessions/*/delta.db* 2>/dev/null || echo no-rm; "
         'echo escaped > "/proc/$PPID/root$PWD/README.md" 2>/dev/null; '
+        # the real object store, which the user owns, is read-only where the alternates name it
+        'real=$(cat .git/objects/info/alternates); touch "$real"/* 2>/dev/null || echo no-touch; '
+        'umount "$real" 2>/dev/null && echo unmounted-store; '
         "cat README.md"
     )
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (repo / ".git" / "objects").iterdir())
     out = ok(user.gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", script))
-    assert out.splitlines() == ["no-rm", "view"]
+    assert out.splitlines() == ["no-rm", "no-touch", "view"]
+    assert (
+        sorted((p.name, p.stat().st_mtime_ns) for p in (repo / ".git" / "objects").iterdir())
+        == before
+    )
     assert (repo / "README.md").read_text() == "hello\n"
     assert list((repo / ".git" / "gitsess" / "sessions").glob("*/delta.db"))
 

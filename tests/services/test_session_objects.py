@@ -1,7 +1,8 @@
-"""A session's object store is copy-on-write like the rest of its `.git` (issue 36 items 1-4,
-15): what git writes or changes there stays in the session, the real `.git` keeps every byte
-until an apply, and apply, push and rm's archive copy in exactly the objects the session's
-commits need."""
+"""A session's object store is a directory of its own that borrows the real one read-only
+(`overlay/objectdir.py`; issue 36 items 1-4, 15): what git writes or changes there stays in the
+session, the real `.git` keeps every byte until an apply, and apply, push and rm's archive copy
+in exactly the objects the session's commits need. (What a hostile run tries against the
+boundary: tests/runtime/test_object_store_boundary.py.)"""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import itertools
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -81,21 +81,24 @@ def upstream(tmp_path: Path) -> Path:
 def test_replacing_touching_and_chmod_of_real_objects_change_only_the_session(
     worked: Path,
 ) -> None:
+    """The real store is read-only in a run; a file of the session's own of a real object's
+    name (and its own commit-graph, pack dir) shadows the real one for git in the session only."""
     head = git(worked, "rev-parse", "HEAD")
     obj = f".git/objects/{head[:2]}/{head[2:]}"
     git(worked, "commit-graph", "write", "--reachable")
     before = dot_git(worked)
     script = (
-        f"printf junk > .git/objects/{head[:2]}/tmp_x && "
-        f"mv -f .git/objects/{head[:2]}/tmp_x {obj} && "
-        "chmod 666 .git/objects/info/commit-graph && "
-        "printf junk > .git/objects/info/commit-graph && "
-        "touch .git/objects/pack/x.keep && "
-        f"stat -c %a {obj} && cat {obj}"
+        "real=$(cat .git/objects/info/alternates); "
+        "chmod 666 $real/info/commit-graph 2>/dev/null || echo read-only; "
+        "git commit-graph write --reachable && chmod 666 .git/objects/info/commit-graph && "
+        "printf junk > .git/objects/info/commit-graph && touch .git/objects/pack/x.keep && "
+        f"mkdir .git/objects/{head[:2]} && printf junk > .git/objects/{head[:2]}/tmp_x && "
+        f"mv -f .git/objects/{head[:2]}/tmp_x {obj} && stat -c %a {obj} && cat {obj} && "
+        "echo && git cat-file -t HEAD 2>/dev/null || echo shadowed"
     )
     done = run(worked, "exp", script)
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "644\njunk"
+    assert done.stdout.split() == ["read-only", "644", "junk", "shadowed"]
     assert dot_git(worked) == before
     assert fsck_clean(worked)
     assert git(worked, "log", "--format=%s").splitlines() == ["second", "initial"]
@@ -126,21 +129,25 @@ def test_git_inside_renames_its_new_objects_in(worked: Path) -> None:
 
 
 def test_git_inside_a_run_never_repacks_on_its_own(worked: Path) -> None:
-    """A commit inside starts no automatic maintenance, which would repack every object, the
-    real repository's too, into the session; an explicit `git gc` still packs."""
-    git(worked, "repack", "-q")
-    commit(worked, "packed", "second pack\n", "to pack")
-    git(worked, "repack", "-q")
+    """A commit inside starts no automatic maintenance, which past `gc.autoPackLimit` would
+    repack the session's store on its own; an explicit `git gc` still packs, and only the
+    session's own objects (the real ones stay borrowed, not copied in)."""
+    head = git(worked, "rev-parse", "HEAD")
     git(worked, "config", "gc.autoPackLimit", "1")  # more than one pack is too many
     packs = "ls .git/objects/pack | grep -c 'pack$';"
     done = run(
         worked,
         "exp",
-        f"{packs} for i in 1 2 3; do echo $i > n$i; git add n$i; git commit -q -m c$i; done;"
-        f" {packs} git gc -q && {packs}",
+        "for i in 1 2; do echo p$i > p$i; git add p$i; git commit -q -m p$i; git repack -q -d -l;"
+        f" done; {packs} for i in 1 2 3; do echo $i > n$i; git add n$i; git commit -q -m c$i;"
+        f" done; {packs} git gc -q && {packs}"
+        " git count-objects -v | sed -n 's/^in-pack: //p';"
+        f" git rev-list --objects {head}..HEAD | wc -l",
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["2", "2", "1"]
+    counts = done.stdout.split()
+    assert counts[:3] == ["2", "2", "1"]
+    assert counts[3] == counts[4]  # the pack holds what the session's commits added, no more
 
 
 def test_rm_rf_of_a_mounted_views_git_leaves_the_real_one(worked: Path, tmp_path: Path) -> None:
@@ -167,45 +174,49 @@ def blob_id(data: bytes) -> str:
 def test_a_fan_out_dir_pruned_inside_still_shows_real_objects_written_there_later(
     worked: Path,
 ) -> None:
-    """`git repack -a -d` inside removes the fan-out dirs it emptied; the session's HEAD still
-    follows the real branch, so a real object that lands in such a dir later must be read."""
+    """`git repack -a -d && git prune` inside prune the session's store alone (its emptied
+    fan-out dir goes, the real one stays); the session's HEAD still follows the real branch, and
+    a real object that lands in that fan-out dir later is read at once, from the real store."""
     later = b"outside\n"
-    fan_out = blob_id(later)[:2]
-    # a real loose object in that fan-out dir first, reachable (so repack packs it)
+    fan_out, rest = blob_id(later)[:2], blob_id(later)[2:]
+    # a loose object of the session's own in that fan-out dir first, unreachable (pruned)
     early = next(
         text for i in itertools.count() if blob_id(text := b"early %d\n" % i)[:2] == fan_out
     )
-    commit(worked, "early.txt", early.decode(), "early")
-    assert (worked / ".git" / "objects" / fan_out).is_dir()
-    done = run(worked, "exp", "git repack -q -a -d && git prune && ls .git/objects")
+    before = dot_git(worked)
+    done = run(
+        worked,
+        "exp",
+        f"printf '{early.decode()}' | git hash-object -w --stdin >/dev/null && "
+        f"ls .git/objects/{fan_out} && git repack -q -a -d && git prune && ls .git/objects",
+    )
     assert done.returncode == 0, done.stderr
-    assert fan_out not in done.stdout.split()
+    lines = done.stdout.split()
+    assert lines[0] == blob_id(early)[2:]
+    assert fan_out not in lines[1:]
+    assert dot_git(worked) == before
     outside = commit(worked, "later.txt", later.decode(), "later")
-    assert (worked / ".git" / "objects" / fan_out / blob_id(later)[2:]).is_file()
-    # What git reads by name is current at once; a listing below .git may be as old as its
-    # attributes' timeout (1 s), and the prune's `ls` has just listed objects/.
-    time.sleep(1.2)
+    assert (worked / ".git" / "objects" / fan_out / rest).is_file()
     inside = run(
         worked,
         "exp",
         "git log -1 --format=%H && git cat-file -p HEAD:later.txt && "
-        "git fsck --no-dangling --no-progress && ls .git/objects",
+        "git fsck --no-dangling --no-progress && "
+        f"test -f $(cat .git/objects/info/alternates)/{fan_out}/{rest} && echo real && "
+        "ls .git/objects",
     )
     assert inside.returncode == 0, inside.stderr
-    lines = inside.stdout.splitlines()
-    assert lines[:2] == [outside, "outside"]
-    assert fan_out in lines[2:]
-    # what the session removed stays removed: the early object is its pack's only
-    again = run(worked, "exp", f"ls .git/objects/{fan_out}")
-    assert again.stdout.split() == [blob_id(later)[2:]]
+    lines = inside.stdout.split()
+    assert lines[:3] == [outside, "outside", "real"]
+    assert fan_out not in lines[3:]  # read where it is, not copied into the session
 
 
 def test_a_fan_out_dir_found_missing_shows_when_the_real_repository_makes_it(
     worked: Path, tmp_path: Path
 ) -> None:
-    """The kernel caches no "missing" in the object store: a git inside that just looked for
-    a loose object finds it the moment the real repository wrote it (a commit the session's
-    HEAD follows)."""
+    """git in the view that just looked for a loose object, in a fan-out dir the real store
+    lacked, finds it the moment the real repository wrote it: the real store is read
+    natively, through the session's alternates, with nothing cached in between."""
     present = {p.name for p in (worked / ".git" / "objects").iterdir()}
     data = next(d for i in itertools.count() if blob_id(d := b"new %d\n" % i)[:2] not in present)
     oid = blob_id(data)
@@ -214,10 +225,11 @@ def test_a_fan_out_dir_found_missing_shows_when_the_real_repository_makes_it(
     assert gitsess(worked, "new", "exp").returncode == 0
     assert gitsess(worked, "mount", "exp", str(view)).returncode == 0
     try:
-        loose = view / ".git" / "objects" / oid[:2] / oid[2:]
-        assert not loose.exists()
+        looked = subprocess.run(["git", "cat-file", "-e", oid], cwd=view, capture_output=True)
+        assert looked.returncode != 0
         assert git(worked, "hash-object", "-w", "--stdin", input=data) == oid
-        assert loose.read_bytes() == (worked / ".git" / "objects" / oid[:2] / oid[2:]).read_bytes()
+        assert git(view, "cat-file", "blob", oid, raw=True).encode() == data
+        assert not (view / ".git" / "objects" / oid[:2]).exists()  # the session's store: none
     finally:
         assert gitsess(worked, "umount", "exp").returncode == 0
 
