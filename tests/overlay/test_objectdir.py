@@ -110,4 +110,4 @@ def test_the_stores_files_are_read_without_following_links(tmp_path: Path) -> No
     assert files.read_object_file(f"ab/{LOOSE[2:]}") is None
     assert files.read_object_file("cd/" + "1" * 38) == b"own"
     assert files.read_object_file("pack/pack-1.idx") is None
-    assert sorted(files.own_loose_objects()) == [LOOSE, "cd" + "1" * 38]
+    assert files.own_loose_objects() == ["cd" + "1" * 38]  # (a symlink is no object)
