@@ -106,8 +106,8 @@ def linked_git(root: bytes, session_dir: str) -> tuple[GitLayout, dict[bytes, by
     linked = _linked(dirs[0])
     try:
         if not os.path.exists(pointer):
-            write_file(pointer, _GITDIR + linked.dir + b"\n")
-        write_file(commondir, b"../..\n")
+            _write(pointer, _GITDIR + linked.dir + b"\n")
+        _write(commondir, b"../..\n")
     except OSError:
         # (a reader in a run, whose state dir is read-only, finds them written by the daemon)
         if not (os.path.exists(pointer) and os.path.exists(commondir)):
@@ -134,7 +134,7 @@ def _head(path: bytes) -> bytes:
         return b""
 
 
-def write_file(path: bytes, text: bytes) -> None:
+def _write(path: bytes, text: bytes) -> None:
     """`text` as the file `path` (replaced whole, only when it says something else)."""
     try:
         with open(path, "rb") as f:
@@ -157,7 +157,7 @@ def name_git_dir_at(pointer: bytes, layout: GitLayout, mountpoint: str) -> None:
     at = os.path.join(os.fsencode(os.path.abspath(mountpoint)), layout.dir)
     # (failing, the relative path still leads git to the view's git dir; only the name differs)
     with contextlib.suppress(OSError):
-        write_file(pointer, _GITDIR + at + b"\n")
+        _write(pointer, _GITDIR + at + b"\n")
 
 
 def in_git(rel: bytes | None) -> bool:
