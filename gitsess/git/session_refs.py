@@ -1,7 +1,7 @@
 """The commits made on a session's own `.git`: its HEAD's, not on any real ref.
 
-A session's `.git` is copy-on-write, `objects/` included, so a commit made inside the session
-exists only in the session until it is promoted; only the session's refs know about it. HEAD is
+A session's `.git` is copy-on-write and its objects are its own (`overlay/objectdir.py`), so a
+commit made inside the session exists only in the session until it is promoted; only the session's refs know about it. HEAD is
 read through a callback rather than a path so that the caller decides which layer (the view,
 the session's upper directory) the files come from; the real repository's refs are read from
 its files (`head.real_refs`: inside a session libgit2 would open the view's `.git`); the
