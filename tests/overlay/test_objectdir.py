@@ -6,21 +6,31 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from gitsess.overlay import objectdir
 from gitsess.overlay.delta import DeltaStore
-from gitsess.overlay.nodes import ROOT_INODE
 from gitsess.overlay.tree import Tree
 
 LOOSE = "ab" + "0" * 38
 
 
-def _tree(tmp_path: Path) -> tuple[DeltaStore, Tree]:
+@contextmanager
+def _tree(tmp_path: Path) -> Iterator[Tree]:
+    """A writer's tree over a worktree with a `.git/objects`, closed after."""
     (tmp_path / "lower" / ".git" / "objects" / "pack").mkdir(parents=True, exist_ok=True)
     (tmp_path / "session").mkdir(exist_ok=True)
     store = DeltaStore(str(tmp_path / "session" / "delta.db"))
-    return store, Tree(store, str(tmp_path / "lower"), set())
+    try:
+        tree = Tree(store, str(tmp_path / "lower"), set())
+        try:
+            yield tree
+        finally:
+            tree.close()
+    finally:
+        store.close()
 
 
 def test_prepare_makes_the_store_once_and_follows_the_real_one(tmp_path: Path) -> None:
@@ -40,40 +50,30 @@ def test_prepare_makes_the_store_once_and_follows_the_real_one(tmp_path: Path) -
 
 
 def test_the_view_shows_the_store_as_a_symlink(tmp_path: Path) -> None:
-    store, tree = _tree(tmp_path)
-    try:
+    with _tree(tmp_path) as tree:
         git = tree.resolve(b".git")
         assert git is not None
         n = tree.find(git.ino, b"objects")
         assert n is not None and stat.S_ISLNK(tree.getattr(n).mode)
         assert tree.readlink(n) == os.fsencode(tmp_path / "session" / "objects")
         assert (b"objects", False) in list(tree.table.children(git))
-        tree.close()
-    finally:
-        store.close()
 
 
 def test_a_store_kept_as_rows_is_moved_into_the_store(tmp_path: Path) -> None:
     """A session whose view held its object store as a directory of its own (made before, or
     by `rm .git/objects && mkdir .git/objects` inside) gets its files into its store and the
     symlink back when a writer loads it."""
-    store, tree = _tree(tmp_path)
-    try:
+    with _tree(tmp_path) as tree:
         git = tree.resolve(b".git")
         assert git is not None
         tree.unlink(git.ino, b"objects")
         own = tree.mkdir(git.ino, b"objects", stat.S_IFDIR | 0o755, os.getuid(), os.getgid())
         fan = tree.mkdir(own.ino, b"ab", stat.S_IFDIR | 0o755, os.getuid(), os.getgid())
-        made = tree.create(
-            fan.ino, LOOSE[2:].encode(), stat.S_IFREG | 0o444, os.getuid(), os.getgid()
-        )
+        mode = stat.S_IFREG | 0o444
+        made = tree.create(fan.ino, LOOSE[2:].encode(), mode, os.getuid(), os.getgid())
         tree.write(made, 0, b"zlib bytes")
         tree.save()
-        tree.close()
-    finally:
-        store.close()
-    store, tree = _tree(tmp_path)
-    try:
+    with _tree(tmp_path) as tree:
         moved = tmp_path / "session" / "objects" / "ab" / LOOSE[2:]
         assert moved.read_bytes() == b"zlib bytes"
         assert stat.S_IMODE(moved.stat().st_mode) == 0o444
@@ -82,17 +82,9 @@ def test_a_store_kept_as_rows_is_moved_into_the_store(tmp_path: Path) -> None:
         n = tree.find(git.ino, b"objects")
         assert n is not None and stat.S_ISLNK(tree.getattr(n).mode)
         tree.save()
-        tree.close()
-    finally:
-        store.close()
-    store, tree = _tree(tmp_path)
-    try:
-        assert (tree.node(ROOT_INODE).entries or {}).get(b".git") is not None
+    with _tree(tmp_path) as tree:
         git = tree.resolve(b".git")
         assert git is not None and b"objects" not in (git.entries or {})
-        tree.close()
-    finally:
-        store.close()
 
 
 def test_the_stores_files_are_read_without_following_links(tmp_path: Path) -> None:
