@@ -47,12 +47,10 @@ async def lower_synced(
     loop. With `wait`, a watch still being set up (a view just mounted) is waited for a
     moment."""
     watcher = state.watcher
-    if wait:
+    if wait and watcher is not None and _mark(state) is None:
         # (the watch in place for the watcher too: the view counts it watched a moment
         # before, while the kernel forgets what it learnt meanwhile, and a sync then fails)
-        with trio.move_on_after(WATCH_WAIT):
-            while watcher is not None and _mark(state) is None and watcher.trying():
-                await trio.sleep(0.002)
+        await trio.to_thread.run_sync(watcher.wait_in_place, WATCH_WAIT, abandon_on_cancel=True)
     if watcher is None or not state.tree.watched:
         return False
     if watcher.quiet():
