@@ -130,11 +130,6 @@ class LowerWatcher:
         if reader is not None:
             reader.join(timeout=5)
 
-    def trying(self) -> bool:
-        """Whether the watch is in place or still being set up (not given up on)."""
-        reader = self._reader
-        return reader is not None and reader.is_alive() and not self._stopping
-
     def wait_in_place(self, timeout: float) -> bool:
         """Wait until the watch is in place (True), given up on or stopped, or `timeout`
         seconds passed (False)."""
