@@ -26,7 +26,7 @@ import contextlib
 import apsw
 import trio
 
-from gitsess.store.db import BUSY_TIMEOUT_MS
+from gitsess.overlay import schema
 
 # SQLite's own automatic checkpoint threshold (4 MiB of 4 KiB pages), now the thread's.
 WAL_PAGES = 1000
@@ -40,11 +40,10 @@ class Checkpointer:
     def __init__(self, conn: apsw.Connection, path: str) -> None:
         self.pages = 0
         self._conn = conn
-        self._own = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE)
-        self._own.set_busy_timeout(BUSY_TIMEOUT_MS)
-        # A connection opens the WAL at its first read: until then a checkpoint through it
-        # does nothing at all.
-        self._own.execute("PRAGMA journal_mode").fetchall()
+        # Opened as every other user of delta.db opens it, with the same settings. (A
+        # connection opens the WAL at its first read, which the opener makes: until then a
+        # checkpoint through it does nothing at all.)
+        self._own = schema.connect(path)
         self._wanted = trio.Event()
         conn.set_wal_hook(self._committed)
 

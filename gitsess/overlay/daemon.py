@@ -190,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     listener.listen(64)
     control.publish(session_dir, name)
     store = DeltaStore(args.delta)
+    # Made before the mount: past `pyfuse3.init` only the `try` below unmounts, and a daemon
+    # that dies with its view mounted leaves it behind.
+    checkpoints = Checkpointer(store.conn, args.delta)
     tree = Tree(store, args.lower, {os.fsencode(h) for h in args.hide})
     tree.readonly = args.read_only
     pointer = tree.lower.redirects.get(gitdir.GIT)
@@ -219,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         args.read_only,
         ahead,
         Presence(args.mountpoint, args.delta),
-        Checkpointer(store.conn, args.delta),
+        checkpoints,
     )
     watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
     try:

@@ -47,12 +47,10 @@ async def lower_synced(
     loop. With `wait`, a watch still being set up (a view just mounted) is waited for a
     moment."""
     watcher = state.watcher
-    if wait:
+    if wait and watcher is not None and _mark(state) is None:
         # (the watch in place for the watcher too: the view counts it watched a moment
         # before, while the kernel forgets what it learnt meanwhile, and a sync then fails)
-        with trio.move_on_after(WATCH_WAIT):
-            while watcher is not None and _mark(state) is None and watcher.trying():
-                await trio.sleep(0.002)
+        await trio.to_thread.run_sync(watcher.wait_in_place, WATCH_WAIT, abandon_on_cancel=True)
     if watcher is None or not state.tree.watched:
         return False
     if watcher.quiet():
@@ -107,11 +105,17 @@ def _mark(state: DaemonState) -> Mark | None:
 
 
 def _synced_mark(state: DaemonState) -> Mark | None:
-    """`_mark` once the journal holds what the watch saw before now (from a thread): what
-    changed just before the sweep, the sweep sees, and need not be in its answer too (a
-    worktree busy just before, a checkout, would otherwise have git `lstat` all it changed)."""
+    """`_mark` once the watch is in place and the journal holds what it saw before now (from
+    a thread): what changed just before the sweep, the sweep sees, and need not be in its
+    answer too (a worktree busy just before, a checkout, would otherwise have git `lstat` all
+    it changed). A watch still being set up is waited for (`WATCH_WAIT`): the sweeps of a view
+    just mounted (ahead, or at git's first read of the index) start before it is in place."""
     watcher = state.watcher
-    if watcher is None or not watcher.sync(LOWER_SYNC_TIMEOUT):
+    if (
+        watcher is None
+        or not watcher.wait_in_place(WATCH_WAIT)
+        or not watcher.sync(LOWER_SYNC_TIMEOUT)
+    ):
         return None
     return _mark(state)
 
@@ -127,22 +131,14 @@ def _since_mark(state: DaemonState, mark: Mark) -> list[bytes] | None:
 
 async def sweep_ahead(state: DaemonState) -> None:
     """The real index (or the session's own, the view mounted with one) parsed at once, and
-    swept (see `IndexView.sweep_ahead`) the moment the lower watch is in place, before git
-    asks: a session's first command is usually a status, which comes right after the mount."""
-    view, watcher = state.tree.index_view, state.watcher
+    swept (see `IndexView.sweep_ahead`) the moment the lower watch is in place (its sweep
+    waits for that, `_synced_mark`), before git asks: a session's first command is usually a
+    status, which comes right after the mount."""
+    view = state.tree.index_view
     if view is None:
         return
     view.mark = lambda: _synced_mark(state)
-    first = True
-    while watcher is not None and watcher.trying():
-        watched = _mark(state) is not None
-        if watched or first:
-            index = state.tree.resolve(state.tree.lower.git.index_file)
-            if index is None or (index.upper and not view.remounting):
-                return  # the session's own index, made since the mount: nothing to sweep
-            # (without the watch: parsed, and its sweep tried, which waits for the watch)
-            await trio.to_thread.run_sync(view.sweep_ahead, abandon_on_cancel=True)
-            if watched:
-                return
-            first = False
-        await trio.sleep(0.002)
+    index = state.tree.resolve(state.tree.lower.git.index_file)
+    if index is None or (index.upper and not view.remounting):
+        return  # the session's own index, made since the mount: nothing to sweep
+    await trio.to_thread.run_sync(view.sweep_ahead, abandon_on_cancel=True)

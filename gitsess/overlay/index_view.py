@@ -26,9 +26,9 @@ The worktree part of that answer (`_worktree_dirty`: an `lstat` of every entry, 
 bench's corpus, in C threads that hold no GIL: in Python it took 20-40 ms of the GIL the thread
 serving git's requests needs) is swept ahead, in a thread, as soon as the lower watch is in place
 (`daemon_fsmonitor.sweep_ahead`) or git first reads the index: the sweep first marks where the
-watch's journal stands (`mark`, after a sync with the watch), so what changes during or after it
-is in the journal after the mark, and the query answers the sweep plus the journal since the
-mark.
+watch's journal stands (`mark`, which waits for the watch in place, then syncs with it), so
+what changes during or after it is in the journal after the mark, and the query answers the
+sweep plus the journal since the mark.
 A mark from another connection of the watch (changes may have gone unreported between two),
 a journal that dropped the mark, or a sweep not done in time: the query sweeps again.
 
@@ -124,8 +124,9 @@ class IndexView:
         self._sweeps: dict[str, _Swept] = {}
         self._lock = threading.Lock()
         self._parsing = threading.Lock()
-        # Where the lower watch stands once it reported every change made before the call,
-        # None while it is not in place (set by the daemon; called from a thread of its own).
+        # Where the lower watch stands once it reported every change made before the call
+        # (waiting a moment for a watch being set up), None while it is not in place (set by
+        # the daemon; called from a thread of its own).
         self.mark: Callable[[], Mark | None] = lambda: None
 
     def shown(self, opener: int | None = None) -> bytes | None:
@@ -214,9 +215,10 @@ class IndexView:
         return real
 
     def sweep_ahead(self) -> None:
-        """Parses the real index now and starts its sweep (`_sweep`) in a thread, if the
-        lower watch is in place (the view just mounted: the first status then finds it
-        done); of the session's own index instead, if the view mounted with one."""
+        """Parses the real index now and starts its sweep (`_sweep`) in a thread, which
+        waits for the lower watch to be in place (`mark`; the view just mounted: the first
+        status then finds it done); of the session's own index instead, if the view mounted
+        with one."""
         if self._own_mounted is not None:
             if self._own_index() is not None:
                 self._start_sweep(_OWN)

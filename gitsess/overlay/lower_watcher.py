@@ -2,11 +2,11 @@
 worktree's watch process (`lower_watch_process`, shared by every session of the worktree),
 starting it when no one serves it, and hands its batches of changed paths (relative to the
 worktree) to a callback, from a thread of its own; another callback hears when the watch is in
-place, a third when the watch ended without being asked to (killed, out of memory), before it
-is connected to again. `sync` returns once every change made before it was handed to the first
-callback (git's fsmonitor answers must hold every change made before the query); `quiet`
-says so without asking, when nothing changed since the last batch or sync (see
-`lower_watch_process`, `Reads`)."""
+place (`wait_in_place` waits for that), a third when the watch ended without being asked to
+(killed, out of memory), before it is connected to again. `sync` returns once every change
+made before it was handed to the first callback (git's fsmonitor answers must hold every change
+made before the query); `quiet` says so without asking, when nothing changed since the last
+batch or sync (see `lower_watch_process`, `Reads`)."""
 
 from __future__ import annotations
 
@@ -43,9 +43,12 @@ class LowerWatcher:
         self._sock: socket.socket | None = None
         self._started: subprocess.Popen[bytes] | None = None
         self._reader: threading.Thread | None = None
-        # A reconnection from the reader against stop(); syncs wait on it for their answers.
+        # A reconnection from the reader against stop(); syncs wait on it for their answers,
+        # `wait_in_place` for the watch.
         self._lock = threading.Condition()
         self._stopping = False
+        # The reader ended: no watch will be in place any more.
+        self._ended = False
         # Of the current connection: whether the watch is in place, how many syncs were asked
         # on it and how many were answered (in order).
         self._in_place = False
@@ -66,6 +69,14 @@ class LowerWatcher:
         self._reader.start()
 
     def _run(self) -> None:
+        try:
+            self._connect_and_read()
+        finally:
+            with self._lock:
+                self._ended = True
+                self._lock.notify_all()
+
+    def _connect_and_read(self) -> None:
         while True:
             sock = self._open()
             with self._lock:
@@ -111,6 +122,7 @@ class LowerWatcher:
     def stop(self) -> None:
         with self._lock:
             self._stopping = True
+            self._lock.notify_all()
             sock, reader = self._sock, self._reader
         if sock is not None:
             with contextlib.suppress(OSError):
@@ -118,10 +130,15 @@ class LowerWatcher:
         if reader is not None:
             reader.join(timeout=5)
 
-    def trying(self) -> bool:
-        """Whether the watch is in place or still being set up (not given up on)."""
-        reader = self._reader
-        return reader is not None and reader.is_alive() and not self._stopping
+    def wait_in_place(self, timeout: float) -> bool:
+        """Wait until the watch is in place (True), given up on or stopped, or `timeout`
+        seconds passed (False)."""
+        with self._lock:
+            self._lock.wait_for(
+                lambda: self._in_place or self._stopping or self._ended or self._reader is None,
+                timeout,
+            )
+            return self._in_place and self._sock is not None and not self._stopping
 
     def connection(self) -> int | None:
         """Which connection the watch is in place on (None: none is): every change made while
@@ -202,6 +219,7 @@ class LowerWatcher:
                     self.on_ready()
                     with self._lock:
                         self._in_place = True
+                        self._lock.notify_all()
         with self._lock:
             self._in_place = False
             self._sock = None

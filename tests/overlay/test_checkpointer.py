@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import apsw
 import pytest
 import trio
 
-from gitsess.overlay import checkpointer
+from gitsess.overlay import checkpointer, mounttable, schema
 from gitsess.overlay.checkpointer import Checkpointer
+from gitsess.runtime import mount
 
 
 def _wal_db(path: Path) -> apsw.Connection:
-    conn = apsw.Connection(str(path))
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
+    """A delta.db as the daemon opens it, with a table of its own to fill."""
+    conn = schema.connect(str(path))
     conn.execute("CREATE TABLE t(b BLOB)")
     return conn
 
@@ -65,3 +67,59 @@ def test_a_wal_past_its_bound_is_checkpointed_by_the_committer(
     assert path.stat().st_size >= 7 << 20
     cp.close()
     conn.close()
+
+
+def test_its_connection_has_the_settings_of_every_other(tmp_path: Path) -> None:
+    """Opened by the one opener of delta.db (`schema.connect`), so its settings cannot drift
+    from those of the daemon's own connection."""
+    path = tmp_path / "delta.db"
+    conn = _wal_db(path)
+    cp = Checkpointer(conn, str(path))
+    for name in ("busy_timeout", "synchronous", "journal_mode"):
+        mine = cp._own.execute(f"PRAGMA {name}").fetchall()
+        assert mine == conn.execute(f"PRAGMA {name}").fetchall(), name
+    cp.close()
+    conn.close()
+
+
+# The daemon, with a checkpointer that cannot start (our own class, made to fail).
+_REFUSING_DAEMON = """
+import sys
+from gitsess.overlay import checkpointer, daemon
+
+def refuse(self, conn, path):
+    raise RuntimeError("this checkpointer cannot start")
+
+checkpointer.Checkpointer.__init__ = refuse
+sys.exit(daemon.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.fuse
+def test_a_checkpointer_that_cannot_start_leaves_no_mount(tmp_path: Path, worktree: Path) -> None:
+    session_dir = tmp_path / "session"
+    mnt = session_dir / "mnt"
+    mnt.mkdir(mode=0o700, parents=True)
+    read_end, write_end = os.pipe()
+    argv = ["--session-id", "s", "--lower", str(worktree), "--delta", str(session_dir / "delta.db")]
+    argv += ["--mountpoint", str(mnt), "--ready-fd", str(write_end)]
+    try:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", _REFUSING_DAEMON, *argv],
+                pass_fds=(write_end,),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            os.close(write_end)
+        with os.fdopen(read_end, "rb") as ready:
+            answer = ready.read()
+        assert done.returncode != 0
+        assert "this checkpointer cannot start" in done.stderr
+        assert answer != b"ready\n"
+        assert not mounttable.is_mount_point(mnt)
+    finally:
+        if mounttable.is_mount_point(mnt):
+            mount.unmount(mnt)

@@ -88,3 +88,18 @@ def test_never_quiet_before_a_change_made_before_it_is_handed_on(
         assert watcher.sync(10)
         assert f"src/f{i}.py".encode() in seen
         assert watcher.quiet()
+
+
+def test_waits_for_the_watch_in_place(root: Path) -> None:
+    """`wait_in_place` is what a wait for the watch being set up waits on (no polling): it
+    returns once the watch is in place, and at once when no watch will be."""
+    watcher = LowerWatcher(os.fsencode(root), lambda rels: None, lambda: None, lambda: None)
+    assert not watcher.wait_in_place(60)  # never started
+    watcher.start()  # (it starts the worktree's watch process: not in place at once)
+    try:
+        assert watcher.wait_in_place(60)
+        assert watcher.connection() is not None
+    finally:
+        watcher.stop()
+    assert not watcher.wait_in_place(60)
+    assert watcher.connection() is None
