@@ -93,25 +93,29 @@ def _linked(admin: bytes) -> GitLayout:
     return git_layout(GIT_COMMON + b"/worktrees/" + os.path.basename(admin), GIT_COMMON)
 
 
-def linked_git(root: bytes, session_dir: str) -> tuple[GitLayout, dict[bytes, bytes]]:
+def linked_git(
+    root: bytes, session_dir: str, *, writer: bool
+) -> tuple[GitLayout, dict[bytes, bytes]]:
     """The view's git layout and the view paths served from elsewhere than below `root`: for
     a linked worktree (`linked_dirs`) `.git` and `commondir` the session's files, `.GIT` the
     common dir. For a main worktree, none. A worktree that is gone (a stand-in with no
-    `gitdir:` file) keeps the layout the session's `.git` file recorded."""
+    `gitdir:` file) keeps the layout the session's `.git` file recorded.
+
+    Only a `writer` (the daemon, an offline writer) writes the session's two files: a reader
+    (`gitsess diff` beside a daemon, one in a run, whose state dir is read-only) finds them
+    made, else reads the view as a main worktree's."""
     pointer = os.path.join(os.fsencode(session_dir), DOTGIT_FILE)
     dirs = linked_dirs(root)
     commondir = os.path.join(os.fsencode(session_dir), COMMONDIR_FILE)
     if dirs is None:
         return _recorded(pointer, commondir), {}
     linked = _linked(dirs[0])
-    try:
+    if writer:
         if not os.path.exists(pointer):
             _write(pointer, _GITDIR + linked.dir + b"\n")
         _write(commondir, b"../..\n")
-    except OSError:
-        # (a reader in a run, whose state dir is read-only, finds them written by the daemon)
-        if not (os.path.exists(pointer) and os.path.exists(commondir)):
-            return MAIN, {}
+    elif not (os.path.exists(pointer) and os.path.exists(commondir)):
+        return MAIN, {}
     return linked, {GIT: pointer, GIT_COMMON: dirs[1], linked.dir + b"/commondir": commondir}
 
 
