@@ -111,6 +111,24 @@ def test_a_dotgit_by_another_spelling_is_named_and_skipped(here: Path, name: str
     assert run(here, f"cat 'sub/{name}/config'") == "x\n"  # still the session's
 
 
+def test_a_top_level_dotgit_in_a_main_worktree_is_gits_as_in_a_linked_one(here: Path) -> None:
+    """`.GIT` at the top of a view is git's in every view (a linked worktree's common dir; in
+    a main worktree a name git refuses to track): like `.git`, never diffed nor applied, left
+    by a whole discard, dropped when named."""
+    ok(here, "new", "exp")
+    run(here, "mkdir .GIT && echo x > .GIT/x && echo y > ok.txt")
+    out = ok(here, "diff", "exp")
+    assert "+y" in out and ".GIT" not in out
+    out = ok(here, "apply", "exp", "--worktree")
+    assert ".GIT" not in out and (here / "ok.txt").read_text() == "y\n"
+    assert not (here / ".GIT").exists()
+    assert run(here, "cat .GIT/x") == "x\n"  # still the session's
+    ok(here, "discard", "exp", "--yes")
+    assert run(here, "cat .GIT/x") == "x\n"  # as its `.git`, not among the changes
+    ok(here, "discard", "exp", "--yes", "--", ".GIT")
+    assert run(here, "test -e .GIT || echo gone") == "gone\n"
+
+
 # ---------------------------------------------------------------------------------------------
 # names that are not UTF-8
 
