@@ -97,18 +97,21 @@ def test_a_repository_in_the_real_tree_is_never_deleted_by_apply(here: Path) -> 
 
 
 @pytest.mark.parametrize("name", [".GIT", ".Git", "git~1", ".git."])
-def test_a_dotgit_by_another_spelling_is_named_and_skipped(here: Path, name: str) -> None:
+@pytest.mark.parametrize("sub", ["sub", "src"], ids=["new-dir", "real-dir"])
+def test_a_dotgit_by_another_spelling_is_named_and_skipped(here: Path, name: str, sub: str) -> None:
+    """In a directory the session made, or in a real one (where the name itself is the path
+    the session touched)."""
     ok(here, "new", "exp")
-    run(here, f"mkdir -p 'sub/{name}' && echo x > 'sub/{name}/config' && echo y > sub/ok.txt")
+    run(here, f"mkdir -p '{sub}/{name}' && echo x > '{sub}/{name}/config' && echo y > {sub}/ok.txt")
     out = ok(here, "diff", "exp")
-    assert f"refuses): sub/{name}" in out and "+y" in out
+    assert f"refuses): {sub}/{name}" in out and "+y" in out
     patch = ok(here, "apply", "exp", "--patch")
-    assert "sub/ok.txt" in patch and f"sub/{name}/config" not in patch.split("gitsess:")[0]
+    assert f"{sub}/ok.txt" in patch and f"{sub}/{name}/config" not in patch.split("gitsess:")[0]
     out = ok(here, "apply", "exp", "--commit", "-m", "ok")
-    assert f"refuses): sub/{name}" in out
-    assert git(here, "show", "--name-only", "--format=", "HEAD") == "sub/ok.txt"
-    assert not (here / "sub" / name).exists()
-    assert run(here, f"cat 'sub/{name}/config'") == "x\n"  # still the session's
+    assert f"refuses): {sub}/{name}" in out
+    assert git(here, "show", "--name-only", "--format=", "HEAD") == f"{sub}/ok.txt"
+    assert not (here / sub / name).exists()
+    assert run(here, f"cat '{sub}/{name}/config'") == "x\n"  # still the session's
 
 
 def test_a_top_level_dotgit_in_a_main_worktree_is_gits_as_in_a_linked_one(here: Path) -> None:
