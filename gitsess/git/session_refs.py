@@ -1,14 +1,14 @@
 """The commits made on a session's own `.git`: its HEAD's, not on any real ref.
 
 A session's `.git` is copy-on-write and its objects are its own (`overlay/objectdir.py`), so a
-commit made inside the session exists only in the session until it is promoted; only the session's refs know about it. HEAD is
-read through a callback rather than a path so that the caller decides which layer (the view,
-the session's upper directory) the files come from; the real repository's refs are read from
-its files (`head.real_refs`: inside a session libgit2 would open the view's `.git`); the
-session's own commits are those its HEAD reaches and no real branch, tag or remote-tracking
-ref reaches, nor its base (`commits_not_in`); HEAD itself is read by `head.py`. Inside a run
-of the session's worktree the real refs are out of reach, and what compares with them is
-reported as unknown rather than counted against the view.
+commit made inside the session exists only in the session until it is promoted; only the
+session's refs know about it. HEAD is read through a callback rather than a path so that the
+caller decides which layer (the view, the session's upper directory) the files come from; the
+real repository's refs are read from its files (`head.real_refs`: inside a session libgit2 would
+open the view's `.git`); the session's own commits are those its HEAD reaches and no real
+branch, tag or remote-tracking ref reaches, nor its base (`commits_not_in`); HEAD itself is read
+by `head.py`. Inside a run of the session's worktree the real refs are out of reach, and what
+compares with them is reported as unknown rather than counted against the view.
 """
 
 from __future__ import annotations
