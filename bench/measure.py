@@ -73,15 +73,21 @@ def measure_once(w: Workload, env: Env) -> tuple[float, float | None]:
     """The wall time of one run of `w`, and the CPU time its daemon spent meanwhile."""
     prepared = w.prepare(env)
     try:
-        if w.cold:
-            drop_caches()
-        before = env.view.cpu_seconds()
-        seconds = timed(prepared.action)
-        after = env.view.cpu_seconds()
-        cpu = after - before if after is not None and before is not None else None
-        return seconds, cpu
+        return measure_step(env.view, prepared.action, cold=w.cold)
     finally:
         prepared.cleanup()
+
+
+def measure_step(view: View, action: Step, *, cold: bool) -> tuple[float, float | None]:
+    """The wall time of `action` in `view`, and the CPU time its daemon spent meanwhile (None
+    where no daemon serves it); the kernel's caches dropped first when `cold`."""
+    if cold:
+        drop_caches()
+    before = view.cpu_seconds()
+    seconds = timed(action)
+    after = view.cpu_seconds()
+    cpu = after - before if after is not None and before is not None else None
+    return seconds, cpu
 
 
 def rotation(run: int) -> list[str]:

@@ -4,13 +4,14 @@ asks for the fleet's rows on a repository ten times the corpus, where a cost per
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from pathlib import Path
 
-from bench.config import NATIVE, OVERLAYFS, console
+from bench.config import NATIVE, OVERLAYFS, TARGETS, console
 from bench.corpus import build_wide_repo
 from bench.fleet import first_status_in_place
-from bench.measure import Bench, drop_caches, progress, rotation, timed
+from bench.measure import Bench, measure_step, progress, rotation
 from bench.results import Result
 from bench.workloads import Goal, _run
 
@@ -34,22 +35,19 @@ def run_wide(b: Bench, cold_ok: bool) -> list[Result]:
 
 def _cold_status(b: Bench, repo: Path) -> Result:
     """`git status` with the kernel's caches dropped, in a view mounted once per target (as
-    the corpus's "git status (cold)" row), with the daemons' CPU time."""
+    the corpus's "git status (cold)" row, `measure.run_shared`), with the daemons' CPU time."""
     res = Result(
         COLD_STATUS_WIDE,
         f"git status (cold), {b.cfg.wide_files:,} files",
         [Goal(NATIVE, 1.5), Goal(OVERLAYFS, 1.0)],
     )
-    for run in range(b.cfg.slow_runs):
-        for target in rotation(run):
-            with b.view(target, repo) as view:
-                status = functools.partial(_run, STATUS, view.root, b.env)
-                status()  # the view's own first status: its index refreshed once
-                drop_caches()
-                before = view.cpu_seconds()
-                seconds = timed(status)
-                after = view.cpu_seconds()
-                cpu = after - before if after is not None and before is not None else None
-                res.add(target, seconds, cpu if target != NATIVE else None)
+    with contextlib.ExitStack() as stack:
+        views = {t: stack.enter_context(b.view(t, repo)) for t in TARGETS}
+        statuses = {t: functools.partial(_run, STATUS, views[t].root, b.env) for t in TARGETS}
+        for status in statuses.values():
+            status()  # each view's own first status: its index refreshed once, not counted
+        for run in range(b.cfg.slow_runs):
+            for t in rotation(run):
+                res.add(t, *measure_step(views[t], statuses[t], cold=True))
     progress(res)
     return res

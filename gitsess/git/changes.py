@@ -205,6 +205,14 @@ class _Walker:
         parts = path.split("/")
         if ".git" in parts:
             return  # git's own files (or a nested repository's: its directory says so)
+        refused = next((i for i, part in enumerate(parts) if dotgit.is_dotgit(part)), None)
+        if refused is not None:
+            # a name git refuses in a directory the session merged in place (`_children` names
+            # those of a directory it walks): named, never taken
+            named = "/".join(parts[: refused + 1])
+            if named not in self.repos:
+                self.repos.append(named)
+            return
         for depth in range(1, len(parts)):
             above = "/".join(parts[:depth])
             if self._repository(above):

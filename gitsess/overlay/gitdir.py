@@ -13,7 +13,10 @@ to the real common dir, over which the view's is bound (`runtime/inplace.py`), g
 its git dir to `<real common dir>/worktrees/<id>`, the only git dir git takes for the current
 worktree's (else `git worktree list` names it elsewhere, and `git switch` and `git rebase`
 refuse its branch as checked out there), and names the main worktree as it does outside.
-`.GIT` is a name git refuses to track (`dotgit.is_dotgit`): no worktree content is ever there.
+`.GIT` is git's in every view (`in_git`), a main worktree's too, where it is a name git refuses
+to track (`dotgit.is_dotgit`): like `.git`, the session's own, never diffed nor applied. One
+rule whatever the layout, since a reader may not know it (`linked_git`): a linked worktree's
+common dir read as a main worktree's content would be a change a whole discard drops.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ GIT = b".git"
 GIT_COMMON = b".GIT"
 GIT_TOPS = (GIT, GIT_COMMON)
 _BELOW = tuple(top + b"/" for top in GIT_TOPS)
-_BELOW_GIT = _BELOW[0]
 # The session's files the view shows as a linked worktree's `.git` and its admin dir's
 # `commondir` (in the session dir).
 DOTGIT_FILE = b"dotgit"
@@ -54,11 +56,6 @@ class GitLayout(NamedTuple):
         if raw == b"common" or raw.startswith(b"common/"):
             return os.fsdecode(self.common + raw[len(b"common") :])
         return os.fsdecode(self.dir + b"/" + raw)
-
-    def owns(self, rel: bytes) -> bool:
-        """Whether view path `rel` is git's in this view: `.git`, the common dir, or below
-        them (`in_git` without a layout takes `.GIT` for git's in any view)."""
-        return rel in (GIT, self.common) or rel.startswith((_BELOW_GIT, self.common + b"/"))
 
 
 def git_layout(git_dir: bytes, common: bytes) -> GitLayout:
@@ -93,25 +90,29 @@ def _linked(admin: bytes) -> GitLayout:
     return git_layout(GIT_COMMON + b"/worktrees/" + os.path.basename(admin), GIT_COMMON)
 
 
-def linked_git(root: bytes, session_dir: str) -> tuple[GitLayout, dict[bytes, bytes]]:
+def linked_git(
+    root: bytes, session_dir: str, *, writer: bool
+) -> tuple[GitLayout, dict[bytes, bytes]]:
     """The view's git layout and the view paths served from elsewhere than below `root`: for
     a linked worktree (`linked_dirs`) `.git` and `commondir` the session's files, `.GIT` the
     common dir. For a main worktree, none. A worktree that is gone (a stand-in with no
-    `gitdir:` file) keeps the layout the session's `.git` file recorded."""
+    `gitdir:` file) keeps the layout the session's `.git` file recorded.
+
+    Only a `writer` (the daemon, an offline writer) writes the session's two files: a reader
+    (`gitsess diff` beside a daemon, one in a run, whose state dir is read-only) finds them
+    made, else reads the view as a main worktree's."""
     pointer = os.path.join(os.fsencode(session_dir), DOTGIT_FILE)
     dirs = linked_dirs(root)
     commondir = os.path.join(os.fsencode(session_dir), COMMONDIR_FILE)
     if dirs is None:
         return _recorded(pointer, commondir), {}
     linked = _linked(dirs[0])
-    try:
+    if writer:
         if not os.path.exists(pointer):
             _write(pointer, _GITDIR + linked.dir + b"\n")
         _write(commondir, b"../..\n")
-    except OSError:
-        # (a reader in a run, whose state dir is read-only, finds them written by the daemon)
-        if not (os.path.exists(pointer) and os.path.exists(commondir)):
-            return MAIN, {}
+    elif not (os.path.exists(pointer) and os.path.exists(commondir)):
+        return MAIN, {}
     return linked, {GIT: pointer, GIT_COMMON: dirs[1], linked.dir + b"/commondir": commondir}
 
 
@@ -161,7 +162,7 @@ def name_git_dir_at(pointer: bytes, layout: GitLayout, mountpoint: str) -> None:
 
 
 def in_git(rel: bytes | None) -> bool:
-    """Whether a view path is git's: the worktree's `.git`, a linked worktree's common dir
-    (`.GIT`), or below them: git changes those from outside the session with no lower watch to
-    say so, and they are never worktree content."""
+    """Whether a view path is git's, in any view: the worktree's `.git`, `.GIT` (a linked
+    worktree's common dir), or below them: git changes those from outside the session with no
+    lower watch to say so, and they are never worktree content."""
     return rel is not None and (rel in GIT_TOPS or rel.startswith(_BELOW))

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 
 from gitsess.git import _indexsweep, indexfile
 from gitsess.overlay import longpath
+from gitsess.overlay.gitdir import in_git
 from gitsess.overlay.nodes import ROOT_INODE, join
 
 if TYPE_CHECKING:
@@ -401,7 +402,7 @@ class IndexView:
 def session_changes(tree: Tree) -> tuple[set[bytes], set[bytes]]:
     """Every worktree path the session's own layer names (made, changed or removed), and of
     those the directories that replace the worktree's whole subtree there (removed, renamed
-    in, made anew); git's own (`GitLayout.owns`) left out."""
+    in, made anew); git's own (`gitdir.in_git`) left out."""
     named: set[bytes] = set()
     replaced: set[bytes] = set()
     todo = [(ROOT_INODE, b"")]
@@ -410,7 +411,7 @@ def session_changes(tree: Tree) -> tuple[set[bytes], set[bytes]]:
         d = tree.nodes.get(ino)
         for name, child in (d.entries or {}).items() if d is not None else ():
             rel = join(path, name)
-            if tree.lower.git.owns(rel):
+            if in_git(rel):
                 continue
             named.add(rel)
             c = tree.nodes.get(child) if child else None

@@ -16,7 +16,6 @@ which is never watched, always.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 from collections.abc import Iterable
@@ -45,12 +44,16 @@ def _name_max(root: bytes) -> int:
 
 
 class LowerLayer:
-    def __init__(self, lower_root: str, session_dir: str, hidden: set[bytes]) -> None:
+    def __init__(
+        self, lower_root: str, session_dir: str, hidden: set[bytes], *, writer: bool
+    ) -> None:
+        """Only a `writer` makes what the view needs in the session dir (its git files and
+        object store): a reader finds them made (`gitdir.linked_git`)."""
         self.root = os.fsencode(lower_root).rstrip(b"/") or b"/"
         self.hidden = set(hidden)
         # Where the view keeps its git state, and the view paths served from elsewhere than
         # below `root` (a linked worktree's `.git` file and git dirs), longest first.
-        self.git, redirects = linked_git(self.root, session_dir)
+        self.git, redirects = linked_git(self.root, session_dir, writer=writer)
         self.redirects = dict(sorted(redirects.items(), key=lambda kv: -len(kv[0])))
         # (top, top + "/", where it is): asked for every request below `.GIT`, each loose
         # object git writes among them
@@ -63,10 +66,10 @@ class LowerLayer:
         self.real_objects = self.path(self.objects_at)
         session = os.fsencode(session_dir)
         self.objects_store = objectdir.store_of(session)
-        link = os.path.join(session, objectdir.LINK)
-        # (a reader in a run, whose state dir is read-only, finds them made by the daemon)
-        with contextlib.suppress(OSError):
+        if writer:
             link = objectdir.prepare(session, self.real_objects)
+        else:
+            link = os.path.join(session, objectdir.LINK)
         self._redirected.insert(0, (self.objects_at, self.objects_at + b"/", link))
         self.name_max = _name_max(self.root)
         # Whether the lower watch is in place (see `LowerChanges.catch_up`).

@@ -55,7 +55,7 @@ class Tree:
     ) -> None:
         """`writer` is False for readers beside a live daemon: they never change delta.db."""
         self.store = store
-        self.lower = LowerLayer(lower_root, os.path.dirname(store.data_dir), hidden)
+        self.lower = LowerLayer(lower_root, os.path.dirname(store.data_dir), hidden, writer=writer)
         self.data = DataFiles(store, writer=writer)
         self.audit = Audit(next_process_id=store.next_process_id())
         self.journal = FsmonitorJournal()

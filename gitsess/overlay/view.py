@@ -24,7 +24,7 @@ import apsw
 from gitsess.git.view import Entry, kind_of
 from gitsess.overlay import objectdir
 from gitsess.overlay.delta import DamagedDelta, DeltaAt, DeltaStore
-from gitsess.overlay.gitdir import GitLayout
+from gitsess.overlay.gitdir import GitLayout, in_git
 from gitsess.overlay.nodes import ROOT_INODE, Node
 from gitsess.overlay.tree import Tree
 
@@ -78,7 +78,7 @@ class OverlayView:
 
     def _resolve(self, path: str) -> Node | None:
         raw = os.fsencode(path)
-        if self.git.owns(raw):
+        if in_git(raw):
             return None
         if not raw:
             return self.tree.node(ROOT_INODE)
@@ -102,7 +102,7 @@ class OverlayView:
 
     def _touched(self, d: Node, at: bytes) -> Iterator[str]:
         for name, ino in sorted((d.entries or {}).items()):
-            if d.ino == ROOT_INODE and self.git.owns(name):
+            if d.ino == ROOT_INODE and in_git(name):
                 continue
             path = at + b"/" + name if at else name
             child = self.tree.nodes.get(ino) if ino else None
@@ -135,7 +135,7 @@ class OverlayView:
 
     def is_dir(self, path: str) -> bool:
         raw = os.fsencode(path)
-        return not self.git.owns(raw) and self._dir(raw) is not None
+        return not in_git(raw) and self._dir(raw) is not None
 
     def read(self, path: str) -> bytes:
         n = self._need(path)
@@ -162,7 +162,7 @@ class OverlayView:
         n = self._need(path)
         names = [os.fsdecode(x) for x in self.tree.listing(n)]
         if n.ino == ROOT_INODE:
-            names = [x for x in names if not self.git.owns(os.fsencode(x))]
+            names = [x for x in names if not in_git(os.fsencode(x))]
         return sorted(names)
 
     def removed_at(self, path: str) -> int | None:
@@ -184,7 +184,7 @@ class OverlayView:
     def touched_git(self) -> bool:
         """Whether the session changed anything of its git state (else it is the real one)."""
         root = self.tree.node(ROOT_INODE)
-        return root.entries is not None and any(map(self.git.owns, root.entries))
+        return root.entries is not None and any(map(in_git, root.entries))
 
     @property
     def git(self) -> GitLayout:

@@ -265,7 +265,7 @@ def view_writer(ctx: RepoContext, session: Session, lower: Path) -> Iterator[Vie
             if status.read_only:
                 raise GitsessError(f"session {session.name} is mounted read-only")
             try:
-                git = gitdir.linked_git(os.fsencode(lower), str(session_dir))[0]
+                git = gitdir.linked_git(os.fsencode(lower), str(session_dir), writer=False)[0]
                 yield ViewWriter(_MountOps(Path(status.mountpoint)), git)
             except OSError as e:
                 raise GitsessError(f"writing into session {session.name}: {e}") from e

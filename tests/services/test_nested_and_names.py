@@ -97,18 +97,39 @@ def test_a_repository_in_the_real_tree_is_never_deleted_by_apply(here: Path) -> 
 
 
 @pytest.mark.parametrize("name", [".GIT", ".Git", "git~1", ".git."])
-def test_a_dotgit_by_another_spelling_is_named_and_skipped(here: Path, name: str) -> None:
+@pytest.mark.parametrize("sub", ["sub", "src"], ids=["new-dir", "real-dir"])
+def test_a_dotgit_by_another_spelling_is_named_and_skipped(here: Path, name: str, sub: str) -> None:
+    """In a directory the session made, or in a real one (where the name itself is the path
+    the session touched)."""
     ok(here, "new", "exp")
-    run(here, f"mkdir -p 'sub/{name}' && echo x > 'sub/{name}/config' && echo y > sub/ok.txt")
+    run(here, f"mkdir -p '{sub}/{name}' && echo x > '{sub}/{name}/config' && echo y > {sub}/ok.txt")
     out = ok(here, "diff", "exp")
-    assert f"refuses): sub/{name}" in out and "+y" in out
+    assert f"refuses): {sub}/{name}" in out and "+y" in out
     patch = ok(here, "apply", "exp", "--patch")
-    assert "sub/ok.txt" in patch and f"sub/{name}/config" not in patch.split("gitsess:")[0]
+    assert f"{sub}/ok.txt" in patch and f"{sub}/{name}/config" not in patch.split("gitsess:")[0]
     out = ok(here, "apply", "exp", "--commit", "-m", "ok")
-    assert f"refuses): sub/{name}" in out
-    assert git(here, "show", "--name-only", "--format=", "HEAD") == "sub/ok.txt"
-    assert not (here / "sub" / name).exists()
-    assert run(here, f"cat 'sub/{name}/config'") == "x\n"  # still the session's
+    assert f"refuses): {sub}/{name}" in out
+    assert git(here, "show", "--name-only", "--format=", "HEAD") == f"{sub}/ok.txt"
+    assert not (here / sub / name).exists()
+    assert run(here, f"cat '{sub}/{name}/config'") == "x\n"  # still the session's
+
+
+def test_a_top_level_dotgit_in_a_main_worktree_is_gits_as_in_a_linked_one(here: Path) -> None:
+    """`.GIT` at the top of a view is git's in every view (a linked worktree's common dir; in
+    a main worktree a name git refuses to track): like `.git`, never diffed nor applied, left
+    by a whole discard, dropped when named."""
+    ok(here, "new", "exp")
+    run(here, "mkdir .GIT && echo x > .GIT/x && echo y > ok.txt")
+    out = ok(here, "diff", "exp")
+    assert "+y" in out and ".GIT" not in out
+    out = ok(here, "apply", "exp", "--worktree")
+    assert ".GIT" not in out and (here / "ok.txt").read_text() == "y\n"
+    assert not (here / ".GIT").exists()
+    assert run(here, "cat .GIT/x") == "x\n"  # still the session's
+    ok(here, "discard", "exp", "--yes")
+    assert run(here, "cat .GIT/x") == "x\n"  # as its `.git`, not among the changes
+    ok(here, "discard", "exp", "--yes", "--", ".GIT")
+    assert run(here, "test -e .GIT || echo gone") == "gone\n"
 
 
 # ---------------------------------------------------------------------------------------------
