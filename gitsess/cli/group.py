@@ -184,23 +184,25 @@ def _library_error(e: Exception) -> str | None:
         return f"session registry: {e}"
     pygit2 = sys.modules.get("pygit2")
     if pygit2 is not None and isinstance(e, pygit2.GitError):
-        # libgit2 reports a failed write of an object or a ref on a full disk as "no error".
-        if str(e).strip().lower() in ("", "no error") or "no space" in str(e).lower():
-            return f"git: {_why_git_failed()}"
+        # libgit2 reports a failed write of an object or a ref on a full disk as "no error",
+        # or as whatever error it set last and recovered from ("could not find ... to touch",
+        # of an object it looked for before writing it).
+        if _disk_full():
+            return "git: no space left on the device (writing git objects or refs failed)"
+        if str(e).strip().lower() in ("", "no error"):
+            return "git: an object or ref could not be written (libgit2 gave no reason)"
         return f"git: {e}"
     return None
 
 
-def _why_git_failed() -> str:
+def _disk_full() -> bool:
     from gitsess.durable import nearly_full
 
     try:
         where = os.getcwd()
     except OSError:
         where = "/"
-    if nearly_full(where):
-        return "no space left on the device (writing git objects or refs failed)"
-    return "an object or ref could not be written (libgit2 gave no reason)"
+    return nearly_full(where)
 
 
 def one_line(e: Exception) -> str | None:

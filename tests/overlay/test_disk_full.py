@@ -175,6 +175,32 @@ def test_apply_commit_on_a_full_disk_says_no_space(tmp_path: Path) -> None:
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+def test_a_git_error_on_a_full_disk_says_no_space_whatever_libgit2_said_last(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that fails on a full disk leaves libgit2's last message, which may be one it
+    set and recovered from before ("could not find ... to touch", looking for the object)."""
+    import pygit2
+
+    from gitsess.cli.group import one_line
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)], check=True)
+    try:
+        with open(disk / "filler", "wb") as f, pytest.raises(OSError):
+            while True:
+                f.write(b"\0" * (1 << 16))
+                f.flush()
+        monkeypatch.chdir(disk)
+        stale = pygit2.GitError("could not find '/r/.git/objects/75/1234' to touch")
+        assert "no space" in (one_line(stale) or "").lower()
+        monkeypatch.chdir(tmp_path)
+        assert one_line(stale) == "git: could not find '/r/.git/objects/75/1234' to touch"
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
 def test_fork_on_a_full_disk_leaves_no_session_behind(full_disk: FullDisk) -> None:
     """Issue 37 item 12: all or nothing."""
     (full_disk.view / "big.bin").write_bytes(os.urandom(6 << 20))
