@@ -213,17 +213,22 @@ def main(argv: list[str] | None = None) -> int:
     except RuntimeError as e:
         _ready(args.ready_fd, f"mount failed: {e}")
         return 1
-    if not guard.arm(guarded, args.mountpoint):
-        log.warning("no guard: %s is not in the mount table", args.mountpoint)
-    state = DaemonState(
-        tree,
-        args.mountpoint,
-        args.persistent,
-        args.read_only,
-        ahead,
-        Presence(args.mountpoint, args.delta),
-        checkpoints,
-    )
+    try:
+        if not guard.arm(guarded, args.mountpoint):
+            log.warning("no guard: %s is not in the mount table", args.mountpoint)
+        state = DaemonState(
+            tree,
+            args.mountpoint,
+            args.persistent,
+            args.read_only,
+            ahead,
+            Presence(args.mountpoint, args.delta),
+            checkpoints,
+        )
+    except BaseException:
+        # (nothing served yet: the view goes with the daemon, never left behind)
+        pyfuse3.close(unmount=True)
+        raise
     watcher = LowerWatcher(tree.root, lambda rels: None, lambda: None, lambda: None)
     try:
         HostLoop().run(lambda ended: _serve(state, listener, watcher, args.ready_fd, ended))

@@ -82,21 +82,28 @@ def test_its_connection_has_the_settings_of_every_other(tmp_path: Path) -> None:
     conn.close()
 
 
-# The daemon, with a checkpointer that cannot start (our own class, made to fail).
+# The daemon, with one of its parts that cannot start (our own class, made to fail).
 _REFUSING_DAEMON = """
 import sys
-from gitsess.overlay import checkpointer, daemon
+from gitsess.overlay import {module}, daemon
 
-def refuse(self, conn, path):
-    raise RuntimeError("this checkpointer cannot start")
+def refuse(self, *args):
+    raise RuntimeError("this part cannot start")
 
-checkpointer.Checkpointer.__init__ = refuse
+{module}.{cls}.__init__ = refuse
 sys.exit(daemon.main(sys.argv[1:]))
 """
 
 
 @pytest.mark.fuse
-def test_a_checkpointer_that_cannot_start_leaves_no_mount(tmp_path: Path, worktree: Path) -> None:
+@pytest.mark.parametrize(
+    ("module", "cls"),
+    [("checkpointer", "Checkpointer"), ("presence", "Presence")],
+    ids=["made-before-the-mount", "made-after-the-mount"],
+)
+def test_a_part_that_cannot_start_leaves_no_mount(
+    tmp_path: Path, worktree: Path, module: str, cls: str
+) -> None:
     session_dir = tmp_path / "session"
     mnt = session_dir / "mnt"
     mnt.mkdir(mode=0o700, parents=True)
@@ -106,7 +113,7 @@ def test_a_checkpointer_that_cannot_start_leaves_no_mount(tmp_path: Path, worktr
     try:
         try:
             done = subprocess.run(
-                [sys.executable, "-c", _REFUSING_DAEMON, *argv],
+                [sys.executable, "-c", _REFUSING_DAEMON.format(module=module, cls=cls), *argv],
                 pass_fds=(write_end,),
                 capture_output=True,
                 text=True,
@@ -117,7 +124,7 @@ def test_a_checkpointer_that_cannot_start_leaves_no_mount(tmp_path: Path, worktr
         with os.fdopen(read_end, "rb") as ready:
             answer = ready.read()
         assert done.returncode != 0
-        assert "this checkpointer cannot start" in done.stderr
+        assert "this part cannot start" in done.stderr
         assert answer != b"ready\n"
         assert not mounttable.is_mount_point(mnt)
     finally:
