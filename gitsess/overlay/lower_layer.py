@@ -55,8 +55,7 @@ class LowerLayer:
         # below `root` (a linked worktree's `.git` file and git dirs), longest first.
         self.git, redirects = linked_git(self.root, session_dir, writer=writer)
         self.redirects = dict(sorted(redirects.items(), key=lambda kv: -len(kv[0])))
-        # (top, top + "/", where it is): asked for every request below `.GIT`, each loose
-        # object git writes among them
+        # (top, top + "/", where it is): asked for every request below `.git` and `.GIT`
         self._redirected = [(top, top + b"/", there) for top, there in self.redirects.items()]
         if self.redirects:
             self.hidden.add(GIT_COMMON + b"/gitsess")

@@ -2,24 +2,27 @@
 
 In a private mount namespace the view is bind-mounted over the worktree's real path, so the
 command's cwd and every absolute path are the ones it knows. The view's `.git` is the session's
-own (copy-on-write), so git inside changes only the session. The real gitsess state dir is
-bound read-only at its real path (over the view's stand-in for it when it lies in the worktree:
-found by name, never listed): gitsess commands inside read their registry and delta there, and
-write only through the session's daemon (`kv`), so a run can neither destroy a session's delta
-nor plant an apply journal. For a linked worktree the view's common dir is bound over the real
+own (copy-on-write), so git inside changes only the session. The real gitsess state dir is bound
+read-only at its real path (over the view's stand-in for it when it lies in the worktree: found
+by name, never listed): gitsess commands inside read their registry and delta there, and write
+only through the session's daemon (`kv`), so a run can neither destroy a session's delta nor
+plant an apply journal. For a linked worktree the view's common dir is bound over the real
 common dir too (outside the worktree, it would stay writable) and the view's `.git` file leads
 git to its admin dir below that path (`_point_at_common`), where git names the main worktree,
 and takes this one for the current one, as it does outside. The command gets a PID namespace of
 its own with a fresh /proc: no outside process is visible, so no `/proc/<pid>/root` (or `cwd`,
-`fd`) leads out of the view. Last, a user namespace of its own locks every mount it inherits:
-it can neither unmount the view nor remount the state dir writable (mounts copied into a less
-privileged namespace are locked, MNT_LOCKED and the locked flags). An agent's own isolation
-root (`homes/<uuid>`) is bound writable again over the sealed state dir. A read-only run's view
-is remounted read-only: the kernel answers EROFS even when it joins a writable live session, so
-the daemon needs no per-request look at who writes. Where any step fails, `spawn` refuses
-before the command starts, with the reason: it never falls back to running in the mount point,
-where absolute paths reach the real tree. `gitsess doctor` tries the same steps on temporary
-directories ("runs in place"). What a run does not isolate: see the README.
+`fd`) leads out of the view. Last, a user namespace of its own locks every mount it inherits: it
+can neither unmount the view nor remount the state dir writable (mounts copied into a less
+privileged namespace are locked, MNT_LOCKED and the locked flags). An agent's own isolation root
+(`homes/<uuid>`) is bound writable again over the sealed state dir, and so is the session's
+object store, which the view's `.git/objects` links to; the real store it borrows is bound
+read-only where its `info/alternates` names it (`_bind_objects`, `overlay/objectdir.py`). A
+read-only run's view (and store) is remounted read-only: the kernel answers EROFS even when it
+joins a writable live session, so the daemon needs no per-request look at who writes. Where any
+step fails, `spawn` refuses before the command starts, with the reason: it never falls back to
+running in the mount point, where absolute paths reach the real tree. `gitsess doctor` tries the
+same steps on temporary directories ("runs in place"). What a run does not isolate: see the
+README.
 
 The processes, each forked from the one before (the first by `subprocess.Popen`):
 
