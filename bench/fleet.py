@@ -132,14 +132,16 @@ def commits(b: Bench, corpus: Corpus) -> Result:
 
     res = Result(COMMITS_KEY, f"{COMMITS} commits inside", [Goal(NATIVE, 1.3)])
     rel = corpus.files[0]
-    script = (
-        f"for i in $(seq {COMMITS}); do echo $i >> {shlex.quote(rel)};"
-        " git commit -qam c$i || exit 1; done"
-    )
-    commits = ["sh", "-c", script]
     plain = live.git_config_env(b.env, live.UNTRACKED_CACHE_CONFIG)
     for run in range(b.cfg.slow_runs):
         for target in rotation(run):
+            # Lines of each run's and target's own: `rm` of a session archives its commits
+            # into the corpus, and a native copy that then held their objects wrote 1 of 6.
+            script = (
+                f"for i in $(seq {COMMITS}); do echo {run}.{target}.$i >> {shlex.quote(rel)};"
+                " git commit -qam c$i || exit 1; done"
+            )
+            commits = ["sh", "-c", script]
             if target == OVERLAYFS:
                 with b.view(target, corpus.repo) as view:
                     step = functools.partial(_run, commits, view.root, {**b.env, **plain})
