@@ -14,12 +14,10 @@ import pytest
 import trio
 
 from gitsess.overlay import daemon, history
-from gitsess.overlay.checkpointer import Checkpointer
 from gitsess.overlay.delta import DeltaStore
-from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.nodes import ROOT_INODE
-from gitsess.overlay.presence import Presence
 from gitsess.overlay.tree import Tree
+from tests.overlay.daemon_util import unmounted_state
 
 
 def test_a_rewind_is_answered_though_the_daemon_stops_before_its_answer(
@@ -44,15 +42,7 @@ def test_a_rewind_is_answered_though_the_daemon_stops_before_its_answer(
     tree.truncate(f, 0)
     tree.write(f, 0, b"bad\n")
     mnt = str(tmp_path / "mnt")
-    state = daemon.DaemonState(
-        tree,
-        mnt,
-        False,
-        False,
-        ListAhead(mnt),
-        Presence(mnt, delta),
-        Checkpointer(store.conn, delta),
-    )
+    state = unmounted_state(tree, store, delta, mnt)
     telling, stopped = threading.Event(), threading.Event()
 
     def tell_kernel(entries: list[tuple[int, bytes]], inodes: list[int]) -> None:

@@ -11,13 +11,11 @@ import pytest
 import trio
 
 from gitsess.overlay import daemon, daemon_fsmonitor
-from gitsess.overlay.checkpointer import Checkpointer
 from gitsess.overlay.delta import DeltaStore
 from gitsess.overlay.index_view import IndexView, Mark
-from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.lower_watcher import LowerWatcher
-from gitsess.overlay.presence import Presence
 from gitsess.overlay.tree import Tree
+from tests.overlay.daemon_util import unmounted_state
 from tests.util import make_repo
 
 
@@ -35,15 +33,7 @@ def test_the_sweep_ahead_waits_for_the_watch(
     view = IndexView(tree.lower_path(tree.lower.git.index_file), tree.root, os.fsencode(mnt))
     view.note_mounted(tree)
     tree.index_view = view
-    state = daemon.DaemonState(
-        tree,
-        mnt,
-        False,
-        False,
-        ListAhead(mnt),
-        Presence(mnt, delta),
-        Checkpointer(store.conn, delta),
-    )
+    state = unmounted_state(tree, store, delta, mnt)
 
     # As the daemon wires it, the kernel left out: in place once the tree caught up.
     def in_place() -> None:
