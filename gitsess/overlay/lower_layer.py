@@ -61,15 +61,15 @@ class LowerLayer:
             self.hidden.add(GIT_COMMON + b"/gitsess")
         # The view's object store is a symlink to the session's own (`objectdir.py`), which
         # borrows the real one, found where the view's was.
-        self.objects_at = objectdir.view_path(self.git)
-        self.real_objects = self.path(self.objects_at)
-        session = os.fsencode(session_dir)
-        self.objects_store = objectdir.store_of(session)
+        self.session = os.fsencode(session_dir)
+        objects_at = objectdir.view_path(self.git)
         if writer:
-            link = objectdir.prepare(session, self.real_objects)
+            link = objectdir.prepare(self.session, self.path(objects_at))
         else:
-            link = os.path.join(session, objectdir.LINK)
-        self._redirected.insert(0, (self.objects_at, self.objects_at + b"/", link))
+            link = os.path.join(self.session, objectdir.LINK)
+        self._redirected.insert(0, (objects_at, objects_at + b"/", link))
+        # (the real listing of its directory names it a directory: `listing`)
+        self._objects_in, _, self._objects_name = objects_at.rpartition(b"/")
         self.name_max = _name_max(self.root)
         # Whether the lower watch is in place (see `LowerChanges.catch_up`).
         self.watched = False
@@ -114,10 +114,9 @@ class LowerLayer:
             )
         except (FileNotFoundError, NotADirectoryError):
             return []
-        if rel == self.objects_at.rpartition(b"/")[0]:
+        if rel == self._objects_in:
             # the object store the worktree lists is the session's symlink in the view
-            store = self.objects_at.rpartition(b"/")[2]
-            listing = [(name, is_dir and name != store) for name, is_dir in listing]
+            listing = [(name, is_dir and name != self._objects_name) for name, is_dir in listing]
         if len(self._listings) >= LISTINGS_KEPT:
             self._listings.clear()
         self._listings[rel] = (mtime, listing)

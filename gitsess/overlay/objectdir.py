@@ -42,7 +42,7 @@ import errno
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from gitsess.overlay.gitdir import GitLayout
@@ -150,36 +150,45 @@ def _link_missing(src: bytes, dest: bytes) -> None:
     meanwhile packs a loose object before it removes it, so one gone from a fan-out dir is
     found in `pack/` after."""
     fans = sorted(d for d in _names(src, b"", dirs=True) if _is_fan(d))
-    for d in (*fans, b"pack"):
-        names = [n for n in _names(src, d, dirs=False) if _is_object_file(d, n)]
-        if not names:
-            continue
+    listed = [(d, names) for d in (*fans, b"pack") if (names := _object_files(src, d))]
+    if not listed:
+        return
+    os.makedirs(dest, exist_ok=True)
+    top = os.open(dest, _DIR)
+    try:
+        for d, names in listed:
+            _link_into(src, d, names, top)
+    finally:
+        os.close(top)
+
+
+def _object_files(store: bytes, d: bytes) -> list[bytes]:
+    return [n for n in _names(store, d, dirs=False) if _is_object_file(d, n)]
+
+
+def _link_into(src: bytes, d: bytes, names: list[bytes], dest_fd: int) -> None:
+    """Hard-link the `names` of `src`'s dir `d` that the same dir of `dest_fd` lacks."""
+    try:
+        from_fd = _open_below(src, d, _DIR)
+    except OSError:
+        return  # (gone since listed: a gc removed the emptied dir)
+    try:
+        to_fd = _own_dir(dest_fd, d)
         try:
-            from_fd = _open_below(src, d, _DIR)
-        except OSError:
-            continue  # (gone since listed: a gc removed the emptied dir)
-        try:
-            os.makedirs(dest, exist_ok=True)
-            top = os.open(dest, _DIR)
-            try:
-                to_fd = _own_dir(top, d)
-            finally:
-                os.close(top)
-            try:
-                with os.scandir(to_fd) as it:
-                    have = {os.fsencode(e.name) for e in it}
-                for name in names:
-                    if name not in have:
-                        # (gone since listed: a gc packed it, or pruned what nothing reaches)
-                        with contextlib.suppress(FileExistsError, FileNotFoundError):
-                            os.link(
-                                name, name, src_dir_fd=from_fd, dst_dir_fd=to_fd,
-                                follow_symlinks=False,
-                            )  # fmt: skip
-            finally:
-                os.close(to_fd)
+            with os.scandir(to_fd) as it:
+                have = {os.fsencode(e.name) for e in it}
+            for name in names:
+                if name not in have:
+                    # (gone since listed: a gc packed it, or pruned what nothing reaches)
+                    with contextlib.suppress(FileExistsError, FileNotFoundError):
+                        os.link(
+                            name, name, src_dir_fd=from_fd, dst_dir_fd=to_fd,
+                            follow_symlinks=False,
+                        )  # fmt: skip
         finally:
-            os.close(from_fd)
+            os.close(to_fd)
+    finally:
+        os.close(from_fd)
 
 
 def _is_fan(name: bytes) -> bool:
@@ -248,16 +257,7 @@ class ObjectDir:
         return sorted(ids)
 
     def own_packs(self) -> list[str]:
-        packs: set[str] = set()
-        for top in self.dirs:
-            names = set(_names(top, b"pack", dirs=False))
-            packs.update(
-                "pack/" + os.fsdecode(name.removesuffix(b".idx"))
-                for name in names
-                if name.startswith(b"pack-")
-                and name.endswith(b".idx")
-                and name.removesuffix(b".idx") + b".pack" in names
-            )
+        packs = {p for top in self.dirs for p in packs_in(_names(top, b"pack", dirs=False))}
         return sorted(packs)
 
     def _open(self, rel: str) -> int | None:
@@ -285,6 +285,19 @@ class ObjectDir:
         with os.fdopen(fd, "rb") as src, open(dest, "wb") as out:
             while chunk := src.read(1 << 20):
                 out.write(chunk)
+
+
+def packs_in(names: Iterable[bytes]) -> list[str]:
+    """The packs a `pack/` dir of these file names holds whole, each with its index, as
+    `pack/pack-<id>` (no suffix)."""
+    have = set(names)
+    return sorted(
+        "pack/" + os.fsdecode(name.removesuffix(b".idx"))
+        for name in have
+        if name.startswith(b"pack-")
+        and name.endswith(b".idx")
+        and name.removesuffix(b".idx") + b".pack" in have
+    )
 
 
 def _open_below(store: bytes, rel: bytes, flags: int) -> int:
@@ -335,21 +348,15 @@ def move_rows_out(tree: Tree) -> None:
     top = tree.table.nodes.get(ino) if ino else None
     if top is None or top.entries is None:
         return  # the symlink, or a whiteout: the session removed its store
-    store = tree.lower.objects_store
+    store = store_of(tree.lower.session)
     for rel, n in _upper_files(tree, top, b""):
         dest = os.path.join(store, rel)
         if os.path.lexists(dest):
             continue
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        size = tree.getattr(n).size
-        tree.opened(n)
-        try:
-            data = tree.read(n, 0, size) if size else b""
-        finally:
-            tree.released(n)
         aside = dest + b".moving"
         with open(aside, "wb") as f:
-            f.write(data)
+            f.write(tree.read_whole(n))
         os.chmod(aside, 0o444)
         os.replace(aside, dest)
     del parent.entries[name]

@@ -228,6 +228,15 @@ class Tree:
     def opened(self, n: Node) -> None:
         self.content.opened(n)
 
+    def read_whole(self, n: Node) -> bytes:
+        """All of file `n`'s bytes, as one reader holding it open."""
+        size = self.getattr(n).size
+        self.opened(n)
+        try:
+            return self.read(n, 0, size) if size else b""
+        finally:
+            self.released(n)
+
     def released(self, n: Node) -> None:
         self.content.released(n)
 

@@ -138,13 +138,7 @@ class OverlayView:
         return not in_git(raw) and self._dir(raw) is not None
 
     def read(self, path: str) -> bytes:
-        n = self._need(path)
-        size = self.tree.getattr(n).size
-        self.tree.opened(n)
-        try:
-            return self.tree.read(n, 0, size) if size else b""
-        finally:
-            self.tree.released(n)
+        return self.tree.read_whole(self._need(path))
 
     @contextmanager
     def open(self, path: str) -> Iterator[BinaryIO]:
@@ -198,14 +192,9 @@ class OverlayView:
         if n is None or n.is_dir:
             return None
         try:
-            size = self.tree.getattr(n).size
-            self.tree.opened(n)
+            return self.tree.read_whole(n)
         except OSError:
             return None
-        try:
-            return self.tree.read(n, 0, size) if size else b""
-        finally:
-            self.tree.released(n)
 
     def own_objects(self) -> ObjectFiles:
         """The session's own object files: its store and what its checkpoints kept
@@ -215,7 +204,7 @@ class OverlayView:
         n = self.tree.resolve(at)
         if n is not None and n.upper and n.entries is not None:
             return _RowObjects(self.tree, at)
-        return objectdir.own_files(os.path.dirname(self.tree.lower.objects_store))
+        return objectdir.own_files(self.tree.lower.session)
 
     def _need(self, path: str) -> Node:
         n = self._resolve(path)
@@ -271,14 +260,7 @@ class _RowObjects:
         return ids
 
     def own_packs(self) -> list[str]:
-        own = self._own_entries(b"pack")
-        return sorted(
-            "pack/" + os.fsdecode(name.removesuffix(b".idx"))
-            for name in own
-            if name.startswith(b"pack-")
-            and name.endswith(b".idx")
-            and name.removesuffix(b".idx") + b".pack" in own
-        )
+        return objectdir.packs_in(self._own_entries(b"pack"))
 
     def _own_file(self, rel: str) -> Node | None:
         n = self.tree.resolve(self.at + b"/" + os.fsencode(rel))
@@ -286,13 +268,7 @@ class _RowObjects:
 
     def read_object_file(self, rel: str) -> bytes | None:
         n = self._own_file(rel)
-        if n is None:
-            return None
-        self.tree.opened(n)
-        try:
-            return self.tree.read(n, 0, n.size) if n.size else b""
-        finally:
-            self.tree.released(n)
+        return None if n is None else self.tree.read_whole(n)
 
     def copy_object_file(self, rel: str, dest: str) -> None:
         n = self._own_file(rel)
