@@ -41,6 +41,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import apsw
@@ -73,6 +74,7 @@ from gitsess.overlay.listahead import ListAhead
 from gitsess.overlay.lower_watcher import LowerWatcher
 from gitsess.overlay.presence import Presence
 from gitsess.overlay.tree import Tree
+from gitsess.store import db
 
 log = logging.getLogger("gitsess.daemon")
 
@@ -164,6 +166,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--delta", required=True)
     p.add_argument("--mountpoint", required=True)
     p.add_argument("--hide", action="append", default=[])
+    p.add_argument("--registry")
     p.add_argument("--ready-fd", type=int)
     p.add_argument("--persistent", action="store_true")
     p.add_argument("--read-only", action="store_true")
@@ -190,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     listener.listen(64)
     control.publish(session_dir, name)
     store = DeltaStore(args.delta)
+    registry = _hold(args.registry)
     # Made before the mount: past `pyfuse3.init` only the `try` below unmounts, and a daemon
     # that dies with its view mounted leaves it behind.
     checkpoints = Checkpointer(store.conn, args.delta)
@@ -244,8 +248,24 @@ def main(argv: list[str] | None = None) -> int:
         tree.close()
         state.checkpoints.close()
         store.close()
+        if registry is not None:
+            registry.close()
         log.info("unmounted %s", args.mountpoint)
     return 0
+
+
+def _hold(registry: str | None) -> apsw.Connection | None:
+    """The registry, held open while the view is mounted.
+
+    Processes inside a run read it through its `-shm`, which they cannot write: the first
+    connection to open it rebuilds the `-shm` and the last one to close deletes it, and a
+    reader in between fails ("attempt to write a readonly database"). With this one held,
+    neither happens while the run's view is mounted."""
+    if registry is None or not os.path.exists(registry):
+        return None
+    conn = db.connect(Path(registry))
+    conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    return conn
 
 
 def _commit_until_saved(tree: Tree) -> None:

@@ -45,6 +45,7 @@ class MountSpec:
     persistent: bool = False
     allow_other: bool = False
     mountpoint: Path | None = None
+    registry: Path | None = None  # held open by the daemon (see `overlay/daemon._hold`)
 
     @property
     def delta(self) -> Path:
@@ -220,6 +221,8 @@ def _start_daemon(spec: MountSpec) -> None:
     ]
     for rel in spec.hidden:
         args += ["--hide", rel]
+    if spec.registry is not None:
+        args += ["--registry", str(spec.registry)]
     for flag, on in (
         ("--persistent", spec.persistent),
         ("--read-only", spec.read_only),

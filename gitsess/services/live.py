@@ -57,6 +57,7 @@ def spec_for(
         persistent=persistent,
         allow_other=allow_other,
         mountpoint=mountpoint,
+        registry=ctx.registry_path,
     )
 
 

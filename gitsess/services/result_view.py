@@ -53,6 +53,7 @@ def result_view(
         lower=session.worktree,
         session_dir=where,
         hidden=live.hidden_paths(ctx, session),
+        registry=ctx.registry_path,
     )
     try:
         paths = throwaway.differing(repo, commit)

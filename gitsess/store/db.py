@@ -78,6 +78,7 @@ def open_read_only(path: Path | str) -> apsw.Connection:
     deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
     while True:
         conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
         try:
             conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
             return conn
@@ -87,9 +88,18 @@ def open_read_only(path: Path | str) -> apsw.Connection:
                 break
             if time.monotonic() > deadline:
                 raise
-            time.sleep(0.005)
+        except apsw.ReadOnlyError as e:
+            conn.close()
+            if getattr(e, "extendedresult", None) not in _RECOVERING or time.monotonic() > deadline:
+                raise
+        time.sleep(0.005)
     uri = f"file:{urllib.parse.quote(str(path))}?immutable=1"
     return apsw.Connection(uri, flags=apsw.SQLITE_OPEN_READONLY | apsw.SQLITE_OPEN_URI)
+
+
+# A writer that opened the database first rebuilds its `-shm`, which a reader that cannot
+# write it must wait out.
+_RECOVERING = frozenset({apsw.SQLITE_READONLY_RECOVERY, apsw.SQLITE_READONLY_CANTINIT})
 
 
 def _holds_commits(wal: Path) -> bool:

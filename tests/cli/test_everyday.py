@@ -6,6 +6,7 @@ import fcntl
 import json
 import os
 import pty
+import select
 import struct
 import subprocess
 import termios
@@ -32,18 +33,18 @@ def on_terminal(cwd: Path, *args: str, columns: int = 80) -> str:
     proc = subprocess.Popen(
         [*GITSESS, *args], cwd=cwd, env=env, stdin=follower, stdout=follower, stderr=follower
     )
-    os.close(follower)
+    # The follower stays open here until the program has ended and all it wrote is read:
+    # once its last descriptor closes, a read of the leader may fail (EIO) before the
+    # program's last writes have reached it.
     chunks = []
     try:
         while True:
-            try:
-                data = os.read(leader, 4096)
-            except OSError:  # EIO: the follower side closed
+            if select.select([leader], [], [], 0.05)[0]:
+                chunks.append(os.read(leader, 4096))
+            elif proc.poll() is not None:
                 break
-            if not data:
-                break
-            chunks.append(data)
     finally:
+        os.close(follower)
         os.close(leader)
         proc.wait(timeout=60)
     assert proc.returncode == 0, b"".join(chunks)

@@ -108,3 +108,58 @@ def test_commands_that_write_the_state_are_refused_inside(repo: Path, command: l
         " read-only there; run it outside the session\n"
     )
     assert gitsess(repo, "show", "exp").returncode == 0
+
+
+READ_REGISTRY = """
+import sys, time
+from pathlib import Path
+from gitsess.store import db
+failed, reads, end = [], 0, time.monotonic() + 3
+while time.monotonic() < end:
+    try:
+        conn = db.connect(Path(sys.argv[1]))
+        for _ in range(3):
+            conn.execute("SELECT count(*) FROM sessions").fetchall()
+        conn.close()
+        reads += 1
+    except Exception as e:
+        failed.append(repr(e))
+print(reads, len(failed), failed[:3])
+"""
+
+
+def test_the_registry_is_read_inside_while_outside_commands_open_and_close_it(
+    repo: Path,
+) -> None:
+    """SQLite's first opener of a database rebuilds its `-shm` and its last closer deletes it;
+    a reader that cannot write the `-shm` fails in between. The daemon holds the registry open,
+    so commands outside never do either while a run reads it (a flaky agent turn hook found
+    this: `checkpoint --turn` said the state dir "is on a read-only file system")."""
+    import subprocess
+    import sys
+
+    from gitsess.store import db
+
+    registry = discover(repo).registry_path
+    assert gitsess(repo, "new", "exp").returncode == 0
+    script = f"{shlex.quote(sys.executable)} -c {shlex.quote(READ_REGISTRY)} {registry}"
+    inside = subprocess.Popen(
+        [*GITSESS, "run", "-s", "exp", "--", "sh", "-c", script],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        cycles = 0
+        while inside.poll() is None:
+            conn = db.connect(registry)
+            conn.execute("SELECT count(*) FROM sessions").fetchall()
+            conn.close()
+            cycles += 1
+        out, err = inside.communicate(timeout=30)
+    finally:
+        if inside.poll() is None:
+            inside.kill()
+            inside.wait()
+    assert inside.returncode == 0, err
+    reads, failures, shown = out.split(" ", 2)
+    assert int(reads) > 50 and cycles > 50, (reads, cycles)
+    assert failures == "0", shown
