@@ -103,17 +103,22 @@ def copy_file(src: str, dest: str) -> None:
     on (a fifo)."""
     fd_in = os.open(src, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     try:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
-        fd_out = os.open(dest, flags, 0o600)
-        try:
-            try:
-                fcntl.ioctl(fd_out, FICLONE, fd_in)
-            except OSError:
-                _copy_extents(fd_in, fd_out)
-        finally:
-            os.close(fd_out)
+        copy_open_file(fd_in, dest)
     finally:
         os.close(fd_in)
+
+
+def copy_open_file(fd_in: int, dest: str | bytes) -> None:
+    """The file open at `fd_in` to a new file `dest`, as `copy_file` copies."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+    fd_out = os.open(dest, flags, 0o600)
+    try:
+        try:
+            fcntl.ioctl(fd_out, FICLONE, fd_in)
+        except OSError:
+            _copy_extents(fd_in, fd_out)
+    finally:
+        os.close(fd_out)
 
 
 def _copy_extents(fd_in: int, fd_out: int) -> None:

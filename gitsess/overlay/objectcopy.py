@@ -10,11 +10,15 @@ before a ref names it, so every object the copied refs name is there to copy. A 
 packs and removes loose objects meanwhile makes a listed file vanish; the fan-out dirs are
 copied before `pack/` (a gc writes the pack before it removes the loose objects), and a pass
 in which a file vanished is followed by another, which copies what is still missing.
+
+The source is read by descriptors that follow no symlink: a run may swap a dir or a file of its
+store for a symlink while the copy walks it, and what that leads to must not reach the fork.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 
@@ -34,7 +38,14 @@ def copy_store(src: bytes, dest: bytes) -> None:
         copier = _Copier(src, dest, top)
         for _ in range(PASSES):
             copier.vanished = False
-            copier.copy(b"")
+            try:
+                fd = os.open(os.path.join(src, top), objectdir.OPEN_DIR)
+            except OSError:
+                break  # none, or not a directory of the session's own
+            try:
+                copier.copy(fd, b"")
+            finally:
+                os.close(fd)
             if not copier.vanished:
                 break
     # (a source never loaded has no store; the fork's first view makes its own)
@@ -44,7 +55,6 @@ def copy_store(src: bytes, dest: bytes) -> None:
 
 class _Copier:
     def __init__(self, src: bytes, dest: bytes, top: bytes) -> None:
-        self.src = os.path.join(src, top)
         self.dest = os.path.join(dest, top)
         self.skip = _OWN[top]
         # `kept/` files that are the store's own, linked to their copies in the fork
@@ -53,41 +63,62 @@ class _Copier:
         )
         self.vanished = False
 
-    def copy(self, rel: bytes) -> None:
-        try:
-            with os.scandir(os.path.join(self.src, rel)) as it:
-                entries = sorted(it, key=lambda e: (_order(rel, e.name), e.name))
-        except FileNotFoundError:
-            self.vanished = bool(rel)
-            return
+    def copy(self, fd: int, rel: bytes) -> None:
+        """Copy the directory open at `fd`, `rel` below the top."""
+        with os.scandir(fd) as it:
+            entries = sorted(
+                ((os.fsencode(e.name), e) for e in it),
+                key=lambda pair: (_order(rel, pair[0]), pair[0]),
+            )
         dest_dir = os.path.join(self.dest, rel)
         os.makedirs(dest_dir, mode=0o700, exist_ok=True)
         have = set(os.listdir(dest_dir))
-        for e in entries:
-            sub = os.path.join(rel, e.name) if rel else e.name
+        for name, e in entries:
+            sub = os.path.join(rel, name) if rel else name
             if e.is_dir(follow_symlinks=False):
-                self.copy(sub)
+                below = self._open(fd, name, objectdir.OPEN_DIR)
+                if below is not None:
+                    try:
+                        self.copy(below, sub)
+                    finally:
+                        os.close(below)
             elif (
                 e.is_file(follow_symlinks=False)
-                and e.name not in have
+                and name not in have
                 and sub not in self.skip
-                and not e.name.startswith(b"tmp_")  # git's, still being written
+                and not name.startswith(b"tmp_")  # git's, still being written
             ):
-                try:
-                    self._file(e, sub)
-                except FileNotFoundError:
-                    self.vanished = True
+                opened = self._open(fd, name, objectdir.OPEN_FILE)
+                if opened is not None:
+                    try:
+                        self._file(opened, sub)
+                    finally:
+                        os.close(opened)
 
-    def _file(self, e: os.DirEntry[bytes], rel: bytes) -> None:
+    def _open(self, fd: int, name: bytes, flags: int) -> int | None:
+        """`name` in `fd` opened, None where it vanished or is no longer what it was listed as
+        (a symlink now: ELOOP, or a file where a dir was: ENOTDIR)."""
+        try:
+            return os.open(name, flags, dir_fd=fd)
+        except FileNotFoundError:
+            self.vanished = True
+        except OSError as e:
+            if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+        return None
+
+    def _file(self, fd: int, rel: bytes) -> None:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return  # (swapped since listed: a fifo or a device is no object file)
         dest = os.path.join(self.dest, rel)
-        st = e.stat(follow_symlinks=False)
         if self.stores is not None:
             src_store, dest_store = self.stores
             with contextlib.suppress(OSError):
                 if os.path.samestat(st, os.lstat(os.path.join(src_store, rel))):
                     os.link(os.path.join(dest_store, rel), dest)
                     return
-        history.copy_file(os.fsdecode(e.path), os.fsdecode(dest))
+        history.copy_open_file(fd, dest)
         os.chmod(dest, stat.S_IMODE(st.st_mode))
 
 

@@ -58,9 +58,9 @@ REAL = LOWER + b"/objects"
 KEPT = b"kept"
 _HEX = frozenset(b"0123456789abcdef")
 
-_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # (O_NONBLOCK: a FIFO a run planted under an object's name must not hold the open)
-_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+OPEN_FILE = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 def store_of(session_dir: bytes) -> bytes:
@@ -95,7 +95,7 @@ def prepare(session_dir: bytes, real: bytes) -> bytes:
 def _write_alternates(store: bytes, text: bytes) -> None:
     """The store's `info/alternates` says `text` (replaced whole, only when it says something
     else); nothing on the way is followed."""
-    top = os.open(store, _DIR)
+    top = os.open(store, OPEN_DIR)
     try:
         info = _own_dir(top, b"info")
     finally:
@@ -103,7 +103,7 @@ def _write_alternates(store: bytes, text: bytes) -> None:
     try:
         with (
             contextlib.suppress(OSError),
-            os.fdopen(os.open(b"alternates", _FILE, dir_fd=info), "rb") as f,
+            os.fdopen(os.open(b"alternates", OPEN_FILE, dir_fd=info), "rb") as f,
         ):
             if f.read() == text:
                 return
@@ -123,7 +123,7 @@ def _own_dir(parent: int, name: bytes) -> int:
     """The directory `name` in `parent`, opened: made where it is missing, made anew where a
     symlink or a file has its name."""
     try:
-        return os.open(name, _DIR, dir_fd=parent)
+        return os.open(name, OPEN_DIR, dir_fd=parent)
     except FileNotFoundError:
         pass
     except OSError as e:
@@ -131,7 +131,7 @@ def _own_dir(parent: int, name: bytes) -> int:
             raise
         os.unlink(name, dir_fd=parent)
     os.mkdir(name, dir_fd=parent)
-    return os.open(name, _DIR, dir_fd=parent)
+    return os.open(name, OPEN_DIR, dir_fd=parent)
 
 
 def keep(session_dir: bytes) -> None:
@@ -154,7 +154,7 @@ def _link_missing(src: bytes, dest: bytes) -> None:
     if not listed:
         return
     os.makedirs(dest, exist_ok=True)
-    top = os.open(dest, _DIR)
+    top = os.open(dest, OPEN_DIR)
     try:
         for d, names in listed:
             _link_into(src, d, names, top)
@@ -169,7 +169,7 @@ def _object_files(store: bytes, d: bytes) -> list[bytes]:
 def _link_into(src: bytes, d: bytes, names: list[bytes], dest_fd: int) -> None:
     """Hard-link the `names` of `src`'s dir `d` that the same dir of `dest_fd` lacks."""
     try:
-        from_fd = _open_below(src, d, _DIR)
+        from_fd = _open_below(src, d, OPEN_DIR)
     except OSError:
         return  # (gone since listed: a gc removed the emptied dir)
     try:
@@ -263,7 +263,7 @@ class ObjectDir:
     def _open(self, rel: str) -> int | None:
         for top in self.dirs:
             try:
-                fd = _open_below(top, os.fsencode(rel), _FILE)
+                fd = _open_below(top, os.fsencode(rel), OPEN_FILE)
             except OSError:
                 continue
             if stat.S_ISREG(os.fstat(fd).st_mode):
@@ -304,10 +304,10 @@ def _open_below(store: bytes, rel: bytes, flags: int) -> int:
     """`rel` below `store` opened with `flags` (which follow no symlink at its end), through
     no symlink on the way."""
     *dirs, last = rel.split(b"/")
-    fd = os.open(store, _DIR)
+    fd = os.open(store, OPEN_DIR)
     try:
         for name in dirs:
-            below = os.open(name, _DIR, dir_fd=fd)
+            below = os.open(name, OPEN_DIR, dir_fd=fd)
             os.close(fd)
             fd = below
         return os.open(last, flags, dir_fd=fd)
@@ -319,7 +319,7 @@ def _names(store: bytes, rel: bytes, *, dirs: bool) -> list[bytes]:
     """The names of the directories (else the regular files) in `rel` below `store`, none
     where that is no directory of the store's own."""
     try:
-        fd = _open_below(store, rel, _DIR) if rel else os.open(store, _DIR)
+        fd = _open_below(store, rel, OPEN_DIR) if rel else os.open(store, OPEN_DIR)
     except OSError:
         return []
     try:

@@ -88,3 +88,56 @@ def test_a_forks_copy_is_its_own(tmp_path: Path) -> None:
     assert (copy / "info" / "alternates").read_bytes() == bytes(dest / "lower" / "objects") + b"\n"
     assert os.readlink(dest / "lower" / "objects") == str(tmp_path / "real")
     assert os.readlink(dest / "objects-link") == str(copy)
+
+
+FLIP = """
+import os, sys
+store, outside, started, stop = sys.argv[1:]
+fan, aside, link = (os.path.join(store, n) for n in ("ab", "ab-aside", "ab-link"))
+open(started, "w").close()
+while not os.path.exists(stop):
+    os.symlink(outside, link)
+    os.rename(fan, aside)
+    os.rename(link, fan)
+    os.unlink(fan)
+    os.rename(aside, fan)
+"""
+
+
+def test_a_fork_never_copies_what_a_racing_run_points_its_store_at(tmp_path: Path) -> None:
+    """A run may swap a dir of its store for a symlink while a fork copies it: nothing the
+    symlink leads to (here a file named as the object, holding a secret) reaches the copy.
+    Walking by paths, 1 fork in 20 here copied the secret."""
+    import subprocess
+    import sys
+    import time
+
+    src = _session(tmp_path, "src")
+    store = src / "objects"
+    _write(store / LOOSE, b"loose")
+    outside = tmp_path / "outside"
+    _write(outside / LOOSE.split("/")[1], b"secret")
+    started, stop = tmp_path / "started", tmp_path / "stop"
+    flipper = subprocess.Popen(
+        [sys.executable, "-c", FLIP, str(store), str(outside), str(started), str(stop)]
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert flipper.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        found = {b"loose": 0, None: 0}
+        for k in range(1000):
+            dest = tmp_path / f"dest{k}"
+            dest.mkdir()
+            objectcopy.copy_store(bytes(src), bytes(dest))
+            copy = dest / "objects" / LOOSE
+            data = copy.read_bytes() if copy.is_file() and not copy.is_symlink() else None
+            assert data in found, data
+            found[data] += 1
+    finally:
+        stop.touch()
+        flipper.wait(timeout=30)
+    assert flipper.returncode == 0
+    # the race was on: some forks found the real dir, some found the symlink
+    assert found[b"loose"] > 0 and found[None] > 0, found
