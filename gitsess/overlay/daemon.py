@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -726,8 +727,11 @@ def _copy(state: DaemonState, msg: dict[str, Any]) -> Reply:
     state.tree.save()
     try:
         copy_delta(state.tree.store.path, dest)
-    except (OSError, apsw.Error) as e:
-        return {"ok": False, "error": f"{dest}: {e}"}, None
+    except apsw.Error as e:
+        # (SQLite's backup on a full disk says "not an error": db_error names the disk)
+        return {"ok": False, "error": str(db.db_error(Path(dest), e))}, None
+    except OSError as e:
+        return {"ok": False, "error": f"{dest}: {_reason(e)}"}, None
     return {"ok": True}, None
 
 
@@ -767,12 +771,16 @@ def _persist(state: DaemonState, msg: dict[str, Any]) -> Reply:
     return {"ok": True}, None
 
 
+def _reason(e: OSError) -> str:
+    return "no space left on its device" if e.errno == errno.ENOSPC else str(e.strerror)
+
+
 def _stop_op(state: DaemonState, msg: dict[str, Any]) -> Reply:
     failed = _stop(state, "asked to", until_saved=False)
     if failed is not None:
         return {
             "ok": False,
-            "error": f"cannot save the session's changes ({failed.strerror}), so it stays"
+            "error": f"cannot save the session's changes ({_reason(failed)}), so it stays"
             f" mounted at {state.mountpoint} and keeps them; free space and retry",
         }, None
     return {"ok": True}, None
