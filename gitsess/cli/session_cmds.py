@@ -390,6 +390,7 @@ def show(
         *_git_rows(info),
         ("delta size", f"{_size(usage.delta_bytes)} ({_size(usage.live_bytes)} in use)"),
         *([("of which", _kinds(usage.bytes_by_kind))] if usage.bytes_by_kind is not None else []),
+        ("git objects", _size(usage.objects_bytes)),
         ("runs", _runs(usage)),
         ("last activity", _when(usage.last_activity)),
         ("session dir", str(info.session_dir)),

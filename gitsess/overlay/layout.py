@@ -16,6 +16,8 @@ APPLY_LOCK = "apply.lock"  # one apply, discard or reconcile at a time
 DAEMON_LOG = "daemon.log"
 GIT_COUNTS = "git-counts.json"  # the last count of the session's own commits (`services/counts.py`)
 MOUNTPOINT = "mnt"  # where the view is mounted when no other place is asked for
+OBJECTS = "objects"  # the session's git object store (`overlay/objectdir.py`)
+KEPT = "kept"  # object files checkpoints keep, links of the store's (`objectdir.keep`)
 
 
 def delta(session_dir: Path) -> Path:

@@ -45,17 +45,18 @@ import stat
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from gitsess.overlay import layout
 from gitsess.overlay.gitdir import GitLayout
 
 if TYPE_CHECKING:
     from gitsess.overlay.nodes import Node
     from gitsess.overlay.tree import Tree
 
-STORE = b"objects"
+STORE = layout.OBJECTS.encode()
 LINK = b"objects-link"
 LOWER = b"lower"
 REAL = LOWER + b"/objects"
-KEPT = b"kept"
+KEPT = layout.KEPT.encode()
 _HEX = frozenset(b"0123456789abcdef")
 
 OPEN_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

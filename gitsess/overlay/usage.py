@@ -1,5 +1,5 @@
 """A delta's figures: where its bytes go (files, checkpoints, audit log, free pages), what its
-data files and checkpoint saves take on disk, its last event.
+data files, checkpoint saves and git objects take on disk, its last event.
 
 `show` and `ls --json` read these through a plain read-only connection: importing the
 delta store, the history and the audit log took longer than reading them. `bytes_by_kind`
@@ -9,6 +9,7 @@ reads SQLite's `dbstat` (indexes count with their tables).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
 import apsw
@@ -40,6 +41,24 @@ def data_bytes(path: str) -> int:
         return 0
     with it:
         return sum(entry.stat().st_blocks * 512 for entry in it)
+
+
+def objects_bytes(session_dir: str) -> int:
+    """Disk space the session's git object store and `kept/` take, a file linked into both
+    counted once. Symlinks are not followed (a run may plant them in its store)."""
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for top in (layout.OBJECTS, layout.KEPT):
+        for root, _dirs, files in os.walk(os.path.join(session_dir, top)):
+            for name in files:
+                try:
+                    st = os.lstat(os.path.join(root, name))
+                except FileNotFoundError:
+                    continue  # (a gc inside removed it meanwhile)
+                if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+                    seen.add((st.st_dev, st.st_ino))
+                    total += st.st_blocks * 512
+    return total
 
 
 def cp_root(data_dir: str) -> str:

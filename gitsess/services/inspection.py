@@ -19,7 +19,13 @@ from gitsess.errors import GitsessError
 from gitsess.git.location import RepoContext
 from gitsess.overlay import schema
 from gitsess.overlay.usage import Bytes as Bytes  # (re-exported: `show` renders it)
-from gitsess.overlay.usage import bytes_by_kind, data_bytes, last_event_ns, live_bytes
+from gitsess.overlay.usage import (
+    bytes_by_kind,
+    data_bytes,
+    last_event_ns,
+    live_bytes,
+    objects_bytes,
+)
 from gitsess.services.handle import SessionHandle
 from gitsess.services.sessions import SessionInfo, runs
 from gitsess.store.registry import Session
@@ -39,6 +45,7 @@ class Usage:
     last_activity: datetime | None  # the last file change, run start or run end
     # Of delta_bytes: the live view, the checkpoints, the audit log, free pages (None: no delta).
     bytes_by_kind: Bytes | None = None
+    objects_bytes: int = 0  # beside the delta: git's objects in the session, and those kept
 
 
 def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
@@ -84,6 +91,7 @@ def usage(ctx: RepoContext, info: SessionInfo) -> Usage:
         run_seconds=seconds,
         last_activity=max(moments, default=None),
         bytes_by_kind=by_kind,
+        objects_bytes=objects_bytes(str(handle.dir)),
     )
 
 

@@ -133,7 +133,25 @@ def test_show_gives_usage(repo: Path, ctx: RepoContext, gs: InProcess) -> None:
         "run_seconds": 0,
         "last_activity": None,
         "bytes_by_kind": None,
+        "objects_bytes": 0,
     }
+
+
+def test_show_counts_the_sessions_git_objects_once(repo: Path, gs: InProcess) -> None:
+    """git's objects live beside the delta, in the session's own store: `show` counts them,
+    each file once though a checkpoint links it into `kept/`, and no symlink planted there."""
+    script = (
+        "head -c 300000 /dev/urandom > big.bin && git add big.bin && git commit -qm big"
+        " && ln -s $PWD/big.bin .git/objects/planted && mkdir .git/objects/zz"
+        " && ln -s $PWD .git/objects/zz/dir"
+    )
+    run(repo, "exp", script)
+    first = gs.json("show", "exp")["usage"]["objects_bytes"]
+    assert 300_000 < first < 400_000  # the blob (random bytes do not compress), tree, commit
+    assert gs.ok("checkpoint", "exp")
+    assert gs.json("show", "exp")["usage"]["objects_bytes"] == first
+    rows = dict(line.split("  ", 1) for line in gs.ok("show", "exp").splitlines() if "  " in line)
+    assert rows["git objects"].strip().endswith("KiB")
 
 
 @pytest.mark.fuse
