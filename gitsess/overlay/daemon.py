@@ -49,6 +49,8 @@ import apsw
 import pyfuse3
 import trio
 
+from gitsess.errors import GitsessError
+
 # (`gitunit` reads HEAD with it when the first git inside takes the index's lock: imported
 # here, by the spare, it is not loaded during the first `git status`, 1.3-1.7 ms)
 from gitsess.git import head as _head  # noqa: F401
@@ -264,8 +266,13 @@ def _hold(registry: str | None) -> apsw.Connection | None:
     neither happens while the run's view is mounted."""
     if registry is None or not os.path.exists(registry):
         return None
-    conn = db.connect(Path(registry))
-    conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    try:
+        conn = db.connect(Path(registry))
+    except GitsessError as e:
+        log.warning("not holding the registry open: %s", e)  # the view works without
+        return None
+    with contextlib.suppress(apsw.Error):
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
     return conn
 
 
