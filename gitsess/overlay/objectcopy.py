@@ -21,6 +21,7 @@ import contextlib
 import errno
 import os
 import stat
+from collections.abc import Iterator
 
 from gitsess.overlay import history, objectdir
 
@@ -76,36 +77,36 @@ class _Copier:
         for name, e in entries:
             sub = os.path.join(rel, name) if rel else name
             if e.is_dir(follow_symlinks=False):
-                below = self._open(fd, name, objectdir.OPEN_DIR)
-                if below is not None:
-                    try:
+                with self._opened(fd, name, objectdir.OPEN_DIR) as below:
+                    if below is not None:
                         self.copy(below, sub)
-                    finally:
-                        os.close(below)
             elif (
                 e.is_file(follow_symlinks=False)
                 and name not in have
                 and sub not in self.skip
                 and not name.startswith(b"tmp_")  # git's, still being written
             ):
-                opened = self._open(fd, name, objectdir.OPEN_FILE)
-                if opened is not None:
-                    try:
+                with self._opened(fd, name, objectdir.OPEN_FILE) as opened:
+                    if opened is not None:
                         self._file(opened, sub)
-                    finally:
-                        os.close(opened)
 
-    def _open(self, fd: int, name: bytes, flags: int) -> int | None:
+    @contextlib.contextmanager
+    def _opened(self, fd: int, name: bytes, flags: int) -> Iterator[int | None]:
         """`name` in `fd` opened, None where it vanished or is no longer what it was listed as
         (a symlink now: ELOOP, or a file where a dir was: ENOTDIR)."""
+        opened = None
         try:
-            return os.open(name, flags, dir_fd=fd)
+            opened = os.open(name, flags, dir_fd=fd)
         except FileNotFoundError:
             self.vanished = True
         except OSError as e:
             if e.errno not in (errno.ELOOP, errno.ENOTDIR):
                 raise
-        return None
+        try:
+            yield opened
+        finally:
+            if opened is not None:
+                os.close(opened)
 
     def _file(self, fd: int, rel: bytes) -> None:
         st = os.fstat(fd)
