@@ -298,8 +298,14 @@ def _fork_init(reason_fd: int) -> None:
     ended_r, ended_w = os.pipe()
     mapped_r, mapped_w = os.pipe()
     unshared_r, unshared_w = os.pipe()
+    # Blocked in the init until it has its relaying handlers: a signal to the pid 1 of a
+    # namespace from outside it is dropped while its action is the default, unless blocked,
+    # which keeps it pending. (A SIGTERM relayed meanwhile, `gitsess run` killed as the
+    # command started, was lost, and the command ran on.)
+    signal.pthread_sigmask(signal.SIG_BLOCK, RELAYED)
     init = os.fork()
     if init:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, RELAYED)
         for fd in (ended_w, mapped_r, unshared_w):
             os.close(fd)
         ok = os.read(unshared_r, 1) == b"u"
@@ -333,6 +339,7 @@ def _fork_init(reason_fd: int) -> None:
     if command:
         _close_all_but(ended_w)
         _init(command, ended_w)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RELAYED)
     os.close(ended_w)
 
 
@@ -367,6 +374,7 @@ def _init(command: int, ended_w: int) -> NoReturn:
         signal.signal(sig, signal.SIG_IGN)
     for sig in RELAYED:
         signal.signal(sig, lambda signum, _frame: os.kill(command, signum))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, RELAYED)
     while True:
         pid, status = os.wait()
         if pid == command:
