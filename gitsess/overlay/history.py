@@ -488,6 +488,11 @@ class History:
         for e in epochs_on_disk(self.root):
             if e < oldest:
                 shutil.rmtree(os.path.join(self.root, str(e)), ignore_errors=True)
+        if not kept:
+            # No rewind is left to bring an object back: the store holds what the view needs.
+            # (With some checkpoints left, `kept/` keeps all: it does not record which it is
+            # kept for.)
+            objectdir.drop_kept(self._session_dir)
         return len(gone)
 
 

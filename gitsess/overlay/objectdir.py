@@ -145,6 +145,11 @@ def bring_back(session_dir: bytes) -> None:
     _link_missing(os.path.join(session_dir, KEPT), store_of(session_dir))
 
 
+def drop_kept(session_dir: bytes) -> None:
+    """Remove `kept/`, once no checkpoint is left to rewind to."""
+    shutil.rmtree(os.path.join(session_dir, KEPT), ignore_errors=True)
+
+
 def _link_missing(src: bytes, dest: bytes) -> None:
     """Hard-link the object files of `src` that `dest` lacks into it, by descriptors (a run may
     have made a fan-out dir of the store a symlink). The fan-out dirs first: a `git gc`

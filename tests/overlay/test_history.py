@@ -226,6 +226,26 @@ def test_prune_keeps_the_newest(lower: Path, delta: str) -> None:
         assert min(kept) >= views[-2][0]
 
 
+def test_kept_objects_go_with_the_last_checkpoint(lower: Path, delta: str) -> None:
+    """A checkpoint links the store's object files into `kept/`; they stay while any
+    checkpoint does (a rewind may need them), and go when the retention drops the last."""
+    store = Path(delta).parent / "objects" / "ab"
+    store.mkdir(parents=True)
+    (store / ("c" * 38)).write_bytes(b"an object")
+    kept = Path(delta).parent / "kept" / "ab" / ("c" * 38)
+    with opened(delta, lower) as tree:
+        for i in range(2):
+            put(tree, "a", str(i).encode())
+            mark(tree)
+        assert tree.store.history is not None
+        assert kept.read_bytes() == b"an object"
+        assert tree.store.history.prune(1, 10**18, 0) == 1
+        assert kept.exists()
+        assert tree.store.history.prune(0, 10**18, 0) == 1
+        assert not kept.parent.parent.exists()
+        assert (store / ("c" * 38)).read_bytes() == b"an object"
+
+
 NAMES = ["a", "b", "dir/c", "big"]
 ops = st.one_of(
     st.tuples(st.just("put"), st.sampled_from(NAMES), st.integers(0, 3 * INLINE_MAX)),
