@@ -27,8 +27,8 @@ fan-out dirs and `pack/` not kept yet into `kept/` (`keep`), and a rewind links 
 store each one it lacks (`bring_back`), before the refs that may name them come back. gitsess
 reads `kept/` after the store. It is not one of the store's alternates: git's gc packs only
 objects no alternate has (`repack -l`), so every object a checkpoint kept would stay loose in
-the store for good. Nothing removes `kept/` but the session's removal (a retention that drops
-checkpoints leaves it).
+the store for good. `kept/` goes with the last checkpoint (`drop_kept`, from the retention) or
+with the session; while any checkpoint is left it keeps every file, not knowing whose it is.
 
 A session from before kept its objects as rows below an object store of its own in the view:
 a writer that loads it moves them here (`move_rows_out`) and drops the rows, so the symlink

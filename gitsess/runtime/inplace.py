@@ -229,7 +229,8 @@ def _bind_common(p: Placement, view_fd: int) -> Path | None:
 
 def _open_stores(session_dir: Path | None) -> tuple[int, int] | None:
     """The session's object store and the real one it borrows (`overlay/objectdir.py`),
-    opened; None for a session whose daemon made none."""
+    opened (its daemon made them before the view was mounted); None without a session dir
+    (`gitsess doctor`'s trial of the steps)."""
     if session_dir is None:
         return None
     flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC

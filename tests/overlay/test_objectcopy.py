@@ -5,6 +5,9 @@ without a mount."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from gitsess.overlay import objectcopy, objectdir
@@ -108,10 +111,6 @@ def test_a_fork_never_copies_what_a_racing_run_points_its_store_at(tmp_path: Pat
     """A run may swap a dir of its store for a symlink while a fork copies it: nothing the
     symlink leads to (here a file named as the object, holding a secret) reaches the copy.
     Walking by paths, 1 fork in 20 here copied the secret."""
-    import subprocess
-    import sys
-    import time
-
     src = _session(tmp_path, "src")
     store = src / "objects"
     _write(store / LOOSE, b"loose")

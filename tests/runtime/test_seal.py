@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from gitsess.git.repo import discover
+from gitsess.store import db
 from tests.util import GITSESS, gitsess
 
 pytestmark = pytest.mark.fuse
@@ -135,11 +138,6 @@ def test_the_registry_is_read_inside_while_outside_commands_open_and_close_it(
     a reader that cannot write the `-shm` fails in between. The daemon holds the registry open,
     so commands outside never do either while a run reads it (a flaky agent turn hook found
     this: `checkpoint --turn` said the state dir "is on a read-only file system")."""
-    import subprocess
-    import sys
-
-    from gitsess.store import db
-
     registry = discover(repo).registry_path
     assert gitsess(repo, "new", "exp").returncode == 0
     script = f"{shlex.quote(sys.executable)} -c {shlex.quote(READ_REGISTRY)} {registry}"
