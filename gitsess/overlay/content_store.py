@@ -67,7 +67,7 @@ class ContentStore:
         """
         if n.ino in self.data.kept:
             raise err(errno.ESTALE)  # a file a rewind removed (see `keep_content`)
-        self.replaced.told(n.ino)  # (a file a rewind changed: what it had is no longer read)
+        self.replaced.release(n.ino)  # (a file a rewind changed: what it had is no longer read)
         self.table.make_upper(n)
         if n.data:
             return
@@ -291,10 +291,9 @@ class ContentStore:
         return kept
 
     def hold_replaced(self, inodes: Iterable[int]) -> list[int]:
-        """Before a rewind that changes these nodes in place: the content of the files the
-        kernel holds, which reads answer until the kernel has their new attributes (see
-        overlay/replaced.py). Returns the nodes held (for `replaced.told`, should the rewind
-        not happen)."""
+        """Before a rewind that changes these nodes in place: the content and attributes of the
+        files the kernel holds, shown until it has dropped them (see overlay/replaced.py).
+        Returns the nodes held (for `replaced.release`, should the rewind not happen)."""
         held = []
         for ino in inodes:
             n = self.table.nodes.get(ino)
@@ -303,6 +302,7 @@ class ContentStore:
             if ino in self.data.kept or ino in self.replaced:
                 continue  # (removed by the rewind; or held since an earlier one, still unread)
             content: bytes | int
+            times = n.mtime_ns, n.ctime_ns
             if n.upper and n.data == INLINE:
                 content, size = self.inline(n), n.size
             elif n.upper and n.data:
@@ -323,7 +323,11 @@ class ContentStore:
                     )
                 except OSError:
                     continue  # gone from the worktree (or out of descriptors): not kept
-                size = n.size if n.upper else os.fstat(content).st_size
-            self.replaced.hold(ino, size, content)
+                if n.upper:
+                    size = n.size
+                else:
+                    st = os.fstat(content)
+                    size, times = st.st_size, (st.st_mtime_ns, st.st_ctime_ns)
+            self.replaced.hold(ino, size, *times, content)
             held.append(ino)
         return held

@@ -588,6 +588,11 @@ async def _answer(state: DaemonState, stream: trio.SocketStream, reply: dict[str
         # (abandoned at the answer's deadline: a stopping view may no longer serve what the
         # kernel waits for)
         await trio.to_thread.run_sync(_invalidate_all, stale, inodes, abandon_on_cancel=True)
+        # A rewind's old content and attributes, shown until the kernel dropped them; dropped
+        # again once released: a page read from a hold meanwhile is gone (replaced.py).
+        released = state.tree.replaced.release_all()
+        if released:
+            await trio.to_thread.run_sync(_invalidate_all, [], released, abandon_on_cancel=True)
     await stream.send_all(json.dumps(reply).encode() + b"\n")
 
 
@@ -690,7 +695,7 @@ def _rewind(state: DaemonState, msg: dict[str, Any]) -> Reply:
     except BaseException as e:
         tree.let_go(*kept)
         for ino in replaced:
-            tree.replaced.told(ino)
+            tree.replaced.release(ino)
         if isinstance(e, KeyError):
             missing = str(history.no_such(int(msg["target"])))
             return {"ok": False, "error": missing, "whole": True}, None

@@ -12,13 +12,13 @@ directories git must list again.
 The untracked cache names the worktree git made it in ("Location <path>, system <kernel>"),
 and git drops it anywhere else: an in-place run sees the view at the worktree's own path, a
 mounted view is seen at its mount point. So the view has a variant of the index for each
-(`_locations`), their idents padded with NULs to one length (git compares the ident up to its
-first NUL), and shows the one for where the opener stands: git chdirs to its worktree's top
-before it reads the index, so the LOOKUP of `.git/index` tells by the opener's cwd
-(`/proc/<pid>/cwd`). The kernel keeps one page cache for the file whoever reads it, so a new
-variant is shown with an mtime 1 ns later per variant (`mtime_ns`; later is safe: git finds
-more entries racily clean, not fewer), which drops the cached pages (FUSE_AUTO_INVAL_DATA);
-and the variant is held for `HOLD` seconds after each LOOKUP of the file, so that a reader
+(`_locations`), their idents padded with NULs (git compares the ident up to its first NUL),
+and shows the one for where the opener stands: git chdirs to its worktree's top before it reads
+the index, so the LOOKUP of `.git/index` tells by the opener's cwd (`/proc/<pid>/cwd`). The
+kernel keeps one page cache for the file whoever reads it, so each variant has a size of its
+own (a NUL more per variant), whose change has the kernel drop the cached pages, and an mtime
+1 ns later per variant (`mtime_ns`; later is safe: git finds more entries racily clean, not
+fewer); and the variant is held for `HOLD` seconds after each LOOKUP of the file, so that a reader
 still mapping one variant never gets pages of the other (a checksum failure). An opener from
 the other location meanwhile gets the held variant, and git drops the cache: slower, not wrong.
 
@@ -195,10 +195,12 @@ class IndexView:
         if cache is not None and made_in.startswith(self._made_in):
             system = made_in[len(self._made_in) :]
             idents = [b"Location " + at + b", system " + system for at in self._locations]
+            # One more NUL for each variant: a size of its own has the kernel drop the pages of
+            # another (it drops none on a new mtime alone: fs.py, `auto_inval_data`).
             width = max(map(len, idents))
             variants = tuple(
-                indexfile.with_fsmonitor(index, token, (cache, ident.ljust(width, b"\0")))
-                for ident in idents
+                indexfile.with_fsmonitor(index, token, (cache, ident.ljust(width + k, b"\0")))
+                for k, ident in enumerate(idents)
             )
         else:
             cache = None

@@ -38,9 +38,9 @@ from gitsess.durable import nearly_full
 from gitsess.overlay.audit import Audit
 from gitsess.overlay.data_files import DataFiles
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
-from gitsess.overlay.gitdir import GIT_COMMON
+from gitsess.overlay.gitdir import GIT_COMMON, in_git
 from gitsess.overlay.lower_layer import LowerLayer
-from gitsess.overlay.nodes import ROOT_INODE, Node, Pending, err, stamp
+from gitsess.overlay.nodes import ROOT_INODE, Node, Pending, err, stamp, version
 from gitsess.overlay.relayout import relayout
 
 # A whiteout for a lower name is written only once its directory has been quiet this long, so
@@ -357,6 +357,7 @@ class NodeTable:
                 and n.lower == rel
                 and same_type
                 and (n.target is None or not self._retargeted(n, rel))
+                and (n.version is None or n.version == version(st))
             ):
                 n.parent, n.name = p.ino, name
                 n.st = st
@@ -374,6 +375,12 @@ class NodeTable:
         n.sealed = rel in self.lower.hidden
         n.mode = st.st_mode
         n.st = st
+        if stat.S_ISREG(st.st_mode) and in_git(rel):
+            # No watch covers `.git`, and the kernel drops no page on new attributes alone
+            # (fs.py, `auto_inval_data`): a real file that changed gets a node of its own, one
+            # the kernel holds nothing of (an invalidation from within a request could wait on
+            # a READ of that very inode).
+            n.version = version(st)
         self.nodes[ino] = n
         self.lower_index[rel] = ino
         return n

@@ -46,6 +46,7 @@ class Node:
         "target",
         "uid",
         "upper",
+        "version",
         "xattrs",
     )
 
@@ -81,6 +82,9 @@ class Node:
         self.st: os.stat_result | None = None
         # Subdirectories of an upper directory, counted when first needed (st_nlink).
         self.subdirs: int | None = None
+        # Of a lower file below `.git`: the real file it was found as (`version`), whose pages
+        # the kernel may hold; a name found to be another file gets a new node.
+        self.version: tuple[int, int, int, int] | None = None
 
     @property
     def is_dir(self) -> bool:
@@ -171,6 +175,12 @@ def err(code: int) -> OSError:
 
 def join(base: bytes, name: bytes) -> bytes:
     return base + b"/" + name if base else name
+
+
+def version(st: os.stat_result) -> tuple[int, int, int, int]:
+    """Which file a real file below `.git` is now: git replaces them by renames (a new inode),
+    and a rewrite in place changes the size or the times."""
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def stamp(st: os.stat_result | None) -> tuple[int, int, int] | None:

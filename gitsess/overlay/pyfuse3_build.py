@@ -8,7 +8,7 @@ import pyfuse3
 from gitsess.errors import GitsessError
 
 # The patches in patches/pyfuse3/; the series' last one sets pyfuse3.GITSESS_PATCHES to it.
-PATCHES = 12
+PATCHES = 13
 
 
 def problem() -> str | None:

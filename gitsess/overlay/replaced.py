@@ -1,16 +1,17 @@
-"""The content a live rewind replaced in files it changed in place (the same node), answered to
-the kernel's reads until the kernel has the node's new attributes.
+"""The content and attributes a live rewind replaced in files it changed in place (the same
+node), shown to the kernel until it has dropped what it held of them.
 
 The kernel holds a file's size and some of its pages from before a rewind, and asks for the
-other pages later: answered from the new content, a read would join old pages (or the old
-size) with new bytes. So each such file keeps its old bytes (inline, or a descriptor of its
-old data file or worktree file: the rewind replaces data files by a rename, never in place)
-until the kernel is told its new attributes (a GETATTR, a LOOKUP, any reply that carries
-them). That reply has a new size or mtime, so the kernel drops the pages it holds
-(FUSE_AUTO_INVAL_DATA); from then on it asks for everything again and gets the new content.
-A write to the file, or the kernel forgetting it, ends the old content too. Left open: two
-processes reading one such file at once, one of them asking its attributes while the other is
-between its size and its read (that one then joins the old size with new bytes).
+other pages later; it drops pages on a new size, never on new times alone (fs.py,
+`auto_inval_data`). So each such file keeps its old bytes (inline, or a descriptor of its old
+data file or worktree file: the rewind replaces data files by a rename, never in place) and its
+old size and times, and every read and every reply with its attributes shows those: to the
+kernel the file has not changed yet. The daemon then invalidates the file's pages and
+attributes, `release`s the hold, and invalidates again before the rewind answers: a page read
+from the hold before the release is gone after it, and from then on the kernel reads the new
+content with the new attributes. A write to the file, or the kernel forgetting it, ends the
+hold too. Left open: a process reading the file in the moment between the release and the
+second invalidation may join attributes it got from the hold with new bytes.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import os
 
 class Replaced:
     def __init__(self) -> None:
-        # node -> (its size then, its bytes or an open descriptor of them)
-        self._held: dict[int, tuple[int, bytes | int]] = {}
+        # node -> (its size, mtime and ctime then, its bytes or an open descriptor of them)
+        self._held: dict[int, tuple[int, int, int, bytes | int]] = {}
 
     def __contains__(self, ino: int) -> bool:
         return ino in self._held
@@ -29,9 +30,14 @@ class Replaced:
     def __len__(self) -> int:
         return len(self._held)
 
-    def hold(self, ino: int, size: int, content: bytes | int) -> None:
-        self.told(ino)
-        self._held[ino] = (size, content)
+    def hold(self, ino: int, size: int, mtime_ns: int, ctime_ns: int, content: bytes | int) -> None:
+        self.release(ino)
+        self._held[ino] = (size, mtime_ns, ctime_ns, content)
+
+    def attributes(self, ino: int) -> tuple[int, int, int] | None:
+        """The old size, mtime and ctime shown for the node; None when it has none held."""
+        held = self._held.get(ino)
+        return None if held is None else held[:3]
 
     def read(self, ino: int, off: int, size: int) -> bytes | None:
         """The old content's bytes at `off`; None when the node has none kept."""
@@ -40,7 +46,7 @@ class Replaced:
         held = self._held.get(ino)
         if held is None:
             return None
-        total, content = held
+        total, _, _, content = held
         if off >= total:
             return b""
         size = min(size, total - off)
@@ -51,14 +57,17 @@ class Replaced:
         # A data file shorter than the size read as zeros then, as it does now.
         return buf if len(buf) == size else buf + bytes(size - len(buf))
 
-    def told(self, ino: int) -> None:
-        """The kernel has the node's new attributes, or the node changed: no old content."""
+    def release(self, ino: int) -> None:
+        """The kernel dropped what it held of the node, or the node changed: no old content."""
         if not self._held:
             return
         held = self._held.pop(ino, None)
-        if held is not None and isinstance(held[1], int):
-            os.close(held[1])
+        if held is not None and isinstance(held[3], int):
+            os.close(held[3])
 
-    def clear(self) -> None:
-        for ino in list(self._held):
-            self.told(ino)
+    def release_all(self) -> list[int]:
+        """Every hold ended; returns the nodes that had one."""
+        inodes = list(self._held)
+        for ino in inodes:
+            self.release(ino)
+        return inodes

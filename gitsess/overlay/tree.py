@@ -131,7 +131,7 @@ class Tree:
 
     def close(self) -> None:
         self.data.close()
-        self.replaced.clear()
+        self.replaced.release_all()
         self.lower.close_all()
 
     # ---------------------------------------------------------------- nodes (NodeTable)

@@ -61,6 +61,41 @@ def test_a_file_read_before_is_read_again_with_no_request(mounted: Mounted) -> N
     assert _read_while_stopped(mounted, path) == bytes([3]) * 5000
 
 
+def test_a_file_appended_to_after_a_read_is_read_again_with_no_request(mounted: Mounted) -> None:
+    # A WRITE leaves the kernel's pages as written and its mtime as it was: with
+    # FUSE_AUTO_INVAL_DATA the next reply with the new mtime dropped every page (a READ of
+    # the whole file, then a GETATTR for its atime, for each file a commit reads).
+    mounted.wait_watched()
+    path = mounted.mnt / "many" / "f04"
+    assert path.read_bytes() == bytes([4]) * 5000
+    with open(path, "ab") as f:
+        f.write(b"appended")
+    assert os.stat(path).st_size == 5008  # (the kernel learns the new mtime)
+    assert _read_while_stopped(mounted, path) == bytes([4]) * 5000 + b"appended"
+
+
+@pytest.mark.parametrize("how", ["renamed over", "rewritten in place"])
+def test_a_git_file_changed_outside_to_the_same_size_reads_anew(
+    mounted: Mounted, how: str
+) -> None:
+    # Nothing watches `.git`, and no page is dropped on a new mtime alone: the changed file
+    # must be another node for the kernel, one it holds no page of.
+    seen, real = mounted.mnt / ".git" / "refs" / "heads" / "main", mounted.lower / ".git"
+    ref = real / "refs" / "heads" / "main"
+    old = ref.read_bytes()
+    assert seen.read_bytes() == old
+    new = git(mounted.lower, "commit-tree", "HEAD^{tree}", "-m", "next").encode() + b"\n"
+    assert len(new) == len(old) != 0
+    if how == "renamed over":
+        (real / "main.lock").write_bytes(new)
+        os.rename(real / "main.lock", ref)
+    else:
+        with open(ref, "r+b") as f:
+            f.write(new)
+    assert seen.read_bytes() == new
+    assert seen.read_bytes() == new  # (and the next reader too)
+
+
 def test_a_file_changed_in_the_worktree_reads_anew(mounted: Mounted) -> None:
     # The daemon keeps worktree files open between reads: a replaced one must not be read
     # through the old descriptor, nor from the kernel's old pages.

@@ -69,7 +69,9 @@ def test_checkpoint_and_rewind_offline(repo: Path, ctx: RepoContext, gs: InProce
     assert [o["kind"] for o in listed["operations"]] == ["rewind"]
 
 
-def _reader(mnt: Path, names: list[str], stop: threading.Event, seen: list[str]) -> None:
+def _reader(
+    mnt: Path, names: list[str], stop: threading.Event, seen: list[str], same_size: bool
+) -> None:
     while not stop.is_set():
         for name in names:
             try:
@@ -77,16 +79,22 @@ def _reader(mnt: Path, names: list[str], stop: threading.Event, seen: list[str])
             except OSError as e:
                 seen.append(f"{name}: {e}")
                 continue
-            if data not in (_content(name, b"1"), _content(name, b"2")):
+            if data not in (_content(name, b"1", same_size), _content(name, b"2", same_size)):
                 seen.append(f"{name}: {data[:40]!r}")
 
 
-def _content(name: str, version: bytes) -> bytes:
-    # Sizes differ by version, so a page kept from the other state shows.
+def _content(name: str, version: bytes, same_size: bool = False) -> bytes:
+    # Sizes differ by version, so a page kept from the other state shows; or they are the
+    # same, and nothing but the kernel dropping its pages shows the other state.
+    if same_size:
+        return (name.encode() + version) * 3000
     return (name.encode() + version) * (50 if version == b"1" else 3000)
 
 
-def test_live_rewind_is_seen_whole_by_a_reader(repo: Path, ctx: RepoContext) -> None:
+@pytest.mark.parametrize("same_size", [False, True], ids=["sizes differ", "same sizes"])
+def test_live_rewind_is_seen_whole_by_a_reader(
+    repo: Path, ctx: RepoContext, same_size: bool
+) -> None:
     session = sessions.create(ctx, "live")
     mnt = Path(
         live.keep_mounted(
@@ -95,27 +103,70 @@ def test_live_rewind_is_seen_whole_by_a_reader(repo: Path, ctx: RepoContext) -> 
     )
     names = [f"f{i}" for i in range(200)]
     for name in names:
-        (mnt / name).write_bytes(_content(name, b"1"))
+        (mnt / name).write_bytes(_content(name, b"1", same_size))
     cp = checkpoints.checkpoint(ctx, session, "v1").checkpoint
     assert cp is not None
     for name in names:
-        (mnt / name).write_bytes(_content(name, b"2"))
+        (mnt / name).write_bytes(_content(name, b"2", same_size))
     stop, seen = threading.Event(), []  # type: ignore[var-annotated]
-    reader = threading.Thread(target=_reader, args=(mnt, names, stop, seen))
+    reader = threading.Thread(target=_reader, args=(mnt, names, stop, seen, same_size))
     reader.start()
     try:
         time.sleep(0.3)
         done = checkpoints.rewind(ctx, session, cp)
         assert done.live
         # Once the rewind answered, every read sees the old state: no page of the new one.
-        assert all((mnt / n).read_bytes() == _content(n, b"1") for n in names)
+        assert all((mnt / n).read_bytes() == _content(n, b"1", same_size) for n in names)
         time.sleep(0.3)
     finally:
         stop.set()
         reader.join()
     assert seen == []
     checkpoints.undo(ctx, session)
-    assert all((mnt / n).read_bytes() == _content(n, b"2") for n in names)
+    assert all((mnt / n).read_bytes() == _content(n, b"2", same_size) for n in names)
+
+
+def test_a_file_held_open_reads_what_the_rewind_left_once_it_answered(
+    repo: Path, ctx: RepoContext
+) -> None:
+    # Read with pread of the size alone, which asks the kernel for no attributes (a read past
+    # the size it holds would): nothing but the daemon dropping the kernel's pages, those read
+    # from the rewind's hold too, shows the new state.
+    session = sessions.create(ctx, "open")
+    mnt = Path(
+        live.keep_mounted(
+            ctx, session, mountpoint=None, allow_other=False, read_only=False
+        ).mountpoint
+    )
+    names = [f"f{i:02d}" for i in range(50)]
+    size = len(_content(names[0], b"1", same_size=True))
+    for name in names:
+        (mnt / name).write_bytes(_content(name, b"1", same_size=True))
+    cp = checkpoints.checkpoint(ctx, session, "v1").checkpoint
+    assert cp is not None
+    for name in names:
+        (mnt / name).write_bytes(_content(name, b"2", same_size=True))
+    with contextlib.ExitStack() as stack:
+        fds = [os.open(mnt / n, os.O_RDONLY) for n in names]
+        for fd in fds:
+            stack.callback(os.close, fd)
+        stop = threading.Event()
+
+        def read_on() -> None:
+            while not stop.is_set():
+                for fd in fds:
+                    os.pread(fd, size, 0)
+
+        reader = threading.Thread(target=read_on)
+        reader.start()
+        try:
+            time.sleep(0.2)
+            assert checkpoints.rewind(ctx, session, cp).live
+        finally:
+            stop.set()
+            reader.join()
+        for name, fd in zip(names, fds, strict=True):
+            assert os.pread(fd, size, 0) == _content(name, b"1", same_size=True)
 
 
 def test_a_file_the_rewind_removes_reads_as_it_was_while_open(repo: Path, ctx: RepoContext) -> None:
