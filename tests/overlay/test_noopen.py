@@ -75,9 +75,7 @@ def test_a_file_appended_to_after_a_read_is_read_again_with_no_request(mounted: 
 
 
 @pytest.mark.parametrize("how", ["renamed over", "rewritten in place"])
-def test_a_git_file_changed_outside_to_the_same_size_reads_anew(
-    mounted: Mounted, how: str
-) -> None:
+def test_a_git_file_changed_outside_to_the_same_size_reads_anew(mounted: Mounted, how: str) -> None:
     # Nothing watches `.git`, and no page is dropped on a new mtime alone: the changed file
     # must be another node for the kernel, one it holds no page of.
     seen, real = mounted.mnt / ".git" / "refs" / "heads" / "main", mounted.lower / ".git"
