@@ -216,3 +216,16 @@ def test_the_files_of_a_directory_read_one_after_another_are_read_ahead(
     assert not _resident(real[FILES - 1])  # one file read says nothing of the others
     (mounted.mnt / "many" / "f01").read_bytes()
     assert eventually(lambda: all(_resident(p) for p in real[2:]))
+
+
+def test_a_branch_made_outside_is_listed_in_a_refs_dir_the_session_owns(mounted: Mounted) -> None:
+    # The session's own `refs/heads` merges its listing with the real one, which git changes
+    # outside, and its name is kept 300 s. Without FUSE_AUTO_INVAL_DATA the kernel drops the
+    # listing it holds once it has a new mtime: the permission check of a path walk asks for the
+    # attributes (kept 1 s below `.git`) again.
+    heads = mounted.mnt / ".git" / "refs" / "heads"
+    (heads / "topic").write_bytes((heads / "main").read_bytes())
+    assert sorted(os.listdir(heads)) == ["main", "topic"]
+    git(mounted.lower, "branch", "other")
+    assert eventually(lambda: "other" in os.listdir(heads), timeout=10)
+    assert sorted(os.listdir(heads)) == ["main", "other", "topic"]
