@@ -308,12 +308,11 @@ def _run_model(factory: pytest.TempPathFactory, ops_list: list[tuple[str, str, i
     _model(ops_list, root, str(base / "session" / "delta.db"))
 
 
-def test_a_file_changed_in_place_reads_as_it_was_until_the_kernel_has_its_attributes(
-    lower: Path, delta: str
-) -> None:
+def test_a_file_changed_in_place_shows_as_it_was_until_released(lower: Path, delta: str) -> None:
     # What the daemon answers the kernel around a live rewind: the kernel holds each file's
-    # size (and some pages) from before, so its reads get the old bytes until a GETATTR or a
-    # LOOKUP gave it the new attributes (whose new size makes it drop the pages it holds).
+    # size (and some pages) from before, and drops no page on new times alone, so its reads
+    # and attributes show the old file until the daemon dropped what the kernel held and
+    # released the hold (replaced.py).
     olds = {"inline": b"i2" * 100, "data": b"d2" * INLINE_MAX, "big": b"b2" * INLINE_MAX}
     news = {"inline": b"i1" * 10, "data": b"d1" * (INLINE_MAX * 3), "big": b"B" * (INLINE_MAX * 3)}
     with opened(delta, lower) as tree:
@@ -341,12 +340,22 @@ def test_a_file_changed_in_place_reads_as_it_was_until_the_kernel_has_its_attrib
             fd, off, size = got.fd, got.offset, got.size  # type: ignore[attr-defined]
             return os.pread(fd, size, off)
 
-        assert {name: read(name) for name in olds} == olds
-        for name in olds:
+        def attributes(name: str) -> tuple[int, int]:
             n = nodes[name]
             assert n is not None
-            attrs = trio.run(fs.getattr, InodeT(n.ino), RequestContext())
-            assert attrs.st_size == len(news[name])
+            a = trio.run(fs.getattr, InodeT(n.ino), RequestContext())
+            return a.st_size, a.st_mtime_ns
+
+        held = {name: attributes(name) for name in olds}
+        assert {name: size for name, (size, _) in held.items()} == {
+            name: len(content) for name, content in olds.items()
+        }
+        assert {name: read(name) for name in olds} == olds  # (a GETATTR ended no hold)
+        assert sorted(tree.replaced.release_all()) == sorted(n.ino for n in nodes.values() if n)
+        for name in olds:
+            size, mtime_ns = attributes(name)
+            assert size == len(news[name])
+            assert mtime_ns != held[name][1]
             assert read(name) == news[name]
         # a write ends the old content too, and forgetting the node lets its descriptor go
         put(tree, "data", olds["data"])
