@@ -13,8 +13,8 @@ worktree file's bytes move first.
 
 A node a live rewind removes keeps its old content while the kernel holds it (`keep_content`):
 it reads whole as it was, as an open unlinked file does, and refuses writes. One it changes in
-place answers reads with its old content until the kernel has its new attributes
-(`hold_replaced`, `replaced.py`).
+place shows its old content and attributes until the daemon has dropped what the kernel held
+of it (`hold_replaced`, `replaced.py`).
 
 A write, truncate or fallocate that names its process (`by`) is recorded (`ChangeRecorder`).
 """
@@ -300,7 +300,7 @@ class ContentStore:
             if n is None or not (n.lookups or n.opens) or not stat.S_ISREG(n.mode):
                 continue
             if ino in self.data.kept or ino in self.replaced:
-                continue  # (removed by the rewind; or held since an earlier one, still unread)
+                continue  # (removed by the rewind; or held by an earlier one not yet answered)
             content: bytes | int
             times = n.mtime_ns, n.ctime_ns
             if n.upper and n.data == INLINE:

@@ -4,7 +4,7 @@ not changed them): git changes them from outside the session too, so they are re
 They are read through a descriptor per inode (`ReadFds`, 64 at most), which a read from offset
 0 reopens if the path names another file now (git renames new files over old ones): a read
 sequence keeps the file it began with. Their entry timeout is 0 and attributes 1 s, so each
-open or stat by name is a LOOKUP whose changed mtime or size has the kernel drop its pages.
+open or stat by name is a LOOKUP, which names a new node (no pages) once the file changed.
 Nothing here writes: what git writes below `.git` is the session's own, copied up like any
 file (its objects are not there at all: `objectdir.py`).
 """
