@@ -18,6 +18,7 @@ import pytest
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import protocol
 from gitsess.services import checkpoints, live, sessions
+from gitsess.store.registry import Session
 from tests.live_util import InProcess, call, eventually
 from tests.util import GITSESS, gitsess
 
@@ -91,23 +92,29 @@ def _content(name: str, version: bytes, same_size: bool = False) -> bytes:
     return (name.encode() + version) * (50 if version == b"1" else 3000)
 
 
-@pytest.mark.parametrize("same_size", [False, True], ids=["sizes differ", "same sizes"])
-def test_live_rewind_is_seen_whole_by_a_reader(
-    repo: Path, ctx: RepoContext, same_size: bool
-) -> None:
+def _two_versions(ctx: RepoContext, names: list[str], same_size: bool) -> tuple[Session, Path, int]:
+    """A mounted session whose files `names` hold version 2, and the checkpoint of version 1."""
     session = sessions.create(ctx, "live")
     mnt = Path(
         live.keep_mounted(
             ctx, session, mountpoint=None, allow_other=False, read_only=False
         ).mountpoint
     )
-    names = [f"f{i}" for i in range(200)]
     for name in names:
         (mnt / name).write_bytes(_content(name, b"1", same_size))
     cp = checkpoints.checkpoint(ctx, session, "v1").checkpoint
     assert cp is not None
     for name in names:
         (mnt / name).write_bytes(_content(name, b"2", same_size))
+    return session, mnt, cp
+
+
+@pytest.mark.parametrize("same_size", [False, True], ids=["sizes differ", "same sizes"])
+def test_live_rewind_is_seen_whole_by_a_reader(
+    repo: Path, ctx: RepoContext, same_size: bool
+) -> None:
+    names = [f"f{i}" for i in range(200)]
+    session, mnt, cp = _two_versions(ctx, names, same_size)
     stop, seen = threading.Event(), []  # type: ignore[var-annotated]
     reader = threading.Thread(target=_reader, args=(mnt, names, stop, seen, same_size))
     reader.start()
@@ -132,20 +139,9 @@ def test_a_file_held_open_reads_what_the_rewind_left_once_it_answered(
     # Read with pread of the size alone, which asks the kernel for no attributes (a read past
     # the size it holds would): nothing but the daemon dropping the kernel's pages, those read
     # from the rewind's hold too, shows the new state.
-    session = sessions.create(ctx, "open")
-    mnt = Path(
-        live.keep_mounted(
-            ctx, session, mountpoint=None, allow_other=False, read_only=False
-        ).mountpoint
-    )
     names = [f"f{i:02d}" for i in range(50)]
     size = len(_content(names[0], b"1", same_size=True))
-    for name in names:
-        (mnt / name).write_bytes(_content(name, b"1", same_size=True))
-    cp = checkpoints.checkpoint(ctx, session, "v1").checkpoint
-    assert cp is not None
-    for name in names:
-        (mnt / name).write_bytes(_content(name, b"2", same_size=True))
+    session, mnt, cp = _two_versions(ctx, names, same_size=True)
     with contextlib.ExitStack() as stack:
         fds = [os.open(mnt / n, os.O_RDONLY) for n in names]
         for fd in fds:
