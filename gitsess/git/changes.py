@@ -215,7 +215,9 @@ class _Walker:
             return
         for depth in range(1, len(parts)):
             above = "/".join(parts[:depth])
-            if self._repository(above):
+            if self._repository(
+                above, self._real_dirs_down_to(above), self._view_dirs_down_to(above)
+            ):
                 if above not in self.repos:
                     self.repos.append(above)
                 return
@@ -260,19 +262,22 @@ class _Walker:
                 self.excluded.add(path)
                 return
             self._children(path, old_dir, new_dir)
-            if self._repository(path):
+            if self._repository(path, old_dir, new_dir):
                 # what changed in it is the nested repository's, never this one's content
                 now = len(self.changes), len(self.special), len(self.repos)
                 del self.changes[found[0] :], self.special[found[1] :], self.repos[found[2] :]
                 if now != found:
                     self.repos.append(path)
 
-    def _repository(self, path: str) -> bool:
-        """Whether directory `path` holds a `.git` of its own, on either side."""
+    def _repository(self, path: str, old_dir: bool, new_dir: bool) -> bool:
+        """Whether directory `path` holds a `.git` of its own, on a side where it is a
+        directory (on the other, `path/.git` would be looked up through what is there)."""
         known = self._holds_git.get(path)
         if known is None:
             git = join_path(path, ".git")
-            known = self._lstat(git) is not None or self.view.entry(git) is not None
+            known = (old_dir and self._lstat(git) is not None) or (
+                new_dir and self.view.entry(git) is not None
+            )
             self._holds_git[path] = known
         return known
 

@@ -212,3 +212,16 @@ def test_symlink_where_a_directory_was_hides_nothing_behind_it(
     got = {c.path: c for c in compute_changes(touching, pygit2.Repository(str(repo_dir))).changes}
     # the view has no alias/docs/guide.txt and the real one is no file of the tree either
     assert set(got) == {"src/util.py"}
+
+
+def test_a_directory_replaced_by_a_symlink_into_itself_is_one_change(
+    repo_dir: Path, tmp_path: Path
+) -> None:
+    # (found by the property test) whether `src` holds a `.git` is asked only of the sides
+    # where it is a directory: asked of the view, `src/.git` went through a looping link
+    view = view_of(repo_dir, tmp_path)
+    shutil.rmtree(view.root / "src")
+    (view.root / "src").symlink_to("src/main.py")
+    got = changed(view, repo_dir)
+    assert {p for p, c in got.items() if c.new is not None} == {"src"}
+    assert got["src"].new is not None and got["src"].new.kind == "symlink"
