@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import apsw
 
 from gitsess.errors import GitsessError
-from gitsess.overlay import history, schema, usage
+from gitsess.overlay import filecopy, history, schema, usage
 from gitsess.overlay.history import History
 from gitsess.store.db import BUSY_TIMEOUT_MS
 from gitsess.store.sqlvalue import blob, integer, scalar, text
@@ -134,7 +134,7 @@ def copy_data(src: str, dest: str) -> None:
         raise OSError(errno.EPERM, f"{dest_dir} is not a directory of this user's")
     for name in names:
         # a reflink where the filesystem has them; never through a link planted there
-        history.copy_file(os.path.join(src_dir, name), os.path.join(dest_dir, name))
+        filecopy.copy_file(os.path.join(src_dir, name), os.path.join(dest_dir, name))
 
 
 # `shrink`: free pages worth giving back (4 MiB of 4 KiB pages), and SQLite's auto_vacuum mode.

@@ -23,7 +23,7 @@ import os
 import stat
 from collections.abc import Iterator
 
-from gitsess.overlay import history, objectdir
+from gitsess.overlay import filecopy, objectdir
 
 # Passes over a store that changed under the copy (three `git gc`s in a row meanwhile).
 PASSES = 3
@@ -119,7 +119,7 @@ class _Copier:
                 if os.path.samestat(st, os.lstat(os.path.join(src_store, rel))):
                     os.link(os.path.join(dest_store, rel), dest)
                     return
-        history.copy_open_file(fd, dest)
+        filecopy.copy_open_file(fd, dest)
         os.chmod(dest, stat.S_IMODE(st.st_mode))
 
 

@@ -46,6 +46,7 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from gitsess.overlay import layout
+from gitsess.overlay.filecopy import copy_open_file
 from gitsess.overlay.gitdir import GitLayout
 
 if TYPE_CHECKING:
@@ -288,9 +289,10 @@ class ObjectDir:
         fd = self._open(rel)
         if fd is None:
             raise FileNotFoundError(rel)
-        with os.fdopen(fd, "rb") as src, open(dest, "wb") as out:
-            while chunk := src.read(1 << 20):
-                out.write(chunk)
+        try:
+            copy_open_file(fd, dest)
+        finally:
+            os.close(fd)
 
 
 def packs_in(names: Iterable[bytes]) -> list[str]:
