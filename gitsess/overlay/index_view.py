@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING
 from gitsess.git import _indexsweep, indexfile
 from gitsess.overlay import longpath
 from gitsess.overlay.gitdir import in_git
-from gitsess.overlay.nodes import ROOT_INODE, join
+from gitsess.overlay.nodes import ROOT_INODE, identity, join
 
 if TYPE_CHECKING:
     from gitsess.overlay.tree import Tree
@@ -96,10 +96,6 @@ class _Swept:
     done: threading.Event
     mark: Mark | None = None
     dirty: set[bytes] = field(default_factory=set)
-
-
-def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def token_for(identity: tuple[int, int, int, int]) -> str:
@@ -174,7 +170,7 @@ class IndexView:
         except OSError:
             return None
         cached = self._shown
-        if cached is not None and cached.identity == _identity(st):
+        if cached is not None and cached.identity == identity(st):
             return cached
         try:
             with open(self.real_index, "rb") as f:
@@ -182,13 +178,13 @@ class IndexView:
                 after = os.fstat(f.fileno())
         except OSError:
             return None
-        if _identity(after) != _identity(st):
+        if identity(after) != identity(st):
             return None
         index = indexfile.parse(data)
         if index is None:
             return None
-        identity = _identity(st)
-        token = token_for(identity)
+        now = identity(st)
+        token = token_for(now)
         cache = indexfile.untracked(index)
         # (git reads the ident up to its first NUL)
         made_in = cache.ident.split(b"\0")[0] if cache is not None else b""
@@ -205,7 +201,7 @@ class IndexView:
         else:
             cache = None
             variants = (indexfile.with_fsmonitor(index, token),)
-        shown = _Shown(identity, index, cache, data[-indexfile.HASH :], variants)
+        shown = _Shown(now, index, cache, data[-indexfile.HASH :], variants)
         self._shown = shown
         self._start_sweep(_REAL)
         return shown
@@ -304,7 +300,7 @@ class IndexView:
             st = longpath.call(os.stat, self.real_index)
         except OSError:
             return None
-        if _identity(st) != shown.identity:
+        if identity(st) != shown.identity:
             return None
         worktree = self._swept_dirty(_REAL, shown, since)
         if worktree is None:
@@ -330,10 +326,10 @@ class IndexView:
                 self._own_mounted = None
                 return None
             # (its mtime is git's racy-clean line, as for the real index)
-            identity = (*mounted[0], mounted[0][2])
+            own = (*mounted[0], mounted[0][2])
             cache = indexfile.untracked(index)
             token = indexfile.fsmonitor_token(index)
-            self._own = _Shown(identity, index, cache, data[-indexfile.HASH :], (), token)
+            self._own = _Shown(own, index, cache, data[-indexfile.HASH :], (), token)
             return self._own
 
     @property

@@ -40,7 +40,7 @@ from gitsess.overlay.data_files import DataFiles
 from gitsess.overlay.delta import FIRST_ALLOCATED_INO, Batch, DeltaStore
 from gitsess.overlay.gitdir import GIT_COMMON, in_git
 from gitsess.overlay.lower_layer import LowerLayer
-from gitsess.overlay.nodes import ROOT_INODE, Node, Pending, err, stamp, version
+from gitsess.overlay.nodes import ROOT_INODE, Node, Pending, err, identity, stamp
 from gitsess.overlay.relayout import relayout
 
 # A whiteout for a lower name is written only once its directory has been quiet this long, so
@@ -357,7 +357,7 @@ class NodeTable:
                 and n.lower == rel
                 and same_type
                 and (n.target is None or not self._retargeted(n, rel))
-                and (n.version is None or n.version == version(st))
+                and (n.version is None or n.version == identity(st))
             ):
                 n.parent, n.name = p.ino, name
                 n.st = st
@@ -380,7 +380,7 @@ class NodeTable:
             # (fs.py, `auto_inval_data`): a real file that changed gets a node of its own, one
             # the kernel holds nothing of (an invalidation from within a request could wait on
             # a READ of that very inode).
-            n.version = version(st)
+            n.version = identity(st)
         self.nodes[ino] = n
         self.lower_index[rel] = ino
         return n

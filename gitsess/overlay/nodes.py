@@ -82,7 +82,7 @@ class Node:
         self.st: os.stat_result | None = None
         # Subdirectories of an upper directory, counted when first needed (st_nlink).
         self.subdirs: int | None = None
-        # Of a lower file below `.git`: the real file it was found as (`version`), whose pages
+        # Of a lower file below `.git`: the real file it was found as (`identity`), whose pages
         # the kernel may hold; a name found to be another file gets a new node.
         self.version: tuple[int, int, int, int] | None = None
 
@@ -177,7 +177,7 @@ def join(base: bytes, name: bytes) -> bytes:
     return base + b"/" + name if base else name
 
 
-def version(st: os.stat_result) -> tuple[int, int, int, int]:
+def identity(st: os.stat_result) -> tuple[int, int, int, int]:
     """Which file a real file below `.git` is now: git replaces them by renames (a new inode),
     and a rewrite in place changes the size or the times."""
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
