@@ -148,6 +148,9 @@ class DeltaStore:
         self.data_dir = schema.data_dir(path)
         self.conn = schema.connect(path, readonly=readonly)
         self._wal_fd: int | None = None
+        # A shrink's checkpoint did not copy the whole WAL back: delta.db keeps its old size
+        # until one does, and an idle daemon commits nothing that would start one.
+        self._unfinished = False
         self.history: History | None = None
         if not readonly:
             self._init_meta()
@@ -182,13 +185,16 @@ class DeltaStore:
         SHRINK_MIN_PAGES): incrementally where the file allows it, else by one VACUUM, which
         also makes it allow it from then on. Whether it shrank. `eager` (after a trim of the
         history, which freed them on purpose): over SHRINK_MIN_PAGES is enough, and the WAL,
-        which holds the trim's pages, is truncated anyway."""
+        which holds the trim's pages, is truncated anyway. A shrink whose checkpoint could not
+        finish (another checkpoint ran, a reader's snapshot) finishes it at the next call."""
         pages, free, mode = (
             schema.pragma(self.conn, p) for p in ("page_count", "freelist_count", "auto_vacuum")
         )
         if free < SHRINK_MIN_PAGES or (free * 4 < pages and not eager):
             if eager:
                 self.checkpoint()
+            elif self._unfinished:
+                self._checkpoint_now()
             return False
         # (fetched: a pragma that returns rows does its work a row at a time)
         if mode == INCREMENTAL_VACUUM:
@@ -200,8 +206,19 @@ class DeltaStore:
         return True
 
     def checkpoint(self) -> None:
-        """Copy the WAL into delta.db and truncate it: its disk space back."""
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        """Copy the WAL into delta.db and truncate it: its disk space back. A database file
+        is cut to its new size only by a checkpoint that copied all of the WAL."""
+        self._unfinished = True  # (also when it raises: busy, or a full disk)
+        busy = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0][0]
+        self._unfinished = bool(busy)
+
+    def _checkpoint_now(self) -> None:
+        """`checkpoint` without waiting for a reader: the daemon's next look tries again."""
+        self.conn.set_busy_timeout(0)
+        try:
+            self.checkpoint()
+        finally:
+            self.conn.set_busy_timeout(BUSY_TIMEOUT_MS)
 
     def holds_changes(self) -> bool:
         """Whether the session changed any name, or keeps any key-value."""

@@ -6,6 +6,8 @@ import json
 import os
 from pathlib import Path
 
+import apsw
+
 from gitsess.overlay import retention, usage
 from gitsess.overlay.delta import DeltaStore
 
@@ -97,5 +99,34 @@ def test_after_a_trim_free_pages_go_back_below_a_quarter_too(tmp_path: Path) -> 
     assert os.path.getsize(store.path + "-wal") > 0
     assert store.shrink(eager=True)
     assert store.conn.execute("PRAGMA freelist_count").fetchall()[0][0] == 0
+    assert os.path.getsize(store.path + "-wal") == 0
+    store.close()
+
+
+def test_a_shrink_a_reader_held_up_is_finished_at_the_next_look(tmp_path: Path) -> None:
+    """delta.db is cut to its new size only by a checkpoint that copied all of the WAL; one a
+    reader's snapshot stopped is tried again by the next shrink, though no commit followed
+    (seen: an idle daemon kept an emptied delta.db at full size)."""
+    store = _store(tmp_path)
+    with store.conn:
+        store.conn.executemany(
+            "INSERT INTO events (time_ns, op, path, bytes, run_id) VALUES (?, 'write', ?, 10, 1)",
+            ((t, f"{t:0200d}") for t in range(60_000)),
+        )
+    store.checkpoint()
+    full = os.path.getsize(store.path)
+    retention.trim_log(store.conn, 0, 0)
+    reader = apsw.Connection(store.path, flags=apsw.SQLITE_OPEN_READONLY)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM events").fetchall()  # its snapshot: before the trim
+    store.conn.set_busy_timeout(50)
+    assert store.shrink()
+    assert os.path.getsize(store.path) == full
+    assert not store.shrink()  # the reader still reads
+    assert os.path.getsize(store.path) == full
+    reader.execute("COMMIT")
+    reader.close()
+    assert not store.shrink()
+    assert os.path.getsize(store.path) < full / 10
     assert os.path.getsize(store.path + "-wal") == 0
     store.close()
