@@ -30,6 +30,16 @@ def _log(store: DeltaStore, events: list[tuple[int, str, int, int]]) -> None:
         )
 
 
+def _fill_checkpointed(store: DeltaStore, events: int) -> None:
+    """`events` events of long paths (200 bytes), all in delta.db itself."""
+    with store.conn:
+        store.conn.executemany(
+            "INSERT INTO events (time_ns, op, path, bytes, run_id) VALUES (?, 'write', ?, 10, 1)",
+            ((t, f"{t:0200d}") for t in range(events)),
+        )
+    store.checkpoint()
+
+
 def test_trim_keeps_the_newest_and_summarises_the_runs_it_drops(tmp_path: Path) -> None:
     store = _store(tmp_path)
     _log(store, [(t, "write" if t % 2 else "create", 10, 1 + t // 50) for t in range(100)])
@@ -84,12 +94,7 @@ def test_after_a_trim_free_pages_go_back_below_a_quarter_too(tmp_path: Path) -> 
     # A trim frees pages on purpose: gc gives them back even when they are fewer than the
     # quarter of delta.db the commit loop waits for, and truncates the WAL that held the trim.
     store = _store(tmp_path)
-    with store.conn:
-        store.conn.executemany(
-            "INSERT INTO events (time_ns, op, path, bytes, run_id) VALUES (?, 'write', ?, 10, 1)",
-            ((t, f"{t:0200d}") for t in range(120_000)),
-        )
-    store.checkpoint()
+    _fill_checkpointed(store, 120_000)
     retention.trim_log(store.conn, 96_000, 0)
     free = store.conn.execute("PRAGMA freelist_count").fetchall()[0][0]
     pages = store.conn.execute("PRAGMA page_count").fetchall()[0][0]
@@ -108,12 +113,7 @@ def test_a_shrink_a_reader_held_up_is_finished_at_the_next_look(tmp_path: Path) 
     reader's snapshot stopped is tried again by the next shrink, though no commit followed
     (seen: an idle daemon kept an emptied delta.db at full size)."""
     store = _store(tmp_path)
-    with store.conn:
-        store.conn.executemany(
-            "INSERT INTO events (time_ns, op, path, bytes, run_id) VALUES (?, 'write', ?, 10, 1)",
-            ((t, f"{t:0200d}") for t in range(60_000)),
-        )
-    store.checkpoint()
+    _fill_checkpointed(store, 60_000)
     full = os.path.getsize(store.path)
     retention.trim_log(store.conn, 0, 0)
     reader = apsw.Connection(store.path, flags=apsw.SQLITE_OPEN_READONLY)
