@@ -1,5 +1,6 @@
-"""The main paths as an ordinary user made with `useradd` (issue 37, items 8, 9 and 11): a user
-needs root for nothing but installing packages.
+"""The main paths as an ordinary user made with `useradd` (issue 37, items 8, 9 and 11), and
+the others an agent takes (checkpoints and undo, fork, restore, hooks, worktree sessions, agent
+roles, the MCP server): a user needs root for nothing but installing packages.
 
 scripts/test.sh runs this file on its own as well, so CI shows it ran (and did not skip).
 """
@@ -152,3 +153,101 @@ def test_doctor_names_the_fix_for_a_dev_fuse_users_cannot_open(user: User) -> No
         node.unlink()
     assert verdict == "fail"
     assert f"chmod 0666 {node}" in detail
+
+
+def test_checkpoints_fork_and_restore(user: User, repo: Path) -> None:
+    """The undo paths and the copies of a session (checkpoint, rewind, undo, kv, fork, rm,
+    restore), as a user: every file they make is the user's."""
+    ok(user.gitsess(repo, "new", "exp"))
+    ok(user.gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", "echo one > a.txt"))
+    made = ok(user.gitsess(repo, "checkpoint", "exp"))
+    cp = made.split()[1]
+    ok(user.gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", "echo two > a.txt; rm README.md"))
+    ok(user.gitsess(repo, "rewind", "exp", cp))
+    back = "cat a.txt; ls"
+    assert ok(user.gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", back)).split() == [
+        "one",
+        "README.md",
+        "a.txt",
+        "src",
+    ]
+    ok(user.gitsess(repo, "undo", "exp"))
+    assert ok(user.gitsess(repo, "run", "-s", "exp", "--", "sh", "-c", back)).split() == [
+        "two",
+        "a.txt",
+        "src",
+    ]
+    ok(user.gitsess(repo, "kv", "exp", "set", "status", '{"tests": "pass"}', "--json"))
+    ok(user.gitsess(repo, "fork", "exp", "copy"))
+    ok(user.gitsess(repo, "rm", "copy", "--force"))
+    ok(user.gitsess(repo, "restore", "copy"))
+    assert ok(user.gitsess(repo, "diff", "copy", "--name-only")).split() == ["README.md", "a.txt"]
+    assert json.loads(ok(user.gitsess(repo, "kv", "copy", "get", "status", "--json"))) == {
+        "tests": "pass"
+    }
+    state = repo / ".git" / "gitsess"
+    foreign = [p for p in state.rglob("*") if p.lstat().st_uid != user.uid]
+    assert foreign == []
+
+
+def test_hooks_worktrees_and_agents(user: User, repo: Path) -> None:
+    """Git hooks clean a deleted branch's session; a --worktree session commits and applies;
+    two roles of one agent CLI get two state dirs; the MCP server answers; all as a user."""
+    ok(user.gitsess(repo, "hooks", "install"))
+    ok(user.sh(repo, "git checkout -q -b feat"))
+    ok(user.gitsess(repo, "new", "onfeat"))
+    ok(user.gitsess(repo, "run", "-s", "onfeat", "--", "sh", "-c", "echo f > f.txt"))
+    ok(user.sh(repo, "git checkout -q main && git branch -q -D feat"))
+    names = [s["name"] for s in json.loads(ok(user.gitsess(repo, "ls", "--json")))]
+    assert "onfeat" not in names
+    assert "onfeat" in ok(user.gitsess(repo, "archives"))
+
+    ok(user.gitsess(repo, "new", "wt", "--worktree"))
+    script = "echo w > w.txt && git add w.txt && git commit -qm 'in its worktree' && pwd"
+    where = ok(user.gitsess(repo, "run", "-s", "wt", "--", "sh", "-c", script)).strip()
+    ok(user.gitsess(repo, "apply", "wt", "--commit"))
+    log = ok(user.run(["git", "log", "-1", "--format=%s", "gitsess/wt"], repo)).strip()
+    assert log == "in its worktree"
+    assert (Path(where) / "w.txt").read_text() == "w\n"
+
+    bindir = user.home / "bin"
+    agent = (
+        '#!/bin/sh\nd="$CLAUDE_CONFIG_DIR"; test -n "$d" || exit 3\n'
+        'echo "$d"; cat "$d/said" 2>/dev/null; echo "$1 $2" > "$d/said"\n'
+    )
+    ok(user.sh(repo, f"mkdir -p {bindir} && printf '%s' '{agent}' > {bindir}/claude"))
+    ok(user.sh(repo, f"chmod +x {bindir}/claude"))
+    path = {"PATH": f"{bindir}:/usr/bin:/bin"}
+    ok(user.gitsess(repo, "new", "agents"))
+    first = ok(user.gitsess(repo, "run", "-s", "agents", "--agent", "claude", env=path))
+    second = ok(
+        user.gitsess(repo, "run", "-s", "agents", "--agent", "claude", "--role", "b", env=path)
+    )
+    again = ok(user.gitsess(repo, "run", "-s", "agents", "--agent", "claude", env=path))
+    assert first.splitlines()[0] != second.splitlines()[0]
+    assert len(first.splitlines()) == len(second.splitlines()) == 1  # nothing said before
+    assert again.splitlines()[0] == first.splitlines()[0]
+    assert again.splitlines()[1].startswith("--mcp-config ")  # its own conversation, resumed
+
+    # A client that keeps the server's stdin open until the answer came (at its end, the
+    # server stops without answering what is in flight).
+    client = (
+        "import json, subprocess, sys\n"
+        "p = subprocess.Popen([sys.executable, '-m', 'gitsess', 'mcp'], stdin=-1, stdout=-1,"
+        " text=True)\n"
+        "def send(m): p.stdin.write(json.dumps(m) + '\\n'); p.stdin.flush()\n"
+        "send({'jsonrpc': '2.0', 'id': 1, 'method': 'initialize', 'params': {"
+        "'protocolVersion': '2024-11-05', 'capabilities': {},"
+        " 'clientInfo': {'name': 'test', 'version': '1'}}})\n"
+        "p.stdout.readline()\n"
+        "send({'jsonrpc': '2.0', 'method': 'notifications/initialized'})\n"
+        "send({'jsonrpc': '2.0', 'id': 2, 'method': 'tools/call',"
+        " 'params': {'name': 'sessions', 'arguments': {}}})\n"
+        "print(p.stdout.readline(), end='')\n"
+        "p.stdin.close(); sys.exit(p.wait())\n"
+    )
+    answer = json.loads(ok(user.run([user.python, "-c", client], repo)))
+    assert answer["id"] == 2
+    listed = answer["result"]
+    assert not listed.get("isError"), listed
+    assert "agents" in json.dumps(listed) and "wt" in json.dumps(listed)
