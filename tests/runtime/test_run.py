@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,8 @@ from tests.live_util import InProcess, eventually
 from tests.util import GITSESS, git, gitsess
 
 pytestmark = pytest.mark.fuse
+
+GS = " ".join(shlex.quote(a) for a in GITSESS)
 
 
 def mounted_here(repo: Path) -> list[str]:
@@ -51,6 +54,29 @@ def test_environment_inside(repo: Path) -> None:
     name, session_id, mountpoint = done.stdout.split()
     assert name == "envy"
     assert Path(mountpoint) == discover(repo).session_dir(session_id) / "mnt"
+
+
+def test_a_session_renamed_during_its_run_is_still_the_runs_own(repo: Path) -> None:
+    """Commands inside a run default to its session: after a rename they said "no session
+    'exp'" (or named a new session of that name), as `$GITSESS_SESSION` keeps the old name."""
+    go = repo.parent / "go"
+    script = f"while [ ! -e {go} ]; do sleep 0.05; done; {GS} kv set k 1 && {GS} show --json"
+    inside = subprocess.Popen(
+        [*GITSESS, "run", "-s", "exp", "--", "sh", "-c", script],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert eventually(lambda: gitsess(repo, "show", "exp").returncode == 0)
+        assert gitsess(repo, "rename", "exp", "renamed").returncode == 0
+        go.touch()
+        out, err = inside.communicate(timeout=60)
+    finally:
+        if inside.poll() is None:
+            inside.kill()
+            inside.wait()
+    assert inside.returncode == 0, err
+    assert json.loads(out)["name"] == "renamed"
+    assert gitsess(repo, "kv", "renamed", "get", "k").stdout == "1\n"
 
 
 def test_subdirectory_cwd_is_kept(repo: Path) -> None:
