@@ -203,6 +203,26 @@ def test_mount_and_umount_keep_a_view_until_told(repo: Path, tmp_path: Path) -> 
     assert not mounttable.is_mount_point(target)
 
 
+def test_gitsess_in_a_mounted_view_says_where_to_run_it(repo: Path, tmp_path: Path) -> None:
+    """A view's `.git` is the session's, with no sessions of its own: `ls` there said "No
+    sessions ... yet. Create one: gitsess new", and `new` then failed to open a registry."""
+    target = tmp_path / "view"
+    target.mkdir()
+    assert gitsess(repo, "new", "kept").returncode == 0
+    assert gitsess(repo, "mount", "kept", str(target)).returncode == 0
+    try:
+        for args in (["ls"], ["new", "other"], ["diff", "kept"]):
+            done = gitsess(target / "src", *args)
+            assert done.returncode == 1
+            assert done.stderr == (
+                f"gitsess: {target / 'src'} is in a gitsess session's view, which has no "
+                f"sessions of its own: run gitsess in the repository itself ({repo})\n"
+            )
+    finally:
+        assert gitsess(repo, "umount", "kept").returncode == 0
+    assert [s["name"] for s in json.loads(gitsess(repo, "ls", "--json").stdout)] == ["kept"]
+
+
 def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: InProcess) -> None:
     made = gs.json("new", "brief")
     gs.ok("mount", "brief")
