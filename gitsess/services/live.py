@@ -20,7 +20,7 @@ from gitsess.git.view import Stamp
 from gitsess.overlay import fsmonitor_hook, protocol
 from gitsess.runtime import mount, strays
 from gitsess.runtime.strays import Stray as Stray  # (re-exported: `ps` renders it)
-from gitsess.services.handle import SessionHandle
+from gitsess.services.handle import SessionHandle, worktree_gone
 from gitsess.store.registry import Session
 
 
@@ -39,9 +39,7 @@ def spec_for(
     mountpoint: Path | None = None,
 ) -> mount.MountSpec:
     if not session.worktree.is_dir():
-        raise GitsessError(
-            f"session {session.name} is bound to {session.worktree}, which no longer exists"
-        )
+        raise worktree_gone(session)
     session_dir = ctx.session_dir(session.id)
     if not session_dir.is_dir() or session_dir.is_symlink():
         raise GitsessError(
