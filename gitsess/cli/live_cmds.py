@@ -91,6 +91,13 @@ def run(
         created = True
     else:
         session, created = sessions.resolve_or_create(ctx, ref, worktree=spec)
+    if spec is not None and not created and not session.created_worktree:
+        # the run would not be in the worktree of its own asked for
+        raise GitsessError(
+            f"session {session.name} exists, in {session.worktree}, not in a worktree of its "
+            "own: --worktree makes one only for a new session; leave it out to run in "
+            f"{session.name}, or give a new name"
+        )
     if created:  # a typo of a name must not go unnoticed
         hint = sessions.close_names(ctx, session.name)
         click.echo(f"gitsess: new session {session.name} ({session.id[:8]}){hint}", err=True)
