@@ -233,6 +233,12 @@ def keep_mounted(
     """
     if mountpoint is not None and not mountpoint.is_dir():
         raise GitsessError(f"mount point {mountpoint} is not a directory (create it first)")
+    if mountpoint is not None and _within_lower(ctx, session, mountpoint):
+        # its daemon would read its own mount as the worktree under it, and hang
+        raise GitsessError(
+            f"{mountpoint} is in the worktree {session.worktree} that session {session.name}'s "
+            "view is made of: the view would hold itself; choose a directory outside it"
+        )
     if mountpoint is not None:
         current = mount.status(ctx.session_dir(session.id))
         if current is not None:
@@ -255,6 +261,16 @@ def keep_mounted(
         mountpoint=mountpoint,
     )
     return mount.ensure_mounted(spec)
+
+
+def _within_lower(ctx: RepoContext, session: Session, mountpoint: Path) -> bool:
+    """Whether `mountpoint` is the session's worktree or lies in it, outside its `.git` and
+    the state dir (which the view does not show from the worktree)."""
+    point, worktree = mountpoint.resolve(), session.worktree.resolve()
+    if point != worktree and worktree not in point.parents:
+        return False
+    apart = (worktree / ".git", ctx.state_dir.resolve())
+    return not any(point == d or d in point.parents for d in apart)
 
 
 def mountpoint_of(ctx: RepoContext, session: Session) -> Path:

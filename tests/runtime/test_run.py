@@ -203,6 +203,29 @@ def test_mount_and_umount_keep_a_view_until_told(repo: Path, tmp_path: Path) -> 
     assert not mounttable.is_mount_point(target)
 
 
+@pytest.mark.parametrize("where", ["view", "."])
+def test_a_mount_in_the_sessions_own_worktree_is_refused(repo: Path, where: str) -> None:
+    """Mounted there, the daemon read its own mount as the worktree under it: it hung, and so
+    did every process that looked at the worktree, until a lazy unmount and kill -9."""
+    target = repo / where
+    target.mkdir(exist_ok=True)
+    assert gitsess(repo, "new", "exp").returncode == 0
+    done = gitsess(repo, "mount", "exp", str(target), "--force")
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"gitsess: {target} is in the worktree {repo} that session exp's view is made of: the "
+        "view would hold itself; choose a directory outside it\n"
+    )
+    assert mounted_here(repo) == []
+    inside_git = repo / ".git" / "view"  # not in the view's lower tree
+    inside_git.mkdir()
+    assert gitsess(repo, "mount", "exp", str(inside_git)).returncode == 0
+    try:
+        assert (inside_git / "README.md").read_text() == "hello\n"
+    finally:
+        assert gitsess(repo, "umount", "exp").returncode == 0
+
+
 def test_gitsess_in_a_mounted_view_says_where_to_run_it(repo: Path, tmp_path: Path) -> None:
     """A view's `.git` is the session's, with no sessions of its own: `ls` there said "No
     sessions ... yet. Create one: gitsess new", and `new` then failed to open a registry."""
