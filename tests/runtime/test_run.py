@@ -79,6 +79,17 @@ def test_a_session_renamed_during_its_run_is_still_the_runs_own(repo: Path) -> N
     assert gitsess(repo, "kv", "renamed", "get", "k").stdout == "1\n"
 
 
+def test_a_run_from_a_directory_the_session_removed_says_so(repo: Path) -> None:
+    assert run(repo, "exp", "rm -r src").returncode == 0
+    done = gitsess(repo / "src", "run", "-s", "exp", "--", "pwd")
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"gitsess: {repo / 'src'} is not a directory in the session's view (the session "
+        f"removed or replaced it): run from one the view has, such as {repo}\n"
+    )  # it said "cannot run in place (...): unknown; see `gitsess doctor`"
+    assert gitsess(repo, "run", "-s", "exp", "--", "pwd").stdout == f"{repo}\n"
+
+
 def test_subdirectory_cwd_is_kept(repo: Path) -> None:
     done = gitsess(repo / "src", "run", "-s", "sub", "--", "sh", "-c", "pwd; cat app.py")
     assert done.stdout.splitlines() == [str(repo / "src"), "print('hi')"]
