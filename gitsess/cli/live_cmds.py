@@ -269,7 +269,7 @@ def ps(as_json: bool) -> None:
     for s in strays:
         console().print(
             f"Stray daemon {s.pid} of session {escape(s.session_id)}: {escape(s.reason)}"
-            " (`gitsess gc` ends it)"
+            f" ({escape(live.stray_ender(ctx, s))})"
         )
     if not mounted:
         console().print("No session is mounted.")

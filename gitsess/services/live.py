@@ -345,3 +345,14 @@ def drop_paths(
 def stray_daemons() -> list[Stray]:
     """Daemons of this user whose view is gone (`gitsess gc` ends them)."""
     return strays.find()
+
+
+def stray_ender(ctx: RepoContext, stray: Stray) -> str:
+    """What ends `stray`: `gc` here ends only this repository's (`gc.sweep_stray_daemons`),
+    and a repository deleted with it has no `gc` to run."""
+    state = Path(os.path.realpath(stray.delta)).parent.parent.parent
+    if state == Path(os.path.realpath(ctx.state_dir)):
+        return "`gitsess gc` ends it"
+    if (state / "sessions").is_dir():
+        return f"`gitsess gc` in {state.parent} ends it"
+    return f"its repository is gone: `kill {stray.pid}` ends it"
