@@ -290,7 +290,12 @@ def _report(session: Session, outcome: applying.Applied, output: str | None) -> 
             if outcome.promoted:
                 how = " as one" if outcome.squashed else ""
                 click.echo(f"Would take the session's {len(outcome.promoted)} commit(s){how}")
-            click.echo(f"Would commit {count} on {branch}{merged}")
+            if outcome.promoted and not outcome.squashed:
+                paths = outcome.new_commit_paths
+                made = f"a new commit with {_plural(paths, 'path')}" if paths else "no new commit"
+                click.echo(f"Would make {made} on {branch} on top of them{merged}")
+            else:
+                click.echo(f"Would commit {count} on {branch}{merged}")
         elif c.commit is None:
             click.echo(f"Nothing to commit: {branch} already has these changes")
         elif not outcome.promoted:

@@ -91,6 +91,13 @@ def run(
         created = True
     else:
         session, created = sessions.resolve_or_create(ctx, ref, worktree=spec)
+    if spec is not None and not created and not session.created_worktree:
+        # the run would not be in the worktree of its own asked for
+        raise GitsessError(
+            f"session {session.name} exists, in {session.worktree}, not in a worktree of its "
+            "own: --worktree makes one only for a new session; leave it out to run in "
+            f"{session.name}, or give a new name"
+        )
     if created:  # a typo of a name must not go unnoticed
         hint = sessions.close_names(ctx, session.name)
         click.echo(f"gitsess: new session {session.name} ({session.id[:8]}){hint}", err=True)
@@ -262,7 +269,7 @@ def ps(as_json: bool) -> None:
     for s in strays:
         console().print(
             f"Stray daemon {s.pid} of session {escape(s.session_id)}: {escape(s.reason)}"
-            " (`gitsess gc` ends it)"
+            f" ({escape(live.stray_ender(ctx, s))})"
         )
     if not mounted:
         console().print("No session is mounted.")

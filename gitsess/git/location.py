@@ -10,6 +10,8 @@ one, as a linked worktree's does) or a directory that is itself a git directory 
 search would find, is the view, and the registry must never be reached through it; the
 repository is then the git dir holding the state dir, else the one found from the directory.
 `RepoContext.worktree` is the worktree holding the directory, or None (bare, or outside one).
+A session's view mounted outside a run (`gitsess mount DIR`) names no state dir: a command
+there is refused, with the repository to run it in.
 """
 
 from __future__ import annotations
@@ -104,7 +106,27 @@ def discover(cwd: Path | None = None, env: Mapping[str, str] | None = None) -> R
     if found is None:
         raise GitsessError(f"not a git repository (or any parent up to /): {cwd}")
     common = common_dir_of(found.git_dir)
+    _refuse_a_view(common, cwd)
     return RepoContext(common, common / "gitsess", worktree)
+
+
+def _refuse_a_view(common: Path, cwd: Path) -> None:
+    """`cwd` in a session's view outside a run (`gitsess mount DIR`, where nothing in the
+    environment names the state dir): the `.git` found is the session's, which has no state
+    dir, so commands said there were no sessions, or failed to make one. Its objects are a link
+    into the session's dir, `<state dir>/sessions/<id>/objects`, which tells where to go."""
+    objects = common / "objects"
+    if not objects.is_symlink():
+        return
+    store = objects.parent / os.readlink(objects)
+    state = store.parent.parent.parent
+    if store.parent.parent.name != "sessions" or not (state / "sessions.db").is_file():
+        return
+    real = state.parent.parent if state.parent.name == ".git" else state.parent
+    raise GitsessError(
+        f"{cwd} is in a gitsess session's view, which has no sessions of its own: run gitsess "
+        f"in the repository itself ({real})"
+    )
 
 
 def find(cwd: Path) -> Found | None:

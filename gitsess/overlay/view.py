@@ -47,7 +47,13 @@ class OverlayView:
     ) -> None:
         """`at`: the view as it was at that checkpoint."""
         try:
-            self.store = DeltaStore(str(delta)) if at is None else DeltaAt(str(delta), at)
+            # Read only once it exists (a session never mounted has none yet): inside a run
+            # the session dir is read-only, and a delta.db no daemon holds (no WAL beside it)
+            # cannot be opened for writing there.
+            path = str(delta)
+            self.store = (
+                DeltaStore(path, readonly=delta.exists()) if at is None else DeltaAt(path, at)
+            )
         except apsw.Error as e:
             raise DamagedDelta(delta, e) from e
         try:

@@ -199,7 +199,11 @@ def _enter_view(p: Placement, cwd: Path, parent: int, reason_fd: int) -> None:
         os.write(reason_fd, str(e).encode())
         raise
     _fork_init(reason_fd)
-    os.chdir(cwd)
+    try:
+        os.chdir(cwd)
+    except OSError as e:  # (gone since `spawn` looked)
+        os.write(reason_fd, f"{cwd}: {e.strerror}".encode())
+        raise
 
 
 def _bind_common(p: Placement, view_fd: int) -> Path | None:
@@ -403,6 +407,11 @@ def spawn(
     """Start `argv` in the view, in place; refused with the reason where it cannot be (it
     never runs where absolute paths would reach the real tree)."""
     start = view_cwd(p, cwd)
+    if not (p.mountpoint / start.relative_to(p.worktree)).is_dir():
+        raise GitsessError(
+            f"{start} is not a directory in the session's view (the session removed or replaced "
+            f"it): run from one the view has, such as {p.worktree}"
+        )
     env = {**env, "PWD": str(start)}
     parent = os.getpid()
     reason_r, reason_w = os.pipe2(os.O_CLOEXEC)

@@ -269,7 +269,7 @@ def _apply_to_commit(
 ) -> Applied:
     from gitsess.git.apply_commit import apply_commit, branch_tip
     from gitsess.git.conflicts import Conflict
-    from gitsess.git.trees import paths_changed
+    from gitsess.git.trees import changed_between, paths_changed
     from gitsess.services import session_git
 
     target = branch or p.session.branch
@@ -351,6 +351,9 @@ def _apply_to_commit(
             on_prepared=journal, scratch=scratch, replayed_tip=replayed_tip, reverted=reverted,
             tip=tip,
         )  # fmt: skip
+        if dry_run and result.parent is not None and result.tree is not None:
+            # what a new commit would change: the session's replayed commits may hold it all
+            made["new_commit_paths"] = len(changed_between(scratch, result.parent, result.tree))
     if result.commit is not None and result.commit != replayed_tip:
         made["new_commit"] = result.commit
         made["new_commit_paths"] = paths_changed(p.repo, result.commit)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gitsess import progress
-from gitsess.errors import GitsessError
+from gitsess.errors import GitsessError, option
 from gitsess.git import tracking
 from gitsess.git.archive_commits import (
     PREFIX as ARCHIVE_PREFIX,
@@ -73,7 +73,7 @@ from gitsess.services.fork import insert, undo
 from gitsess.services.handle import SessionHandle
 from gitsess.services.real_tree import real_root
 from gitsess.services.viewwrite import ViewWriter, view_writer
-from gitsess.store.registry import Registry, Session
+from gitsess.store.registry import NameTaken, Registry, Session
 
 # ---------------------------------------------------------------------------------------------
 # archiving a session
@@ -282,17 +282,20 @@ def restore(ctx: RepoContext, name: str, new_name: str | None = None) -> Restore
     if info.head is not None:  # (their tree becomes the session's index)
         head_tree = commit_tree_id(repo, info.head)
         check_refused(refused_in_tree(repo, head_tree), f"archive {info.ref_name}")
-    session = insert(
-        ctx,
-        new_name or info.name,
-        title=info.title,
-        worktree=worktree.resolve(),
-        branch=head.branch,
-        base_commit=info.base,
-        read_only=False,
-        parent=None,
-        id=info.session_id if not _taken(ctx, info.session_id) else None,
-    )
+    try:
+        session = insert(
+            ctx,
+            new_name or info.name,
+            title=info.title,
+            worktree=worktree.resolve(),
+            branch=head.branch,
+            base_commit=info.base,
+            read_only=False,
+            parent=None,
+            id=info.session_id if not _taken(ctx, info.session_id) else None,
+        )
+    except NameTaken as e:
+        raise NameTaken(f"{e}: restore under another name ({option('as', 'NEW_NAME')})") from e
     try:
         lay_paths(ctx, session, repo, paths)
         if info.head is not None:

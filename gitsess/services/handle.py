@@ -180,3 +180,13 @@ class SessionHandle:
 
         self._synced = False  # (what it writes through a live daemon is that daemon's to commit)
         return view_writer(self.ctx, self.row, lower or self.row.worktree)
+
+
+def worktree_gone(session: Session) -> GitsessError:
+    """The error of a session whose worktree was removed (or moved: `git worktree move`); `run`
+    and `real_tree` refuse it so."""
+    return GitsessError(
+        f"session {session.name} is bound to {session.worktree}, which no longer exists: "
+        f"`gitsess gc` archives the session, and `gitsess restore {session.name}` run in a "
+        "worktree brings it back there"
+    )

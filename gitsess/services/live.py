@@ -20,7 +20,7 @@ from gitsess.git.view import Stamp
 from gitsess.overlay import fsmonitor_hook, protocol
 from gitsess.runtime import mount, strays
 from gitsess.runtime.strays import Stray as Stray  # (re-exported: `ps` renders it)
-from gitsess.services.handle import SessionHandle
+from gitsess.services.handle import SessionHandle, worktree_gone
 from gitsess.store.registry import Session
 
 
@@ -39,9 +39,7 @@ def spec_for(
     mountpoint: Path | None = None,
 ) -> mount.MountSpec:
     if not session.worktree.is_dir():
-        raise GitsessError(
-            f"session {session.name} is bound to {session.worktree}, which no longer exists"
-        )
+        raise worktree_gone(session)
     session_dir = ctx.session_dir(session.id)
     if not session_dir.is_dir() or session_dir.is_symlink():
         raise GitsessError(
@@ -235,6 +233,12 @@ def keep_mounted(
     """
     if mountpoint is not None and not mountpoint.is_dir():
         raise GitsessError(f"mount point {mountpoint} is not a directory (create it first)")
+    if mountpoint is not None and _within_lower(ctx, session, mountpoint):
+        # its daemon would read its own mount as the worktree under it, and hang
+        raise GitsessError(
+            f"{mountpoint} is in the worktree {session.worktree} that session {session.name}'s "
+            "view is made of: the view would hold itself; choose a directory outside it"
+        )
     if mountpoint is not None:
         current = mount.status(ctx.session_dir(session.id))
         if current is not None:
@@ -257,6 +261,16 @@ def keep_mounted(
         mountpoint=mountpoint,
     )
     return mount.ensure_mounted(spec)
+
+
+def _within_lower(ctx: RepoContext, session: Session, mountpoint: Path) -> bool:
+    """Whether `mountpoint` is the session's worktree or lies in it, outside its `.git` and
+    the state dir (which the view does not show from the worktree)."""
+    point, worktree = mountpoint.resolve(), session.worktree.resolve()
+    if point != worktree and worktree not in point.parents:
+        return False
+    apart = (worktree / ".git", ctx.state_dir.resolve())
+    return not any(point == d or d in point.parents for d in apart)
 
 
 def mountpoint_of(ctx: RepoContext, session: Session) -> Path:
@@ -331,3 +345,14 @@ def drop_paths(
 def stray_daemons() -> list[Stray]:
     """Daemons of this user whose view is gone (`gitsess gc` ends them)."""
     return strays.find()
+
+
+def stray_ender(ctx: RepoContext, stray: Stray) -> str:
+    """What ends `stray`: `gc` here ends only this repository's (`gc.sweep_stray_daemons`),
+    and a repository deleted with it has no `gc` to run."""
+    state = Path(os.path.realpath(stray.delta)).parent.parent.parent
+    if state == Path(os.path.realpath(ctx.state_dir)):
+        return "`gitsess gc` ends it"
+    if (state / "sessions").is_dir():
+        return f"`gitsess gc` in {state.parent} ends it"
+    return f"its repository is gone: `kill {stray.pid}` ends it"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from gitsess.errors import GitsessError
 from gitsess.services.counts import out_of_reach
+from gitsess.services.handle import worktree_gone
 from gitsess.store.registry import Session
 
 if TYPE_CHECKING:  # (`show` asks `real_root` and needs no repository)
@@ -25,7 +26,7 @@ def real_root(session: Session) -> Path:
     shows the view (`counts.out_of_reach`)."""
     worktree = session.worktree
     if not worktree.is_dir():
-        raise GitsessError(f"session {session.name} is bound to {worktree}, which no longer exists")
+        raise worktree_gone(session)
     if out_of_reach(session):
         raise GitsessError(
             f"{worktree} shows a session's view here, not the real worktree; "

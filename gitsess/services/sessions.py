@@ -74,6 +74,9 @@ __all__ = [
 ]
 
 SESSION_ENV = "GITSESS_SESSION"
+# What a run gives its command beside the name (`services/live.py`): the id, which a rename of
+# the session during the run does not change.
+SESSION_ID_ENV = "GITSESS_SESSION_ID"
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 _OFFSET = re.compile(r"-([0-9]+)")
@@ -286,12 +289,8 @@ def resolve(
     Offsets and id prefixes never create.
     """
     if not create_missing:
-        ref = _ref(ref, env)
         with _registry(ctx, create=False) as registry:
-            found = _lookup(registry, ref)
-            if found is None:
-                raise _unknown(ctx, registry, ref)
-        return found
+            return _find(ctx, registry, ref, env)
     return resolve_or_create(ctx, ref, worktree=worktree, env=env)[0]
 
 
@@ -303,16 +302,16 @@ def resolve_or_create(
     env: Mapping[str, str] | None = None,
 ) -> tuple[Session, bool]:
     """`resolve` with `create_missing`, and whether it created the session."""
-    ref = _ref(ref, env)
+    named = _ref(ref, env)
     with _registry(ctx, create=False) as registry:
-        found = _lookup(registry, ref)
+        found = _lookup(registry, named) if ref else _from_env(registry, env)
     if found is not None:
         return found, False
     try:
-        return create(ctx, ref, worktree=worktree), True
+        return create(ctx, named, worktree=worktree), True
     except NameTaken:
         # Another process created it between our lookup and our insert: use theirs.
-        return resolve(ctx, ref, env=env), False
+        return resolve(ctx, named, env=env), False
 
 
 def registry_problems(ctx: RepoContext) -> list[str]:
@@ -335,10 +334,27 @@ def _ref(ref: str | None, env: Mapping[str, str] | None) -> str:
     return ref
 
 
-def _find(ctx: RepoContext, registry: Registry, ref: str) -> Session:
-    session = _lookup(registry, ref)
+def _from_env(registry: Registry | None, env: Mapping[str, str] | None) -> Session | None:
+    """The session `$GITSESS_SESSION` names; inside a run of a session renamed since, the name
+    the run was given names none, and the run's `$GITSESS_SESSION_ID` gives it."""
+    env = os.environ if env is None else env
+    found = _lookup(registry, env.get(SESSION_ENV) or "")
+    if found is None and env.get(SESSION_ID_ENV):
+        found = _lookup(registry, env[SESSION_ID_ENV])
+    return found
+
+
+def _find(
+    ctx: RepoContext,
+    registry: Registry | None,
+    ref: str | None,
+    env: Mapping[str, str] | None = None,
+) -> Session:
+    """The session `ref` names, else (None) the one `$GITSESS_SESSION` does."""
+    named = _ref(ref, env)
+    session = _lookup(registry, named) if ref else _from_env(registry, env)
     if session is None:
-        raise _unknown(ctx, registry, ref)
+        raise _unknown(ctx, registry, named)
     return session
 
 
@@ -402,9 +418,8 @@ def _infos(
 
     env = os.environ if env is None else env
     here = ctx.worktree
-    inside = env.get(SESSION_ENV)
-    if inside:
-        current = _lookup(registry, inside)
+    if env.get(SESSION_ENV):
+        current = _from_env(registry, env)
         if current is not None:
             here = current.worktree
     sessions = registry.all()
@@ -509,9 +524,8 @@ def list_sessions(
 def info(
     ctx: RepoContext, ref: str | None, env: Mapping[str, str] | None = None, *, sizes: bool = True
 ) -> SessionInfo:
-    ref = _ref(ref, env)
     with _existing_registry(ctx) as registry:
-        session = _find(ctx, registry, ref)
+        session = _find(ctx, registry, ref, env)
         return _infos(ctx, registry, env, only=session.id, sizes=sizes)[0]
 
 
@@ -537,7 +551,7 @@ def rename(ctx: RepoContext, ref: str | None, new_name: str) -> Session:
     """Give a session a new name. Its worktree and branch keep theirs: a branch may be shared."""
     validate_name(new_name)
     with _existing_registry(ctx) as registry:
-        session = _find(ctx, registry, _ref(ref, None))
+        session = _find(ctx, registry, ref)
         if session.name == new_name:
             # `rename base -1` names the newest session (-1), not a new name: say so.
             raise GitsessError(f"session {session.name} is already named {new_name}")
@@ -546,7 +560,7 @@ def rename(ctx: RepoContext, ref: str | None, new_name: str) -> Session:
 
 def set_title(ctx: RepoContext, ref: str | None, title: str) -> Session:
     with _existing_registry(ctx) as registry:
-        return registry.update(_find(ctx, registry, _ref(ref, None)).id, title=title)
+        return registry.update(_find(ctx, registry, ref).id, title=title)
 
 
 def touch(ctx: RepoContext, session: Session) -> Session:
@@ -637,7 +651,7 @@ def remove(ctx: RepoContext, ref: str | None, *, force: bool = False) -> Removal
     from gitsess.services import agents, archives
 
     with _existing_registry(ctx) as registry:
-        session = _find(ctx, registry, _ref(ref, None))
+        session = _find(ctx, registry, ref)
         session_dir = ctx.session_dir(session.id)
         _unmount_for_removal(ctx, session)
         # Nothing is lost: unapplied changes are kept as a commit under an archive ref first.

@@ -203,6 +203,24 @@ def test_a_missing_second_argument_is_a_usage_error(
     assert f"missing {missing}" in done.stderr
 
 
+@pytest.mark.fuse
+def test_run_worktree_of_a_session_bound_to_this_worktree_is_refused(repo: Path) -> None:
+    """--worktree on a session that exists went unheeded: the run was in the session's
+    worktree, not in one of its own; resuming a session that has one is as before."""
+    assert gitsess(repo, "new", "exp").returncode == 0
+    done = gitsess(repo, "run", "-s", "exp", "--worktree", "--", "touch", "made")
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"gitsess: session exp exists, in {repo}, not in a worktree of its own: --worktree makes"
+        " one only for a new session; leave it out to run in exp, or give a new name\n"
+    )
+    assert gitsess(repo, "diff", "exp", "--name-only").stdout == ""
+    for _ in range(2):
+        again = gitsess(repo, "run", "-s", "own", "--worktree", "--", "pwd")
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip().endswith("/worktrees/own")
+
+
 def test_inside_a_session_the_one_word_is_the_new_name(repo: Path) -> None:
     assert gitsess(repo, "new", "exp").returncode == 0
     done = gitsess(repo, "rename", "renamed", env={"GITSESS_SESSION": "exp"})

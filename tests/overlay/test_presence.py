@@ -20,7 +20,7 @@ from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount, strays
 from tests.live_util import eventually
 from tests.overlay.conftest import Mounted
-from tests.util import gitsess
+from tests.util import gitsess, make_repo
 
 pytestmark = pytest.mark.fuse
 
@@ -114,6 +114,11 @@ def test_ps_lists_and_gc_finds_a_stray_daemon(tmp_path: Path, worktree: Path) ->
         ]
         planned = gitsess(worktree, "gc", "--dry-run")
         assert f"Would end daemon {pid} (session {spec.session_id})" in planned.stdout
+        # `ps` says what ends it: a `gc` elsewhere does not (it said "`gitsess gc` ends it")
+        line = f"Stray daemon {pid} of session {spec.session_id}: its session dir was deleted"
+        assert f"{line} (`gitsess gc` ends it)" in gitsess(worktree, "ps").stdout
+        elsewhere = gitsess(make_repo(tmp_path / "other"), "ps").stdout
+        assert f"{line} (`gitsess gc` in {worktree / '.git'} ends it)" in elsewhere
         assert not exited(pid)
         strays.end(found[0])
         assert eventually(lambda: exited(pid), timeout=WITHIN_S)

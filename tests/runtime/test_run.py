@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -24,6 +25,8 @@ from tests.live_util import InProcess, eventually
 from tests.util import GITSESS, git, gitsess
 
 pytestmark = pytest.mark.fuse
+
+GS = " ".join(shlex.quote(a) for a in GITSESS)
 
 
 def mounted_here(repo: Path) -> list[str]:
@@ -51,6 +54,40 @@ def test_environment_inside(repo: Path) -> None:
     name, session_id, mountpoint = done.stdout.split()
     assert name == "envy"
     assert Path(mountpoint) == discover(repo).session_dir(session_id) / "mnt"
+
+
+def test_a_session_renamed_during_its_run_is_still_the_runs_own(repo: Path) -> None:
+    """Commands inside a run default to its session: after a rename they said "no session
+    'exp'" (or named a new session of that name), as `$GITSESS_SESSION` keeps the old name."""
+    go = repo.parent / "go"
+    script = f"while [ ! -e {go} ]; do sleep 0.05; done; {GS} kv set k 1 && {GS} show --json"
+    inside = subprocess.Popen(
+        [*GITSESS, "run", "-s", "exp", "--", "sh", "-c", script],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert eventually(lambda: gitsess(repo, "show", "exp").returncode == 0)
+        assert gitsess(repo, "rename", "exp", "renamed").returncode == 0
+        go.touch()
+        out, err = inside.communicate(timeout=60)
+    finally:
+        if inside.poll() is None:
+            inside.kill()
+            inside.wait()
+    assert inside.returncode == 0, err
+    assert json.loads(out)["name"] == "renamed"
+    assert gitsess(repo, "kv", "renamed", "get", "k").stdout == "1\n"
+
+
+def test_a_run_from_a_directory_the_session_removed_says_so(repo: Path) -> None:
+    assert run(repo, "exp", "rm -r src").returncode == 0
+    done = gitsess(repo / "src", "run", "-s", "exp", "--", "pwd")
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"gitsess: {repo / 'src'} is not a directory in the session's view (the session "
+        f"removed or replaced it): run from one the view has, such as {repo}\n"
+    )  # it said "cannot run in place (...): unknown; see `gitsess doctor`"
+    assert gitsess(repo, "run", "-s", "exp", "--", "pwd").stdout == f"{repo}\n"
 
 
 def test_subdirectory_cwd_is_kept(repo: Path) -> None:
@@ -175,6 +212,49 @@ def test_mount_and_umount_keep_a_view_until_told(repo: Path, tmp_path: Path) -> 
     assert mounttable.is_mount_point(target)
     assert gitsess(repo, "umount", "kept").returncode == 0
     assert not mounttable.is_mount_point(target)
+
+
+@pytest.mark.parametrize("where", ["view", "."])
+def test_a_mount_in_the_sessions_own_worktree_is_refused(repo: Path, where: str) -> None:
+    """Mounted there, the daemon read its own mount as the worktree under it: it hung, and so
+    did every process that looked at the worktree, until a lazy unmount and kill -9."""
+    target = repo / where
+    target.mkdir(exist_ok=True)
+    assert gitsess(repo, "new", "exp").returncode == 0
+    done = gitsess(repo, "mount", "exp", str(target), "--force")
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"gitsess: {target} is in the worktree {repo} that session exp's view is made of: the "
+        "view would hold itself; choose a directory outside it\n"
+    )
+    assert mounted_here(repo) == []
+    inside_git = repo / ".git" / "view"  # not in the view's lower tree
+    inside_git.mkdir()
+    assert gitsess(repo, "mount", "exp", str(inside_git)).returncode == 0
+    try:
+        assert (inside_git / "README.md").read_text() == "hello\n"
+    finally:
+        assert gitsess(repo, "umount", "exp").returncode == 0
+
+
+def test_gitsess_in_a_mounted_view_says_where_to_run_it(repo: Path, tmp_path: Path) -> None:
+    """A view's `.git` is the session's, with no sessions of its own: `ls` there said "No
+    sessions ... yet. Create one: gitsess new", and `new` then failed to open a registry."""
+    target = tmp_path / "view"
+    target.mkdir()
+    assert gitsess(repo, "new", "kept").returncode == 0
+    assert gitsess(repo, "mount", "kept", str(target)).returncode == 0
+    try:
+        for args in (["ls"], ["new", "other"], ["diff", "kept"]):
+            done = gitsess(target / "src", *args)
+            assert done.returncode == 1
+            assert done.stderr == (
+                f"gitsess: {target / 'src'} is in a gitsess session's view, which has no "
+                f"sessions of its own: run gitsess in the repository itself ({repo})\n"
+            )
+    finally:
+        assert gitsess(repo, "umount", "kept").returncode == 0
+    assert [s["name"] for s in json.loads(gitsess(repo, "ls", "--json").stdout)] == ["kept"]
 
 
 def test_a_stopping_daemon_counts_as_gone_only_once_it_exited(repo: Path, gs: InProcess) -> None:

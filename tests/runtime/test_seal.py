@@ -14,6 +14,7 @@ import pytest
 
 from gitsess.git.repo import discover
 from gitsess.store import db
+from tests.live_util import eventually
 from tests.util import GITSESS, gitsess
 
 pytestmark = pytest.mark.fuse
@@ -161,3 +162,19 @@ def test_the_registry_is_read_inside_while_outside_commands_open_and_close_it(
     reads, failures, shown = out.split(" ", 2)
     assert int(reads) > 50 and cycles > 50, (reads, cycles)
     assert failures == "0", shown
+
+
+def test_another_sessions_delta_is_read_inside(repo: Path) -> None:
+    """A session no daemon holds has a delta.db alone (its last closer removed the WAL); read
+    inside a run, where nothing can be created beside it, it was "damaged" (`ls`, `show`,
+    `fs`), with the advice to `rm --force` it."""
+    assert gitsess(repo, "new", "other").returncode == 0
+    wal = session_dir(repo, "other") / "delta.db-wal"
+    done = gitsess(repo, "run", "-s", "other", "--", "sh", "-c", "echo theirs > theirs.txt")
+    assert done.returncode == 0, done.stderr
+    assert eventually(lambda: not wal.exists())  # its daemon lingers a moment, then closes
+    code, out, err = run(repo, f"{GS} fs other cat theirs.txt && {GS} show other --json")
+    assert code == 0, err
+    assert out.startswith("theirs\n")
+    shown = json.loads(out.removeprefix("theirs\n"))
+    assert shown["status"] == "idle" and not shown["damaged"]

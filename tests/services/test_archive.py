@@ -112,6 +112,23 @@ def test_rm_archives_unapplied_work_and_restore_brings_it_back(
     assert "No archived sessions" in cli("archives")[0]
 
 
+def test_restore_onto_a_taken_name_says_how_and_keeps_the_archive(
+    live_exp: Mounted, ctx: RepoContext, repo: Path, cli: Cli
+) -> None:
+    live_exp.write("notes/idea.txt", "an idea\n")
+    cli("rm", "exp")
+    sessions.create(ctx, "exp")
+    _, err = cli("restore", "exp", code=1)
+    assert err == (
+        "gitsess: a session named 'exp' already exists: restore under another name "
+        "(--as NEW_NAME)\n"
+    )
+    assert "refs/gitsess/archive/exp" in git(repo, "for-each-ref", "refs/gitsess/")
+    out, _ = cli("restore", "exp", "--as", "exp-again")
+    assert "Restored session exp-again" in out
+    assert changes_left(ctx, sessions.resolve(ctx, "exp-again")) == ["notes/idea.txt"]
+
+
 def test_rm_of_a_session_whose_worktree_is_gone_archives_its_work(
     ctx: RepoContext, repo: Path, cli: Cli
 ) -> None:

@@ -42,6 +42,26 @@ def repo(repo: Path) -> Iterator[Path]:
 
 
 @pytest.mark.fuse
+def test_a_session_whose_worktree_moved_says_how_to_get_it_back(repo: Path, tmp_path: Path) -> None:
+    """`git worktree move` leaves the session bound to a path that is gone: a run there said
+    only that, with no way on."""
+    linked, moved = tmp_path / "linked", tmp_path / "moved"
+    git(repo, "worktree", "add", "-q", str(linked), "-b", "side")
+    run_in(linked, "mv", "echo m > m.txt", cwd=linked)
+    git(repo, "worktree", "move", str(linked), str(moved))
+    done = gitsess(moved, "run", "-s", "mv", "--", "true")
+    assert done.returncode == 1
+    assert done.stderr == (
+        f"gitsess: session mv is bound to {linked}, which no longer exists: `gitsess gc` "
+        "archives the session, and `gitsess restore mv` run in a worktree brings it back there\n"
+    )
+    assert gitsess(moved, "gc").returncode == 0
+    assert gitsess(moved, "restore", "mv").returncode == 0
+    back = run_in(moved, "mv", "cat m.txt", cwd=moved)
+    assert back.stdout == "m\n"
+
+
+@pytest.mark.fuse
 def test_gc_finds_what_no_hook_saw(repo: Path, tmp_path: Path) -> None:
     run_in(repo, "gone", "echo G > g.txt", "--worktree")
     git(repo, "worktree", "remove", str(session(repo, "gone").worktree))

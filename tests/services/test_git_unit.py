@@ -438,10 +438,15 @@ def test_rm_of_a_session_whose_git_state_is_broken_keeps_its_files(worked: Path)
 
 def test_apply_says_what_it_made(worked: Path) -> None:
     ok(run(worked, "exp", "echo c > c.txt && git add c.txt && git commit -q -m c && echo e > e"))
+    # a dry run says the same (it said "Would commit 2 path(s)", as if the commit were new)
+    done = ok(gitsess(worked, "apply", "exp", "--commit", "-m", "x", "--dry-run"))
+    assert "Would make a new commit with 1 path on main on top of them" in done.stdout
     done = ok(gitsess(worked, "apply", "exp", "--commit", "-m", "x"))
     assert "1 commit fast-forwarded, 1 new commit with 1 path" in done.stdout
     ok(run(worked, "exp", "echo d > d.txt && git add d.txt && git commit -q -m d"))
     commit(worked, "o.txt", "o\n", "outside")
+    done = ok(gitsess(worked, "apply", "exp", "--commit", "-m", "y", "--dry-run"))
+    assert "Would make no new commit on main on top of them" in done.stdout
     done = ok(gitsess(worked, "apply", "exp", "--commit", "-m", "y"))
     assert "1 commit replayed, no new commit" in done.stdout
 

@@ -199,6 +199,19 @@ def test_default_session_comes_from_the_environment(
         sessions.resolve(ctx, None, env={})
 
 
+def test_a_runs_session_renamed_since_is_found_by_its_id(
+    ctx: RepoContext, three: list[sessions.Session]
+) -> None:
+    sessions.rename(ctx, three[1].name, "renamed")
+    env = {"GITSESS_SESSION": three[1].name, "GITSESS_SESSION_ID": three[1].id}
+    assert sessions.resolve(ctx, None, env=env).name == "renamed"
+    assert sessions.info(ctx, None, env).session.name == "renamed"
+    # a name given, or a $GITSESS_SESSION that names a session, is taken as it is
+    assert sessions.resolve(ctx, three[0].name, env=env) == three[0]
+    env["GITSESS_SESSION"] = three[2].name
+    assert sessions.resolve(ctx, None, env=env) == three[2]
+
+
 def test_resolving_from_another_worktree_finds_the_same_session(
     ctx: RepoContext, repo: Path, tmp_path: Path
 ) -> None:

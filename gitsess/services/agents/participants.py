@@ -42,12 +42,12 @@ from gitsess.git.repo import RepoContext
 from gitsess.runtime import mount
 from gitsess.services.agents import profiles, roots
 from gitsess.services.agents.roots import Refresh
+from gitsess.services.sessions import SESSION_ID_ENV
 from gitsess.store.agent_rows import Participant
 from gitsess.store.registry import Registry, Session
 
 ROLE_ENV = "GITSESS_ROLE"
 ROOT_ENV = "GITSESS_AGENT_ROOT"
-SESSION_ID_ENV = "GITSESS_SESSION_ID"  # what every run gives its command (services/live.py)
 WATCH_LOG = "agents.log"
 
 _ROLE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
