@@ -29,6 +29,7 @@ from pygit2.enums import FileMode
 
 from gitsess.errors import GitsessError
 from gitsess.git.changes import ChangeSet, StateKind
+from gitsess.git.cleaning import Cleaner
 from gitsess.git.conflicts import (
     Conflict,
     clean_for_merge,
@@ -45,7 +46,7 @@ from gitsess.git.objects import (
     lookup_tree,
     signature,
     tree_entry,
-    view_or_blob,
+    worktree_bytes,
 )
 from gitsess.git.patch import carried_by_git, left_out_by_git
 from gitsess.git.reflock import IndexLock, Moved, RefLock
@@ -199,7 +200,8 @@ def apply_commit(
     if not changes.git_changes() and not reverted and not promoted:
         return replace(result, skipped=tuple(changes.paths))
     with scratch_repo(repo) if scratch is None else nullcontext(scratch) as scratch:
-        build = build_commit_tree(scratch, view, changes, start, base, reverted or {})
+        cleaner = Cleaner(repo)
+        build = build_commit_tree(scratch, view, changes, start, base, reverted or {}, cleaner)
         result = replace(result, merged=build.merged, conflicts=build.conflicts)
         if build.tree is None:
             return result
@@ -261,7 +263,10 @@ def finish_commit(
         if index is not None and result.tree is not None:
             source = objects or repo
             tree = lookup_tree(source, result.tree)
-            targets = [_commit_target(source, tree, write, view) for write in result.updated]
+            cleaner = Cleaner(repo)
+            targets = [
+                _commit_target(source, tree, write, view, cleaner) for write in result.updated
+            ]
             changed_dirs = write_targets(workdir_of(repo), targets)
             index.write(partial(_update_index, workdir_of(repo), tree, result.updated_paths))
         if result.commit is not None:
@@ -275,14 +280,18 @@ def finish_commit(
 
 
 def _commit_target(
-    repo: pygit2.Repository, tree: pygit2.Tree, write: PathWrite, view: SessionView | None
+    repo: pygit2.Repository,
+    tree: pygit2.Tree,
+    write: PathWrite,
+    view: SessionView | None,
+    cleaner: Cleaner,
 ) -> Target:
     if write.kind not in ("file", "symlink") or not write.rewrite:
         return Target(write.path, write.kind, write.perm, None, write.rewrite)
     oid = tree[write.path].id
     big = None
     if write.kind == "file" and view is not None:
-        content = partial(view_or_blob, repo, view, write.path, oid)
+        content = partial(worktree_bytes, repo, view, write.path, oid, cleaner)
         entry = view.entry(write.path)
         if entry is not None and entry.size > BIG_FILE:
             big = BigFile(write.path, str(oid), entry.size, partial(view.open, write.path))

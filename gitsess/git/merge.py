@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import pygit2
 
 from gitsess.git.changes import Change, ChangeSet
+from gitsess.git.cleaning import Cleaner
 from gitsess.git.conflicts import Conflict, entry_of, same_stat
 from gitsess.git.objects import commit_tree, edit_tree, lookup_tree, store_view_blob, tree_entry
 from gitsess.git.view import SessionView
@@ -74,10 +75,12 @@ def build_commit_tree(
     tip: str | None,
     base: str | None,
     reverted: Mapping[str, tuple[str, int] | None],
+    cleaner: Cleaner | None = None,
 ) -> CommitBuild:
-    """Base tree + the session's git-visible changes, merged onto the tip when it moved."""
+    """Base tree + the session's git-visible changes, merged onto the tip when it moved; with
+    `cleaner`, the files as git would store them."""
     git_changes = changes.git_changes()
-    entries = {c.path: store_view_blob(scratch, view, c) for c in git_changes}
+    entries = {c.path: store_view_blob(scratch, view, c, cleaner) for c in git_changes}
     base_tree = commit_tree(scratch, base)
     tip_tree = commit_tree(scratch, tip)
     theirs = edit_tree(scratch, base_tree, {**reverted, **entries})

@@ -24,6 +24,7 @@ from gitsess.errors import GitsessError
 from gitsess.git import packwrite
 from gitsess.git.blobid import blob_id
 from gitsess.git.changes import Change
+from gitsess.git.cleaning import Cleaner
 from gitsess.git.diff import read_view
 from gitsess.git.repo import Person, common_dir
 from gitsess.git.scratch import BIG_FILE, ScratchRepository
@@ -47,6 +48,20 @@ def view_or_blob(repo: pygit2.Repository, view: SessionView, path: str, oid: pyg
     return _stored_blob(repo, oid)
 
 
+def worktree_bytes(
+    repo: pygit2.Repository, view: SessionView, path: str, oid: pygit2.Oid, cleaner: Cleaner
+) -> bytes:
+    """What the worktree gets for blob `oid` committed from the session's file at `path`: the
+    session's bytes, also where the clean filters made the blob of them (CRLF lines where the
+    blob has LF, as `git add` leaves the file); else the blob (a merge of it)."""
+    if cleaner.filters(path):
+        with suppress(OSError):
+            data = view.read(path)
+            if blob_id(cleaner.clean(path, data)) == oid:
+                return data
+    return view_or_blob(repo, view, path, oid)
+
+
 def blob_data(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:
     kept = _kept(repo, oid)
     return kept if kept is not None else _stored_blob(repo, oid)
@@ -63,9 +78,24 @@ def _stored_blob(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:
 
 
 def store_view_blob(
+    scratch: pygit2.Repository, view: SessionView, change: Change, cleaner: Cleaner | None = None
+) -> tuple[str, int] | None:
+    """Store the view's side of a change in `scratch`; its (blob id, git mode), None if gone.
+    With `cleaner`, a file's blob is what git would store for it (`cleaning.py`)."""
+    entry = _store_view_blob(scratch, view, change)
+    if entry is None or cleaner is None or change.new is None or change.new.kind != "file":
+        return entry
+    cleaner.refuse_driver(change.path)
+    if change.new.size > BIG_FILE or not cleaner.filters(change.path):
+        return entry  # (a big file is streamed, never held whole: stored as it is)
+    data = view_or_blob(scratch, view, change.path, pygit2.Oid(hex=entry[0]))
+    cleaned = cleaner.clean(change.path, data)
+    return entry if cleaned == data else (str(scratch.create_blob(cleaned)), entry[1])
+
+
+def _store_view_blob(
     scratch: pygit2.Repository, view: SessionView, change: Change
 ) -> tuple[str, int] | None:
-    """Store the view's side of a change in `scratch`; its (blob id, git mode), None if gone."""
     entry = change.git_new
     if entry is None or change.new is None:
         return None

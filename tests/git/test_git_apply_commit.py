@@ -399,3 +399,57 @@ def test_no_identity_is_refused_before_anything_is_written(
         for level, path in zip(levels, saved, strict=True):
             pygit2.settings.search_path[level] = path
     assert snapshot(repo_dir) == before  # no pack of the commit's objects either
+
+
+def _with_attributes(repo_dir: Path, attributes: str) -> None:
+    (repo_dir / ".gitattributes").write_text(attributes)
+    git(repo_dir, "add", ".gitattributes")
+    git(repo_dir, "commit", "-q", "-m", "attributes")
+
+
+def test_a_file_is_committed_as_git_add_stores_it(repo_dir: Path, tmp_path: Path) -> None:
+    """`text=auto` keeps LF lines in the repository: a session's CRLF file is committed with
+    LF lines, as `git add` would, its CRLF bytes stay in the worktree, and status is clean.
+    A file whose blob has CRLF lines keeps them (git's rule: no change of every line)."""
+    (repo_dir / "legacy.txt").write_bytes(b"one\r\ntwo\r\n")
+    git(repo_dir, "add", "legacy.txt")
+    git(repo_dir, "commit", "-q", "-m", "a CRLF file from before the attributes")
+    _with_attributes(repo_dir, "*.txt text=auto\n")
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    write(view.root, "notes.txt", b"a\r\nb\r\n")
+    write(view.root, "legacy.txt", b"one\r\ntwo\r\nthree\r\n")
+    write(view.root, "data.bin", b"\0\r\n")  # binary: no conversion
+    result = commit(repo_dir, view)
+    assert result.ok and result.commit is not None
+    assert git(repo_dir, "show", "HEAD:notes.txt", raw=True) == "a\nb\n"
+    assert git(repo_dir, "show", "HEAD:legacy.txt", raw=True) == "one\r\ntwo\r\nthree\r\n"
+    assert git(repo_dir, "rev-parse", "HEAD^{tree}").strip() == git_view_tree(repo_dir, view.root)
+    assert (repo_dir / "notes.txt").read_bytes() == b"a\r\nb\r\n"
+    assert git(repo_dir, "status", "--porcelain") == ""
+
+
+def test_core_autocrlf_cleans_as_in_git(repo_dir: Path, tmp_path: Path) -> None:
+    git(repo_dir, "config", "core.autocrlf", "input")
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    write(view.root, "notes.txt", b"a\r\nb\r\n")
+    assert commit(repo_dir, view).ok
+    assert git(repo_dir, "show", "HEAD:notes.txt", raw=True) == "a\nb\n"
+    assert git(repo_dir, "status", "--porcelain") == ""
+
+
+def test_a_file_a_filter_driver_cleans_is_refused(repo_dir: Path, tmp_path: Path) -> None:
+    """A driver's clean command (`filter=lfs`) only git runs: committing the file whole
+    would put a big file where the repository keeps a pointer. Nothing is committed."""
+    _with_attributes(repo_dir, "*.big filter=upper\n")
+    git(repo_dir, "config", "filter.upper.clean", "tr a-z A-Z")
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    write(view.root, "model.big", "weights\n")
+    write(view.root, "notes.md", "note\n")
+    before = snapshot(repo_dir)
+    with pytest.raises(GitsessError, match="model.big has the gitattributes filter 'upper'"):
+        commit(repo_dir, view)
+    assert snapshot(repo_dir) == before
+    # a driver configured nowhere filters nothing, in git too
+    git(repo_dir, "config", "--unset", "filter.upper.clean")
+    assert commit(repo_dir, view).ok
+    assert git(repo_dir, "show", "HEAD:model.big", raw=True) == "weights\n"

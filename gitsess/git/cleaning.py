@@ -1,0 +1,49 @@
+"""What git stores for a worktree file: its bytes through the clean filters that
+`.gitattributes` and `core.autocrlf` name (end-of-line conversion, `ident`), as `git add` stores
+them. An `apply --commit` that committed a session's file byte for byte would commit CRLF lines
+where the repository keeps LF (`text=auto`), and every later `git add` of the file would change
+all of its lines back.
+
+libgit2 runs the filters git has built in, with git's rules (a file whose blob in the index has
+CRLF lines keeps them). A filter driver with a command of its own (`filter=lfs`, whose clean
+step turns a big file into a pointer) only git runs: such a file is refused, not committed
+whole. The attributes are the real worktree's (and the real index's): a session's own change of
+a `.gitattributes` counts from its apply on.
+"""
+
+from __future__ import annotations
+
+import pygit2
+
+from gitsess.errors import GitsessError
+
+
+class Cleaner:
+    """The clean filters of the repository `repo` (opened on a worktree), by path."""
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self._repo = repo
+
+    def refuse_driver(self, path: str) -> None:
+        """Refuse `path` if a filter driver with a clean command of its own applies to it."""
+        driver = self._repo.get_attr(path, "filter")
+        if isinstance(driver, str) and self._has_command(driver):
+            raise GitsessError(
+                f"{path} has the gitattributes filter {driver!r}, whose clean command only git "
+                "runs: commit it with git inside the session (git add, git commit), then apply"
+            )
+
+    def filters(self, path: str) -> bool:
+        """Whether a built-in filter applies to `path` (it may still leave the bytes as they
+        are: `text=auto` on a file with LF lines)."""
+        return self._repo.load_filter_list(path) is not None
+
+    def clean(self, path: str, data: bytes) -> bytes:
+        """`data`, the file at `path`, through the built-in filters, as git would store it."""
+        filters = self._repo.load_filter_list(path)
+        return data if filters is None else filters.apply_to_buffer(data)
+
+    def _has_command(self, driver: str) -> bool:
+        # (a driver named in .gitattributes but configured nowhere filters nothing, in git too)
+        config = self._repo.config
+        return any(f"filter.{driver}.{key}" in config for key in ("clean", "process"))
