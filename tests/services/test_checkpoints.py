@@ -62,6 +62,11 @@ def test_checkpoint_and_rewind_offline(repo: Path, ctx: RepoContext, gs: InProce
     assert gs.ok("fs", "off", "cat", "f") == "two\n"
     assert "no checkpoint 99" in gs.fails("rewind", "off", "99")
     assert "no checkpoint 99" in gs.fails("fs", "off", "cat", "f", "--at", "99")
+    # a number past SQLite's integers is no checkpoint either (it was an OverflowError)
+    huge = str(1 << 64)
+    assert f"no checkpoint {huge}" in gs.fails("rewind", "off", huge)
+    assert f"no checkpoint {huge}" in gs.fails("fs", "off", "cat", "f", "--at", huge)
+    assert f"no checkpoint {huge}" in gs.fails("fork", "off", "off2", "--at", huge)
     gs.ok("rewind", "off", "2")
     assert gs.ok("fs", "off", "cat", "f") == "one\n"
     assert "g" not in gs.ok("fs", "off", "ls")
@@ -431,6 +436,9 @@ def test_a_live_rewind_waits_for_writers_unless_forced(
             err = gs.fails("rewind", "busy", "1")
             assert f"process {os.getpid()} holds" in err and "held" in err and "--force" in err
             assert (mnt / "held").read_text() == "new\n"
+            # a checkpoint that is not there is said so, held writers or not
+            for bad in ("0", "99", str(1 << 64)):
+                assert f"no checkpoint {bad} in this session" in gs.fails("rewind", "busy", bad)
             gs.ok("rewind", "busy", "1", "--force")
             assert (mnt / "held").read_text() == "old\n"
         gs.ok("undo", "busy")  # `other` is held still, unchanged by this one
