@@ -32,6 +32,7 @@ from gitsess.services import sessions
 from gitsess.services.sessions import RepoContext, Session, discover
 
 RUN_TIMEOUT = 600.0  # seconds: the `run` tool's default limit
+POLL_MAX = (2**31 - 1) / 1000  # seconds: the longest wait poll(2) takes
 RUN_OUTPUT = 64 * 1024  # characters of a run's output returned (its end: where errors are)
 
 
@@ -201,8 +202,10 @@ def run(command: list[str], session: str | None = None, timeout: float = RUN_TIM
     stderr together). After `timeout` seconds the command is killed (`timed_out`)."""
     if not command:
         raise GitsessError("run needs a command")
-    if timeout <= 0:
+    if not timeout > 0:  # (NaN too)
         raise GitsessError("timeout must be positive")
+    # poll(2) waits at most INT_MAX ms: a longer timeout is no limit (it overflowed the wait).
+    limit = None if timeout >= POLL_MAX else timeout
     _, found = _target(session)
     argv = [sys.executable, "-m", "gitsess", "run", "-s", found.id, "--", *command]
     # Its own process group, so that a timeout ends everything the command started.
@@ -212,7 +215,7 @@ def run(command: list[str], session: str | None = None, timeout: float = RUN_TIM
     )  # fmt: skip
     timed_out = False
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)
@@ -230,7 +233,7 @@ def run(command: list[str], session: str | None = None, timeout: float = RUN_TIM
 
 def checkpoint(message: str = "", session: str | None = None) -> Any:
     """Make a checkpoint of the session (mounted or not), as `gitsess checkpoint -m MESSAGE
-    --json`; `checkpoint` is null when nothing changed since the newest one."""
+    --json`; one is made even when nothing changed since the newest."""
     from gitsess.cli.checkpoint_cmds import made_json
     from gitsess.services import checkpoints
 

@@ -262,6 +262,10 @@ def test_run_kills_a_command_past_its_timeout(repo: Path, tmp_path: Path) -> Non
     # the command went with the `gitsess run` that ran it
     left = subprocess.run(["pgrep", "-f", "sleep 7731"], capture_output=True, check=False)
     assert left.stdout == b""
+    # a timeout past what a wait can hold is no limit (it was "Error executing tool run")
+    plan = [["run", {"session": "slow", "command": ["true"], "timeout": 1e308}]]
+    ran = ok(agent(repo, plan, tmp_path / "server.err")[0])
+    assert (ran["timed_out"], ran["exit_code"]) == (False, 0)
 
 
 @pytest.mark.timeout(400)
@@ -275,6 +279,7 @@ def test_checkpoint_undo_and_rewind_answer_what_the_cli_json_gives(
             ["new", {"name": "cp"}],
             ["run", {"session": "cp", "command": ["sh", "-c", "echo good > f"]}],
             ["checkpoint", {"session": "cp", "message": "good"}],
+            ["checkpoint", {"session": "cp", "message": "again"}],  # (as its description says)
             ["run", {"session": "cp", "command": ["sh", "-c", "echo bad > f"]}],
             ["undo", {"session": "cp"}],
             ["rewind", {"session": "cp", "checkpoint": 999}],
@@ -282,8 +287,11 @@ def test_checkpoint_undo_and_rewind_answer_what_the_cli_json_gives(
         ],
         errlog,
     )
-    made, undone = ok(answers[2]), ok(answers[4])
+    made, again = ok(answers[2]), ok(answers[3])
     assert made["name"] == "cp" and isinstance(made["checkpoint"], int)
+    assert again["checkpoint"] == made["checkpoint"] + 1
+    del answers[3]
+    undone = ok(answers[4])
     assert undone["kind"] == "undo" and undone["name"] == "cp"
     assert gitsess(repo, "fs", "cp", "cat", "f").stdout == "good\n"
     is_error, text = answers[5]
