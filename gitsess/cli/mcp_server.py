@@ -264,8 +264,8 @@ def undo(session: str | None = None, force: bool = False) -> Any:
 def rewind(
     checkpoint: int, paths: list[str] | None = None, session: str | None = None, force: bool = False
 ) -> Any:
-    """Bring the session (or only PATHS, relative to the worktree's top) back to CHECKPOINT,
-    as `gitsess rewind --json`; `undo` brings back what it replaced."""
+    """Bring the session (or only what PATHS select: git pathspecs from the worktree's top)
+    back to CHECKPOINT, as `gitsess rewind --json`; `undo` brings back what it replaced."""
     from gitsess.cli.checkpoint_cmds import rewind_json
     from gitsess.services import checkpoints
 

@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from gitsess import processes
 from gitsess.errors import GitsessError
+from gitsess.git.pathspec import Pathspec
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import history, protocol, retention, usage
 from gitsess.overlay.delta import DeltaStore
@@ -347,17 +348,17 @@ def compare(
     pathspecs: Sequence[str] = (),
 ) -> list[PathChange]:
     """What changed from checkpoint `from_cp` to `to_cp` (default: the session now), among the
-    paths the session touched in either (its `.git` aside)."""
+    paths the session touched in either (its `.git` aside) that git's `pathspecs` (from the
+    top) select."""
     handle = SessionHandle(ctx, session)
+    spec = Pathspec(pathspecs)
     with handle.view(at=from_cp) as old, handle.view(at=to_cp) as new:
         paths = sorted(
             {p for view in (old, new) for top in view.touched_paths() for p in _files(view, top)}
         )
         out = []
         for path in paths:
-            if pathspecs and not any(
-                path == s or path.startswith(s.rstrip("/") + "/") for s in pathspecs
-            ):
+            if not spec.matches(path):
                 continue
             change = _change(old, new, path)
             if change is not None:

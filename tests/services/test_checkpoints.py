@@ -414,6 +414,14 @@ def test_diff_between_checkpoints(repo: Path, gs: InProcess) -> None:
     assert names.splitlines() == ["P\tREADME.md", "M\tf", "D\tk", "A\tnew/dir/m"]
     patch = gs.ok("diff", "d", "--from", "2", "--", "f")
     assert "-one\n+two\n" in patch and "a/f" in patch
+    # git's pathspecs, as the other diffs take them (globs, `.`, exclusions selected nothing)
+    for spec, selected in (("new/*", ["A\tnew/dir/m"]), (".", names.splitlines())):
+        assert (
+            gs.ok("diff", "d", "--from", "2", "--to", "3", "--name-status", "--", spec).splitlines()
+            == selected
+        )
+    excluded = gs.ok("diff", "d", "--from", "2", "--to", "3", "--name-status", "--", ":!k")
+    assert excluded.splitlines() == ["P\tREADME.md", "M\tf", "A\tnew/dir/m"]
     code, _, err = call(gs.capsys, "diff", "d", "--to", "2")
     assert code == 2 and "--to needs --from" in err
 
@@ -455,6 +463,9 @@ def test_rewind_of_some_paths(repo: Path, gs: InProcess) -> None:
     assert run(repo, "p", "cat d/a b c; ls").stdout == "one\ntwo\none\nREADME.md\nb\nc\nd\nl\nsrc\n"
     gs.ok("undo", "p")
     assert run(repo, "p", "cat d/a b; ls").stdout == "two\ntwo\nREADME.md\nb\nd\nl\nsrc\n"
+    # the paths are git's pathspecs: a glob rewinds what it selects (it rewound nothing)
+    gs.ok("rewind", "p", "2", "--", "d/*")
+    assert run(repo, "p", "cat d/a b").stdout == "one\ntwo\n"
 
 
 @pytest.mark.parametrize("mounted", [False, True], ids=["offline", "live"])
