@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,6 +24,9 @@ from tests.live_util import InProcess, call, eventually
 from tests.util import GITSESS, gitsess
 
 pytestmark = pytest.mark.fuse
+
+# The gitsess program as a command inside `sh -c`.
+GS = " ".join(shlex.quote(a) for a in GITSESS)
 
 
 def run(repo: Path, session: str, script: str) -> subprocess.CompletedProcess[str]:
@@ -505,3 +509,27 @@ def test_a_rewind_brings_back_commits_a_gc_in_the_session_pruned(
     gs.ok("rm", "s")
     assert not session_dir.exists()
     subprocess.run(["git", "fsck", "--no-progress"], cwd=repo, check=True, capture_output=True)
+
+
+def test_undo_and_rewind_inside_a_run(repo: Path, gs: InProcess) -> None:
+    """Through the daemon: the state dir is read-only there (its mount lock failed: EROFS)."""
+    gs.ok("new", "other")
+    script = (
+        f"{GS} checkpoint -m one >/dev/null; echo two > f; {GS} undo >/dev/null; cat f; "
+        f"{GS} undo >/dev/null; cat f; {GS} rewind 99 2>&1; {GS} rewind 1 -s other 2>&1; "
+        # a writer the rewind would change, seen in the run's own view
+        f"exec 3>>f; {GS} rewind 2 2>&1; cat f; {GS} rewind 2 --force >/dev/null; ls"
+    )
+    out = run(repo, "in", f"echo one > f; {script}").stdout.splitlines()
+    assert out[:3] == [
+        "one",
+        "two",
+        "gitsess: no checkpoint 99 in this session (gitsess checkpoints lists them)",
+    ]
+    assert out[3] == (
+        "gitsess: session other is not mounted, and inside a run only its daemon rewinds it"
+    )
+    assert "holds" in out[4] and out[4].endswith(
+        "f open for writing, and the rewind changes it (--force rewinds anyway)"
+    )
+    assert out[5:] == ["two", "README.md", "f", "src"]
