@@ -202,6 +202,8 @@ def run(command: list[str], session: str | None = None, timeout: float = RUN_TIM
     stderr together). After `timeout` seconds the command is killed (`timed_out`)."""
     if not command:
         raise GitsessError("run needs a command")
+    if any("\0" in arg for arg in command):  # (no argv holds one: Popen raised ValueError)
+        raise GitsessError("a command's arguments cannot hold a NUL character")
     if not timeout > 0:  # (NaN too)
         raise GitsessError("timeout must be positive")
     # poll(2) waits at most INT_MAX ms: a longer timeout is no limit (it overflowed the wait).

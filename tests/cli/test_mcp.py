@@ -171,6 +171,9 @@ def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
             ["run", {"session": "exp", "command": []}],
             ["no_such_tool", {}],
             ["apply", {"session": "exp", "test": "  "}],
+            ["run", {"session": "exp", "command": ["echo", "a\0b"]}],
+            ["rewind", {"session": "exp", "checkpoint": 1 << 64}],
+            ["fork", {"session": "exp", "new_name": "f", "at": 1 << 64}],
             ["sessions", {}],  # and the server still answers
         ],
         errlog,
@@ -184,6 +187,10 @@ def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
     assert errors[5][1] == cli_error(repo, "kv", "exp", "get", "missing")
     # a message that asks for an option names the tool's argument, not the command's flag
     assert errors[15][1] == "the test argument needs a command"
+    # (each was "Error executing tool ...", a bug's answer)
+    assert errors[16][1] == "a command's arguments cannot hold a NUL character"
+    huge = f"no checkpoint {1 << 64} in this session (gitsess checkpoints lists them)"
+    assert errors[17][1] == errors[18][1] == huge
     assert cli_error(repo, "apply", "exp", "--commit", "--test", "  ") == "--test needs a command"
     # (the SDK's own argument checks, 6, 8 and 11, answer pydantic's several lines)
     sdk = (6, 8, 11)
