@@ -92,17 +92,21 @@ def log(
     path: str | None = None,
     ops: list[str] | None = None,
     run: int | None = None,
+    git: bool = False,
 ) -> Any:
     """The session's file changes, oldest first, as `gitsess log --json` gives them (a list
     here). `since`: a time or a duration such as 10m; `path`: a glob; `ops`: create, write,
-    rename, unlink, mkdir, ...; `run`: a run's id."""
+    rename, unlink, mkdir, ...; `run`: a run's id; `git`: also git's own files below .git."""
     from gitsess.cli.inspect_cmds import event_json
-    from gitsess.services import timeline
+    from gitsess.services import gitfold, timeline
 
     flt = timeline.make_filter(since=since, path=path, ops=tuple(ops or ()), run_id=run)
     ctx, found = _target(session)
     past = timeline.timeline(ctx, found, flt)
-    return [event_json(e) for e in sorted((e for g in past.groups for e in g.events), key=_id)]
+    events = (
+        e for g in past.groups for e in g.events if gitfold.shown(e.path, git=git, exclude=())
+    )
+    return [event_json(e) for e in sorted(events, key=_id)]
 
 
 def _id(event: Any) -> int:

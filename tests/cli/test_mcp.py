@@ -309,3 +309,23 @@ def test_checkpoint_undo_and_rewind_answer_what_the_cli_json_gives(
     assert ok(back[0])["checkpoint"] == undone["before"]
     assert gitsess(repo, "fs", "cp", "cat", "f").stdout == "bad\n"
     assert "Traceback" not in errlog.read_text()
+
+
+def test_log_leaves_out_gits_own_files_as_the_cli_json_does(repo: Path, tmp_path: Path) -> None:
+    errlog = tmp_path / "server.err"
+    assert gitsess(repo, "new", "g").returncode == 0
+    ran = gitsess(repo, "run", "-s", "g", "--", "sh", "-c", "echo x > f && git add f")
+    assert ran.returncode == 0, ran.stderr
+    plan = [["log", {"session": "g"}], ["log", {"session": "g", "git": True}]]
+    plain, with_git = (ok(a) for a in agent(repo, plan, errlog))
+
+    def cli_log(*args: str) -> list[Any]:
+        return [
+            json.loads(line)
+            for line in gitsess(repo, "log", "g", "--json", *args).stdout.splitlines()
+        ]
+
+    # (.git/index.lock and the like were listed: the CLI lists them only with --git)
+    assert plain == cli_log() and {e["path"] for e in plain} == {"f"}
+    assert with_git == cli_log("--git") and ".git/index.lock" in {e["path"] for e in with_git}
+    assert "Traceback" not in errlog.read_text()
