@@ -467,6 +467,13 @@ def test_rewind_of_some_paths(repo: Path, gs: InProcess) -> None:
     assert run(repo, "p", "cat d/a b c; ls").stdout == "one\ntwo\none\nREADME.md\nb\nc\nd\nl\nsrc\n"
     gs.ok("undo", "p")
     assert run(repo, "p", "cat d/a b; ls").stdout == "two\ntwo\nREADME.md\nb\nd\nl\nsrc\n"
+    # `--` with nothing after it (an empty `-- $PATHS`) rewinds nothing: it rewound everything
+    code, _, err = call(gs.capsys, "rewind", "p", "2", "--")
+    assert code == 2 and "no PATHSPEC after `--`" in err
+    assert run(repo, "p", "cat b").stdout == "two\n"
+    # a missing CHECKPOINT is named so (it read "missing PATHSPEC...]")
+    code, _, err = call(gs.capsys, "rewind", "p")
+    assert code == 2 and "Error: missing CHECKPOINT\n" in err
     # the paths are git's pathspecs: a glob rewinds what it selects (it rewound nothing)
     gs.ok("rewind", "p", "2", "--", "d/*")
     assert run(repo, "p", "cat d/a b").stdout == "one\ntwo\n"
