@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import shlex
 import sys
@@ -77,7 +76,10 @@ def test_bad_input_is_one_line(
         "gitsess: not valid JSON: nested too deeply\n"
     )
     with pytest.raises(GitsessError, match="not a JSON value: nested too deeply"):
-        kv.encode(functools.reduce(lambda inner, _: [inner], range(100_000), []))
+        deep_value: list[object] = []
+        for _ in range(100_000):
+            deep_value = [deep_value]
+        kv.encode(deep_value)
     assert gs.fails("kv", "exp", "set", "", "v") == "gitsess: a key cannot be empty\n"
     assert gs.fails("kv", "ls").startswith("gitsess: no session given")
     assert gs.fails("kv", "ghost", "ls").startswith("gitsess: no session 'ghost'")
