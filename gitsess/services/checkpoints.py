@@ -2,6 +2,7 @@
 
 A mounted session is checkpointed and rewound by its daemon, between two requests of the
 processes inside; one that is not, here, under the mount lock (no daemon starts meanwhile).
+Inside a run (the state dir read-only, no mount lock to take) only the daemon does either.
 Every `join` (each `gitsess run`) checkpoints first unless nothing changed since the newest
 checkpoint, and an agent profile's turn hook runs `gitsess checkpoint --turn`.
 
@@ -205,7 +206,7 @@ def rewind(
         if done is None:
             raise GitsessError(
                 f"session {session.name} is not mounted, and inside a run only its daemon"
-                f" rewinds it"
+                " rewinds it"
             )
         return done
     for _ in range(ATTEMPTS):
