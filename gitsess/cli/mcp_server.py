@@ -275,6 +275,8 @@ def rewind(
     from gitsess.cli.checkpoint_cmds import rewind_json
     from gitsess.services import checkpoints
 
+    if paths == []:  # (as `rewind CP --` alone: an empty list must not rewind everything)
+        raise GitsessError("paths is empty: give some, or leave it out to rewind the whole session")
     ctx, found = _target(session)
     specs = [p.strip("/") for p in paths or []]
     if specs:

@@ -174,6 +174,7 @@ def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
             ["run", {"session": "exp", "command": ["echo", "a\0b"]}],
             ["rewind", {"session": "exp", "checkpoint": 1 << 64}],
             ["fork", {"session": "exp", "new_name": "f", "at": 1 << 64}],
+            ["rewind", {"session": "exp", "checkpoint": 1, "paths": []}],
             ["sessions", {}],  # and the server still answers
         ],
         errlog,
@@ -191,6 +192,7 @@ def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
     assert errors[16][1] == "a command's arguments cannot hold a NUL character"
     huge = f"no checkpoint {1 << 64} in this session (gitsess checkpoints lists them)"
     assert errors[17][1] == errors[18][1] == huge
+    assert errors[19][1].startswith("paths is empty")  # (it rewound the whole session)
     assert cli_error(repo, "apply", "exp", "--commit", "--test", "  ") == "--test needs a command"
     # (the SDK's own argument checks, 6, 8 and 11, answer pydantic's several lines)
     sdk = (6, 8, 11)
