@@ -166,20 +166,24 @@ def apply(
 
 def discard(paths: list[str], session: str | None = None) -> Any:
     """Drop the changes PATHS select (git pathspecs from the top; `:/` for all) from the
-    session: what `gitsess discard -y` does. Answers what went and what stayed."""
+    session: what `gitsess discard -y --json PATHS` does and answers (what left the session,
+    what was set back to the real worktree's state, what was written to meanwhile and kept)."""
     from gitsess.services import discard as discarding
 
     if not paths:
         raise GitsessError("discard needs paths (`:/` for all of the session's changes)")
     ctx, found = _target(session)
     plan, notes = discarding.plan_discard(ctx, found, paths)
-    if not plan.drop and not plan.revert:
-        return {"discarded": [], "kept": [], "notes": notes}
-    done = discarding.discard(ctx, found, plan)
+    done = discarding.discard(ctx, found, plan) if plan.drop or plan.revert else None
+    # (the keys of `discard --json`: its `discarded` was none of docs/json.md's)
     return {
-        "discarded": [c.path for c in plan.changes],
-        "kept": list(done.kept),
-        "notes": [*notes, *done.notes],
+        "name": found.name,
+        "id": found.id,
+        "dropped_commits": [],
+        "dropped": [] if done is None else list(done.dropped),
+        "reverted": [] if done is None else list(done.reverted),
+        "kept": [] if done is None else list(done.kept),
+        "notes": [*notes, *([] if done is None else done.notes)],
     }
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gitsess.cli.mcp_server import TOOLS
+from tests.cli.test_json_schema import fits, keys, vocabulary
 from tests.util import git, gitsess, snapshot
 
 pytestmark = pytest.mark.fuse
@@ -76,7 +77,11 @@ def test_every_tool_answers_what_the_cli_json_gives(repo: Path, tmp_path: Path) 
     assert ok(answers[3]) == {"key": "plan", "value": {"step": 1}}
     assert ok(answers[4]) == {"step": 1}
     assert ok(answers[5])["name"] == "beta"
-    assert ok(answers[6])["discarded"] == ["new.txt"]
+    discarded = ok(answers[6])
+    assert (discarded["name"], discarded["dropped"], discarded["kept"]) == ("beta", ["new.txt"], [])
+    # the keys of `discard -y --json` (it answered `discarded`, outside docs/json.md)
+    known = vocabulary()
+    assert [k for _, k, v in keys(discarded) if k not in known or not fits(v, known[k])] == []
 
     # The read-only tools against the CLI's --json, taken after them.
     reads = agent(
