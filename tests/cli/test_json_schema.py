@@ -158,3 +158,17 @@ def test_ps_json_of_a_participant_speaks_the_vocabulary(
     finally:
         inside.terminate()
         inside.wait(timeout=60)
+
+
+@pytest.mark.fuse
+def test_a_gated_apply_speaks_the_vocabulary(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its `test` and `now_conflicts` were in no row of docs/json.md."""
+    monkeypatch.chdir(repo)
+    ran = subprocess.run([*GITSESS, "run", "-s", "g", "--", "sh", "-c", "echo x > f"], cwd=repo)
+    assert ran.returncode == 0
+    args = ["apply", "g", "--commit", "-m", "m", "--test", "exit 3", "--json"]
+    done = CliRunner().invoke(cli, args, catch_exceptions=False)
+    outcome = json.loads(done.stdout)
+    assert outcome["ok"] is False and outcome["test"]["exit_code"] == 3
+    known = vocabulary()
+    assert [k for _, k, v in keys(outcome) if k not in known or not fits(v, known[k])] == []

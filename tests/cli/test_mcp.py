@@ -280,6 +280,8 @@ def test_run_kills_a_command_past_its_timeout(repo: Path, tmp_path: Path) -> Non
     plan = [["run", {"session": "slow", "command": ["true"], "timeout": 1e308}]]
     ran = ok(agent(repo, plan, tmp_path / "server.err")[0])
     assert (ran["timed_out"], ran["exit_code"]) == (False, 0)
+    known = vocabulary()
+    assert [k for _, k, v in keys(ran) if k not in known or not fits(v, known[k])] == []
 
 
 @pytest.mark.timeout(400)
