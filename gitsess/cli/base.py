@@ -297,16 +297,24 @@ def session_ref(
 
 
 def _missing(count: int) -> str:
-    """The last `count` words of the running command's `[SESSION] WORD...` metavar."""
+    """The last `count` words of the running command's `[SESSION] WORD...` metavar, before
+    an optional part after the words (rewind's `[-- PATHSPEC...]` read "missing PATHSPEC...]")."""
     words = next(
         (
-            (p.metavar or "").split()
+            _required((p.metavar or "").split(" "))
             for p in click.get_current_context().command.params
             if isinstance(p, click.Argument) and p.nargs == -1
         ),
         [],
     )
     return " ".join(words[-count:]) if words else "an argument"
+
+
+def _required(words: list[str]) -> list[str]:
+    """`[SESSION]` and the words after it up to the first optional one."""
+    rest = words[1:]
+    cut = next((n for n, w in enumerate(rest) if w.startswith("[")), len(rest))
+    return words[:1] + rest[:cut]
 
 
 def echo_notes(notes: Sequence[str]) -> None:

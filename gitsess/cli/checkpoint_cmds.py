@@ -149,6 +149,9 @@ class _WithPaths(SessionCommand):
         if "--" in args:
             at = args.index("--")
             ctx.meta["paths"], args = args[at + 1 :], args[:at]
+            if not ctx.meta["paths"]:
+                # (an empty `-- $PATHS` must not rewind the whole session)
+                raise click.UsageError("no PATHSPEC after `--` (without `--`: the whole session)")
         return super().parse_args(ctx, args)
 
 

@@ -215,7 +215,7 @@ def _line(c: Change | GitActivity) -> str:
     metavar="GLOB",
     help="Only these paths (from the worktree root; a directory includes what is below it).",
 )
-@click.option("--pid", type=int, help="Only this process id.")
+@click.option("--pid", type=click.IntRange(0, (1 << 63) - 1), help="Only this process id.")
 @click.option(
     "--op",
     "ops",

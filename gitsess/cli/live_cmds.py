@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -225,6 +226,22 @@ def umount(
         console().print(f"Session [bold]{escape(found.name)}[/] was not mounted")
 
 
+def participant_json(p: Mapping[str, object]) -> dict[str, object]:
+    """Who is inside, as the daemon says, in docs/json.md's words (its `run_id` and
+    `joined_at` in seconds were neither)."""
+    joined = p.get("joined_at")
+    return {
+        "pid": p.get("pid"),
+        "role": p.get("role"),
+        "read_only": p.get("read_only"),
+        "command": p.get("command"),
+        "run": p.get("run_id"),
+        "joined_at": (
+            datetime.fromtimestamp(joined, UTC) if isinstance(joined, int | float) else None
+        ),
+    }
+
+
 def stray_json(s: Stray) -> dict[str, object]:
     """A daemon whose view is gone, as a row of `ps --json`."""
     return {
@@ -258,7 +275,7 @@ def ps(as_json: bool) -> None:
                     "mountpoint": m.status.mountpoint,
                     "kept": m.status.persistent,
                     "read_only": m.status.read_only,
-                    "participants": m.status.participants,
+                    "participants": [participant_json(p) for p in m.status.participants],
                     "stray": None,
                 }
                 for m in mounted

@@ -32,6 +32,7 @@ from gitsess.services import sessions
 from gitsess.services.sessions import RepoContext, Session, discover
 
 RUN_TIMEOUT = 600.0  # seconds: the `run` tool's default limit
+POLL_MAX = (2**31 - 1) / 1000  # seconds: the longest wait poll(2) takes
 RUN_OUTPUT = 64 * 1024  # characters of a run's output returned (its end: where errors are)
 
 
@@ -91,17 +92,21 @@ def log(
     path: str | None = None,
     ops: list[str] | None = None,
     run: int | None = None,
+    git: bool = False,
 ) -> Any:
     """The session's file changes, oldest first, as `gitsess log --json` gives them (a list
     here). `since`: a time or a duration such as 10m; `path`: a glob; `ops`: create, write,
-    rename, unlink, mkdir, ...; `run`: a run's id."""
+    rename, unlink, mkdir, ...; `run`: a run's id; `git`: also git's own files below .git."""
     from gitsess.cli.inspect_cmds import event_json
-    from gitsess.services import timeline
+    from gitsess.services import gitfold, timeline
 
     flt = timeline.make_filter(since=since, path=path, ops=tuple(ops or ()), run_id=run)
     ctx, found = _target(session)
     past = timeline.timeline(ctx, found, flt)
-    return [event_json(e) for e in sorted((e for g in past.groups for e in g.events), key=_id)]
+    events = (
+        e for g in past.groups for e in g.events if gitfold.shown(e.path, git=git, exclude=())
+    )
+    return [event_json(e) for e in sorted(events, key=_id)]
 
 
 def _id(event: Any) -> int:
@@ -161,20 +166,24 @@ def apply(
 
 def discard(paths: list[str], session: str | None = None) -> Any:
     """Drop the changes PATHS select (git pathspecs from the top; `:/` for all) from the
-    session: what `gitsess discard -y` does. Answers what went and what stayed."""
+    session: what `gitsess discard -y --json PATHS` does and answers (what left the session,
+    what was set back to the real worktree's state, what was written to meanwhile and kept)."""
     from gitsess.services import discard as discarding
 
     if not paths:
         raise GitsessError("discard needs paths (`:/` for all of the session's changes)")
     ctx, found = _target(session)
     plan, notes = discarding.plan_discard(ctx, found, paths)
-    if not plan.drop and not plan.revert:
-        return {"discarded": [], "kept": [], "notes": notes}
-    done = discarding.discard(ctx, found, plan)
+    done = discarding.discard(ctx, found, plan) if plan.drop or plan.revert else None
+    # (the keys of `discard --json`: its `discarded` was none of docs/json.md's)
     return {
-        "discarded": [c.path for c in plan.changes],
-        "kept": list(done.kept),
-        "notes": [*notes, *done.notes],
+        "name": found.name,
+        "id": found.id,
+        "dropped_commits": [],
+        "dropped": [] if done is None else list(done.dropped),
+        "reverted": [] if done is None else list(done.reverted),
+        "kept": [] if done is None else list(done.kept),
+        "notes": [*notes, *([] if done is None else done.notes)],
     }
 
 
@@ -201,8 +210,12 @@ def run(command: list[str], session: str | None = None, timeout: float = RUN_TIM
     stderr together). After `timeout` seconds the command is killed (`timed_out`)."""
     if not command:
         raise GitsessError("run needs a command")
-    if timeout <= 0:
+    if any("\0" in arg for arg in command):  # (no argv holds one: Popen raised ValueError)
+        raise GitsessError("a command's arguments cannot hold a NUL character")
+    if not timeout > 0:  # (NaN too)
         raise GitsessError("timeout must be positive")
+    # poll(2) waits at most INT_MAX ms: a longer timeout is no limit (it overflowed the wait).
+    limit = None if timeout >= POLL_MAX else timeout
     _, found = _target(session)
     argv = [sys.executable, "-m", "gitsess", "run", "-s", found.id, "--", *command]
     # Its own process group, so that a timeout ends everything the command started.
@@ -212,7 +225,7 @@ def run(command: list[str], session: str | None = None, timeout: float = RUN_TIM
     )  # fmt: skip
     timed_out = False
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, _ = proc.communicate(timeout=limit)
     except subprocess.TimeoutExpired:
         timed_out = True
         os.killpg(proc.pid, signal.SIGKILL)
@@ -230,7 +243,7 @@ def run(command: list[str], session: str | None = None, timeout: float = RUN_TIM
 
 def checkpoint(message: str = "", session: str | None = None) -> Any:
     """Make a checkpoint of the session (mounted or not), as `gitsess checkpoint -m MESSAGE
-    --json`; `checkpoint` is null when nothing changed since the newest one."""
+    --json`; one is made even when nothing changed since the newest."""
     from gitsess.cli.checkpoint_cmds import made_json
     from gitsess.services import checkpoints
 
@@ -261,11 +274,13 @@ def undo(session: str | None = None, force: bool = False) -> Any:
 def rewind(
     checkpoint: int, paths: list[str] | None = None, session: str | None = None, force: bool = False
 ) -> Any:
-    """Bring the session (or only PATHS, relative to the worktree's top) back to CHECKPOINT,
-    as `gitsess rewind --json`; `undo` brings back what it replaced."""
+    """Bring the session (or only what PATHS select: git pathspecs from the worktree's top)
+    back to CHECKPOINT, as `gitsess rewind --json`; `undo` brings back what it replaced."""
     from gitsess.cli.checkpoint_cmds import rewind_json
     from gitsess.services import checkpoints
 
+    if paths == []:  # (as `rewind CP --` alone: an empty list must not rewind everything)
+        raise GitsessError("paths is empty: give some, or leave it out to rewind the whole session")
     ctx, found = _target(session)
     specs = [p.strip("/") for p in paths or []]
     if specs:

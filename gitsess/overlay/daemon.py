@@ -678,8 +678,12 @@ def _rewind(state: DaemonState, msg: dict[str, Any]) -> Reply:
     assert tree.store.history is not None
     # What the rewind changes is read from delta.db: the writes still pending count too.
     tree.save()
+    target = int(msg["target"])
+    if not history.exists(tree.store.conn, target):
+        # (before the writers: a writer is no reason to refuse a rewind to nothing)
+        return {"ok": False, "error": str(history.no_such(target)), "whole": True}, None
     writers = {int(ino): (pid, path) for pid, ino, path in msg.get("writers") or ()}
-    changed = tree.store.history.changed_inodes(int(msg["target"]))
+    changed = tree.store.history.changed_inodes(target)
     held = sorted(set(writers) & changed)
     if held and not msg.get("force"):
         pid, path = writers[held[0]]
@@ -688,17 +692,14 @@ def _rewind(state: DaemonState, msg: dict[str, Any]) -> Reply:
             "error": f"process {pid} holds {path} open for writing, and the rewind changes it"
             " (--force rewinds anyway)",
         }, None
-    kept = tree.keep_content(tree.store.history.gone_at(int(msg["target"])))
+    kept = tree.keep_content(tree.store.history.gone_at(target))
     replaced = tree.hold_replaced(changed)
     try:
-        rewound = tree.store.rewind(int(msg["target"]), str(msg.get("kind") or "rewind"))
-    except BaseException as e:
+        rewound = tree.store.rewind(target, str(msg.get("kind") or "rewind"))
+    except BaseException:
         tree.let_go(*kept)
         for ino in replaced:
             tree.replaced.release(ino)
-        if isinstance(e, KeyError):
-            missing = str(history.no_such(int(msg["target"])))
-            return {"ok": False, "error": missing, "whole": True}, None
         raise
     state.stale_inodes.extend(tree.reload(rewound.inodes))
     state.stale_entries.extend(rewound.entries)

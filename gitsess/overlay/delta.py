@@ -533,7 +533,7 @@ class DeltaAt(DeltaStore):
         super().__init__(path, readonly=True)
         self.at = at
         self._root = usage.cp_root(self.data_dir)
-        if not self.conn.execute("SELECT 1 FROM checkpoints WHERE id = ?", (at,)).fetchall():
+        if not history.exists(self.conn, at):
             self.conn.close()
             raise history.no_such(at)
 

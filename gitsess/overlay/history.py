@@ -254,7 +254,7 @@ class History:
         """Bring every key back to its state at checkpoint `target`; the caller holds no
         transaction and has committed everything pending."""
         c = self.conn
-        if not c.execute("SELECT 1 FROM checkpoints WHERE id = ?", (target,)).fetchall():
+        if not exists(c, target):
             raise KeyError(target)
         datas = _saved_data(self.root, target)
         prepared: dict[int, str | None] = {}
@@ -454,6 +454,14 @@ class History:
 
 
 # ---------------------------------------------------------------- helpers on a connection
+
+
+def exists(conn: apsw.Connection, cp: int) -> bool:
+    """Whether checkpoint `cp` exists; a number past SQLite's integers (a user's typo) is
+    none, rather than an OverflowError from the query."""
+    return 0 < cp < 1 << 63 and bool(
+        conn.execute("SELECT 1 FROM checkpoints WHERE id = ?", (cp,)).fetchall()
+    )
 
 
 def epoch_of(conn: apsw.Connection) -> int:

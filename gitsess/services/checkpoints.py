@@ -2,6 +2,7 @@
 
 A mounted session is checkpointed and rewound by its daemon, between two requests of the
 processes inside; one that is not, here, under the mount lock (no daemon starts meanwhile).
+Inside a run (the state dir read-only, no mount lock to take) only the daemon does either.
 Every `join` (each `gitsess run`) checkpoints first unless nothing changed since the newest
 checkpoint, and an agent profile's turn hook runs `gitsess checkpoint --turn`.
 
@@ -28,6 +29,7 @@ from typing import TypeVar
 
 from gitsess import processes
 from gitsess.errors import GitsessError
+from gitsess.git.pathspec import Pathspec
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import history, protocol, retention, usage
 from gitsess.overlay.delta import DeltaStore
@@ -149,7 +151,14 @@ def _writers(ctx: RepoContext, session: Session) -> list[tuple[int, int, str]]:
         status = protocol.status(str(ctx.session_dir(session.id)))
         if status is None:
             return []
-        return processes.writers_on(os.stat(status.mountpoint).st_dev)
+        view = status.mountpoint
+        if sealed.inside_run(ctx):
+            # There the mount point is covered: the run's own view is at its worktree's path
+            # (another session's view, covered too, no process of the run can hold).
+            if os.environ.get("GITSESS_SESSION_ID") != session.id:
+                return []
+            view = str(session.worktree)
+        return processes.writers_on(os.stat(view).st_dev)
     except (OSError, protocol.Refused):
         return []  # it is stopping: the request that follows finds out
 
@@ -192,27 +201,45 @@ def rewind(
     file it changes open for writing, unless `force`."""
     if session.read_only:
         raise GitsessError(f"session {session.name} is read-only")
+    if sealed.inside_run(ctx):  # (no mount lock there: the state dir is read-only)
+        done = _live_rewind(ctx, session, target, kind, force)
+        if done is None:
+            raise GitsessError(
+                f"session {session.name} is not mounted, and inside a run only its daemon"
+                " rewinds it"
+            )
+        return done
     for _ in range(ATTEMPTS):
         with _offline(ctx, session) as store:
             if store is not None:
                 try:
-                    done = store.rewind(target, kind)
+                    rewound = store.rewind(target, kind)
                 except KeyError:
                     raise history.no_such(target) from None
-                op = done.operation
+                op = rewound.operation
                 return Rewind(session, kind, target, op.before, op.id, False)
-            # The daemon tells the files the rewind changes from its committed history, which
-            # holds a write of the last commit interval only once committed: without this, a
-            # file written just before (on a loaded machine) passes for unchanged, and a
-            # writer holding it does not stop the rewind.
-            mount.sync(ctx.session_dir(session.id))
-            writers = _writers(ctx, session)
-            op_id = _ask(ctx, session, kind, protocol.rewind, target, kind, writers, force)
-            if op_id is not None:
-                found = _operation(ctx, session, op_id)
-                return Rewind(session, kind, target, found.before, found.id, True)
+            done = _live_rewind(ctx, session, target, kind, force)
+            if done is not None:
+                return done
         mount.status(ctx.session_dir(session.id))
     raise _gone(session, kind)
+
+
+def _live_rewind(
+    ctx: RepoContext, session: Session, target: int, kind: str, force: bool
+) -> Rewind | None:
+    """The rewind made by the live daemon; None when it was gone or stopping."""
+    # The daemon tells the files the rewind changes from its committed history, which holds
+    # a write of the last commit interval only once committed: without this, a file written
+    # just before (on a loaded machine) passes for unchanged, and a writer holding it does
+    # not stop the rewind.
+    mount.sync(ctx.session_dir(session.id))
+    writers = _writers(ctx, session)
+    op_id = _ask(ctx, session, kind, protocol.rewind, target, kind, writers, force)
+    if op_id is None:
+        return None
+    found = _operation(ctx, session, op_id)
+    return Rewind(session, kind, target, found.before, found.id, True)
 
 
 def rewind_paths(
@@ -347,17 +374,17 @@ def compare(
     pathspecs: Sequence[str] = (),
 ) -> list[PathChange]:
     """What changed from checkpoint `from_cp` to `to_cp` (default: the session now), among the
-    paths the session touched in either (its `.git` aside)."""
+    paths the session touched in either (its `.git` aside) that git's `pathspecs` (from the
+    top) select."""
     handle = SessionHandle(ctx, session)
+    spec = Pathspec(pathspecs)
     with handle.view(at=from_cp) as old, handle.view(at=to_cp) as new:
         paths = sorted(
             {p for view in (old, new) for top in view.touched_paths() for p in _files(view, top)}
         )
         out = []
         for path in paths:
-            if pathspecs and not any(
-                path == s or path.startswith(s.rstrip("/") + "/") for s in pathspecs
-            ):
+            if not spec.matches(path):
                 continue
             change = _change(old, new, path)
             if change is not None:

@@ -97,7 +97,7 @@ def commit(
         raise GitsessError(f"{option('test')} needs a command")
     if retries < 0:
         raise GitsessError(f"{option('retries')} cannot be negative")
-    if queue_timeout is not None and queue_timeout < 0:
+    if queue_timeout is not None and not queue_timeout >= 0:  # (NaN too: it waited forever)
         raise GitsessError(f"{option('queue-timeout')} cannot be negative")
     handle = SessionHandle.of(ctx, session)
     session = handle.row  # (as the command began: each attempt reads it anew)

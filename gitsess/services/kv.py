@@ -43,8 +43,14 @@ def encode(value: object) -> str:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise GitsessError(f"not a JSON value: {e}") from None
+    except RecursionError:
+        raise GitsessError(f"not a JSON value: {_TOO_DEEP}") from None
     _utf8(text, "a value")
     return text
+
+
+# Python's json nests as deep as its stack: deeper, a RecursionError (a traceback).
+_TOO_DEEP = "nested too deeply"
 
 
 def _utf8(text: str, what: str) -> None:
@@ -66,6 +72,8 @@ def decode(text: str) -> Any:
         value = json.loads(text, parse_constant=no_constant)
     except ValueError as e:
         raise GitsessError(f"not valid JSON: {e}") from None
+    except RecursionError:
+        raise GitsessError(f"not valid JSON: {_TOO_DEEP}") from None
     if isinstance(value, float) and not math.isfinite(value):
         raise GitsessError(f"not valid JSON: {text} is out of range")
     return value

@@ -143,7 +143,10 @@ def parse_since(text: str, now: datetime | None = None) -> int:
     spec = text.strip()
     if _DURATION.fullmatch(spec):
         seconds = sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _PART.findall(spec))
-        return _ns(now - timedelta(seconds=seconds))
+        try:
+            return _ns(now - timedelta(seconds=seconds))
+        except OverflowError:
+            return 0  # further back than a datetime reaches: before every event
     try:
         when = datetime.fromisoformat(spec)
     except ValueError:
@@ -152,11 +155,19 @@ def parse_since(text: str, now: datetime | None = None) -> int:
             " or an ISO date/time such as 2024-05-01T14:00"
         ) from None
     # A time typed without a zone is the user's local time.
-    return _ns(when if when.tzinfo else when.astimezone())
+    try:
+        return _ns(when if when.tzinfo else when.astimezone())
+    except (OverflowError, ValueError):  # the local time of year 1 or 9999 is out of range
+        return 0 if when.year < 1970 else _LAST_NS
+
+
+_LAST_NS = (1 << 63) - 1
 
 
 def _ns(when: datetime) -> int:
-    return int(when.timestamp() * 1_000_000_000)
+    """`when` in ns since the epoch, as SQLite's integers can hold it: a time before 1970 is
+    before every event, one past 2262 after every event."""
+    return min(max(int(when.timestamp() * 1_000_000_000), 0), _LAST_NS)
 
 
 def make_filter(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from gitsess.cli.group import cli
+from tests.live_util import eventually
+from tests.util import GITSESS
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "json.md"
 ROW = re.compile(r"^\| `([a-z_]+)` \| ([a-z, ]+) \|", re.MULTILINE)
@@ -128,3 +131,44 @@ def test_a_stray_daemon_in_ps_speaks_the_vocabulary() -> None:
     known = vocabulary()
     row = stray_json(Stray(1234, "f3883b6f", "/gone/delta.db", "its view is gone"))
     assert [k for _, k, v in keys([row]) if k not in known or not fits(v, known[k])] == []
+
+
+@pytest.mark.fuse
+def test_ps_json_of_a_participant_speaks_the_vocabulary(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The participants are the daemon's: its `run_id` and `joined_at` (seconds) went out as
+    they were."""
+    monkeypatch.chdir(repo)
+    inside = subprocess.Popen([*GITSESS, "run", "-s", "busy", "--", "sleep", "7732"], cwd=repo)
+    try:
+
+        def listed() -> list[dict[str, object]]:
+            done = CliRunner().invoke(cli, ["ps", "--json"], catch_exceptions=False)
+            rows: list[dict[str, object]] = json.loads(done.stdout)
+            return [p for row in rows for p in row["participants"]]  # type: ignore[attr-defined]
+
+        assert eventually(lambda: len(listed()) == 1)
+        (participant,) = listed()
+        known = vocabulary()
+        assert [
+            k for _, k, v in keys([participant]) if k not in known or not fits(v, known[k])
+        ] == []
+        assert participant["command"] == ["sleep", "7732"] and isinstance(participant["run"], int)
+    finally:
+        inside.terminate()
+        inside.wait(timeout=60)
+
+
+@pytest.mark.fuse
+def test_a_gated_apply_speaks_the_vocabulary(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its `test` and `now_conflicts` were in no row of docs/json.md."""
+    monkeypatch.chdir(repo)
+    ran = subprocess.run([*GITSESS, "run", "-s", "g", "--", "sh", "-c", "echo x > f"], cwd=repo)
+    assert ran.returncode == 0
+    args = ["apply", "g", "--commit", "-m", "m", "--test", "exit 3", "--json"]
+    done = CliRunner().invoke(cli, args, catch_exceptions=False)
+    outcome = json.loads(done.stdout)
+    assert outcome["ok"] is False and outcome["test"]["exit_code"] == 3
+    known = vocabulary()
+    assert [k for _, k, v in keys(outcome) if k not in known or not fits(v, known[k])] == []

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gitsess.cli.mcp_server import TOOLS
+from tests.cli.test_json_schema import fits, keys, vocabulary
 from tests.util import git, gitsess, snapshot
 
 pytestmark = pytest.mark.fuse
@@ -76,7 +77,11 @@ def test_every_tool_answers_what_the_cli_json_gives(repo: Path, tmp_path: Path) 
     assert ok(answers[3]) == {"key": "plan", "value": {"step": 1}}
     assert ok(answers[4]) == {"step": 1}
     assert ok(answers[5])["name"] == "beta"
-    assert ok(answers[6])["discarded"] == ["new.txt"]
+    discarded = ok(answers[6])
+    assert (discarded["name"], discarded["dropped"], discarded["kept"]) == ("beta", ["new.txt"], [])
+    # the keys of `discard -y --json` (it answered `discarded`, outside docs/json.md)
+    known = vocabulary()
+    assert [k for _, k, v in keys(discarded) if k not in known or not fits(v, known[k])] == []
 
     # The read-only tools against the CLI's --json, taken after them.
     reads = agent(
@@ -171,6 +176,10 @@ def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
             ["run", {"session": "exp", "command": []}],
             ["no_such_tool", {}],
             ["apply", {"session": "exp", "test": "  "}],
+            ["run", {"session": "exp", "command": ["echo", "a\0b"]}],
+            ["rewind", {"session": "exp", "checkpoint": 1 << 64}],
+            ["fork", {"session": "exp", "new_name": "f", "at": 1 << 64}],
+            ["rewind", {"session": "exp", "checkpoint": 1, "paths": []}],
             ["sessions", {}],  # and the server still answers
         ],
         errlog,
@@ -184,6 +193,11 @@ def test_bad_input_is_an_error_with_the_cli_message_and_changes_nothing(
     assert errors[5][1] == cli_error(repo, "kv", "exp", "get", "missing")
     # a message that asks for an option names the tool's argument, not the command's flag
     assert errors[15][1] == "the test argument needs a command"
+    # (each was "Error executing tool ...", a bug's answer)
+    assert errors[16][1] == "a command's arguments cannot hold a NUL character"
+    huge = f"no checkpoint {1 << 64} in this session (gitsess checkpoints lists them)"
+    assert errors[17][1] == errors[18][1] == huge
+    assert errors[19][1].startswith("paths is empty")  # (it rewound the whole session)
     assert cli_error(repo, "apply", "exp", "--commit", "--test", "  ") == "--test needs a command"
     # (the SDK's own argument checks, 6, 8 and 11, answer pydantic's several lines)
     sdk = (6, 8, 11)
@@ -262,6 +276,12 @@ def test_run_kills_a_command_past_its_timeout(repo: Path, tmp_path: Path) -> Non
     # the command went with the `gitsess run` that ran it
     left = subprocess.run(["pgrep", "-f", "sleep 7731"], capture_output=True, check=False)
     assert left.stdout == b""
+    # a timeout past what a wait can hold is no limit (it was "Error executing tool run")
+    plan = [["run", {"session": "slow", "command": ["true"], "timeout": 1e308}]]
+    ran = ok(agent(repo, plan, tmp_path / "server.err")[0])
+    assert (ran["timed_out"], ran["exit_code"]) == (False, 0)
+    known = vocabulary()
+    assert [k for _, k, v in keys(ran) if k not in known or not fits(v, known[k])] == []
 
 
 @pytest.mark.timeout(400)
@@ -275,6 +295,7 @@ def test_checkpoint_undo_and_rewind_answer_what_the_cli_json_gives(
             ["new", {"name": "cp"}],
             ["run", {"session": "cp", "command": ["sh", "-c", "echo good > f"]}],
             ["checkpoint", {"session": "cp", "message": "good"}],
+            ["checkpoint", {"session": "cp", "message": "again"}],  # (as its description says)
             ["run", {"session": "cp", "command": ["sh", "-c", "echo bad > f"]}],
             ["undo", {"session": "cp"}],
             ["rewind", {"session": "cp", "checkpoint": 999}],
@@ -282,8 +303,11 @@ def test_checkpoint_undo_and_rewind_answer_what_the_cli_json_gives(
         ],
         errlog,
     )
-    made, undone = ok(answers[2]), ok(answers[4])
+    made, again = ok(answers[2]), ok(answers[3])
     assert made["name"] == "cp" and isinstance(made["checkpoint"], int)
+    assert again["checkpoint"] == made["checkpoint"] + 1
+    del answers[3]
+    undone = ok(answers[4])
     assert undone["kind"] == "undo" and undone["name"] == "cp"
     assert gitsess(repo, "fs", "cp", "cat", "f").stdout == "good\n"
     is_error, text = answers[5]
@@ -293,4 +317,24 @@ def test_checkpoint_undo_and_rewind_answer_what_the_cli_json_gives(
     back = agent(repo, [["rewind", {"session": "cp", "checkpoint": undone["before"]}]], errlog)
     assert ok(back[0])["checkpoint"] == undone["before"]
     assert gitsess(repo, "fs", "cp", "cat", "f").stdout == "bad\n"
+    assert "Traceback" not in errlog.read_text()
+
+
+def test_log_leaves_out_gits_own_files_as_the_cli_json_does(repo: Path, tmp_path: Path) -> None:
+    errlog = tmp_path / "server.err"
+    assert gitsess(repo, "new", "g").returncode == 0
+    ran = gitsess(repo, "run", "-s", "g", "--", "sh", "-c", "echo x > f && git add f")
+    assert ran.returncode == 0, ran.stderr
+    plan = [["log", {"session": "g"}], ["log", {"session": "g", "git": True}]]
+    plain, with_git = (ok(a) for a in agent(repo, plan, errlog))
+
+    def cli_log(*args: str) -> list[Any]:
+        return [
+            json.loads(line)
+            for line in gitsess(repo, "log", "g", "--json", *args).stdout.splitlines()
+        ]
+
+    # (.git/index.lock and the like were listed: the CLI lists them only with --git)
+    assert plain == cli_log() and {e["path"] for e in plain} == {"f"}
+    assert with_git == cli_log("--git") and ".git/index.lock" in {e["path"] for e in with_git}
     assert "Traceback" not in errlog.read_text()

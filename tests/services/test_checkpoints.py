@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -23,6 +24,9 @@ from tests.live_util import InProcess, call, eventually
 from tests.util import GITSESS, gitsess
 
 pytestmark = pytest.mark.fuse
+
+# The gitsess program as a command inside `sh -c`.
+GS = " ".join(shlex.quote(a) for a in GITSESS)
 
 
 def run(repo: Path, session: str, script: str) -> subprocess.CompletedProcess[str]:
@@ -62,6 +66,11 @@ def test_checkpoint_and_rewind_offline(repo: Path, ctx: RepoContext, gs: InProce
     assert gs.ok("fs", "off", "cat", "f") == "two\n"
     assert "no checkpoint 99" in gs.fails("rewind", "off", "99")
     assert "no checkpoint 99" in gs.fails("fs", "off", "cat", "f", "--at", "99")
+    # a number past SQLite's integers is no checkpoint either (it was an OverflowError)
+    huge = str(1 << 64)
+    assert f"no checkpoint {huge}" in gs.fails("rewind", "off", huge)
+    assert f"no checkpoint {huge}" in gs.fails("fs", "off", "cat", "f", "--at", huge)
+    assert f"no checkpoint {huge}" in gs.fails("fork", "off", "off2", "--at", huge)
     gs.ok("rewind", "off", "2")
     assert gs.ok("fs", "off", "cat", "f") == "one\n"
     assert "g" not in gs.ok("fs", "off", "ls")
@@ -409,6 +418,14 @@ def test_diff_between_checkpoints(repo: Path, gs: InProcess) -> None:
     assert names.splitlines() == ["P\tREADME.md", "M\tf", "D\tk", "A\tnew/dir/m"]
     patch = gs.ok("diff", "d", "--from", "2", "--", "f")
     assert "-one\n+two\n" in patch and "a/f" in patch
+    # git's pathspecs, as the other diffs take them (globs, `.`, exclusions selected nothing)
+    for spec, selected in (("new/*", ["A\tnew/dir/m"]), (".", names.splitlines())):
+        assert (
+            gs.ok("diff", "d", "--from", "2", "--to", "3", "--name-status", "--", spec).splitlines()
+            == selected
+        )
+    excluded = gs.ok("diff", "d", "--from", "2", "--to", "3", "--name-status", "--", ":!k")
+    assert excluded.splitlines() == ["P\tREADME.md", "M\tf", "A\tnew/dir/m"]
     code, _, err = call(gs.capsys, "diff", "d", "--to", "2")
     assert code == 2 and "--to needs --from" in err
 
@@ -431,6 +448,9 @@ def test_a_live_rewind_waits_for_writers_unless_forced(
             err = gs.fails("rewind", "busy", "1")
             assert f"process {os.getpid()} holds" in err and "held" in err and "--force" in err
             assert (mnt / "held").read_text() == "new\n"
+            # a checkpoint that is not there is said so, held writers or not
+            for bad in ("0", "99", str(1 << 64)):
+                assert f"no checkpoint {bad} in this session" in gs.fails("rewind", "busy", bad)
             gs.ok("rewind", "busy", "1", "--force")
             assert (mnt / "held").read_text() == "old\n"
         gs.ok("undo", "busy")  # `other` is held still, unchanged by this one
@@ -447,6 +467,16 @@ def test_rewind_of_some_paths(repo: Path, gs: InProcess) -> None:
     assert run(repo, "p", "cat d/a b c; ls").stdout == "one\ntwo\none\nREADME.md\nb\nc\nd\nl\nsrc\n"
     gs.ok("undo", "p")
     assert run(repo, "p", "cat d/a b; ls").stdout == "two\ntwo\nREADME.md\nb\nd\nl\nsrc\n"
+    # `--` with nothing after it (an empty `-- $PATHS`) rewinds nothing: it rewound everything
+    code, _, err = call(gs.capsys, "rewind", "p", "2", "--")
+    assert code == 2 and "no PATHSPEC after `--`" in err
+    assert run(repo, "p", "cat b").stdout == "two\n"
+    # a missing CHECKPOINT is named so (it read "missing PATHSPEC...]")
+    code, _, err = call(gs.capsys, "rewind", "p")
+    assert code == 2 and "Error: missing CHECKPOINT\n" in err
+    # the paths are git's pathspecs: a glob rewinds what it selects (it rewound nothing)
+    gs.ok("rewind", "p", "2", "--", "d/*")
+    assert run(repo, "p", "cat d/a b").stdout == "one\ntwo\n"
 
 
 @pytest.mark.parametrize("mounted", [False, True], ids=["offline", "live"])
@@ -486,3 +516,27 @@ def test_a_rewind_brings_back_commits_a_gc_in_the_session_pruned(
     gs.ok("rm", "s")
     assert not session_dir.exists()
     subprocess.run(["git", "fsck", "--no-progress"], cwd=repo, check=True, capture_output=True)
+
+
+def test_undo_and_rewind_inside_a_run(repo: Path, gs: InProcess) -> None:
+    """Through the daemon: the state dir is read-only there (its mount lock failed: EROFS)."""
+    gs.ok("new", "other")
+    script = (
+        f"{GS} checkpoint -m one >/dev/null; echo two > f; {GS} undo >/dev/null; cat f; "
+        f"{GS} undo >/dev/null; cat f; {GS} rewind 99 2>&1; {GS} rewind 1 -s other 2>&1; "
+        # a writer the rewind would change, seen in the run's own view
+        f"exec 3>>f; {GS} rewind 2 2>&1; cat f; {GS} rewind 2 --force >/dev/null; ls"
+    )
+    out = run(repo, "in", f"echo one > f; {script}").stdout.splitlines()
+    assert out[:3] == [
+        "one",
+        "two",
+        "gitsess: no checkpoint 99 in this session (gitsess checkpoints lists them)",
+    ]
+    assert out[3] == (
+        "gitsess: session other is not mounted, and inside a run only its daemon rewinds it"
+    )
+    assert "holds" in out[4] and out[4].endswith(
+        "f open for writing, and the rewind changes it (--force rewinds anyway)"
+    )
+    assert out[5:] == ["two", "README.md", "f", "src"]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gitsess.errors import GitsessError
 from gitsess.git.repo import RepoContext
 from gitsess.services import kv
 from gitsess.services.sessions import create
@@ -69,6 +70,16 @@ def test_bad_input_is_one_line(
         assert gs.fails("kv", "exp", "set", "k", "--json", bad).startswith(
             "gitsess: not valid JSON"
         )
+    # deeper than Python's json nests (it was a RecursionError's traceback)
+    deep = "[" * 100_000 + "]" * 100_000
+    assert gs.fails("kv", "exp", "set", "k", "--json", deep) == (
+        "gitsess: not valid JSON: nested too deeply\n"
+    )
+    with pytest.raises(GitsessError, match="not a JSON value: nested too deeply"):
+        deep_value: list[object] = []
+        for _ in range(100_000):
+            deep_value = [deep_value]
+        kv.encode(deep_value)
     assert gs.fails("kv", "exp", "set", "", "v") == "gitsess: a key cannot be empty\n"
     assert gs.fails("kv", "ls").startswith("gitsess: no session given")
     assert gs.fails("kv", "ghost", "ls").startswith("gitsess: no session 'ghost'")

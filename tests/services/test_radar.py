@@ -339,3 +339,8 @@ def test_a_gated_apply_past_its_queue_timeout_gives_up_and_changes_nothing(
     ]
     _, err = cli("apply", "patient", "--patch", "--queue-timeout", "1", code=2)
     assert "--queue-timeout goes with --test" in err
+    # NaN is no timeout either (it passed for one, and the apply waited forever)
+    args = ("apply", "patient", "--commit", "--test", "true", "--queue-timeout", "nan")
+    _, err = cli(*args, code=1)
+    assert "--queue-timeout cannot be negative" in err
+    assert _state(repo) == before

@@ -42,6 +42,10 @@ def test_parse_since_durations_and_iso() -> None:
     assert at("2024-04-30T08:00Z") == datetime(2024, 4, 30, 8, tzinfo=UTC)
     # Without a zone: the local time of whoever typed it.
     assert at("2024-04-30 08:00") == datetime(2024, 4, 30, 8).astimezone()
+    # Past what a datetime or SQLite's integers hold: before or after every event.
+    for far_back in ("99999999999d", "0001-01-01", "0001-01-01T00:00+00:00", "1900-01-01"):
+        assert timeline.parse_since(far_back, now) == 0
+    assert timeline.parse_since("9999-12-31T23:59:59", now) == (1 << 63) - 1
     for bad in ("yesterday", "10", "m", "-5m", ""):
         with pytest.raises(GitsessError, match="--since"):
             timeline.parse_since(bad, now)
@@ -145,6 +149,8 @@ def test_filters(repo: Path, gs: InProcess) -> None:
     assert len(ops(since="1h")) == 10
     assert ops(since=(datetime.now(UTC) + timedelta(hours=1)).isoformat()) == []
     assert ops(path="nothing-here") == []
+    assert len(ops(since="99999999999d")) == 10  # (an OverflowError, a traceback, before)
+    assert ops(since="9999-12-31T23:59") == []
     # The same through the command line.
     assert [
         (r["op"], r["path"]) for r in gs.lines("log", "exp", "--op", "unlink", "--path", "*.md")
@@ -154,6 +160,8 @@ def test_filters(repo: Path, gs: InProcess) -> None:
     }
 
     assert gs.fails("log", "exp", "--run", "9999") == "gitsess: session exp has no run 9999\n"
+    code, _, err = call(gs.capsys, "log", "exp", "--pid", str(1 << 64))
+    assert code == 2 and "--pid" in err and "Traceback" not in err
     code, _, err = call(gs.capsys, "log", "exp", "--op", "explode")
     assert code == 2  # a usage error
     assert "unknown operation explode" in err

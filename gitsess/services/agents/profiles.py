@@ -10,7 +10,8 @@ the lever's variable, when set, wins), `seeds` (paths in the source, globs allow
 `env_allow` (globs of the caller's variables the agent sees; none: all), `mcp_args` or
 `mcp_env` (how the CLI is pointed at gitsess's MCP server, never by editing the user's own
 config) and `turn_hook`. HOME-lever profiles also link `.gitconfig` and `.config/git`, so git
-inside the agent keeps the user's identity.
+inside the agent keeps the user's identity; they unset XDG's base directories (`XDG_HOMES`), so
+a tool that follows those keeps its state below the role's HOME too.
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ TURN_HOOKS_FILE = "gitsess-turn-hooks.json"
 MCP_CONFIG_MARK = "{mcp_config}"
 MCP_TOML_MARK = "{mcp_toml}"
 
+# XDG's base directories of a user's own files (not XDG_RUNTIME_DIR: sockets, not state).
+XDG_HOMES = ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
+
 _KIND = re.compile(r"[a-z0-9][a-z0-9_-]{0,31}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -56,6 +60,11 @@ class Lever:
         out = dict(env)
         if self.env is not None:
             out[self.env] = str(root)
+        if self.env == "HOME":
+            # XDG's base directories are below HOME unless set; set (to the user's), every
+            # role of a tool that follows them kept its state in the one same place.
+            for name in XDG_HOMES:
+                out.pop(name, None)
         if self.args and argv:
             # Right after the program: the option is the CLI's own, not a subcommand's.
             argv = [argv[0], *(a.replace(ROOT_MARK, str(root)) for a in self.args), *argv[1:]]

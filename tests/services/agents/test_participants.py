@@ -124,6 +124,25 @@ def test_two_roles_of_one_cli_never_share_a_root(
     assert a.participant.isolation_uuid != b.participant.isolation_uuid
 
 
+def test_two_roles_of_a_home_cli_share_no_xdg_dir(
+    session: Session, started: Started, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A user's XDG base directories, set: a tool that follows them would keep every role's
+    # state in one place (they were passed on as they were).
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME"):
+        monkeypatch.setenv(name, str(home / name.lower()))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / "run"))
+    a = started.prepare(session, "home", "a", ["tool"])
+    b = started.prepare(session, "home", "b", ["tool"])
+    for p in (a, b):
+        assert p.env["HOME"] == str(p.participant.root)
+        assert not {k for k in p.env if k.startswith("XDG_")} - {"XDG_RUNTIME_DIR"}
+    assert a.env["XDG_RUNTIME_DIR"] == str(home / "run")
+    # levers other than HOME leave them as they are (the CLI's own state is moved anyway)
+    c = started.prepare(session, "claude", "c")
+    assert c.env["XDG_STATE_HOME"] == str(home / "xdg_state_home")
+
+
 def test_a_running_role_cannot_start_twice(
     ctx: RepoContext, session: Session, started: Started
 ) -> None:
