@@ -38,6 +38,7 @@ from gitsess.overlay.view import OverlayView
 from gitsess.runtime import mount
 from gitsess.services import sealed
 from gitsess.services.handle import SessionHandle
+from gitsess.services.sessions import SESSION_ID_ENV
 from gitsess.store.registry import Session
 
 # Retention defaults (see `Retention`).
@@ -155,7 +156,7 @@ def _writers(ctx: RepoContext, session: Session) -> list[tuple[int, int, str]]:
         if sealed.inside_run(ctx):
             # There the mount point is covered: the run's own view is at its worktree's path
             # (another session's view, covered too, no process of the run can hold).
-            if os.environ.get("GITSESS_SESSION_ID") != session.id:
+            if os.environ.get(SESSION_ID_ENV) != session.id:
                 return []
             view = str(session.worktree)
         return processes.writers_on(os.stat(view).st_dev)

@@ -446,7 +446,7 @@ def test_a_file_a_filter_driver_cleans_is_refused(repo_dir: Path, tmp_path: Path
     write(view.root, "model.big", "weights\n")
     write(view.root, "notes.md", "note\n")
     before = snapshot(repo_dir)
-    with pytest.raises(GitsessError, match="model.big has the gitattributes filter 'upper'"):
+    with pytest.raises(GitsessError, match=r"model\.big has the gitattributes filter 'upper'"):
         commit(repo_dir, view)
     assert snapshot(repo_dir) == before
     # a driver configured nowhere filters nothing, in git too
