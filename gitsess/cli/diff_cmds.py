@@ -147,7 +147,7 @@ def _diff_checkpoints(
         print_json([asdict(c) for c in changes])
     elif names:
         for c in changes:
-            click.echo(f"{c.status}\t{c.path}")
+            click.echo(c.name_status())
     else:
         write_bytes("".join(c.patch for c in changes).encode())
 

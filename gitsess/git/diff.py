@@ -25,6 +25,7 @@ from gitsess import progress
 from gitsess.git.binary_patch import write_literal
 from gitsess.git.blobid import CHUNK
 from gitsess.git.changes import Change, ChangeSet, Side
+from gitsess.git.quoting import quote_path
 from gitsess.git.scratch import BIG_FILE, BigFile, scratch_repo
 from gitsess.git.view import SessionView
 
@@ -113,16 +114,18 @@ class DiffResult:
                 f.tail(out)
 
     def name_only(self) -> list[str]:
-        return [f.path for f in self.files]
+        """Lines as `git diff --name-only` prints them (names quoted as git quotes them)."""
+        return [quote_path(f.path) for f in self.files]
 
     def name_status(self) -> list[str]:
-        """Lines as `git diff --name-status` prints them (tab-separated)."""
+        """Lines as `git diff --name-status` prints them (tab-separated, names quoted)."""
         lines = []
         for f in self.files:
             if f.status == "R":
-                lines.append(f"R{f.similarity or 0:03d}\t{f.old_path}\t{f.new_path}")
+                old, new = quote_path(f.old_path or ""), quote_path(f.new_path or "")
+                lines.append(f"R{f.similarity or 0:03d}\t{old}\t{new}")
             else:
-                lines.append(f"{f.status}\t{f.path}")
+                lines.append(f"{f.status}\t{quote_path(f.path)}")
         return lines
 
     @property

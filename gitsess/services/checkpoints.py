@@ -30,6 +30,7 @@ from typing import TypeVar
 from gitsess import processes
 from gitsess.errors import GitsessError
 from gitsess.git.pathspec import Pathspec
+from gitsess.git.quoting import quote_path
 from gitsess.git.repo import RepoContext
 from gitsess.overlay import history, protocol, retention, usage
 from gitsess.overlay.delta import DeltaStore
@@ -365,6 +366,10 @@ class PathChange:
     path: str
     status: str  # A, D, M (content), T (kind), or P (mode only)
     patch: str  # a unified diff of its text, or a line saying how it differs
+
+    def name_status(self) -> str:
+        """Its line as `diff --name-status` prints it (the name quoted as git quotes it)."""
+        return f"{self.status}\t{quote_path(self.path)}"
 
 
 def compare(

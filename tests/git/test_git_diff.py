@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -49,6 +50,20 @@ def test_name_status_matches_git(repo_dir: Path, tmp_path: Path) -> None:
     assert sorted(ours.name_only()) == sorted(
         git_view_diff(repo_dir, view.root, "-M", "--name-only").splitlines()
     )
+
+
+def test_odd_names_are_quoted_as_git_quotes_them(repo_dir: Path, tmp_path: Path) -> None:
+    """One name to a line: a newline, a tab, a quote, a backslash, UTF-8 and bytes that are not
+    UTF-8 are quoted with git's C escapes (`core.quotePath`), renames too."""
+    view = DirView.copy_of(repo_dir, tmp_path / "view")
+    for name in (b"new\nline", b"tab\there", b'q"uote', b"back\\slash", b"caf\xc3\xa9", b"bad\xff"):
+        (view.root / os.fsdecode(name)).write_bytes(b"content of " + name + b"\n")
+    (view.root / "README.md").rename(view.root / "READ\x7fME.md")
+    ours = diff_of(repo_dir, view)
+    for option, lines in (("--name-status", ours.name_status()), ("--name-only", ours.name_only())):
+        theirs = git_view_diff(repo_dir, view.root, "-M", option).splitlines()
+        assert sorted(lines) == sorted(theirs)
+    assert '"new\\nline"' in ours.name_only() and '"bad\\377"' in ours.name_only()
 
 
 def test_patch_text_matches_git(repo_dir: Path, tmp_path: Path) -> None:

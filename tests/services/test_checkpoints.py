@@ -428,6 +428,9 @@ def test_diff_between_checkpoints(repo: Path, gs: InProcess) -> None:
     assert excluded.splitlines() == ["P\tREADME.md", "M\tf", "A\tnew/dir/m"]
     code, _, err = call(gs.capsys, "diff", "d", "--to", "2")
     assert code == 2 and "--to needs --from" in err
+    run(repo, "d", "printf x > \"$(printf 'two\\nlines')\"")
+    odd = gs.ok("diff", "d", "--from", "3", "--name-status")
+    assert odd.splitlines() == ['A\t"two\\nlines"']  # one line, quoted as git quotes it
 
 
 def test_a_live_rewind_waits_for_writers_unless_forced(
