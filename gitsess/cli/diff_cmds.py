@@ -64,6 +64,12 @@ def colour_patch(patch: bytes) -> bytes:
 @click.option("--stat", "show_stat", is_flag=True, help="Files changed and lines added/removed.")
 @click.option("--name-status", is_flag=True, help="Status letter and path of each file.")
 @click.option("--name-only", is_flag=True, help="Paths only.")
+@click.option(
+    "-z",
+    "nul",
+    is_flag=True,
+    help="With --name-only/--name-status: fields ended by NULs, names as they are (unquoted).",
+)
 @click.option("--binary", is_flag=True, help="Binary files as patches `git apply` takes.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (patch text included).")
 @click.option("-M", "--find-renames", is_flag=True, help="Show renames as renames.")
@@ -84,6 +90,7 @@ def diff(
     show_stat: bool,
     name_status: bool,
     name_only: bool,
+    nul: bool,
     binary: bool,
     as_json: bool,
     find_renames: bool,
@@ -95,11 +102,14 @@ def diff(
     """Show what a session changed against its real worktree, content compared."""
     if sum((show_stat, name_status, name_only, as_json)) > 1:
         raise click.UsageError("give one of --stat, --name-status, --name-only, --json")
+    if nul and not (name_status or name_only):
+        raise click.UsageError("-z goes with --name-only or --name-status")
     ctx = discover()
     handle, specs = target(ctx, args, offsets, session_option)
     session = handle.row
     if from_cp is not None or to_cp is not None:
-        _diff_checkpoints(ctx, session, specs, from_cp, to_cp, name_status or name_only, as_json)
+        names = name_status or name_only
+        _diff_checkpoints(ctx, session, specs, from_cp, to_cp, names, nul, as_json)
         return
     tty = sys.stdout.isatty()
     width = shutil.get_terminal_size().columns if tty else 80
@@ -118,6 +128,8 @@ def diff(
         print_json(result.to_json())
     elif show_stat:
         click.echo(result.stat, nl=False)
+    elif nul:
+        _write_records(result.name_records(with_status=name_status))
     elif name_status or name_only:
         for line in result.name_status() if name_status else result.name_only():
             click.echo(line)
@@ -136,6 +148,7 @@ def _diff_checkpoints(
     from_cp: int | None,
     to_cp: int | None,
     names: bool,
+    nul: bool,
     as_json: bool,
 ) -> None:
     from gitsess.services import checkpoints
@@ -145,11 +158,18 @@ def _diff_checkpoints(
     changes = checkpoints.compare(ctx, session, from_cp, to_cp, specs)
     if as_json:
         print_json([asdict(c) for c in changes])
+    elif nul:
+        _write_records([[c.status, c.path] for c in changes])
     elif names:
         for c in changes:
             click.echo(c.name_status())
     else:
         write_bytes("".join(c.patch for c in changes).encode())
+
+
+def _write_records(records: list[list[str]]) -> None:
+    """`-z`: every field's bytes, each ended by a NUL, as `git diff -z` writes them."""
+    write_bytes(b"".join(os.fsencode(field) + b"\0" for record in records for field in record))
 
 
 def warn_drift(ctx: RepoContext, session: Session) -> None:

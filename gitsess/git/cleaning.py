@@ -13,7 +13,10 @@ a `.gitattributes` counts from its apply on.
 
 from __future__ import annotations
 
+import os
+
 import pygit2
+from pygit2.filter import FilterList
 
 from gitsess.errors import GitsessError
 
@@ -26,7 +29,7 @@ class Cleaner:
 
     def refuse_driver(self, path: str) -> None:
         """Refuse `path` if a filter driver with a clean command of its own applies to it."""
-        driver = self._repo.get_attr(path, "filter")
+        driver = self._repo.get_attr(os.fsencode(path), "filter")
         if isinstance(driver, str) and self._has_command(driver):
             raise GitsessError(
                 f"{path} has the gitattributes filter {driver!r}, whose clean command only git "
@@ -36,12 +39,16 @@ class Cleaner:
     def filters(self, path: str) -> bool:
         """Whether a built-in filter applies to `path` (it may still leave the bytes as they
         are: `text=auto` on a file with LF lines)."""
-        return self._repo.load_filter_list(path) is not None
+        return self._filters(path) is not None
 
     def clean(self, path: str, data: bytes) -> bytes:
         """`data`, the file at `path`, through the built-in filters, as git would store it."""
-        filters = self._repo.load_filter_list(path)
+        filters = self._filters(path)
         return data if filters is None else filters.apply_to_buffer(data)
+
+    def _filters(self, path: str) -> FilterList | None:
+        # (bytes: a name that is not UTF-8 is one git stores too; pygit2 takes them, unstubbed)
+        return self._repo.load_filter_list(os.fsencode(path))  # type: ignore[arg-type]
 
     def _has_command(self, driver: str) -> bool:
         # (a driver named in .gitattributes but configured nowhere filters nothing, in git too)

@@ -115,18 +115,27 @@ class DiffResult:
 
     def name_only(self) -> list[str]:
         """Lines as `git diff --name-only` prints them (names quoted as git quotes them)."""
-        return [quote_path(f.path) for f in self.files]
+        return [quote_path(path) for (path,) in self.name_records(with_status=False)]
 
     def name_status(self) -> list[str]:
         """Lines as `git diff --name-status` prints them (tab-separated, names quoted)."""
-        lines = []
+        return [
+            "\t".join([status, *map(quote_path, paths)])
+            for status, *paths in self.name_records(with_status=True)
+        ]
+
+    def name_records(self, *, with_status: bool) -> list[list[str]]:
+        """Each file's fields for `--name-status` (or `--name-only`), names as they are: `-z`
+        prints them so, each ended by a NUL."""
+        records = []
         for f in self.files:
-            if f.status == "R":
-                old, new = quote_path(f.old_path or ""), quote_path(f.new_path or "")
-                lines.append(f"R{f.similarity or 0:03d}\t{old}\t{new}")
+            if not with_status:
+                records.append([f.path])
+            elif f.status == "R":
+                records.append([f"R{f.similarity or 0:03d}", f.old_path or "", f.new_path or ""])
             else:
-                lines.append(f"{f.status}\t{quote_path(f.path)}")
-        return lines
+                records.append([f.status, f.path])
+        return records
 
     @property
     def additions(self) -> int:

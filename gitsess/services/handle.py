@@ -22,6 +22,7 @@ command asks the registry and the daemon is asked once:
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import replace
@@ -171,7 +172,27 @@ class SessionHandle:
         """`view` without asking the daemon: for callers that know none serves the session."""
         from gitsess.overlay.view import OverlayView
 
+        if root is None:
+            self._check_reachable(at)
         return OverlayView(self.delta, root or self.row.worktree, self.hidden(), at)
+
+    def _check_reachable(self, at: int | None) -> None:
+        """Inside a run the worktree's path shows the run's own view, not the real files, and
+        nothing leads to them: a view over it is right only for the run's own session as it
+        is now (its changes over themselves). Another session read there showed the run's
+        changes as its own; a checkpoint, files made since as there before."""
+        from gitsess.services.counts import out_of_reach
+        from gitsess.services.sessions import SESSION_ID_ENV
+
+        if not out_of_reach(self.row):
+            return
+        if at is None and os.environ.get(SESSION_ID_ENV) == self.row.id:
+            return
+        what = f"session {self.row.name}" + (f" at checkpoint {at}" if at is not None else "")
+        raise GitsessError(
+            f"{what} cannot be read inside this run: {self.row.worktree} shows the run's view "
+            "here, not the real files it is made over; run this outside the session"
+        )
 
     def writer(self, lower: Path | None = None) -> AbstractContextManager[ViewWriter]:
         """A writer into the session's view over `lower` (its worktree by default): through

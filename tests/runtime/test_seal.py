@@ -167,14 +167,20 @@ def test_the_registry_is_read_inside_while_outside_commands_open_and_close_it(
 def test_another_sessions_delta_is_read_inside(repo: Path) -> None:
     """A session no daemon holds has a delta.db alone (its last closer removed the WAL); read
     inside a run, where nothing can be created beside it, it was "damaged" (`ls`, `show`,
-    `fs`), with the advice to `rm --force` it."""
+    `fs`), with the advice to `rm --force` it. Its files are not read there: the worktree's
+    path shows the run's view, which `fs` showed as the other session's own files."""
     assert gitsess(repo, "new", "other").returncode == 0
     wal = session_dir(repo, "other") / "delta.db-wal"
     done = gitsess(repo, "run", "-s", "other", "--", "sh", "-c", "echo theirs > theirs.txt")
     assert done.returncode == 0, done.stderr
     assert eventually(lambda: not wal.exists())  # its daemon lingers a moment, then closes
-    code, out, err = run(repo, f"{GS} fs other cat theirs.txt && {GS} show other --json")
+    code, out, err = run(repo, f"{GS} show other --json")
     assert code == 0, err
-    assert out.startswith("theirs\n")
-    shown = json.loads(out.removeprefix("theirs\n"))
+    shown = json.loads(out)
     assert shown["status"] == "idle" and not shown["damaged"]
+    code, out, err = run(repo, f"echo mine > README.md; {GS} fs other cat README.md")
+    assert code == 1 and out == ""
+    assert err.startswith("gitsess: session other cannot be read inside this run: ")
+    assert err.rstrip().endswith("run this outside the session")
+    code, out, err = run(repo, f"{GS} fs exp cat README.md")  # the run's own: its view
+    assert (code, out) == (0, "mine\n"), err

@@ -431,6 +431,9 @@ def test_diff_between_checkpoints(repo: Path, gs: InProcess) -> None:
     run(repo, "d", "printf x > \"$(printf 'two\\nlines')\"")
     odd = gs.ok("diff", "d", "--from", "3", "--name-status")
     assert odd.splitlines() == ['A\t"two\\nlines"']  # one line, quoted as git quotes it
+    assert gs.ok("diff", "d", "--from", "3", "--name-status", "-z") == "A\0two\nlines\0"
+    code, _, err = call(gs.capsys, "diff", "d", "-z")
+    assert code == 2 and "-z goes with --name-only or --name-status" in err
 
 
 def test_a_live_rewind_waits_for_writers_unless_forced(

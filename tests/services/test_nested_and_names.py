@@ -140,7 +140,11 @@ def test_a_name_that_is_not_utf8_goes_through_every_command(here: Path) -> None:
     ok(here, "new", "exp")
     run(here, "printf x > \"$(printf 'bad\\377')\" && printf y > fine.txt")
     names = ok(here, "diff", "exp", "--name-only")
-    assert os.fsencode(names).split() == [BAD, b"fine.txt"]  # the name's bytes, as it is
+    assert names.splitlines() == ['"bad\\377"', "fine.txt"]  # quoted, as git quotes it
+    # -z: the name's bytes, as it is
+    assert os.fsencode(ok(here, "diff", "exp", "--name-only", "-z")) == BAD + b"\0fine.txt\0"
+    status = os.fsencode(ok(here, "diff", "exp", "--name-status", "-z"))
+    assert status == b"A\0" + BAD + b"\0A\0fine.txt\0"
     assert '+++ "b/bad\\377"' in ok(here, "diff", "exp")  # quoted, as git quotes it
     assert '+++ "b/bad\\377"' in ok(here, "apply", "exp", "--patch")
     ok(here, "apply", "exp", "--commit", "-m", "bytes")
