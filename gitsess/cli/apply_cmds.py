@@ -268,6 +268,15 @@ def _made(outcome: applying.Applied) -> str:
     return ", ".join(parts)
 
 
+def _commit_paths(outcome: applying.Applied, count: str) -> str:
+    """The paths of the commit (not those only written to the worktree: an empty directory);
+    `count`, the applied paths, for a new branch's first commit, which no parent is diffed with."""
+    c = outcome.commit
+    if c is None or c.parent is None:
+        return count
+    return _plural(outcome.new_commit_paths, "path")
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
@@ -295,11 +304,12 @@ def _report(session: Session, outcome: applying.Applied, output: str | None) -> 
                 made = f"a new commit with {_plural(paths, 'path')}" if paths else "no new commit"
                 click.echo(f"Would make {made} on {branch} on top of them{merged}")
             else:
-                click.echo(f"Would commit {count} on {branch}{merged}")
+                click.echo(f"Would commit {_commit_paths(outcome, count)} on {branch}{merged}")
         elif c.commit is None:
             click.echo(f"Nothing to commit: {branch} already has these changes")
         elif not outcome.promoted:
-            click.echo(f"Committed {short(c.commit)} on {branch}: {count}{merged}")
+            committed = _commit_paths(outcome, count)
+            click.echo(f"Committed {short(c.commit)} on {branch}: {committed}{merged}")
         else:
             click.echo(f"{branch} at {short(c.commit)}: {_made(outcome)}{merged}")
         if not c.worktree_updated:

@@ -127,7 +127,7 @@ def diff(
     notes += repos_note(changes)
     left = [p for p in left_out_by_git(changes) if p not in changes.repos]
     if left:
-        notes.append(f"left in the session (git cannot carry them): {', '.join(left)}")
+        notes.append(f"not in the diff (git does not carry these changes): {', '.join(left)}")
     if git is not None:
         notes.append(
             f"the session is {len(git.commits)} commit(s) of its own ahead of its branch; "
@@ -269,6 +269,7 @@ def _apply_to_commit(
 ) -> Applied:
     from gitsess.git.apply_commit import apply_commit, branch_tip
     from gitsess.git.conflicts import Conflict
+    from gitsess.git.patch import left_out_by_git
     from gitsess.git.trees import changed_between, paths_changed
     from gitsess.services import session_git
 
@@ -357,6 +358,15 @@ def _apply_to_commit(
     if result.commit is not None and result.commit != replayed_tip:
         made["new_commit"] = result.commit
         made["new_commit_paths"] = paths_changed(p.repo, result.commit)
+    if result.worktree_updated and result.ok:
+        uncarried = set(left_out_by_git(changes))
+        only = [path for path in result.applied if path in uncarried]
+        if only:
+            would = "would be " if dry_run else ""
+            notes.append(
+                f"{would}written to the worktree, not committed (git does not carry these "
+                f"changes): {', '.join(only)}"
+            )
     outcome = Applied(
         "commit", dry_run, result.applied, result.skipped, result.conflicts,
         commit=result, base=p.session.base_commit, notes=tuple(notes),

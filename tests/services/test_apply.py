@@ -83,7 +83,11 @@ def test_devices_fifos_and_empty_directories_are_said_to_stay(
     (m.mnt / "empty").mkdir()
     left = "gitsess: left in the session (git cannot carry them): empty, new/null, pipe\n"
     out, err = cli("diff", "exp", "--name-status")
-    assert out.splitlines() == ["A\tnew/file.txt"] and left in err
+    assert out.splitlines() == ["A\tnew/file.txt"]
+    assert (
+        "gitsess: not in the diff (git does not carry these changes): empty, new/null, pipe\n"
+        in err
+    )
     _, err = cli("apply", "exp", "--patch", "-o", str(tmp_path / "p.patch"))
     assert left in err
     _, err = cli("apply", "exp", "--worktree")
@@ -93,6 +97,27 @@ def test_devices_fifos_and_empty_directories_are_said_to_stay(
     # they stay, and so does the directory that holds one
     assert stat.S_ISCHR(os.lstat(m.mnt / "new" / "null").st_mode)
     assert stat.S_ISFIFO(os.lstat(m.mnt / "pipe").st_mode)
+
+
+def test_a_commit_says_its_paths_and_what_only_the_worktree_took(
+    live_exp: Mounted, repo: Path, cli: Cli
+) -> None:
+    """An empty directory is written to the checked-out worktree but is no path of the
+    commit's: the count is the commit's, and the directory is named (it said "2 path(s)", and
+    the diff said the directory was "left in the session")."""
+    live_exp.write("b.txt", "b\n")
+    (live_exp.mnt / "emptydir").mkdir()
+    out, err = cli("apply", "exp", "--commit", "-m", "b", "--dry-run")
+    assert "Would commit 1 path on main" in out
+    assert "would be written to the worktree, not committed (git does not carry these " in err
+    out, err = cli("apply", "exp", "--commit", "-m", "b")
+    assert out.startswith("Committed ") and out.rstrip().endswith("on main: 1 path")
+    assert err.endswith(
+        "gitsess: written to the worktree, not committed (git does not carry these changes):"
+        " emptydir\n"
+    )
+    assert git(repo, "show", "--name-only", "--format=", "HEAD") == "b.txt"
+    assert (repo / "emptydir").is_dir()
 
 
 def test_diff_renames_and_pathspecs_from_a_subdirectory(
@@ -138,7 +163,7 @@ def test_apply_commit_while_live_then_real_edits_show_through(
     (m.mnt / "src" / "app.py").unlink()
     before = git(repo, "rev-parse", "HEAD")
     out, _ = cli("apply", "exp", "--commit", "-m", "session work")
-    assert "Committed" in out and "3 path(s)" in out  # pkg/ comes with pkg/mod.py
+    assert "Committed" in out and "3 paths" in out  # the commit's: pkg/ is no path of git's
     head = git(repo, "rev-parse", "HEAD")
     assert git(repo, "rev-parse", "HEAD~1") == before
     assert git(repo, "log", "-1", "--format=%s|%an") == "session work|Test"
