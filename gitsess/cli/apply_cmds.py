@@ -135,13 +135,13 @@ def apply(
         from gitsess.services import gate
 
         outcome = gate.commit(
-            ctx, handle, specs, message=message or _default_message(session), branch=branch,
+            ctx, handle, specs, message=_message(message, session), branch=branch,
             author=signature, include_ignored=ignored, force=force, dry_run=dry_run,
             squash=squash, test=test, retries=retries, queue_timeout=queue_timeout,
         )  # fmt: skip
     elif to_patch:
         outcome = applying.apply_to_patch(
-            ctx, handle, specs, mbox=mbox, message=message or _default_message(session),
+            ctx, handle, specs, mbox=mbox, message=_message(message, session),
             author=signature, include_ignored=ignored, dry_run=dry_run,
         )  # fmt: skip
     else:
@@ -227,7 +227,11 @@ def _check_options(
         raise click.UsageError("--patch --json prints JSON on stdout: give the patch -o FILE")
 
 
-def _default_message(session: Session) -> str:
+def _message(given: str | None, session: Session) -> str:
+    """The message given (an empty one too, which the commit refuses, as git does), else one
+    from the session's title."""
+    if given is not None:
+        return given
     return session.title or f"Changes from gitsess session {session.name}"
 
 

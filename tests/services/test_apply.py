@@ -107,6 +107,10 @@ def test_a_commit_says_its_paths_and_what_only_the_worktree_took(
     the diff said the directory was "left in the session")."""
     live_exp.write("b.txt", "b\n")
     (live_exp.mnt / "emptydir").mkdir()
+    before = git(repo, "rev-parse", "HEAD")
+    _, err = cli("apply", "exp", "--commit", "-m", "", code=1)  # as git: no empty message
+    assert err == "gitsess: a commit needs a message\n"
+    assert git(repo, "rev-parse", "HEAD") == before and not (repo / "b.txt").exists()
     out, err = cli("apply", "exp", "--commit", "-m", "b", "--dry-run")
     assert "Would commit 1 path on main" in out
     assert "would be written to the worktree, not committed (git does not carry these " in err
