@@ -224,7 +224,7 @@ def apply_commit(
             result = replace(result, commit=start)
         if on_prepared is not None:
             on_prepared(result)
-        return replace(result, changed_dirs=finish_commit(repo, result, scratch, view))
+        return replace(result, changed_dirs=finish_commit(repo, result, scratch, view, cleaner))
 
 
 def finish_commit(
@@ -232,6 +232,7 @@ def finish_commit(
     result: CommitResult,
     objects: pygit2.Repository | None = None,
     view: SessionView | None = None,
+    cleaner: Cleaner | None = None,
 ) -> tuple[str, ...]:
     """Make a prepared commit visible: worktree files, index, then the branch ref.
 
@@ -244,7 +245,8 @@ def finish_commit(
     directories whose entries changed. `objects` is where the commit's trees and blobs are
     read (default `repo`, which must have them): the apply passes its scratch repository,
     which still holds them in memory. A file is read from `view`, when given and still
-    holding the committed bytes, rather than from the object store.
+    holding the committed bytes (or bytes `cleaner`'s filters make them of), rather than from
+    the object store.
     """
     if result.commit is None and not result.worktree_updated:
         return ()
@@ -263,7 +265,7 @@ def finish_commit(
         if index is not None and result.tree is not None:
             source = objects or repo
             tree = lookup_tree(source, result.tree)
-            cleaner = Cleaner(repo)
+            cleaner = cleaner or Cleaner(repo)
             targets = [
                 _commit_target(source, tree, write, view, cleaner) for write in result.updated
             ]

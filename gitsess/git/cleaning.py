@@ -22,15 +22,28 @@ from gitsess.errors import GitsessError
 
 
 class Cleaner:
-    """The clean filters of the repository `repo` (opened on a worktree), by path."""
+    """The clean filters of the repository `repo` (opened on a worktree), by path. Each path's
+    filters are looked up once (an attribute lookup costs some 15 us, 1,000 of them a
+    twentieth of an apply of 1,000 files), and the `filter` attribute only where some driver
+    has a command configured."""
 
     def __init__(self, repo: pygit2.Repository) -> None:
         self._repo = repo
+        self._drivers = {
+            name[len("filter.") :].rpartition(".")[0]  # (a driver's name may hold dots)
+            for name in (entry.name for entry in repo.config)
+            if name.startswith("filter.") and name.endswith((".clean", ".process"))
+        }
+        self._lists: dict[str, FilterList | None] = {}
 
     def refuse_driver(self, path: str) -> None:
-        """Refuse `path` if a filter driver with a clean command of its own applies to it."""
+        """Refuse `path` if a filter driver with a clean command of its own applies to it
+        (a driver named in `.gitattributes` but configured nowhere filters nothing, in git
+        too)."""
+        if not self._drivers:
+            return
         driver = self._repo.get_attr(os.fsencode(path), "filter")
-        if isinstance(driver, str) and self._has_command(driver):
+        if isinstance(driver, str) and driver in self._drivers:
             raise GitsessError(
                 f"{path} has the gitattributes filter {driver!r}, whose clean command only git "
                 "runs: commit it with git inside the session (git add, git commit), then apply"
@@ -47,10 +60,7 @@ class Cleaner:
         return data if filters is None else filters.apply_to_buffer(data)
 
     def _filters(self, path: str) -> FilterList | None:
-        # (bytes: a name that is not UTF-8 is one git stores too; pygit2 takes them, unstubbed)
-        return self._repo.load_filter_list(os.fsencode(path))  # type: ignore[arg-type]
-
-    def _has_command(self, driver: str) -> bool:
-        # (a driver named in .gitattributes but configured nowhere filters nothing, in git too)
-        config = self._repo.config
-        return any(f"filter.{driver}.{key}" in config for key in ("clean", "process"))
+        if path not in self._lists:
+            # (bytes: a name that is not UTF-8 is one git stores too; pygit2 takes them)
+            self._lists[path] = self._repo.load_filter_list(os.fsencode(path))  # type: ignore[arg-type]
+        return self._lists[path]
