@@ -75,6 +75,15 @@ def run(
     return done
 
 
+def start_run(repo: Path, session: str, script: str) -> subprocess.Popen[str]:
+    """`gitsess run -s SESSION -- sh -c SCRIPT` started, its output piped; the caller waits
+    for it (or kills it)."""
+    return subprocess.Popen(
+        [*GITSESS, "run", "-s", session, "--", "sh", "-c", script],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 def json_lines(text: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 

@@ -21,7 +21,7 @@ from gitsess.git.repo import RepoContext, discover
 from gitsess.overlay import control, mounttable, protocol
 from gitsess.runtime import mount, spare
 from gitsess.services import live, sessions
-from tests.live_util import InProcess, eventually
+from tests.live_util import InProcess, eventually, start_run
 from tests.util import GITSESS, git, gitsess
 
 pytestmark = pytest.mark.fuse
@@ -61,10 +61,7 @@ def test_a_session_renamed_during_its_run_is_still_the_runs_own(repo: Path) -> N
     'exp'" (or named a new session of that name), as `$GITSESS_SESSION` keeps the old name."""
     go = repo.parent / "go"
     script = f"while [ ! -e {go} ]; do sleep 0.05; done; {GS} kv set k 1 && {GS} show --json"
-    inside = subprocess.Popen(
-        [*GITSESS, "run", "-s", "exp", "--", "sh", "-c", script],
-        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    inside = start_run(repo, "exp", script)
     try:
         assert eventually(lambda: gitsess(repo, "show", "exp").returncode == 0)
         assert gitsess(repo, "rename", "exp", "renamed").returncode == 0

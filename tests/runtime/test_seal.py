@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 
 from gitsess.git.repo import discover
 from gitsess.store import db
-from tests.live_util import eventually
+from tests.live_util import eventually, start_run
 from tests.util import GITSESS, gitsess
 
 pytestmark = pytest.mark.fuse
@@ -142,10 +141,7 @@ def test_the_registry_is_read_inside_while_outside_commands_open_and_close_it(
     registry = discover(repo).registry_path
     assert gitsess(repo, "new", "exp").returncode == 0
     script = f"{shlex.quote(sys.executable)} -c {shlex.quote(READ_REGISTRY)} {registry}"
-    inside = subprocess.Popen(
-        [*GITSESS, "run", "-s", "exp", "--", "sh", "-c", script],
-        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    inside = start_run(repo, "exp", script)
     try:
         cycles = 0
         while inside.poll() is None:
