@@ -53,6 +53,36 @@ def action_line(action: gc.Action) -> str:
     return f"{verb} {action.what} {action.name}: {action.reason}"
 
 
+def hook_lines(actions: list[gc.Action]) -> list[str]:
+    """What a hook did, a line per action; the same action for the same reason on several
+    sessions (a checkout marks every session of the worktree detached) is one line."""
+    groups: dict[tuple[str, str, str], list[gc.Action]] = {}
+    lines: list[str | tuple[str, str, str]] = []
+    for action in actions:
+        key = (action.verb, action.what, action.reason)
+        if action.error is not None or action.notes or not action.done:
+            lines.append(action_line(action))
+            lines.extend(f"  {note}" for note in action.notes)
+        elif key in groups:
+            groups[key].append(action)
+        else:
+            groups[key] = [action]
+            lines.append(key)
+    out = []
+    for line in lines:
+        if isinstance(line, str):
+            out.append(line)
+            continue
+        group = groups[line]
+        if len(group) == 1:
+            out.append(action_line(group[0]))
+        else:
+            verb, what, reason = line
+            names = ", ".join(a.name for a in group)
+            out.append(f"{_DONE[verb]} {len(group)} {what}s ({names}): {reason}")
+    return out
+
+
 @cli.group("hooks")
 def hooks_group() -> None:
     """Git hooks that let sessions follow what git does to their branches and worktrees."""
@@ -106,11 +136,8 @@ def hook(name: str, args: tuple[str, ...]) -> None:
     """What the installed hook scripts run: act on git's event. Always exits 0."""
     stdin = sys.stdin.read() if name in hooks.STDIN_HOOKS and not sys.stdin.isatty() else ""
     result = hooks.run_hook(name, args, stdin, cwd=Path.cwd(), env=os.environ)
-    for action in result.actions:
-        if action.done or action.error is not None:
-            click.echo(f"gitsess: {action_line(action)}", err=True)
-            for note in action.notes:
-                click.echo(f"gitsess:   {note}", err=True)
+    for line in hook_lines([a for a in result.actions if a.done or a.error is not None]):
+        click.echo(f"gitsess: {line}", err=True)
     if result.error is not None:
         where = f" (details in {result.log})" if result.log else ""
         click.echo(f"gitsess: the {name} hook failed: {result.error}{where}", err=True)

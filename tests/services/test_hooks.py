@@ -197,6 +197,27 @@ def test_checkout_detaches_and_run_rebinds(repo: Path) -> None:
     assert_clean(repo)
 
 
+def test_one_line_for_every_session_a_checkout_detaches(repo: Path) -> None:
+    """A checkout marks every session of the worktree: one line says so for all (it was a
+    line per session, twenty lines with twenty sessions)."""
+    for name in ("s", "t", "u"):
+        assert gitsess(repo, "new", name).returncode == 0
+    for branch, said in (
+        ("other", "marked detached 3 sessions ({}): its worktree has branch other checked out,"
+         " not main"),
+        ("main", "marked active 3 sessions ({}): its worktree is back on main"),
+    ):  # fmt: skip
+        done = subprocess.run(
+            ["git", "checkout", "-q", *(["-b"] if branch == "other" else []), branch],
+            cwd=repo, capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1, lines
+        names = lines[0].split("(")[1].split(")")[0]
+        assert sorted(names.split(", ")) == ["s", "t", "u"]
+        assert lines[0] == "gitsess: " + said.format(names)
+
+
 @pytest.mark.fuse
 def test_deleted_branch_archives_and_removes_its_sessions(repo: Path) -> None:
     run_in(repo, "feat", "echo changed > README.md; echo new > new.txt", "--worktree")
