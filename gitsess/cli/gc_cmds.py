@@ -24,7 +24,7 @@ SWEEPS: tuple[tuple[str, Sweep], ...] = (("orphaned agent root", agents.collect_
 
 
 @cli.command()
-@click.option("--dry-run", is_flag=True, help="Only list what would be done.")
+@click.option("--dry-run", "-n", is_flag=True, help="Only list what would be done.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def gc(dry_run: bool, as_json: bool) -> None:
     """Clean up: sessions whose branch or worktree is gone, merged branches, changes a commit

@@ -142,6 +142,7 @@ def test_old_archives_expire(repo: Path) -> None:
     new = _archive(repo, "new", git(repo, "log", "-1", "--format=%cI"))
     dry = gitsess(repo, "gc", "--dry-run")
     assert f"Would delete archive {old}:" in dry.stdout
+    assert gitsess(repo, "gc", "-n").stdout == dry.stdout  # as apply's -n
     assert archives(repo) == [new, old]
     git(repo, "config", "gitsess.gc.archiveMaxAge", "never")
     assert gitsess(repo, "gc").stdout.strip() == "Nothing to collect."
