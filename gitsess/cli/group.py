@@ -169,6 +169,9 @@ def _fail(message: str, code: int = 1) -> int:
     return code
 
 
+_NO_SPACE = "git: no space left on the device (writing git objects or refs failed)"
+
+
 def _library_error(e: Exception) -> str | None:
     """The message for an anticipated apsw or pygit2 error, None for anything else.
 
@@ -188,7 +191,7 @@ def _library_error(e: Exception) -> str | None:
         # or as whatever error it set last and recovered from ("could not find ... to touch",
         # of an object it looked for before writing it).
         if _disk_full():
-            return "git: no space left on the device (writing git objects or refs failed)"
+            return _NO_SPACE
         if str(e).strip().lower() in ("", "no error"):
             return "git: an object or ref could not be written (libgit2 gave no reason)"
         return f"git: {e}"
@@ -210,8 +213,18 @@ def one_line(e: Exception) -> str | None:
     if isinstance(e, GitsessError):
         return str(e)
     if isinstance(e, OSError):
-        return f"{e.filename}: {e.strerror}" if e.filename else str(e)
+        return _os_error(e)
     return _library_error(e)
+
+
+def _os_error(e: OSError) -> str:
+    if e.filename:
+        return f"{e.filename}: {e.strerror}"
+    # libgit2's errors of the OS come as an OSError holding its message alone (no errno): on a
+    # full disk, whatever it set last, as for its other errors (`_library_error`)
+    if e.errno is None and "pygit2" in sys.modules and _disk_full():
+        return _NO_SPACE
+    return str(e)
 
 
 def _progress_bars() -> contextlib.AbstractContextManager[None]:
@@ -252,7 +265,7 @@ def run(args: list[str]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except OSError as e:
-        return _fail(f"{e.filename}: {e.strerror}" if e.filename else str(e))
+        return _fail(_os_error(e))
     except Exception as e:
         message = _library_error(e)
         if message is None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -19,12 +18,13 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pygit2
-from pygit2.enums import DeltaStatus, DiffFind, DiffOption, DiffStatsFormat, FileMode
+from pygit2.enums import DeltaStatus, DiffFind, DiffOption, FileMode
 
 from gitsess import progress
 from gitsess.git.binary_patch import write_literal
 from gitsess.git.blobid import CHUNK
 from gitsess.git.changes import Change, ChangeSet, Side
+from gitsess.git.diffstat import StatFile, format_stat
 from gitsess.git.quoting import quote_path
 from gitsess.git.scratch import BIG_FILE, BigFile, scratch_repo
 from gitsess.git.view import SessionView
@@ -56,6 +56,8 @@ class FileDiff:
     additions: int
     deletions: int
     patch: bytes
+    old_size: int = 0  # bytes (the stat's `Bin OLD -> NEW bytes`)
+    new_size: int = 0
     # For a file too big to hold (`BIG_FILE`) in a binary patch: writes its content after
     # `patch`, reading the file as it goes.
     tail: Callable[[BinaryIO], None] | None = field(default=None, repr=False, compare=False)
@@ -98,8 +100,7 @@ class DiffResult:
 
     @cached_property
     def stat(self) -> str:
-        """`git diff --stat` text. Made only when asked for: libgit2 computes it in a second
-        pass that patches every file again."""
+        """`git diff --stat` text, as git lays it out (`diffstat.py`), made when asked for."""
         return self.stat_of()
 
     def patch(self) -> bytes:
@@ -201,7 +202,7 @@ def diff_changes(
         return DiffResult(())
     return DiffResult(
         tuple(files),
-        lambda: big.restore_stat(diff.stats.format(DiffStatsFormat.FULL, stat_width), deltas),
+        lambda: format_stat([_stat_file(f) for f in files], stat_width),
     )
 
 
@@ -246,6 +247,8 @@ class _BigFiles:
             additions=0,
             deletions=0,
             patch=header,
+            old_size=old.size if old is not None else f.old_size,
+            new_size=new.size if new is not None else f.new_size,
             tail=tail,
         )
 
@@ -255,23 +258,8 @@ class _BigFiles:
                 line = line.replace(stand_in[:length].encode(), big.oid[:length].encode())
         return line
 
-    def restore_stat(self, text: str, deltas: Sequence[FileDiff]) -> str:
-        """The stat with each big file's sizes in place of its stand-in's (a line per delta,
-        in the deltas' order, then the summary)."""
-        if not self.by_stand_in:
-            return text
-        lines = text.splitlines(keepends=True)
-        for i, f in enumerate(deltas):
-            old = self.by_stand_in.get(f.old_oid or "")
-            new = self.by_stand_in.get(f.new_oid or "")
-            if (old or new) is not None and i < len(lines):
-                sizes = f"Bin {old.size if old else 0} -> {new.size if new else 0} bytes"
-                lines[i] = _BIN_SIZES.sub(sizes, lines[i], count=1)
-        return "".join(lines)
-
 
 _STAND_IN = b"\0gitsess: a file too big to diff, "
-_BIN_SIZES = re.compile(r"Bin \d+ -> \d+ bytes")
 
 
 def _write_whole(big: BigFile | None, out: BinaryIO) -> None:
@@ -411,6 +399,8 @@ def _file_diff(patch: pygit2.Patch) -> FileDiff:
         additions=additions,
         deletions=deletions,
         patch=data,
+        old_size=0 if status == "A" else old.size,
+        new_size=0 if status == "D" else new.size,
     )
 
 
@@ -457,4 +447,16 @@ def _typechange(gone: FileDiff, born: FileDiff) -> FileDiff:
         additions=born.additions,
         deletions=gone.deletions,
         patch=gone.patch + born.patch,
+        old_size=gone.old_size,
+        new_size=born.new_size,
     )
+
+
+def _stat_file(f: FileDiff) -> StatFile:
+    """A file as the stat counts it: a binary file by its sizes (none when its content is
+    unchanged: a rename, a mode change), as git counts it."""
+    if not f.binary:
+        return StatFile(f.old_path, f.new_path, False, f.additions, f.deletions)
+    if f.old_oid == f.new_oid:
+        return StatFile(f.old_path, f.new_path, True, 0, 0)
+    return StatFile(f.old_path, f.new_path, True, f.new_size, f.old_size)
