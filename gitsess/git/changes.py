@@ -250,6 +250,11 @@ class _Walker:
             return
         if self.ignore is not None and self.ignore.ignored(path, new_dir if new else old_dir):
             self.excluded.add(path)  # an ignored directory may hide differences below it
+            if old_dir and new is not None and not new_dir:
+                # An ignored file where a directory was: the file stays in the session, and
+                # the tracked files the directory held are gone all the same (git stages
+                # their removal and leaves the file out).
+                self._children(path, True, False)
             return
         found = len(self.changes), len(self.special), len(self.repos)
         if differs:
@@ -390,8 +395,10 @@ class _Tracked:
     def __init__(self, index: pygit2.Index) -> None:
         self.index = index
 
-    def __contains__(self, path: object) -> bool:
-        return isinstance(path, str) and (path in self.index or path in self._dirs)
+    def holds(self, path: str, is_dir: bool) -> bool:
+        """Whether git tracks `path` as what it is now: a file the index names, or a directory
+        holding files it names. A file where a tracked directory was is untracked."""
+        return path in self.index or (is_dir and path in self._dirs)
 
     @cached_property
     def _dirs(self) -> frozenset[str]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Container
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import pygit2
 
@@ -76,6 +76,12 @@ def _strip_trailing_spaces(line: str) -> str:
     return line[:end]
 
 
+class Tracked(Protocol):
+    def holds(self, path: str, is_dir: bool) -> bool:
+        """Whether git tracks `path` as a file (`is_dir` False) or a directory."""
+        ...
+
+
 class Ignore:
     """Git's ignore rules as the session sees them: the view's .gitignore files, then the
     repository's info/exclude and core.excludesFile. Tracked paths are never ignored."""
@@ -84,7 +90,7 @@ class Ignore:
         self,
         view: SessionView,
         repo: pygit2.Repository,
-        tracked: Container[str] | None = None,
+        tracked: Tracked | None = None,
     ) -> None:
         self.view = view
         self.global_rules = _global_rules(repo)
@@ -94,15 +100,12 @@ class Ignore:
         self._dir_ignored: dict[str, bool] = {}
 
     def ignored(self, path: str, is_dir: bool) -> bool:
-        if self._is_tracked(path):
+        if self._tracked is not None and self._tracked.holds(path, is_dir):
             return False
         parent = parent_path(path)
         if parent and self._dir_is_ignored(parent):
             return True
         return self._decide(path, is_dir)
-
-    def _is_tracked(self, path: str) -> bool:
-        return self._tracked is not None and path in self._tracked
 
     def _dir_is_ignored(self, path: str) -> bool:
         # a directory that is ignored hides all below it: nothing inside can be re-included

@@ -14,6 +14,7 @@ from gitsess.git.pathspec import Pathspec
 from tests.util import git, write
 
 from .dirview import DirView
+from .helpers import git_view_diff
 
 
 def view_of(repo_dir: Path, tmp_path: Path) -> DirView:
@@ -136,6 +137,21 @@ def test_tracked_files_are_never_ignored(repo_dir: Path, tmp_path: Path) -> None
     write(view.root, "src/new.py", "untracked and now ignored\n")
     got = changed(view, repo_dir)
     assert set(got) == {".gitignore", "src/main.py", "docs/guide.txt"}
+
+
+def test_an_ignored_file_where_a_tracked_directory_was(repo_dir: Path, tmp_path: Path) -> None:
+    """As `git add -A`: the directory's tracked files are removed, the untracked file that
+    replaced it in an excluded directory is left out (it was taken as tracked, and committed;
+    found by the apply property test)."""
+    view = view_of(repo_dir, tmp_path)
+    shutil.rmtree(view.root / "docs")
+    (view.root / ".gitignore").write_text("*.log\n/docs\n")
+    (view.root / "docs").write_text("a file now\n")
+    got = changed(view, repo_dir)
+    theirs = git_view_diff(repo_dir, view.root, "--name-only").split()
+    assert set(got) == set(theirs) == {".gitignore", "docs/guide.txt"}
+    assert got["docs/guide.txt"].new is None
+    assert set(changed(view, repo_dir, ignored=True)) == {".gitignore", "docs", "docs/guide.txt"}
 
 
 def test_info_exclude_is_honoured(repo_dir: Path, tmp_path: Path) -> None:
