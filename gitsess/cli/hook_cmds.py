@@ -56,30 +56,21 @@ def action_line(action: gc.Action) -> str:
 def hook_lines(actions: list[gc.Action]) -> list[str]:
     """What a hook did, a line per action; the same action for the same reason on several
     sessions (a checkout marks every session of the worktree detached) is one line."""
-    groups: dict[tuple[str, str, str], list[gc.Action]] = {}
-    lines: list[str | tuple[str, str, str]] = []
-    for action in actions:
-        key = (action.verb, action.what, action.reason)
-        if action.error is not None or action.notes or not action.done:
-            lines.append(action_line(action))
-            lines.extend(f"  {note}" for note in action.notes)
-        elif key in groups:
-            groups[key].append(action)
-        else:
-            groups[key] = [action]
-            lines.append(key)
+    groups: dict[object, list[gc.Action]] = {}
+    for n, action in enumerate(actions):
+        alone = action.error is not None or action.notes or not action.done
+        key = n if alone else (action.verb, action.what, action.reason)
+        groups.setdefault(key, []).append(action)
     out = []
-    for line in lines:
-        if isinstance(line, str):
-            out.append(line)
-            continue
-        group = groups[line]
-        if len(group) == 1:
-            out.append(action_line(group[0]))
+    for first, *more in groups.values():
+        if more:
+            names = ", ".join(a.name for a in (first, *more))
+            out.append(
+                f"{_DONE[first.verb]} {1 + len(more)} {first.what}s ({names}): {first.reason}"
+            )
         else:
-            verb, what, reason = line
-            names = ", ".join(a.name for a in group)
-            out.append(f"{_DONE[verb]} {len(group)} {what}s ({names}): {reason}")
+            out.append(action_line(first))
+            out.extend(f"  {note}" for note in first.notes)
     return out
 
 

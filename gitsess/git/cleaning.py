@@ -35,6 +35,8 @@ class Cleaner:
             if name.startswith("filter.") and name.endswith((".clean", ".process"))
         }
         self._lists: dict[str, FilterList | None] = {}
+        # path -> (the blob stored, the blob of the file's own bytes), where they differ
+        self._cleaned: dict[str, tuple[str, str]] = {}
 
     def refuse_driver(self, path: str) -> None:
         """Refuse `path` if a filter driver with a clean command of its own applies to it
@@ -58,6 +60,15 @@ class Cleaner:
         """`data`, the file at `path`, through the built-in filters, as git would store it."""
         filters = self._filters(path)
         return data if filters is None else filters.apply_to_buffer(data)
+
+    def cleaned(self, path: str, stored: str, own: str) -> None:
+        """Note that the file at `path` was stored as blob `stored`, its bytes being `own`."""
+        self._cleaned[path] = (stored, own)
+
+    def own_blob(self, path: str, stored: str) -> str | None:
+        """The blob of the file's own bytes that blob `stored` was cleaned from, if it was."""
+        found = self._cleaned.get(path)
+        return found[1] if found is not None and found[0] == stored else None
 
     def _filters(self, path: str) -> FilterList | None:
         if path not in self._lists:

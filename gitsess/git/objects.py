@@ -54,12 +54,8 @@ def worktree_bytes(
     """What the worktree gets for blob `oid` committed from the session's file at `path`: the
     session's bytes, also where the clean filters made the blob of them (CRLF lines where the
     blob has LF, as `git add` leaves the file); else the blob (a merge of it)."""
-    if cleaner.filters(path):
-        with suppress(OSError):
-            data = view.read(path)
-            if blob_id(cleaner.clean(path, data)) == oid:
-                return data
-    return view_or_blob(repo, view, path, oid)
+    own = cleaner.own_blob(path, str(oid))
+    return view_or_blob(repo, view, path, oid if own is None else pygit2.Oid(hex=own))
 
 
 def blob_data(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:
@@ -90,7 +86,11 @@ def store_view_blob(
         return entry  # (a big file is streamed, never held whole: stored as it is)
     data = view_or_blob(scratch, view, change.path, pygit2.Oid(hex=entry[0]))
     cleaned = cleaner.clean(change.path, data)
-    return entry if cleaned == data else (str(scratch.create_blob(cleaned)), entry[1])
+    if cleaned == data:
+        return entry
+    stored = str(scratch.create_blob(cleaned))
+    cleaner.cleaned(change.path, stored, entry[0])
+    return stored, entry[1]
 
 
 def _store_view_blob(

@@ -304,7 +304,7 @@ def resolve_or_create(
     """`resolve` with `create_missing`, and whether it created the session."""
     named = _ref(ref, env)
     with _registry(ctx, create=False) as registry:
-        found = _lookup(registry, named) if ref else _from_env(registry, env)
+        found = _lookup_ref(registry, ref, env)
     if found is not None:
         return found, False
     try:
@@ -351,11 +351,17 @@ def _find(
     env: Mapping[str, str] | None = None,
 ) -> Session:
     """The session `ref` names, else (None) the one `$GITSESS_SESSION` does."""
-    named = _ref(ref, env)
-    session = _lookup(registry, named) if ref else _from_env(registry, env)
+    session = _lookup_ref(registry, ref, env)
     if session is None:
-        raise _unknown(ctx, registry, named)
+        raise _unknown(ctx, registry, _ref(ref, env))
     return session
+
+
+def _lookup_ref(
+    registry: Registry | None, ref: str | None, env: Mapping[str, str] | None
+) -> Session | None:
+    """The session `ref` names, else (None) the one the environment does (`_from_env`)."""
+    return _lookup(registry, ref) if ref else _from_env(registry, env)
 
 
 def _unknown(ctx: RepoContext, registry: Registry | None, ref: str) -> NoSuchSession:
